@@ -1,0 +1,126 @@
+"""ggml-head's dynamic allocator (`ggml_dyn_tallocr`): offsets in up to 16 chunks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .tallocr import OutOfFreeBlocks, pad
+
+MAX_CHUNKS = 16
+SIZE_MAX = (1 << 64) - 1
+
+
+@dataclass
+class Chunk:
+    offsets: list = field(default_factory=list)
+    sizes: list = field(default_factory=list)
+    max_size: int = 0
+
+
+class DynOutOfSpace(Exception):
+    def __init__(self, needed, largest):
+        super().__init__(f"not enough space to allocate {needed} bytes, largest block available {largest} bytes")
+        self.needed, self.largest = needed, largest
+
+
+class DynTallocr:
+    def __init__(self, alignment: int = 32, max_buffer_size: int = SIZE_MAX, max_free_blocks: int = 256):
+        self.alignment = alignment
+        self.max_chunk_size = min(max_buffer_size, SIZE_MAX // 2)
+        self.max_free_blocks = max_free_blocks
+        self.chunks: list[Chunk] = []
+
+    def reset(self):
+        self.chunks = []
+
+    def _new_chunk(self, min_size: int) -> int:
+        if len(self.chunks) >= MAX_CHUNKS:
+            return -1
+        size = max(min_size, self.max_chunk_size)
+        if len(self.chunks) == MAX_CHUNKS - 1:
+            size = SIZE_MAX // 2
+        self.chunks.append(Chunk([0], [size]))
+        return len(self.chunks) - 1
+
+    def alloc(self, nbytes: int) -> tuple[int, int, int]:
+        """Returns (chunk, block index, offset): best fit among non-last blocks of every chunk,
+        else the last block of the chunk with the best reuse factor, else a new chunk."""
+        size = pad(nbytes, self.alignment)
+        best_chunk = best_block = -1
+        max_avail = 0
+        for c, ch in enumerate(self.chunks):
+            best_fit_size = SIZE_MAX  # reset per chunk, as in ggml: a later chunk's fit wins
+            for i in range(len(ch.sizes) - 1):
+                s = ch.sizes[i]
+                max_avail = max(max_avail, s)
+                if s >= size and s <= best_fit_size:
+                    best_chunk, best_block, best_fit_size = c, i, s
+        if best_block == -1:
+            best_reuse = None  # INT64_MIN
+            for c, ch in enumerate(self.chunks):
+                if not ch.sizes:
+                    continue
+                last = len(ch.sizes) - 1
+                max_avail = max(max_avail, ch.sizes[last])
+                reuse = ch.max_size - ch.offsets[last] - size
+                if best_reuse is None:
+                    better = True  # INT64_MIN < 0 and anything > INT64_MIN
+                else:
+                    better = (best_reuse < 0 and reuse > best_reuse) or (reuse >= 0 and reuse < best_reuse)
+                if ch.sizes[last] >= size and better:
+                    best_chunk, best_block, best_reuse = c, last, reuse
+        if best_block == -1:
+            best_chunk = self._new_chunk(size)
+            best_block = 0
+        if best_chunk == -1:
+            raise DynOutOfSpace(size, max_avail)
+        ch = self.chunks[best_chunk]
+        off = ch.offsets[best_block]
+        ch.offsets[best_block] += size
+        ch.sizes[best_block] -= size
+        if ch.sizes[best_block] == 0:
+            del ch.offsets[best_block], ch.sizes[best_block]
+        ch.max_size = max(ch.max_size, off + size)
+        return best_chunk, best_block, off
+
+    def free(self, chunk: int, offset: int, nbytes: int):
+        size = pad(nbytes, self.alignment)
+        ch = self.chunks[chunk]
+        offs, sizes = ch.offsets, ch.sizes
+        for i in range(len(offs)):
+            if offs[i] + sizes[i] == offset:
+                sizes[i] += size
+                if i < len(offs) - 1 and offs[i] + sizes[i] == offs[i + 1]:
+                    sizes[i] += sizes[i + 1]
+                    del offs[i + 1], sizes[i + 1]
+                return
+            if offset + size == offs[i]:
+                offs[i] = offset
+                sizes[i] += size
+                if i > 0 and offs[i - 1] + sizes[i - 1] == offs[i]:
+                    sizes[i - 1] += sizes[i]
+                    del offs[i], sizes[i]
+                return
+        if len(offs) >= self.max_free_blocks:
+            raise OutOfFreeBlocks()
+        pos = 0
+        while pos < len(offs) and offs[pos] < offset:
+            pos += 1
+        offs.insert(pos, offset)
+        sizes.insert(pos, size)
+
+    def max_size(self, chunk: int) -> int:
+        return self.chunks[chunk].max_size if chunk < len(self.chunks) else 0
+
+    def summary(self) -> tuple[int, int, int]:
+        """(free blocks, largest, total) over all chunks, the last block of each clipped to max_size."""
+        n = largest = total = 0
+        for ch in self.chunks:
+            for i, (o, s) in enumerate(zip(ch.offsets, ch.sizes)):
+                if i == len(ch.sizes) - 1:
+                    s = max(0, min(s, ch.max_size - o))
+                    if s == 0:
+                        continue
+                n += 1
+                largest = max(largest, s)
+                total += s
+        return n, largest, total
