@@ -1,0 +1,49 @@
+"""What a stored trace is: metadata, graphs, and each graph's events.
+
+The on-disk format is documented in docs/trace-format.md; this module is its
+in-memory form, shared by the store, the importers, replay and diff.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from alloctrace.allocator.events import Event
+
+FORMAT_VERSION = 1
+ROLES = ("measure", "eval", "reserve")
+
+
+@dataclass
+class GraphRecord:
+    """One allocator graph walk (one `####### graph` in a 2023 log, one plan in head)."""
+
+    index: int
+    role: str  # measure | eval | reserve
+    events: list[Event]
+    max_size: int | None = None  # what ggml_allocr_alloc_graph returned (a running maximum, 2023)
+    buffer_size: int | None = None  # the buffer it ran in (2023 real) / the backend buffer after it (head)
+    oom: dict | None = None  # {"tensor", "needed", "largest_available"}
+    consistent: bool | None = None  # importer: did the model reproduce every logged choice
+    extra: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        return {"index": self.index, "role": self.role, "n_events": len(self.events), "max_size": self.max_size,
+                "buffer_size": self.buffer_size, "oom": self.oom, "consistent": self.consistent}
+
+
+@dataclass
+class TraceMeta:
+    name: str
+    source: str  # "log:<file name>", "replay", "upload:<file name>", ...
+    generation: str  # profile name of the allocator that produced it
+    profile: str | None = None
+    created: str | None = None  # ISO 8601, set by the store when missing
+    tags: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+
+def oom_of(event: Event | None) -> dict | None:
+    """The oom summary of an allocator's failure event, as the JSON outputs spell it."""
+    if event is None or event.kind != "oom":
+        return None
+    return {"tensor": event.tensor, "needed": event.needed, "largest_available": event.largest}
