@@ -73,6 +73,12 @@ def nbytes_of(type_: str, ne, nb) -> int:
     return size
 
 
+def nbytes_2023(type_: str, ne, nb) -> int:
+    """ggml_nbytes as of Aug 2023: max(ne[3]*nb[3], nelements*type size)."""
+    n = ne[0] * ne[1] * ne[2] * ne[3]
+    return max(ne[3] * nb[3], n * TYPE_SIZE[type_])
+
+
 def same_layout(a: Tensor, b: Tensor) -> bool:
     return a.type == b.type and a.ne == b.ne and a.nb == b.nb
 
