@@ -30,6 +30,7 @@ KINDS = {
     "realloc": "head: the plan is invalid for this graph and is redone",
     "buffer": "head: the backend buffer was (re)allocated",
     "plan_reused": "head: the graph fits the recorded plan; nothing printed",
+    "hazard": "a plan is unsafe: a write over live bytes, a stale read, or a concurrent overlap (metal_exec)",
 }
 
 
