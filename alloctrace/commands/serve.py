@@ -1,0 +1,67 @@
+"""`alloctrace serve`: the dashboard and its JSON API over the trace store."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import threading
+import webbrowser
+
+from alloctrace.errors import UserError
+
+TOKEN_ENV = "ALLOCTRACE_TOKEN"
+
+
+def register(subparsers):
+    p = subparsers.add_parser("serve", help="run the dashboard and HTTP API",
+                              description="Serve the dashboard and the JSON API (/api, docs at /docs).")
+    p.add_argument("--store", metavar="DIR", help="store directory (default: $ALLOCTRACE_STORE or the user data dir)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--open", action="store_true", help="open the dashboard in a browser")
+    p.add_argument("--token", help=f"require this token on /api (default: ${TOKEN_ENV}); "
+                                   "required when binding a non-loopback address")
+    p.add_argument("--examples", action="store_true", help="seed an empty store with example traces")
+    p.add_argument("--max-upload-mb", type=int, default=2048, metavar="MB", help="upload size cap (default 2048)")
+    p.set_defaults(func=run)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args) -> int:
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if not is_loopback(args.host) and not token:
+        raise UserError(f"binding {args.host} exposes the store: give --token (or set {TOKEN_ENV})")
+    if not 0 < args.port < 65536:
+        raise UserError(f"bad port {args.port}")
+    if args.max_upload_mb <= 0:
+        raise UserError("--max-upload-mb must be positive")
+    import uvicorn
+
+    from alloctrace.server.app import create_app
+    from alloctrace.traces.store import open_store
+    store = open_store(args.store)
+    if args.examples:
+        from alloctrace.server.examples import seed_examples
+        seeded = seed_examples(store)
+        if seeded:
+            print(f"examples: stored {len(seeded)} trace(s): {' '.join(seeded)}")
+    app = create_app(token=token, max_upload_bytes=args.max_upload_mb * 1024 * 1024, store=store)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}/"
+    if token:
+        url += f"?token={token}"
+    print(f"alloctrace: serving on {url}", flush=True)
+    if args.open:
+        threading.Timer(1.0, webbrowser.open, (url,)).start()
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    except OSError as e:
+        raise UserError(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}") from None
+    return 0

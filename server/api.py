@@ -1,0 +1,146 @@
+"""The JSON API under /api: traces, their graphs' events, memory maps and states, diff, replay.
+
+Every answer is JSON; names from traces are data inside it, never markup. Trace
+ids and diff refs are checked against patterns before they reach the store.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from alloctrace.allocator.events import KINDS
+from alloctrace.errors import UserError
+from alloctrace.server import graphs, upload
+from alloctrace.server.context import Context
+
+TRACE_ID = r"^[0-9a-f]{8}$"
+REF = r"^[0-9a-f]{8}(:[0-9]{1,6})?$"
+MAX_GRAPH = 1_000_000
+
+router = APIRouter(prefix="/api")
+TraceId = Annotated[str, Path(pattern=TRACE_ID, description="8 hex digits")]
+GraphIndex = Annotated[int, Path(ge=0, le=MAX_GRAPH, description="graph index within the trace")]
+UPLOAD_SCHEMA = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file"],
+    "properties": {"file": {"type": "string", "format": "binary",
+                            "description": "a ggml log with AT_PRINTF lines (plain, gzip or zstd)"},
+                   "name": {"type": "string", "maxLength": upload.FIELD_LIMIT,
+                            "description": "trace name (default: the file's name)"}}}}}}}
+
+
+def ctx(request: Request) -> Context:
+    return request.app.state.ctx
+
+
+@router.get("/traces", summary="List stored traces")
+def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200, description="name search")] = None):
+    return {"traces": ctx(request).call(lambda s: s.list(q) if q else s.list())}
+
+
+@router.post("/traces", status_code=201, summary="Upload a log and import it", openapi_extra=UPLOAD_SCHEMA)
+async def upload_trace(request: Request):
+    c = ctx(request)
+    up = await upload.receive_upload(request, c.upload_dir, c.max_upload_bytes)
+    try:
+        if up.path is None:
+            raise upload.UploadError("the form has no `file` field")
+        name = (up.fields.get("name") or "").strip() or display_name(up.filename)
+        summaries = await run_in_threadpool(c.import_file, up.path, name, display_name(up.filename))
+    finally:
+        up.cleanup()
+    return JSONResponse({"traces": summaries}, status_code=201)
+
+
+def display_name(filename: str | None) -> str | None:
+    """The client's file name, shortened to its last component: a label, never a path."""
+    if not filename:
+        return None
+    base = filename.replace("\\", "/").rsplit("/", 1)[-1].strip()
+    return base[:200] or None
+
+
+@router.get("/traces/{trace_id}", summary="One trace's summary")
+def get_trace(request: Request, trace_id: TraceId):
+    return ctx(request).call(lambda s: s.summary(trace_id))
+
+
+@router.delete("/traces/{trace_id}", summary="Delete a trace")
+def delete_trace(request: Request, trace_id: TraceId):
+    c = ctx(request)
+    c.call(lambda s: s.delete(trace_id))
+    c.forget(trace_id)
+    return {"deleted": trace_id}
+
+
+@router.get("/traces/{trace_id}/graphs/{g}/events", summary="A page of a graph's events")
+def get_events(request: Request, trace_id: TraceId, g: GraphIndex,
+               start: Annotated[int, Query(ge=0)] = 0,
+               limit: Annotated[int, Query(ge=1, le=graphs.MAX_PAGE)] = 200,
+               kind: Annotated[str | None, Query(max_length=40, description="event kind, e.g. alloc")] = None,
+               tensor: Annotated[str | None, Query(max_length=200, description="exact tensor name")] = None):
+    if kind is not None and kind not in KINDS:
+        raise UserError(f"unknown event kind {kind!r} (one of {', '.join(KINDS)})")
+    c = ctx(request)
+    cols = c.columns(trace_id, g)
+    return JSONResponse(graphs.events_page(cols, lambda idx: c.event_rows(trace_id, g, idx), start, limit,
+                                           kind, tensor))
+
+
+@router.get("/traces/{trace_id}/graphs/{g}/memory-map", summary="Tensor lifetimes in a view window")
+def get_memory_map(request: Request, trace_id: TraceId, g: GraphIndex,
+                   x0: Annotated[int | None, Query(ge=0, description="first event of the window")] = None,
+                   x1: Annotated[int | None, Query(ge=1, description="end event (exclusive)")] = None,
+                   y0: Annotated[int | None, Query(ge=0, description="lowest address (bytes)")] = None,
+                   y1: Annotated[int | None, Query(ge=1, description="highest address (exclusive)")] = None,
+                   max_shapes: Annotated[int, Query(ge=1, le=graphs.MAX_SHAPES)] = 2000,
+                   max_points: Annotated[int, Query(ge=1, le=graphs.MAX_POINTS)] = 1000):
+    c = ctx(request)
+    info = c.graph_info(trace_id, g)
+    lt = c.lifetimes(trace_id, g)
+    win = graphs.window(lt, info, x0, x1, y0, y1)
+    return JSONResponse(graphs.memory_map(lt, info, win, max_shapes, max_points))
+
+
+@router.get("/traces/{trace_id}/graphs/{g}/state", summary="Allocator state after the first N events")
+def get_state(request: Request, trace_id: TraceId, g: GraphIndex,
+              event: Annotated[int, Query(ge=0, description="events applied (0..n_events)")]):
+    c = ctx(request)
+    info = c.graph_info(trace_id, g)
+    if event > info["n_events"]:
+        raise UserError(f"event {event} is out of range (0..{info['n_events']})")
+    events = c.call(lambda s: s.events(trace_id, g))
+    return JSONResponse(graphs.state_json(events, event, info))
+
+
+@router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")
+def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotated[str, Query(pattern=REF)]):
+    from alloctrace.traces.diff import diff_refs
+    return JSONResponse(ctx(request).call(lambda s: diff_refs(s, a, b).to_json()))
+
+
+class ReplayRequest(BaseModel):
+    preset: str = Field(max_length=100)
+    profile: str = Field(max_length=100)
+    n_ctx: int | None = Field(None, ge=1, le=1 << 20, description="default: the preset's")
+    n_batch: int | None = Field(None, ge=1, le=1 << 20, description="default: the program's")
+    eval_tokens: int | None = Field(None, ge=0, le=1 << 20)
+    n_past: int | None = Field(None, ge=0, le=1 << 20)
+    metal_concurrency: bool = False
+
+
+@router.post("/replay", status_code=201, summary="Replay a model preset and store its traces")
+def post_replay(request: Request, body: Annotated[ReplayRequest, Body()]):
+    c = ctx(request)
+    result = c.replay(body.model_dump())
+    ids = graphs.stored_ids(result)
+    return JSONResponse({"traces": [c.call(lambda s, i=i: s.summary(i)) for i in ids], "replay": result},
+                        status_code=201)
+
+
+@router.get("/presets", summary="Model presets and allocator profiles for replay")
+def get_presets():
+    return graphs.presets()

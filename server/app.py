@@ -1,0 +1,161 @@
+"""The dashboard's HTTP server: the JSON API (api.py), the web/ pages and Plotly.js.
+
+`create_app` opens the store once; handlers share it through a Context.
+Errors a user can cause come back as 4xx with a JSON `detail`; an optional
+token guards /api (header `Authorization: Bearer T`, `?token=T`, or the cookie
+a page visit with `?token=T` sets, so the dashboard works behind a token).
+"""
+from __future__ import annotations
+
+import hmac
+from contextlib import asynccontextmanager
+from pathlib import Path
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from alloctrace.errors import UserError
+from alloctrace.server import paths
+from alloctrace.server.api import TRACE_ID, router
+from alloctrace.server.context import Context
+from alloctrace.server.upload import UploadError
+
+COOKIE = "alloctrace_token"
+PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html"}
+
+
+def _not_found_type():
+    try:
+        from alloctrace.traces.store import NotFound
+        return NotFound
+    except ImportError:  # pragma: no cover - the store is part of the package
+        return KeyError
+
+
+class TokenGuard:
+    """ASGI middleware: /api needs the token; a page opened with ?token= stores it in a cookie."""
+
+    def __init__(self, app, token: str | None):
+        self.app, self.token = app, token
+
+    def _ok(self, given: str | None) -> bool:
+        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+
+    async def __call__(self, scope, receive, send):
+        if self.token is None or scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        from_query = (query.get("token") or [None])[0]
+        if scope["path"].startswith("/api"):
+            auth = headers.get("authorization", "")
+            bearer = auth[7:] if auth.lower().startswith("bearer ") else None
+            cookie = _cookie(headers.get("cookie", ""), COOKIE)
+            if not any(self._ok(t) for t in (bearer, from_query, cookie)):
+                resp = JSONResponse({"detail": "missing or wrong token"}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+                return await resp(scope, receive, send)
+            return await self.app(scope, receive, send)
+        if from_query is not None and self._ok(from_query):
+            async def send_with_cookie(message):
+                if message["type"] == "http.response.start":
+                    cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+                    message = {**message, "headers": list(message.get("headers", [])) +
+                               [(b"set-cookie", cookie.encode("latin-1"))]}
+                await send(message)
+            return await self.app(scope, receive, send_with_cookie)
+        return await self.app(scope, receive, send)
+
+
+def _cookie(header: str, name: str) -> str | None:
+    for part in header.split(";"):
+        k, _, v = part.strip().partition("=")
+        if k == name:
+            return v
+    return None
+
+
+def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int = 2 * 1024 ** 3,
+               web_dir=None, store=None) -> FastAPI:
+    """The server for the store at `store_dir` (None: the default store). `store` may be
+    an already open store instead."""
+    if store is None:
+        from alloctrace.traces.store import open_store
+        store = open_store(store_dir)
+    ctx = Context(store, max_upload_bytes)
+    web = paths.find_web_dir(web_dir)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        ctx.close()
+
+    app = FastAPI(title="alloctrace", version="1", lifespan=lifespan,
+                  description="Stored ggml graph-allocator traces: upload, browse, memory maps, diff, replay.")
+    app.state.ctx = ctx
+    app.state.web_dir = web
+    app.include_router(router)
+    _errors(app)
+    _pages(app, web)
+    if token:
+        app.add_middleware(TokenGuard, token=token)
+    return app
+
+
+def _errors(app: FastAPI):
+    not_found = _not_found_type()
+
+    @app.exception_handler(UploadError)
+    async def upload_error(request: Request, exc: UploadError):
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(not_found)
+    async def missing(request: Request, exc: Exception):
+        msg = exc.args[0] if exc.args else "not found"
+        return JSONResponse({"detail": str(msg)}, status_code=404)
+
+    @app.exception_handler(UserError)
+    async def user_error(request: Request, exc: UserError):
+        if isinstance(exc, not_found):
+            return await missing(request, exc)
+        return JSONResponse({"detail": str(exc)}, status_code=400)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        return JSONResponse({"detail": _plain(exc.errors())}, status_code=422)
+
+
+def _plain(errors) -> list:
+    """Validation errors without the offending input (it may be huge or binary)."""
+    return [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")} for e in errors]
+
+
+def _pages(app: FastAPI, web: Path | None):
+    def page(file: str) -> Response:
+        if web is None or not (web / file).is_file():
+            return JSONResponse({"detail": f"page {file} is not installed"}, status_code=404)
+        return FileResponse(web / file, media_type="text/html; charset=utf-8",
+                            headers={"Cache-Control": "no-cache"})
+
+    for route, file in PAGES.items():
+        app.add_api_route(route, (lambda f: lambda: page(f))(file), methods=["GET"], include_in_schema=False)
+
+    @app.get("/traces/{trace_id}", include_in_schema=False)
+    def trace_page(trace_id: str):
+        import re
+        if not re.fullmatch(TRACE_ID.strip("^$"), trace_id):
+            return JSONResponse({"detail": "not a trace id"}, status_code=404)
+        return page("trace.html")
+
+    @app.get("/vendor/plotly.min.js", include_in_schema=False)
+    def plotly_js():
+        p = paths.plotly_js()
+        if p is None:
+            return JSONResponse({"detail": "plotly is not installed"}, status_code=404)
+        return FileResponse(p, media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
+
+    if web is not None and web.is_dir():
+        app.mount("/static", StaticFiles(directory=web), name="static")

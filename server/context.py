@@ -1,0 +1,136 @@
+"""What the API handlers share: the store, per-graph caches, the upload folder, import and replay.
+
+The store serialises its own SQLite use (one connection, a lock, WAL), so handler
+threads call it directly; per-graph answers (columns, lifetimes) are cached here.
+"""
+from __future__ import annotations
+
+import importlib
+import itertools
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from alloctrace.errors import UserError
+from alloctrace.traces import memmap
+
+
+def replay_module():
+    """Where `run_replay` lives (the replay engine), or None when it is not installed."""
+    for name in ("alloctrace.allocator.replay", "alloctrace.traces.replay"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(mod, "run_replay"):
+            return mod
+    return None
+
+
+class Context:
+    def __init__(self, store, max_upload_bytes: int, upload_dir: Path | None = None):
+        self.store = store
+        self.max_upload_bytes = max_upload_bytes
+        self.columns_cache = memmap.LRU(8)
+        self.lifetimes_cache = memmap.LRU(8)
+        self.info_cache = memmap.LRU(64)
+        self.upload_dir = upload_dir or Path(tempfile.mkdtemp(prefix="alloctrace-uploads-"))
+        self._own_upload_dir = upload_dir is None
+        self.upload_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.upload_dir.glob("upload-*"):  # left by a crash mid-upload
+            stale.unlink(missing_ok=True)
+
+    def close(self):
+        if self._own_upload_dir:
+            shutil.rmtree(self.upload_dir, ignore_errors=True)
+        closer = getattr(self.store, "close", None)
+        if closer:
+            closer()
+
+    def call(self, fn):
+        return fn(self.store)
+
+    # --- per-graph caches -------------------------------------------------------------
+    def columns(self, trace_id: str, g: int) -> dict:
+        return self.columns_cache.get((trace_id, g), lambda: self.call(lambda s: s.columns(trace_id, g)))
+
+    def lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes:
+        return self.lifetimes_cache.get((trace_id, g), lambda: memmap.extract(self.columns(trace_id, g)))
+
+    def graph_info(self, trace_id: str, g: int) -> dict:
+        """The graph's summary row plus its oom event and real capacity."""
+        def build():
+            from alloctrace.server.graphs import capacity_of, oom_event
+            summary = self.call(lambda s: s.summary(trace_id))
+            rows = [r for r in summary.get("graphs", []) if r.get("index") == g]
+            if not rows:
+                if 0 <= g < len(summary.get("graphs", [])):
+                    rows = [summary["graphs"][g]]
+                else:
+                    raise UserError(f"trace {trace_id} has no graph {g}")
+            info = dict(rows[0])
+            cols = self.columns(trace_id, g)
+            info["n_events"] = len(cols["i"])
+            info["oom"] = oom_event(cols) if (info.get("oom") or _has_failure(cols)) else None
+            info["capacity"] = capacity_of(info, cols)
+            return info
+        return self.info_cache.get((trace_id, g), build)
+
+    def forget(self, trace_id: str):
+        for cache in (self.columns_cache, self.lifetimes_cache, self.info_cache):
+            cache.drop(trace_id)
+
+    # --- writes -----------------------------------------------------------------------
+    def import_file(self, path: Path, name: str | None, filename: str | None = None) -> list[dict]:
+        """Import one received log through the CLI's importer (LogImport -> one store
+        transaction); summaries of what was stored. Error messages name the client's
+        file, never the temp path."""
+        from alloctrace.traces.import_log import LogImport
+        from alloctrace.traces.schema import TraceMeta
+        label = filename or "upload"
+        try:
+            imp = LogImport(path)
+            records = imp.records()
+            first = next(records)
+            meta = TraceMeta(name=name or label, source=f"upload:{label}", generation=imp.generation,
+                             profile=imp.generation, extra={"format": "at_printf"})
+            tid = self.store.add_trace(meta, itertools.chain([first], records))
+        except UserError as e:
+            raise UserError(str(e).replace(str(path), label)) from None
+        return [self.store.summary(tid)]
+
+    def replay(self, params: dict) -> dict:
+        mod = replay_module()
+        if mod is None:
+            raise UserError("replay is not available in this installation")
+        return mod.run_replay(params.pop("preset"), params.pop("profile"), store=self.store, **params)
+
+    # --- reads ------------------------------------------------------------------------
+    def event_rows(self, trace_id: str, g: int, indices: list[int]) -> list[dict]:
+        """Event dicts (with their index `i`) from the cached columns: -1 in an integer column
+        means absent, except an alloc's `block`, where -1 is ggml's own "no block" answer."""
+        cols = self.columns(trace_id, g)
+        out = []
+        for i in indices:
+            row = {"i": i}
+            kind = cols["kind"][i]
+            for name, col in cols.items():
+                if name == "i":
+                    continue
+                v = col[i]
+                if isinstance(v, np.integer):
+                    v = int(v)
+                    if v == -1 and not (name == "block" and kind == "alloc"):
+                        continue
+                if v is None or v == {}:
+                    continue
+                row[name] = v
+            out.append(row)
+        return out
+
+
+def _has_failure(cols: dict) -> bool:
+    kind = cols["kind"]
+    return bool(np.any((kind == "oom") | (kind == "abort")))

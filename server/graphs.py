@@ -1,0 +1,106 @@
+"""Answers about one graph, built from the store's columns: event pages, memory maps, states."""
+from __future__ import annotations
+
+import numpy as np
+
+from alloctrace.errors import UserError
+from alloctrace.traces import memmap
+
+MAX_PAGE = 5000
+MAX_SHAPES = 20000
+MAX_POINTS = 10000
+
+
+def events_page(cols: dict, rows_at, start: int, limit: int, kind: str | None, tensor: str | None) -> dict:
+    """Events [start, start+limit) of those matching the filters, each with its index `i`.
+    `rows_at(indices)` turns event indices into event dicts."""
+    n = len(cols["i"])
+    mask = None
+    if kind is not None:
+        mask = cols["kind"] == kind
+    if tensor is not None:
+        m = cols["tensor"] == tensor
+        mask = m if mask is None else mask & m
+    if mask is None:
+        total = n
+        idx = np.arange(min(start, n), min(start + limit, n))
+    else:
+        hits = np.flatnonzero(mask)
+        total = len(hits)
+        idx = hits[start:start + limit]
+    return {"total": int(total), "start": start, "limit": limit, "kind": kind, "tensor": tensor,
+            "events": rows_at(idx.tolist())}
+
+
+def window(lt: memmap.Lifetimes, info: dict, x0, x1, y0, y1) -> tuple[int, int, int, int]:
+    """The view window with defaults filled in: the whole graph, up to the highest byte any
+    tensor, max_size or buffer_size reaches."""
+    top = max(lt.y_extent, info.get("max_size") or 0, info.get("buffer_size") or 0, 1)
+    win = (0 if x0 is None else x0, max(lt.n_events, 1) if x1 is None else x1,
+           0 if y0 is None else y0, top if y1 is None else y1)
+    if win[1] <= win[0]:
+        raise UserError(f"empty event range: x1 ({win[1]}) must be above x0 ({win[0]})")
+    if win[3] <= win[2]:
+        raise UserError(f"empty address range: y1 ({win[3]}) must be above y0 ({win[2]})")
+    return win
+
+
+def memory_map(lt: memmap.Lifetimes, info: dict, win, max_shapes: int, max_points: int) -> dict:
+    shapes = memmap.window_shapes(lt, win, max_shapes)
+    series, bucket = memmap.window_series(lt, win[0], win[1], max_points)
+    return {"n_events": lt.n_events, "window": dict(zip(("x0", "x1", "y0", "y1"), win)),
+            "y_extent": lt.y_extent, "chunks": lt.chunks, **shapes,
+            "free_list": series, "free_list_bucket": bucket,
+            "max_size": info.get("max_size"), "buffer_size": info.get("buffer_size"), "oom": info.get("oom")}
+
+
+def oom_event(cols: dict) -> dict | None:
+    """The first oom (or abort) event of a graph, with its index."""
+    kind = cols["kind"]
+    hit = np.flatnonzero((kind == "oom") | (kind == "abort"))
+    if not len(hit):
+        return None
+    i = int(hit[0])
+
+    def val(name):
+        v = cols[name][i] if name in cols else None
+        return None if v is None or (isinstance(v, (int, np.integer)) and v < 0) else v.item() if hasattr(v, "item") else v
+
+    return {"event": i, "kind": str(kind[i]), "tensor": val("tensor"), "needed": val("needed"),
+            "largest_available": val("largest"), "reason": val("reason")}
+
+
+def capacity_of(record_summary: dict, cols: dict) -> int | None:
+    """A real 2023 buffer ends at its buffer_size; measure runs and head chunks are open-ended."""
+    chunked = "chunk" in cols and bool(np.any(cols["chunk"][cols["kind"] == "alloc"] >= 0))
+    if chunked or record_summary.get("role") == "measure":
+        return None
+    return record_summary.get("buffer_size")
+
+
+def state_json(events: list, n: int, info: dict) -> dict:
+    from alloctrace.traces.state import free_summary, state_at
+    st = state_at(events, n, capacity=info.get("capacity"))
+    st["free_blocks"] = [{"offset": o, "size": s, "chunk": c} for o, s, c in st["free_blocks"]]
+    st["free_summary"] = free_summary({"free_blocks": [(b["offset"], b["size"], b["chunk"])
+                                                       for b in st["free_blocks"]]})
+    st["next_event"] = events[n].to_dict() if n < len(events) else None
+    return st
+
+
+def stored_ids(result: dict) -> list[str]:
+    """Trace ids a replay stored (its JSON names one per graph: measure and eval share a trace)."""
+    ids = []
+    for part in ("measure", "eval"):
+        tid = (result.get(part) or {}).get("trace_id")
+        if isinstance(tid, str) and tid not in ids:
+            ids.append(tid)
+    return ids
+
+
+def presets() -> dict:
+    """The model presets replay can run and the allocator profiles it accepts."""
+    from alloctrace.allocator.presets import PRESETS
+    from alloctrace.allocator.profiles import PROFILES
+    profiles = [name for name, p in PROFILES.items() if getattr(p, "family", None) == "legacy"]
+    return {"presets": [p.to_json() for p in PRESETS.values()], "profiles": profiles}

@@ -1,0 +1,295 @@
+"""The memory map of one graph: tensor lifetimes as rectangles, reduced to what a screen can show.
+
+A lifetime runs from the event that placed a tensor (`alloc`, or `reuse` of its
+parent's bytes) to the event that gave the bytes back (`free`, the next reuse of
+the same bytes, a head `realloc`) or to the end of the graph. Its height is the
+tensor's address range; views have none of their own and are left out. Every
+step is numpy over whole columns, so a million-event graph is extracted once
+(and cached) and each view window is cut and reduced in milliseconds.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+MISSING = -1
+GRID = 1024  # finest bucket grid per axis: about one cell per screen pixel
+
+
+def int_column(col, n: int) -> np.ndarray:
+    """A column as int64 with MISSING for absent values, whatever the store's encoding
+    (ints, floats with NaN, masked arrays, objects with None)."""
+    if col is None:
+        return np.full(n, MISSING, dtype=np.int64)
+    if isinstance(col, np.ma.MaskedArray):
+        col = col.astype(np.float64).filled(np.nan)
+    a = np.asarray(col)
+    if a.dtype.kind in "iub":
+        return a.astype(np.int64)
+    if a.dtype.kind == "f":
+        out = np.full(len(a), MISSING, dtype=np.int64)
+        ok = ~np.isnan(a)
+        out[ok] = a[ok].astype(np.int64)
+        return out
+    return np.fromiter((MISSING if v is None else int(v) for v in a), dtype=np.int64, count=len(a))
+
+
+def str_column(col, n: int) -> np.ndarray:
+    if col is None:
+        return np.full(n, None, dtype=object)
+    return np.asarray(col, dtype=object)
+
+
+@dataclass
+class Lifetimes:
+    """One graph's tensor lifetimes plus its per-event free-list series."""
+
+    n_events: int
+    start: np.ndarray  # event index that placed the bytes
+    end: np.ndarray  # event index that released them (n_events: still live at the end)
+    y0: np.ndarray  # address range in the stacked chunk space: chunk base + offset
+    y1: np.ndarray
+    offset: np.ndarray
+    size: np.ndarray
+    chunk: np.ndarray
+    tensor: np.ndarray  # object array of names
+    op: np.ndarray
+    chunks: list  # [{"chunk", "base", "extent"}]
+    used: np.ndarray  # live bytes after each event (float64, exact below 2**53)
+    n_free: np.ndarray  # forward-filled from the events that carry them; NaN before the first
+    largest_free: np.ndarray
+    total_free: np.ndarray
+
+    @property
+    def y_extent(self) -> int:
+        return int(self.y1.max()) if len(self.y1) else 0
+
+
+def _forward_fill(values: np.ndarray) -> np.ndarray:
+    """Each event gets the latest value at or before it; NaN before the first one."""
+    n = len(values)
+    has = values != MISSING
+    idx = np.where(has, np.arange(n), -1)
+    np.maximum.accumulate(idx, out=idx)
+    out = np.where(idx >= 0, values[np.maximum(idx, 0)], 0).astype(np.float64)
+    out[idx < 0] = np.nan
+    return out
+
+
+def extract(cols: dict) -> Lifetimes:
+    """Lifetimes from a graph's event columns (one array per Event field)."""
+    kind = np.asarray(cols["kind"], dtype=object) if len(cols["kind"]) else np.array([], dtype=object)
+    n = len(kind)
+    idx = np.arange(n, dtype=np.int64)
+    offset, size = int_column(cols.get("offset"), n), int_column(cols.get("size"), n)
+    chunk = np.maximum(int_column(cols.get("chunk"), n), 0)
+    tensor, op = str_column(cols.get("tensor"), n), str_column(cols.get("op"), n)
+
+    placed = offset != MISSING
+    is_alloc = (kind == "alloc") & placed
+    is_reuse = (kind == "reuse") & placed
+    is_free = (kind == "free") & placed
+    key = chunk * (1 << 44) + np.where(placed, offset, 0)
+
+    # a reuse's size is its parent's unless a free_extra right after it cut the tail off
+    own_size = np.where(is_alloc, size, MISSING)
+    reuse_at = idx[is_reuse]
+    fe = idx[(kind == "free_extra") & placed]
+    if len(fe) and len(reuse_at):
+        pos = np.searchsorted(reuse_at, fe, side="right") - 1
+        ok = pos >= 0
+        r, f = reuse_at[pos[ok]], fe[ok]
+        same = chunk[r] == chunk[f]
+        own_size[r[same]] = offset[f[same]] - offset[r[same]]
+
+    # items: closes (free, reuse of the parent's bytes) sort before opens at the same event
+    open_at = idx[is_alloc | is_reuse]
+    close_at = idx[is_free | is_reuse]
+    item_i = np.concatenate([close_at, open_at])
+    item_open = np.concatenate([np.zeros(len(close_at), bool), np.ones(len(open_at), bool)])
+    item_key = key[item_i]
+    order = np.lexsort((item_open, item_i, item_key))
+    item_i, item_open, item_key = item_i[order], item_open[order], item_key[order]
+
+    # sizes of reuses chain back through the same key: forward-fill the last known open size
+    m = len(item_i)
+    item_size = np.where(item_open, own_size[item_i], MISSING)
+    known = np.where(item_size != MISSING, np.arange(m), -1)
+    np.maximum.accumulate(known, out=known)
+    good = known >= 0
+    good[good] &= item_key[known[good]] == item_key[good]
+    item_size = np.where(good, item_size[np.maximum(known, 0)], MISSING)
+
+    # an open ends at the next item on the same bytes (a close, or an overwrite), else at the end
+    nxt = np.full(m, n, dtype=np.int64)
+    if m > 1:
+        same_next = item_key[1:] == item_key[:-1]
+        nxt[:-1] = np.where(same_next, item_i[1:], n)
+    sel = item_open & (item_size > 0)
+    start, end, size_o = item_i[sel], nxt[sel], item_size[sel]
+    realloc = idx[kind == "realloc"]
+    if len(realloc):
+        k = np.searchsorted(realloc, start, side="right")
+        cut = k < len(realloc)
+        end[cut] = np.minimum(end[cut], realloc[k[cut]])
+
+    off_o, chunk_o = offset[start], chunk[start]
+    chunks, bases = _stack_chunks(chunk_o, off_o + size_o)
+    y0 = bases[chunk_o] + off_o if len(start) else off_o
+    used = _used_bytes(n, start, end, size_o)
+    return Lifetimes(n, start, end, y0, y0 + size_o, off_o, size_o, chunk_o, tensor[start], op[start], chunks, used,
+                     _forward_fill(int_column(cols.get("n_free"), n)),
+                     _forward_fill(int_column(cols.get("largest_free"), n)),
+                     _forward_fill(int_column(cols.get("total_free"), n)))
+
+
+def _stack_chunks(chunk: np.ndarray, top: np.ndarray):
+    """Chunks one above the other: each starts where the previous one's highest byte ends."""
+    if not len(chunk):
+        return [], np.zeros(1, dtype=np.int64)
+    n_chunks = int(chunk.max()) + 1
+    extent = np.zeros(n_chunks, dtype=np.int64)
+    np.maximum.at(extent, chunk, top)
+    bases = np.concatenate([[0], np.cumsum(extent)[:-1]]).astype(np.int64)
+    info = [{"chunk": c, "base": int(bases[c]), "extent": int(extent[c])} for c in range(n_chunks) if extent[c]]
+    return info, bases
+
+
+def _used_bytes(n: int, start, end, size) -> np.ndarray:
+    if n == 0:
+        return np.zeros(0)
+    w = size.astype(np.float64)
+    delta = np.bincount(start, weights=w, minlength=n + 1) - np.bincount(end, weights=w, minlength=n + 1)
+    return np.cumsum(delta)[:n]
+
+
+# --- view windows ---------------------------------------------------------------------------------
+
+def _cells(x0c, x1c, y0c, y1c, win, g: int) -> np.ndarray:
+    """Grid cell of each shape's clipped centre on a g x g grid over the window."""
+    wx0, wx1, wy0, wy1 = win
+    cx = ((x0c + x1c) * 0.5 - wx0) * (g / (wx1 - wx0))
+    cy = ((y0c + y1c) * 0.5 - wy0) * (g / (wy1 - wy0))
+    return np.clip(cx.astype(np.int64), 0, g - 1) * g + np.clip(cy.astype(np.int64), 0, g - 1)
+
+
+def _grid_for(x0c, x1c, y0c, y1c, win, max_shapes: int):
+    """The finest grid (up to GRID per axis) whose occupied cells fit in max_shapes."""
+    g = GRID
+    while True:
+        if g * g <= max_shapes:
+            return g, _cells(x0c, x1c, y0c, y1c, win, g)
+        cells = _cells(x0c, x1c, y0c, y1c, win, g)
+        occupied = int(np.count_nonzero(np.bincount(cells, minlength=g * g)))
+        if occupied <= max_shapes:
+            return g, cells
+        g = max(1, min(g - 1, int(g / math.sqrt(occupied / max_shapes))))
+
+
+def window_shapes(lt: Lifetimes, win, max_shapes: int) -> dict:
+    """Shapes in the window, at most max_shapes: exact when they fit, else merged per grid cell
+    (bounding box of the members, `n` how many, `tensor`/`size` of the largest member)."""
+    wx0, wx1, wy0, wy1 = win
+    vis = np.flatnonzero((lt.start < wx1) & (lt.end > wx0) & (lt.y0 < wy1) & (lt.y1 > wy0))
+    total = len(vis)
+    if total <= max_shapes:
+        sel = vis
+        cols = {"x0": lt.start[sel], "x1": lt.end[sel], "y0": lt.y0[sel], "y1": lt.y1[sel],
+                "n": np.ones(len(sel), dtype=np.int64), "tensor": lt.tensor[sel], "op": lt.op[sel],
+                "size": lt.size[sel],
+                "offset": lt.offset[sel], "chunk": lt.chunk[sel]}
+        return _shapes_json(cols, total, merged=False)
+    s, e, a, b = lt.start[vis], lt.end[vis], lt.y0[vis], lt.y1[vis]
+    clip = (np.maximum(s, wx0), np.minimum(e, wx1), np.maximum(a, wy0), np.minimum(b, wy1))
+    _, cells = _grid_for(*clip, win, max_shapes)
+    order = np.argsort(cells, kind="stable")
+    cells_sorted = cells[order]
+    heads = np.flatnonzero(np.concatenate([[True], cells_sorted[1:] != cells_sorted[:-1]]))
+    members = vis[order]
+    area = (np.minimum(e, wx1) - np.maximum(s, wx0)).astype(np.float64) * lt.size[vis].astype(np.float64)
+    area = area[order]
+    counts = np.diff(np.append(heads, len(order)))
+    # the largest member of each group: sort by (group, area) and take each group's last
+    group = np.repeat(np.arange(len(heads)), counts)
+    by_area = np.lexsort((area, group))
+    last = np.append(heads[1:], len(order)) - 1
+    biggest = members[by_area[last]]
+    cols = {"x0": np.minimum.reduceat(lt.start[members], heads), "x1": np.maximum.reduceat(lt.end[members], heads),
+            "y0": np.minimum.reduceat(lt.y0[members], heads), "y1": np.maximum.reduceat(lt.y1[members], heads),
+            "n": counts, "tensor": lt.tensor[biggest], "op": lt.op[biggest], "size": lt.size[biggest],
+            "offset": lt.offset[biggest], "chunk": lt.chunk[biggest]}
+    return _shapes_json(cols, total, merged=True)
+
+
+def _shapes_json(cols: dict, total: int, merged: bool) -> dict:
+    names = list(cols)
+    rows = [dict(zip(names, r)) for r in zip(*(cols[k].tolist() for k in names))]
+    return {"shapes": rows, "count": len(rows), "total_in_view": total, "reduced": merged}
+
+
+def _nan_list(a: np.ndarray) -> list:
+    return [None if v != v else int(v) for v in a.tolist()]
+
+
+def window_series(lt: Lifetimes, x0: int, x1: int, max_points: int) -> tuple[list, int]:
+    """Free-list summary and used bytes over events [x0, x1) as at most max_points rows; a row
+    stands for a bucket of events starting at `x` and keeps its worst case (most used, most
+    blocks, smallest largest-free and total-free). Returns (rows, bucket width)."""
+    x0, x1 = max(0, x0), min(lt.n_events, x1)
+    if x1 <= x0:
+        return [], 1
+    step = max(1, math.ceil((x1 - x0) / max_points))
+    heads = np.arange(x0, x1, step)
+    rel = heads - x0
+
+    def red(arr, fn):
+        return _nan_list(fn.reduceat(arr[x0:x1], rel) if step > 1 else arr[x0:x1])
+
+    cols = {"x": heads.tolist(), "used": red(lt.used, np.fmax), "n_free": red(lt.n_free, np.fmax),
+            "largest_free": red(lt.largest_free, np.fmin), "total_free": red(lt.total_free, np.fmin)}
+    names = list(cols)
+    return [dict(zip(names, r)) for r in zip(*(cols[k] for k in names))], step
+
+
+# --- cache ----------------------------------------------------------------------------------------
+
+class LRU:
+    """Built values per key (e.g. (trace id, graph)), least recently used dropped first; a value
+    is built once even when many requests ask for it at the same time."""
+
+    def __init__(self, max_entries: int = 8):
+        self.max_entries = max_entries
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self._building: dict = {}
+
+    def get(self, key, build):
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            gate = self._building.setdefault(key, threading.Lock())
+        with gate:
+            with self._lock:
+                if key in self._items:
+                    return self._items[key]
+            try:
+                value = build()
+                with self._lock:
+                    self._items[key] = value
+                    while len(self._items) > self.max_entries:
+                        self._items.popitem(last=False)
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
+            return value
+
+    def drop(self, trace_id: str):
+        """Forget every entry of a trace (keys are (trace id, ...))."""
+        with self._lock:
+            for k in [k for k in self._items if k[0] == trace_id]:
+                del self._items[k]
