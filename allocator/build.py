@@ -210,7 +210,11 @@ class Ctx:
         """ggml_build_forward_expand for each output in turn: parents first, depth first, in
         source order; op NONE tensors (not params) become leafs; unnamed ones get leaf_N/node_N."""
         g = graph or Graph([], [])
-        seen = {id(t) for t in g.nodes} | {id(t) for t in g.leafs}
+        # programs expand one graph many times (llama: twice per layer); keep the visited set
+        # with the graph instead of rebuilding it, unless the graph changed behind our back
+        seen = getattr(g, "_visited", None)
+        if seen is None or len(seen) != len(g.nodes) + len(g.leafs):
+            seen = {id(t) for t in g.nodes} | {id(t) for t in g.leafs}
         for out in outputs:
             stack = [(out, 0)]
             while stack:
@@ -235,4 +239,5 @@ class Ctx:
                         t.name = f"node_{len(g.nodes)}"
                     t.index = len(g.nodes)
                     g.nodes.append(t)
+        g._visited = seen
         return g
