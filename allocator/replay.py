@@ -182,7 +182,11 @@ def store_result(r: ReplayResult, store) -> object:
             from alloctrace.traces.store import open_store
         except ImportError:
             raise UserError("the trace store is not available in this installation") from None
-        store = open_store(store)
+        opened = open_store(store)
+        try:
+            return store_result(r, opened)
+        finally:
+            opened.close()
     meta = TraceMeta(
         name=f"replay {r.preset.name} {r.profile}" + (" metal" if r.parse_seq is not None else ""),
         source="replay", generation=r.profile, profile=r.profile, tags=["replay", r.preset.name],
