@@ -1,0 +1,149 @@
+"""`alloctrace diff A B`: line up two allocator runs and say where and why they part.
+
+A and B are stored refs (ID for a whole trace, ID:GRAPH for one graph) or log
+files (FILE or FILE:GRAPH), imported into the store on the fly. Exit status as
+diff(1): 0 when the runs place every aligned tensor alike, 1 when they part.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from alloctrace.errors import UserError
+
+from ._common import add_store_arg, open_store_from, table
+
+
+def register(subparsers):
+    p = subparsers.add_parser(
+        "diff", help="diff two allocator runs: first divergence, free lists, out-of-space explanation",
+        description="Align two graphs (or two whole traces, graphs paired in order) by tensor identity and report "
+                    "the first allocation placed differently, the first point where the free lists differ, why "
+                    "an allocation ran out of space, and both runs' sizes. Exit 0: no divergence, 1: divergence.")
+    p.add_argument("a", metavar="A", help="ID, ID:GRAPH, or a log file (FILE or FILE:GRAPH, imported on the fly)")
+    p.add_argument("b", metavar="B", help="the other run, same forms as A")
+    add_store_arg(p)
+    p.add_argument("--json", action="store_true", help="print the full diff as JSON")
+    p.set_defaults(func=run)
+
+
+def _file_ref(ref: str):
+    """(path, graph or None) when `ref` names an existing file, else None."""
+    if Path(ref).is_file():
+        return Path(ref), None
+    head, sep, tail = ref.rpartition(":")
+    if sep and tail.isdigit() and Path(head).is_file():
+        return Path(head), int(tail)
+    return None
+
+
+def resolve_ref(store, ref: str, imported: dict) -> str:
+    """A stored ref for `ref`, importing a log file once per run."""
+    found = _file_ref(ref)
+    if found is None:
+        if "/" in ref or ref.endswith((".log", ".txt", ".gz", ".zst")):
+            raise UserError(f"no such file: {ref}")
+        return ref
+    from alloctrace.traces import import_paths
+
+    path, graph = found
+    key = str(path.resolve())
+    if key not in imported:
+        imported[key] = import_paths(store, [path])[0]
+    return imported[key] if graph is None else f"{imported[key]}:{graph}"
+
+
+def run(args) -> int:
+    from alloctrace.traces.diff import DiffResult, diff_refs
+
+    store = open_store_from(args)
+    imported: dict = {}
+    ref_a, ref_b = resolve_ref(store, args.a, imported), resolve_ref(store, args.b, imported)
+    result = diff_refs(store, ref_a, ref_b)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1))
+    elif isinstance(result, DiffResult):
+        print("\n".join(report_lines(result)))
+    else:
+        print("\n".join(trace_report_lines(result)))
+    pairs = [result] if isinstance(result, DiffResult) else [d for _, _, d in result.pairs]
+    return 1 if any(d.first_divergence for d in pairs) else 0
+
+
+# --- the terminal report ------------------------------------------------------------------
+def _size(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def _blocks(blocks) -> str:
+    if not blocks:
+        return "none"
+    shown = ", ".join(f"[{o:,}+{'end' if s is None else format(s, ',')}]" + (f"@{c}" if c else "")
+                      for o, s, c in blocks[:8])
+    return shown + (f" and {len(blocks) - 8} more" if len(blocks) > 8 else "")
+
+
+def report_lines(d) -> list[str]:
+    a, b, al = d.a, d.b, d.aligned
+    out = [f"a: {a['label']}   b: {b['label']}",
+           f"aligned {al['count']:,} placements: {al['fraction_a']:.0%} of a ({al['a']:,}), "
+           f"{al['fraction_b']:.0%} of b ({al['b']:,})"]
+    fd = d.first_divergence
+    if fd is None:
+        out.append("no divergence: every aligned tensor got the same block, offset and chunk")
+    else:
+        out += ["", "FIRST DIVERGENCE", f"  {fd['words']}",
+                f"  free list of a: {_blocks(fd['a'].get('free_blocks'))}",
+                f"  free list of b: {_blocks(fd['b'].get('free_blocks'))}"]
+    fl = d.first_free_list_divergence
+    if fl is not None:
+        out += ["", "FREE LISTS FIRST DIFFER", f"  {fl['words']}"]
+    for side in (a, b):
+        oom = side.get("oom")
+        if oom:
+            out += ["", f"OUT OF SPACE in {side['label']}", f"  {oom['words']}",
+                    f"  free blocks: {_blocks(oom['free_blocks'])}"]
+    rows = [["", "a", "b", "b - a"]]
+    for key, name in (("max_size", "max_size"), ("peak_live", "peak live bytes"), ("allocs", "allocations"),
+                      ("reuses", "inplace reuses"), ("frees", "frees"), ("events", "events")):
+        rows.append([name, _size(a[key]), _size(b[key]), f"{d.deltas[key]:+,}"])
+    out += ["", "SUMMARY", _indent(table(rows))]
+    out += _delta_table("OFFSETS THAT DIFFER MOST", d.deltas["offsets"])
+    out += _delta_table("SIZES THAT DIFFER MOST", d.deltas["sizes"])
+    if d.deltas["reuse"]:
+        rows = [["tensor", "a reuses", "b reuses"]] + [[r["tensor"], r["a"] or "-", r["b"] or "-"]
+                                                       for r in d.deltas["reuse"]]
+        out += ["", f"INPLACE REUSE DECISIONS THAT DIFFER ({d.deltas['reuse_count']})", _indent(table(rows))]
+    return out
+
+
+def _delta_table(title: str, rows_in: list) -> list[str]:
+    if not rows_in:
+        return []
+    rows = [["tensor", "a", "b", "b - a"]] + [[r["tensor"], _size(r["a"]), _size(r["b"]), f"{r['delta']:+,}"]
+                                             for r in rows_in]
+    return ["", title, _indent(table(rows))]
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def trace_report_lines(t) -> list[str]:
+    out = [f"trace {t.ref_a} against trace {t.ref_b}: {len(t.pairs)} graph pairs"]
+    for ga, gb, d in t.pairs:
+        head = f"graph {ga} vs {gb}:"
+        if d.first_divergence is None:
+            out.append(f"{head} no divergence ({d.aligned['fraction']:.0%} aligned)")
+        else:
+            out.append(f"{head} {d.first_divergence['words']}")
+        for side in (d.a, d.b):
+            if side.get("oom"):
+                out.append(f"  out of space: {side['oom']['words']}")
+    for name, rest in (("a", t.unpaired_a), ("b", t.unpaired_b)):
+        if rest:
+            out.append(f"graphs of {name} with no partner: {', '.join(map(str, rest))}")
+    first = next(((ga, gb, d) for ga, gb, d in t.pairs if d.first_divergence), None)
+    if first is not None:
+        out += ["", f"first divergent pair: graph {first[0]} vs {first[1]}"] + report_lines(first[2])
+    return out

@@ -1,0 +1,370 @@
+"""Diff two allocator runs: where they part, why, and what it cost.
+
+`diff_graphs` lines up two graphs' placements (see align.py), finds the first
+aligned allocation whose block, offset or chunk differs, the first aligned point
+where the free lists differ, explains an out-of-space failure with the free
+blocks and the live tensors that strand them, and sums up both runs.
+`diff_refs` does the same for stored traces ("ID:GRAPH", or "ID" for every graph).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from alloctrace.errors import UserError
+from alloctrace.traces.align import KIND_NAMES, NONE, Placements, align, placements
+from alloctrace.traces.state import Replay, free_summary, stranding
+
+TOP = 10  # rows in the per-tensor delta tables
+
+
+@dataclass
+class Side:
+    """One run as the diff sees it."""
+
+    label: str
+    events: list
+    placements: Placements
+    capacity: int | None
+    alignment: int
+    meta: dict
+
+
+@dataclass
+class DiffResult:
+    first_divergence: dict | None
+    first_free_list_divergence: dict | None
+    a: dict
+    b: dict
+    deltas: dict
+    aligned: dict
+    anomalies: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"first_divergence": self.first_divergence,
+                "first_free_list_divergence": self.first_free_list_divergence,
+                "a": self.a, "b": self.b, "deltas": self.deltas, "aligned": self.aligned,
+                "anomalies": self.anomalies}
+
+
+@dataclass
+class TraceDiff:
+    """Two whole traces: their graphs paired in order."""
+
+    ref_a: str
+    ref_b: str
+    pairs: list  # [(graph_a, graph_b, DiffResult)]
+    unpaired_a: list
+    unpaired_b: list
+
+    def to_json(self) -> dict:
+        first = next((i for i, (_, _, d) in enumerate(self.pairs) if d.first_divergence), None)
+        return {"a": self.ref_a, "b": self.ref_b, "first_divergent_pair": first,
+                "pairs": [{"graph_a": ga, "graph_b": gb, **d.to_json()} for ga, gb, d in self.pairs],
+                "unpaired_a": self.unpaired_a, "unpaired_b": self.unpaired_b}
+
+
+def _meta_dict(meta) -> dict:
+    if meta is None:
+        return {}
+    if isinstance(meta, dict):
+        return dict(meta)
+    out = {k: getattr(meta, k) for k in ("role", "max_size", "buffer_size", "index", "name", "generation")
+           if hasattr(meta, k)}
+    out.update(getattr(meta, "extra", None) or {})
+    return out
+
+
+def _side(events, meta, default_label: str) -> Side:
+    m = _meta_dict(meta)
+    p = placements(events)
+    legacy = not bool(np.any(p.chunk[p.kind == 0] != NONE))
+    capacity = m.get("capacity")
+    if capacity is None and legacy and m.get("role") not in (None, "measure"):
+        capacity = m.get("buffer_size")  # a real 2023 buffer ends there; measure and head chunks do not
+    label = m.get("label") or m.get("role") or default_label
+    return Side(label, events, p, capacity, m.get("alignment") or _alignment(p), m)
+
+
+def _alignment(p: Placements, limit: int = 64) -> int:
+    """As state.infer_alignment, from the placement arrays."""
+    sizes = p.size[(p.kind == 0) & (p.size > 0)]
+    acc = int(np.bitwise_or.reduce(sizes)) if len(sizes) else 0
+    return min(acc & -acc, limit) if acc else 1
+
+
+# --- snapshots ------------------------------------------------------------------------------
+def _states(side: Side, points) -> dict:
+    r = Replay(side.capacity, side.alignment)
+    out = {}
+    for n in sorted(set(points)):
+        r.run_to(side.events, n)
+        out[n] = r.state()
+    return out
+
+
+def _blocks_json(state: dict) -> list:
+    return [list(b) for b in state["free_blocks"]]
+
+
+def _block_of(state: dict, chunk: int, index: int):
+    """The (offset, size) of a chunk's index-th free block (-1: its last), or None."""
+    blocks = [b for b in state["free_blocks"] if b[2] == max(chunk, 0)]
+    if not blocks or index >= len(blocks) or index < -1:
+        return None
+    return blocks[index][:2]
+
+
+def _fmt_size(size) -> str:
+    return "an endless block" if size is None else f"{size} B"
+
+
+def _choice(side: Side, k: int, state: dict) -> dict:
+    p = side.placements
+    kind = KIND_NAMES[int(p.kind[k])]
+    out = {"event": int(p.event[k]), "kind": kind, "tensor": p.names[k], "size": int(p.size[k])}
+    for name, arr in (("block", p.block), ("offset", p.offset), ("chunk", p.chunk)):
+        out[name] = None if arr[k] == NONE and not (name == "block" and kind == "alloc") else int(arr[k])
+    if kind == "reuse":
+        out["parent"] = p.parents[k]
+    if state is not None:
+        out["free_blocks"] = _blocks_json(state)
+        if kind == "alloc" and out["block"] is not None:
+            blk = _block_of(state, out["chunk"] or 0, out["block"])
+            if blk:
+                out["block_offset"], out["block_size"] = blk
+    return out
+
+
+def _choice_words(label: str, c: dict) -> str:
+    if c["kind"] == "reuse":
+        return f"{label} reused parent {c['parent']} (offset {c['offset']})"
+    if c["kind"] == "oom":
+        return f"{label} found no block for {c['size']} B"
+    where = f"offset {c['offset']}" + (f", chunk {c['chunk']}" if c["chunk"] is not None else "")
+    if "block_size" in c:
+        which = "the last block, block -1" if c["block"] == -1 else f"block {c['block']}"
+        return f"{label} took {which} ({_fmt_size(c['block_size'])}, {where})"
+    return f"{label} took block {c['block']} ({where})"
+
+
+def _why(ca: dict, cb: dict, sa: dict, sb: dict, la: str, lb: str) -> str:
+    if ca["size"] != cb["size"]:
+        return f"the tensor is {ca['size']} B in {la} and {cb['size']} B in {lb}"
+    fa, fb = sa["free_blocks"], sb["free_blocks"]
+    if fa == fb:
+        return "the free lists were the same: the allocators' rules differ"
+    if fa and fb and fa[:-1] == fb[:-1] and fa[-1][0] == fb[-1][0]:
+        return (f"the free lists were the same except the last block: {_fmt_size(fa[-1][1])} in {la}, "
+                f"{_fmt_size(fb[-1][1])} in {lb}")
+    return "the free lists already differed"
+
+
+# --- the two divergences ------------------------------------------------------------------
+def _first_divergence(a: Side, b: Side, ia, ib) -> dict | None:
+    pa, pb = a.placements, b.placements
+    oa, ob = pa.offset[ia], pb.offset[ib]
+    known = (oa != NONE) & (ob != NONE) | (pa.kind[ia] != 1)  # imported reuse lines carry no offset
+    differs = ((pa.kind[ia] != pb.kind[ib]) | (pa.block[ia] != pb.block[ib]) | (known & (oa != ob))
+               | (pa.chunk[ia] != pb.chunk[ib]))
+    hits = np.flatnonzero(differs)
+    if not len(hits):
+        return None
+    k = int(hits[0])
+    ka, kb = int(ia[k]), int(ib[k])
+    ea, eb = int(pa.event[ka]), int(pb.event[kb])
+    sa, sb = _states(a, [ea])[ea], _states(b, [eb])[eb]
+    ca, cb = _choice(a, ka, sa), _choice(b, kb, sb)
+    fields = [f for f in ("kind", "block", "offset", "chunk", "size") if ca[f] != cb[f]]
+    words = (f"diverges at event {ea} ({a.label}) / {eb} ({b.label}), tensor {pa.names[ka]}: "
+             f"{_choice_words(a.label, ca)}, {_choice_words(b.label, cb)}; {_why(ca, cb, sa, sb, a.label, b.label)}")
+    return {"aligned_index": k, "event_a": ea, "event_b": eb, "tensor": pa.names[ka], "fields": fields,
+            "a": ca, "b": cb, "words": words}
+
+
+def _mutation_prefix(a: Side, b: Side) -> int:
+    """How many free-list changes the two runs share from the start."""
+    ma, mb = a.placements.mutations[:, 1:], b.placements.mutations[:, 1:]
+    n = min(len(ma), len(mb))
+    diff = np.flatnonzero(np.any(ma[:n] != mb[:n], axis=1))
+    return int(diff[0]) if len(diff) else n
+
+
+def _first_free_list_divergence(a: Side, b: Side, ia, ib) -> dict | None:
+    """The first aligned placement before which the free lists differ (or the end states)."""
+    pa, pb = a.placements, b.placements
+    ea_all = np.append(pa.event[ia], len(a.events))  # the ends are compared too
+    eb_all = np.append(pb.event[ib], len(b.events))
+    ma = np.searchsorted(pa.mutations[:, 0], ea_all)  # free-list changes before each point
+    mb = np.searchsorted(pb.mutations[:, 0], eb_all)
+    shared = _mutation_prefix(a, b)
+    unsure = np.flatnonzero((ma != mb) | (ma > shared))
+    if not len(unsure):
+        return None  # both runs made the same changes before every aligned point
+    ra, rb = Replay(a.capacity, a.alignment), Replay(b.capacity, b.alignment)
+    for k in range(int(unsure[0]), len(ea_all)):
+        ea, eb = int(ea_all[k]), int(eb_all[k])
+        ra.run_to(a.events, ea)
+        rb.run_to(b.events, eb)
+        if ra.free.shape() != rb.free.shape():
+            sa, sb = ra.state(), rb.state()
+            at_end = k == len(ea_all) - 1
+            tensor = None if at_end else pa.names[int(ia[k])]
+            where = "at the end" if at_end else f"before {tensor} is placed"
+            return {"aligned_index": None if at_end else k, "event_a": ea, "event_b": eb, "tensor": tensor,
+                    "a": {"free_blocks": _blocks_json(sa), **free_summary(sa)},
+                    "b": {"free_blocks": _blocks_json(sb), **free_summary(sb)},
+                    "words": (f"free lists differ {where} (event {ea} in {a.label}, {eb} in {b.label}): "
+                              f"{a.label} has {_list_words(sa)}; {b.label} has {_list_words(sb)}")}
+    return None
+
+
+def _list_words(state: dict) -> str:
+    blocks = state["free_blocks"]
+    shown = ", ".join(f"{_fmt_size(s)} at {o}" for o, s, _ in blocks[:6])
+    more = f" and {len(blocks) - 6} more" if len(blocks) > 6 else ""
+    return f"{len(blocks)} free block{'s' if len(blocks) != 1 else ''} ({shown}{more})"
+
+
+# --- out of space -------------------------------------------------------------------------
+def _oom(side: Side, other: Side, mine, theirs) -> dict | None:
+    p = side.placements
+    fails = np.flatnonzero(p.kind == 2)
+    if not len(fails):
+        return None
+    k = int(fails[0])
+    e = int(p.event[k])
+    oom_ev = next((x for x in side.events[e:] if x.kind == "oom"), None)
+    state = _states(side, [e])[e]
+    free = free_summary(state)
+    needed = (oom_ev.needed if oom_ev is not None else None) or int(p.size[k])
+    largest = oom_ev.largest if oom_ev is not None and oom_ev.largest is not None else free["largest"]
+    strands = [g for g in stranding(state) if g["live"]]
+    out = {"event": e, "tensor": p.names[k], "needed": needed, "largest_free": largest,
+           "total_free": free["total"], "n_free_blocks": free["n_blocks"], "free_blocks": _blocks_json(state),
+           "stranded_by": strands}
+    keep = ", ".join(f"{t['tensor']} ({t['size']} B at {t['offset']})" for g in strands for t in g["live"])
+    out["words"] = (f"{side.label}: {p.names[k]} needed {needed} B, the largest free block is {largest} B of "
+                    f"{free['total']} B free in {free['n_blocks']} blocks" + (f", kept apart by {keep}" if keep else ""))
+    hit = np.flatnonzero(mine == k)
+    if len(hit):
+        j = int(theirs[hit[0]])
+        oe = int(other.placements.event[j])
+        ostate = _states(other, [oe])[oe]
+        c = _choice(other, j, ostate)
+        out["other"] = {**c, **{"free_" + key: v for key, v in free_summary(ostate).items()}}
+        out["words"] += f"; at the same point {_choice_words(other.label, c)}"
+    else:
+        out["other"] = None
+        out["words"] += f"; {other.label} never placed {p.names[k]}"
+    return out
+
+
+# --- summaries ----------------------------------------------------------------------------
+def _live_peak(side: Side) -> int:
+    m = side.placements.mutations
+    if not len(m):
+        return 0
+    kind, size = m[:, 1], m[:, 4]
+    delta = np.zeros(len(m), dtype=np.int64)
+    delta[kind == 0] = size[kind == 0]
+    frees = kind == 1
+    al = side.alignment
+    delta[frees] = -((size[frees] + al - 1) // al * al)
+    delta[kind == 2] = -size[kind == 2]
+    return int(max(0, np.cumsum(delta).max()))
+
+
+def _summary(side: Side) -> dict:
+    p, m = side.placements, side.placements.mutations
+    allocs = p.kind == 0
+    ends = p.offset[allocs] + p.size[allocs]
+    chunks = np.maximum(p.chunk[allocs], 0)
+    high = 0
+    for c in np.unique(chunks):
+        high += int(ends[chunks == c].max())
+    return {"label": side.label, "events": len(side.events), "placements": len(p), "allocs": int(allocs.sum()),
+            "reuses": int((p.kind == 1).sum()), "frees": int((m[:, 1] == 1).sum()) if len(m) else 0,
+            "high_water": high, "max_size": side.meta.get("max_size") or high, "peak_live": _live_peak(side),
+            "capacity": side.capacity}
+
+
+def _top(names, delta, a_vals, b_vals) -> list:
+    nz = np.flatnonzero(delta)
+    if not len(nz):
+        return []
+    order = nz[np.argsort(-np.abs(delta[nz]), kind="stable")][:TOP]
+    return [{"tensor": names[i], "a": int(a_vals[i]), "b": int(b_vals[i]), "delta": int(delta[i])} for i in order]
+
+
+def _deltas(a: Side, b: Side, sa: dict, sb: dict, ia, ib) -> dict:
+    pa, pb = a.placements, b.placements
+    both = (pa.kind[ia] == 0) & (pb.kind[ib] == 0)
+    ja, jb = ia[both], ib[both]
+    names = [pa.names[i] for i in ja]
+    out = {key: sb[key] - sa[key] for key in ("max_size", "peak_live", "allocs", "reuses", "frees", "events")}
+    out["offsets"] = _top(names, pb.offset[jb] - pa.offset[ja], pa.offset[ja], pb.offset[jb])
+    out["sizes"] = _top(names, pb.size[jb] - pa.size[ja], pa.size[ja], pb.size[jb])
+    reuse_a, reuse_b = pa.kind[ia] == 1, pb.kind[ib] == 1
+    odd = np.flatnonzero(reuse_a | reuse_b)
+    rows = []
+    for k in odd.tolist():
+        x, y = int(ia[k]), int(ib[k])
+        par_a = pa.parents[x] if reuse_a[k] else None
+        par_b = pb.parents[y] if reuse_b[k] else None
+        if par_a != par_b:
+            rows.append({"tensor": pa.names[x], "a": par_a, "b": par_b})
+    out["reuse_count"] = len(rows)
+    out["reuse"] = rows[:TOP * 2]
+    return out
+
+
+def diff_graphs(events_a, events_b, meta_a=None, meta_b=None) -> DiffResult:
+    """Diff two graphs' event lists. `meta_*` (a GraphRecord or a dict) may give `label`, `role`,
+    `max_size`, `buffer_size` (a real 2023 buffer's end), `capacity` and `alignment`."""
+    a, b = _side(events_a, meta_a, "a"), _side(events_b, meta_b, "b")
+    if a.label == b.label:
+        a.label, b.label = f"{a.label} (a)", f"{b.label} (b)"
+    ia, ib = align(a.placements, b.placements)
+    sum_a, sum_b = _summary(a), _summary(b)
+    sum_a["oom"] = _oom(a, b, ia, ib)
+    sum_b["oom"] = _oom(b, a, ib, ia)
+    na, nb = len(a.placements), len(b.placements)
+    aligned = {"count": len(ia), "a": na, "b": nb, "fraction": len(ia) / max(na, nb, 1),
+               "fraction_a": len(ia) / max(na, 1), "fraction_b": len(ia) / max(nb, 1)}
+    return DiffResult(_first_divergence(a, b, ia, ib), _first_free_list_divergence(a, b, ia, ib), sum_a, sum_b,
+                      _deltas(a, b, sum_a, sum_b, ia, ib), aligned)
+
+
+# --- stored traces ------------------------------------------------------------------------
+def _graph_count(store, trace_id) -> int:
+    s = store.summary(trace_id)
+    graphs = s.get("graphs") if isinstance(s, dict) else getattr(s, "graphs", None)
+    if isinstance(graphs, int):
+        return graphs
+    if graphs is None:
+        raise UserError(f"trace {trace_id} lists no graphs")
+    return len(graphs)
+
+
+def _record_meta(store, trace_id, g: int) -> dict:
+    rec = store.graph(trace_id, g)
+    m = _meta_dict(rec)
+    m.setdefault("label", f"{trace_id}:{g} {m.get('role') or ''}".strip())
+    return m
+
+
+def diff_refs(store, ref_a: str, ref_b: str):
+    """"ID:GRAPH" against "ID:GRAPH" gives a DiffResult; if either ref is a whole trace ("ID"),
+    graphs are paired in order and a TraceDiff comes back."""
+    (ta, ga), (tb, gb) = store.resolve(ref_a), store.resolve(ref_b)
+    if ga is not None and gb is not None:
+        return diff_graphs(store.events(ta, ga), store.events(tb, gb), _record_meta(store, ta, ga),
+                           _record_meta(store, tb, gb))
+    list_a = [ga] if ga is not None else list(range(_graph_count(store, ta)))
+    list_b = [gb] if gb is not None else list(range(_graph_count(store, tb)))
+    n = min(len(list_a), len(list_b))
+    pairs = [(x, y, diff_graphs(store.events(ta, x), store.events(tb, y), _record_meta(store, ta, x),
+                                _record_meta(store, tb, y))) for x, y in zip(list_a[:n], list_b[:n])]
+    return TraceDiff(ref_a, ref_b, pairs, list_a[n:], list_b[n:])
