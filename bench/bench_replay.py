@@ -42,6 +42,13 @@ def split(profile_name: str) -> dict:
     t0 = time.perf_counter()
     real.alloc_graph(g2, parse_seq=seq)
     t["eval walk"] = time.perf_counter() - t0
+    try:
+        from alloctrace.traces.diff import diff_graphs
+    except ImportError:
+        return t
+    t0 = time.perf_counter()
+    diff_graphs(measure.events, real.events)
+    t["diff"] = time.perf_counter() - t0
     return t
 
 
