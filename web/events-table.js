@@ -1,0 +1,126 @@
+// The event table: paged from the server, keyboard navigable (arrows, j/k, PageUp/Down, Home/End),
+// linked to the map through onSelect / select(i).
+import { api, el, clear, fmtBytes, exactBytes, fmtInt, pick, enc } from "/static/common.js";
+
+const PAGE = 200;
+const KIND_CLASS = (k) => `badge kind kind-${String(k).replace(/[^a-z_]/g, "")}`;
+
+export class EventTable {
+  /** box: container; base: "/api/traces/ID/graphs/G"; opts: {onSelect(i, event), total} */
+  constructor(box, base, opts = {}) {
+    this.box = box; this.base = base; this.opts = opts;
+    this.start = 0; this.total = 0; this.events = []; this.selected = null; this.filters = { kind: "", tensor: "" };
+    this.build();
+  }
+
+  build() {
+    this.kind = el("select", { "aria-label": "Filter by kind" },
+      ["", "alloc", "free", "reuse", "view", "exec", "oom", "abort", "input", "output", "barrier", "free_extra", "realloc", "buffer"]
+        .map((k) => el("option", { value: k }, k || "all kinds")));
+    this.tensor = el("input", { type: "search", placeholder: "tensor name", "aria-label": "Filter by tensor name" });
+    this.info = el("span", { class: "hint" });
+    this.prev = el("button", { class: "secondary", type: "button" }, "◀ prev");
+    this.next = el("button", { class: "secondary", type: "button" }, "next ▶");
+    const apply = () => { this.filters = { kind: this.kind.value, tensor: this.tensor.value.trim() }; this.load(0); };
+    this.kind.addEventListener("change", apply);
+    this.tensor.addEventListener("change", apply);
+    this.prev.addEventListener("click", () => this.load(Math.max(0, this.start - PAGE)));
+    this.next.addEventListener("click", () => this.load(this.start + PAGE));
+    this.scroll = el("div", { class: "table-scroll", tabindex: "0", id: "event-scroll",
+      "aria-label": "Events: use arrow keys or j/k to move" });
+    this.tbody = el("tbody");
+    const th = (t, num) => el("th", { class: num ? "num" : null }, t);
+    this.scroll.append(el("table", { class: "data events", id: "event-table" },
+      el("thead", {}, el("tr", {}, th("#", 1), th("kind"), th("tensor"), th("op"), th("size", 1), th("offset", 1),
+        th("block", 1), th("free blocks", 1), th("largest free", 1))), this.tbody));
+    this.scroll.addEventListener("keydown", (e) => this.key(e));
+    clear(this.box).append(
+      el("div", { class: "toolbar" }, this.kind, el("div", { style: "max-width:200px" }, this.tensor), el("span", { class: "spacer" }),
+        this.info, this.prev, this.next),
+      this.scroll,
+      el("p", { class: "hint" }, "Click a row to mark it on the map. Keys: ", el("span", { class: "kbd" }, "↑"), " ",
+        el("span", { class: "kbd" }, "↓"), " or ", el("span", { class: "kbd" }, "j"), " ", el("span", { class: "kbd" }, "k"),
+        " move, ", el("span", { class: "kbd" }, "PgUp"), " ", el("span", { class: "kbd" }, "PgDn"), " page."));
+  }
+
+  async load(start) {
+    const q = new URLSearchParams({ start: Math.max(0, start), limit: PAGE });
+    if (this.filters.kind) q.set("kind", this.filters.kind);
+    if (this.filters.tensor) q.set("tensor", this.filters.tensor);
+    try {
+      const body = await api(`${this.base}/events?${q}`);
+      this.start = Math.max(0, start);
+      this.total = Number(pick(body, "total", "count") ?? 0);
+      this.events = (body.events || []).map((e, k) => ({ ...e, i: pick(e, "i", "index", "event") ?? this.start + k }));
+      this.render();
+    } catch (e) {
+      clear(this.tbody).append(el("tr", {}, el("td", { colspan: 9, class: "error" }, e.message)));
+    }
+  }
+
+  render() {
+    clear(this.tbody);
+    for (const e of this.events) {
+      const off = pick(e, "offset");
+      const tr = el("tr", { dataset: { i: e.i }, class: [e.kind === "oom" || e.kind === "abort" ? "bad" : "", e.i === this.selected ? "selected" : ""].join(" ").trim() || null },
+        el("td", { class: "num" }, fmtInt(e.i)),
+        el("td", {}, el("span", { class: KIND_CLASS(e.kind) }, e.kind ?? "")),
+        el("td", { class: "tensor" }, e.tensor ?? ""),
+        el("td", {}, e.op ?? ""),
+        el("td", { class: "num", title: e.size != null ? exactBytes(e.size) : null }, e.size != null ? fmtBytes(e.size) : ""),
+        el("td", { class: "num", title: off != null ? exactBytes(off) : null }, off != null ? fmtInt(off) : ""),
+        el("td", { class: "num" }, e.block ?? ""),
+        el("td", { class: "num" }, e.n_free ?? ""),
+        el("td", { class: "num", title: e.largest_free != null ? exactBytes(e.largest_free) : null }, e.largest_free != null ? fmtBytes(e.largest_free) : ""));
+      tr.addEventListener("click", () => this.select(e.i, true));
+      this.tbody.append(tr);
+    }
+    if (!this.events.length) this.tbody.append(el("tr", {}, el("td", { colspan: 9, class: "empty" }, "No events match.")));
+    const last = this.start + this.events.length;
+    this.info.textContent = this.total ? `${fmtInt(this.start)}–${fmtInt(Math.max(this.start, last - 1))} of ${fmtInt(this.total)}` : "";
+    this.prev.disabled = this.start <= 0;
+    this.next.disabled = last >= this.total;
+  }
+
+  /** Select event i: load its page if needed, highlight, scroll into view; notify when from the user. */
+  async select(i, fromUser = false) {
+    if (i === null || i === undefined) return;
+    let row = this.events.find((e) => e.i === i);
+    if (!row) {
+      if (this.filters.kind || this.filters.tensor) { this.filters = { kind: "", tensor: "" }; this.kind.value = ""; this.tensor.value = ""; }
+      await this.load(Math.floor(i / PAGE) * PAGE);
+      row = this.events.find((e) => e.i === i);
+    }
+    this.selected = i;
+    for (const tr of this.tbody.querySelectorAll("tr.selected")) tr.classList.remove("selected");
+    const tr = this.tbody.querySelector(`tr[data-i="${Number(i)}"]`);
+    if (tr) {
+      tr.classList.add("selected");
+      tr.scrollIntoView({ block: "nearest" });
+    }
+    if (fromUser && this.opts.onSelect) this.opts.onSelect(i, row || null);
+    return row;
+  }
+
+  async key(e) {
+    const k = e.key;
+    const idx = this.events.findIndex((x) => x.i === this.selected);
+    let target = null;
+    if (k === "ArrowDown" || k === "j") {
+      if (idx < 0) target = this.events[0];
+      else if (idx + 1 < this.events.length) target = this.events[idx + 1];
+      else if (!this.next.disabled) { await this.load(this.start + PAGE); target = this.events[0]; }
+    } else if (k === "ArrowUp" || k === "k") {
+      if (idx > 0) target = this.events[idx - 1];
+      else if (idx === 0 && this.start > 0) { await this.load(Math.max(0, this.start - PAGE)); target = this.events[this.events.length - 1]; }
+    } else if (k === "PageDown") {
+      target = this.events[Math.min(this.events.length - 1, Math.max(0, idx) + 20)];
+    } else if (k === "PageUp") {
+      target = this.events[Math.max(0, idx - 20)];
+    } else if (k === "Home") target = this.events[0];
+    else if (k === "End") target = this.events[this.events.length - 1];
+    else return;
+    e.preventDefault();
+    if (target) this.select(target.i, true);
+  }
+}
