@@ -209,7 +209,7 @@ def run(plan: Plan, order: str = "adversarial", seed: int = 0, params: dict | No
     """Execute the plan on one arena; compare every read and every output with the reference."""
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; known: {', '.join(ORDERS)}")
-    params = params or {}
+    params = {**plan.params, **(params or {})}
     graph = plan.graph
     ref = reference_run(graph, params, seed)
     mem = Memory(graph, plan)
@@ -266,6 +266,7 @@ def describe(result: ExecResult) -> str:
     c = result.first
     if c is None:
         return f"outputs differ from the reference: {', '.join(result.mismatched)}"
-    where = f" [bytes {c.offset}..{c.offset + c.size})" if c.offset is not None else ""
-    return (f"first corrupted tensor: {c.tensor}{where}, read by {c.reader}, overwritten by {c.overwriter} "
+    where = f" [bytes {c.offset}..{c.offset + c.size})" if c.offset is not None else " (outside the buffer)"
+    by = c.overwriter or "an unordered write (read before its writer ran, or during it)"
+    return (f"first corrupted tensor: {c.tensor}{where}, read by {c.reader}, overwritten by {by} "
             f"(max abs diff {c.max_abs_diff:g}); {len(result.mismatched)} node outputs differ")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from alloctrace.allocator.events import Event
 
-from .plan import Plan, graph_outputs, input_roots, read_srcs, root_of, writes
+from .plan import Plan, alias_parent, extent, graph_outputs, input_roots, read_srcs, root_of, writes
 
 OVERWRITE_LIVE = "overwrite live"
 STALE_READ = "stale read"
@@ -124,16 +124,17 @@ class _Report:
         self.events: dict = {}
 
     def add(self, reason: str, node, victim, a: int, b: int, step: int, **extra):
-        key = (reason, node.name, victim.name if victim is not None else None)
+        key = (reason, id(node), id(victim))  # tensors, not names: built graphs repeat names per layer
         ev = self.events.get(key)
         if ev is None:
             self.events[key] = Event("hazard", graph=self.plan.graph_index, tensor=node.name, op=node.op,
-                                     parent=key[2], offset=a, size=b - a, reason=reason,
+                                     parent=victim.name if victim is not None else None, offset=a, size=b - a if a is not None else None, reason=reason,
                                      node=node.index if node.op != "NONE" else None,
                                      extra={"step": step, **{k: v for k, v in extra.items() if v is not None}})
             return
-        lo, hi = min(ev.offset, a), max(ev.offset + ev.size, b)
-        ev.offset, ev.size = lo, hi - lo
+        if ev.offset is not None and a is not None:
+            lo, hi = min(ev.offset, a), max(ev.offset + ev.size, b)
+            ev.offset, ev.size = lo, hi - lo
 
 
 def check(plan: Plan) -> list[Event]:
@@ -195,7 +196,37 @@ def check(plan: Plan) -> list[Event]:
         for i in step:
             if writes(nodes[i]):
                 write(nodes[i], k)
+    _ordering(plan, steps, report)
     return list(report.events.values())
+
+
+def _ordering(plan: Plan, steps: list, report: "_Report"):
+    """Reads that graph order puts after a write into the same tensor's memory but the plan does not.
+
+    Catches what byte ownership cannot: several writers of one tensor (CPY into views of a KV
+    cache) and memory outside the buffer, where a read of the cache may be scheduled before, or in
+    the same level as, the CPY that fills it (a level built from data dependencies only)."""
+    step_of = {i: k for k, step in enumerate(steps) for i in step}
+    writers: dict = {}  # root -> [(graph index, start, end, node)] in root-relative bytes
+    for node in plan.graph.nodes:
+        if writes(node) and alias_parent(node) is not None:
+            root, off = root_of(node)
+            writers.setdefault(root, []).append((node.index, off, off + extent(node), node))
+    for node in plan.graph.nodes:
+        for s in read_srcs(node):
+            root, off = root_of(s)
+            a, b = off, off + extent(s)
+            for wi, wa, wb, w in writers.get(root, ()):
+                if wi >= node.index or wb <= a or b <= wa or w is node:
+                    continue
+                r = plan.range(s)
+                lo, hi = (r[0] + max(a, wa) - a, r[0] + min(b, wb) - a) if r else (None, None)
+                where = {} if r else {"outside_buffer": root.name, "root_offset": max(a, wa)}
+                if step_of[node.index] < step_of[wi]:
+                    report.add(STALE_READ, node, s, lo, hi, step_of[node.index], early_for=w.name, **where)
+                elif step_of[node.index] == step_of[wi]:
+                    report.add(CONCURRENT_OVERLAP, w, s, lo, hi, step_of[wi], other=node.name, access="read",
+                               **where)
 
 
 def _concurrent(plan: Plan, level: list, report: _Report, k: int):
@@ -228,10 +259,12 @@ def summary(events: list[Event]) -> str:
         extra = ev.extra
         what = {
             OVERWRITE_LIVE: lambda: f"overwrites {ev.parent}, still read by {extra.get('reader')}",
-            STALE_READ: lambda: f"reads {ev.parent}, overwritten by {extra.get('overwriter')}",
+            STALE_READ: lambda: (f"reads {ev.parent} before {extra['early_for']} wrote it" if "early_for" in extra
+                                 else f"reads {ev.parent}, overwritten by {extra.get('overwriter')}"),
             CONCURRENT_OVERLAP: lambda: f"writes over {ev.parent} while {extra.get('other')} "
                                         f"{'writes' if extra.get('access') == 'write' else 'reads'} it",
         }[ev.reason]()
-        lines.append(f"graph {ev.graph} step {extra.get('step')}: {ev.reason}: {ev.tensor} ({ev.op}) {what} "
-                     f"[bytes {ev.offset}..{ev.offset + ev.size})")
+        where = (f"[bytes {ev.offset}..{ev.offset + ev.size})" if ev.offset is not None
+                 else f"[outside the buffer: {extra.get('outside_buffer')} + {extra.get('root_offset')}]")
+        lines.append(f"graph {ev.graph} step {extra.get('step')}: {ev.reason}: {ev.tensor} ({ev.op}) {what} {where}")
     return "\n".join(lines)

@@ -6,6 +6,8 @@ against a private-memory reference. Exit status 4 when anything is found.
 
 Graph sources are small functions returning plans (`_harness_plans`,
 `_preset_plans`, `_trace_plans`); a new source adds one and a line in `_plans`.
+Stored traces can be checked when they came from `alloctrace replay`: the
+preset run is rebuilt from the trace's description and must reproduce it.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ def register(subparsers):
                    help="use the graph's parse_seq; its levels run concurrently, as Metal dispatched them")
     p.add_argument("--metal-concurrency", action="store_true",
                    help="with --preset: compute Metal's parse_seq for the graph and run its levels concurrently")
+    p.add_argument("--hparam", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --preset: override a hyper-parameter (repeatable), e.g. --hparam n_layer=2")
     p.add_argument("--serial", action="store_true", help="run parse_seq levels one node after another")
     p.add_argument("--buffer-size", type=int, metavar="BYTES",
                    help="2023 flow: real compute buffer size (default: the harness's, or measured + alignment)")
@@ -37,6 +41,8 @@ def register(subparsers):
                    help="order of a concurrent level's nodes in the numeric run (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed for data and shuffled orders")
     p.add_argument("--json", action="store_true", help="print hazard events as JSON lines")
+    p.add_argument("--store", metavar="DIR", default=None,
+                   help="with TRACE_ID: trace store directory (default: $ALLOCTRACE_STORE or the per-user one)")
     p.set_defaults(func=run)
 
 
@@ -60,29 +66,59 @@ def _harness_plans(args):
         raise UserError(f"{args.harness}: {e}") from None
 
 
+def _hparams(items) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--hparam wants KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def _preset_plans(args):
-    """Hook for model presets: plans for a preset's graph under the profile."""
+    """The eval graph of a model preset, planned as the program did (measure, then the real buffer)."""
     try:
-        from alloctrace.metal_exec.preset_plans import preset_plans  # noqa: F401  (lands with presets)
+        from alloctrace.metal_exec.plan import preset_plans
     except ImportError:
         raise UserError("checking presets is not available in this build; use --harness") from None
     try:
         return preset_plans(args.preset, args.profile, metal_concurrency=args.metal_concurrency,
-                            serial=args.serial)
+                            serial=args.serial, hparams=_hparams(args.hparam), buffer_size=args.buffer_size)
     except ValueError as e:
         raise UserError(str(e)) from None
 
 
 def _trace_plans(args):
-    """Hook for stored traces: plans rebuilt from a trace's graphs and events."""
+    """A stored replay trace: its preset run is rebuilt and must reproduce the stored eval max_size.
+
+    Traces imported from logs keep events, not tensor shapes and sources, so they cannot be checked."""
+    from alloctrace.metal_exec.plan import preset_plans
+    from alloctrace.traces.store import open_store
+
+    store = open_store(args.store)
     try:
-        from alloctrace.metal_exec.trace_plans import trace_plans  # noqa: F401  (lands with the store)
-    except ImportError:
-        raise UserError("checking stored traces is not available in this build; use --harness") from None
+        tid, _ = store.resolve(args.trace_id)
+        meta = store.meta(tid)
+        preset = (meta.extra or {}).get("preset")
+        if meta.source != "replay" or not preset:
+            raise UserError(f"trace {tid} came from {meta.source}: it holds allocator events but not the graph's "
+                            f"shapes, so it cannot be checked; check its preset or harness graph instead")
+        graphs = store.summary(tid)["graphs"]
+        stored_eval = next((g for g in graphs if g["role"] == "eval"), None)
+    finally:
+        store.close()
+    x = meta.extra
     try:
-        return trace_plans(args.trace_id)
-    except (KeyError, ValueError) as e:
-        raise UserError(str(e)) from None
+        return preset_plans(preset["name"].removesuffix("(custom)"), meta.profile or meta.generation,
+                            metal_concurrency=x.get("parse_seq_len") is not None, serial=args.serial,
+                            hparams=preset.get("hparams"), n_ctx=x["measure_tokens"] + x["measure_n_past"],
+                            eval_shape=(x["eval_tokens"], x["eval_n_past"]), layout=x.get("layout"),
+                            expect_max_size=stored_eval["max_size"] if stored_eval else None)
+    except (KeyError, TypeError) as e:
+        raise UserError(f"trace {tid}: its replay description is incomplete ({e})") from None
+    except ValueError as e:
+        raise UserError(f"trace {tid}: {e}") from None
 
 
 def _plans(args):
