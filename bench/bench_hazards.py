@@ -109,6 +109,12 @@ def main():
         mode = f"{len(plan.levels)} concurrent levels" if plan.concurrent else "serial"
         print(f"{profile:16s} {mode:24s} buffer {plan.buffer_size:>9,} B  allocate {t_alloc * 1e3:7.1f} ms  "
               f"check {t_check * 1e3:7.1f} ms  hazards {len(hazards)}")
+    # a broken plan: the middle layer's w3 output moved onto its w1 output, both live until the gate
+    mid = args.layers // 2
+    broken = plan.moved(graph.by_name(f"w3_{mid}"), plan.range(graph.by_name(f"w1_{mid}"))[0])
+    t_check, hazards = timed(lambda: check(broken), args.repeat)
+    print(f"{'broken plan':16s} {'(one tensor moved)':24s} {'':20s}  {'':17s}  "
+          f"check {t_check * 1e3:7.1f} ms  hazards {len(hazards)}")
 
 
 def _alloc(graph, profile, parse_seq):

@@ -141,21 +141,24 @@ def check(plan: Plan) -> list[Event]:
     """Every hazard of the plan as a `hazard` Event, in the order the walk meets them."""
     steps = plan.steps()
     nodes = plan.graph.nodes
+    roots: dict = {}
+
+    def root(t):
+        if t not in roots:
+            roots[t] = root_of(t)[0]
+        return roots[t]
+
     reads = ReadIndex()
-    roots = {}
-    for t in plan.ranges:
-        roots[t] = root_of(t)[0]
     for k, step in enumerate(steps):
         for i in step:
             for s in read_srcs(nodes[i]):
                 r = plan.range(s)
                 if r is not None:
-                    reads.add(roots.get(s) or root_of(s)[0], k, r[0], r[1], nodes[i], s)
-    end_step = len(steps)
+                    reads.add(root(s), k, r[0], r[1], nodes[i], s)
     for out in graph_outputs(plan.graph):
         r = plan.range(out)
         if r is not None and writes(out):
-            reads.add(roots.get(out) or root_of(out)[0], end_step, r[0], r[1], None, out)
+            reads.add(root(out), len(steps), r[0], r[1], None, out)  # the program reads it after compute
     reads.finish()
 
     shadow = IntervalMap()
@@ -165,7 +168,7 @@ def check(plan: Plan) -> list[Event]:
         r = plan.range(node)
         if r is None:
             return
-        mine = root_of(node)[0]
+        mine = root(node)
         for a, b, label in shadow.overlapping(*r):
             if label.root is mine:
                 continue
@@ -185,7 +188,7 @@ def check(plan: Plan) -> list[Event]:
                 r = plan.range(s)
                 if r is None:
                     continue
-                want = root_of(s)[0]
+                want = root(s)
                 for a, b, label in shadow.overlapping(*r):
                     if label.root is not want:
                         report.add(STALE_READ, node, s, a, b, k, overwriter=label.writer.name)
