@@ -89,40 +89,47 @@ def extract(cols: dict) -> Lifetimes:
     chunk = np.maximum(int_column(cols.get("chunk"), n), 0)
     tensor, op = str_column(cols.get("tensor"), n), str_column(cols.get("op"), n)
 
+    if np.any((kind == "reuse") & (offset == MISSING)):
+        _place_reuses(kind, tensor, str_column(cols.get("parent"), n), str_column(cols.get("view_src"), n),
+                      offset, chunk)
     placed = offset != MISSING
     is_alloc = (kind == "alloc") & placed
     is_reuse = (kind == "reuse") & placed
     is_free = (kind == "free") & placed
     key = chunk * (1 << 44) + np.where(placed, offset, 0)
 
-    # a reuse's size is its parent's unless a free_extra right after it cut the tail off
-    own_size = np.where(is_alloc, size, MISSING)
+    # items on a key (chunk, offset): closes sort before opens at the same event. A reuse closes
+    # the parent's lifetime and opens the node's on the same bytes; a head free_extra right after
+    # it closes the node's and reopens it without the tail it gave back.
     reuse_at = idx[is_reuse]
     fe = idx[(kind == "free_extra") & placed]
+    fe_r = np.zeros(0, dtype=np.int64)
     if len(fe) and len(reuse_at):
         pos = np.searchsorted(reuse_at, fe, side="right") - 1
         ok = pos >= 0
-        r, f = reuse_at[pos[ok]], fe[ok]
-        same = chunk[r] == chunk[f]
-        own_size[r[same]] = offset[f[same]] - offset[r[same]]
-
-    # items: closes (free, reuse of the parent's bytes) sort before opens at the same event
-    open_at = idx[is_alloc | is_reuse]
-    close_at = idx[is_free | is_reuse]
-    item_i = np.concatenate([close_at, open_at])
-    item_open = np.concatenate([np.zeros(len(close_at), bool), np.ones(len(open_at), bool)])
-    item_key = key[item_i]
+        fe, fe_r = fe[ok], reuse_at[pos[ok]]
+        same = chunk[fe_r] == chunk[fe]
+        fe, fe_r = fe[same], fe_r[same]
+    else:
+        fe = fe[:0]
+    opens, closes = idx[is_alloc | is_reuse], idx[is_free | is_reuse]
+    item_i = np.concatenate([closes, fe, opens, fe])
+    item_src = np.concatenate([closes, fe_r, opens, fe_r])
+    item_open = np.concatenate([np.zeros(len(closes) + len(fe), bool), np.ones(len(opens) + len(fe), bool)])
+    own = np.concatenate([np.full(len(closes) + len(fe), MISSING), np.where(is_alloc[opens], size[opens], MISSING),
+                          offset[fe] - offset[fe_r]])
+    item_key = key[item_src]
     order = np.lexsort((item_open, item_i, item_key))
-    item_i, item_open, item_key = item_i[order], item_open[order], item_key[order]
+    item_i, item_src, item_open, item_key, own = (item_i[order], item_src[order], item_open[order],
+                                                  item_key[order], own[order])
 
-    # sizes of reuses chain back through the same key: forward-fill the last known open size
+    # a reuse has no size of its own: forward-fill the last known open size on the same key
     m = len(item_i)
-    item_size = np.where(item_open, own_size[item_i], MISSING)
-    known = np.where(item_size != MISSING, np.arange(m), -1)
+    known = np.where(own != MISSING, np.arange(m), -1)
     np.maximum.accumulate(known, out=known)
     good = known >= 0
     good[good] &= item_key[known[good]] == item_key[good]
-    item_size = np.where(good, item_size[np.maximum(known, 0)], MISSING)
+    item_size = np.where(good & item_open, own[np.maximum(known, 0)], MISSING)
 
     # an open ends at the next item on the same bytes (a close, or an overwrite), else at the end
     nxt = np.full(m, n, dtype=np.int64)
@@ -130,21 +137,48 @@ def extract(cols: dict) -> Lifetimes:
         same_next = item_key[1:] == item_key[:-1]
         nxt[:-1] = np.where(same_next, item_i[1:], n)
     sel = item_open & (item_size > 0)
-    start, end, size_o = item_i[sel], nxt[sel], item_size[sel]
+    start, end, size_o, src = item_i[sel], nxt[sel], item_size[sel], item_src[sel]
     realloc = idx[kind == "realloc"]
     if len(realloc):
         k = np.searchsorted(realloc, start, side="right")
         cut = k < len(realloc)
         end[cut] = np.minimum(end[cut], realloc[k[cut]])
 
-    off_o, chunk_o = offset[start], chunk[start]
+    off_o, chunk_o = offset[src], chunk[src]
     chunks, bases = _stack_chunks(chunk_o, off_o + size_o)
     y0 = bases[chunk_o] + off_o if len(start) else off_o
     used = _used_bytes(n, start, end, size_o)
-    return Lifetimes(n, start, end, y0, y0 + size_o, off_o, size_o, chunk_o, tensor[start], op[start], chunks, used,
+    return Lifetimes(n, start, end, y0, y0 + size_o, off_o, size_o, chunk_o, tensor[src], op[src], chunks, used,
                      _forward_fill(int_column(cols.get("n_free"), n)),
                      _forward_fill(int_column(cols.get("largest_free"), n)),
                      _forward_fill(int_column(cols.get("total_free"), n)))
+
+
+def _place_reuses(kind, tensor, parent, view_src, offset, chunk):
+    """Imported head logs name a reuse's parent but not its bytes: find where the parent (or its
+    view source) lives at that moment. One pass over the placing and freeing events only."""
+    where: dict = {}
+    live: set = set()
+    for i in np.flatnonzero(np.isin(kind, ("alloc", "reuse", "free", "realloc"))).tolist():
+        k = kind[i]
+        if k == "realloc":
+            where.clear()
+            live.clear()
+            continue
+        if k == "reuse" and offset[i] == MISSING:
+            for name in (parent[i], view_src[i]):
+                key = where.get(name)
+                if key is not None and key in live:
+                    chunk[i], offset[i] = key
+                    break
+        if offset[i] == MISSING:
+            continue
+        key = (int(chunk[i]), int(offset[i]))
+        if k == "free":
+            live.discard(key)
+        else:
+            live.add(key)
+            where[tensor[i]] = key
 
 
 def _stack_chunks(chunk: np.ndarray, top: np.ndarray):
