@@ -9,7 +9,9 @@ export async function api(path, options = {}) {
     init.headers["Content-Type"] = "application/json";
     delete init.json;
   }
-  const resp = await fetch(path, init);
+  const early = !options.method && !options.json && window.__prefetch && window.__prefetch[path];
+  if (early) delete window.__prefetch[path];
+  const resp = (early && (await early)) || (await fetch(path, init));
   let body = null;
   try { body = await resp.json(); } catch (_) { body = null; }
   if (!resp.ok) {

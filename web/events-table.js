@@ -32,7 +32,7 @@ export class EventTable {
     const th = (t, num) => el("th", { class: num ? "num" : null }, t);
     this.scroll.append(el("table", { class: "data events", id: "event-table" },
       el("thead", {}, el("tr", {}, th("#", 1), th("kind"), th("tensor"), th("op"), th("size", 1), th("offset", 1),
-        th("block", 1), th("free blocks", 1), th("largest free", 1))), this.tbody));
+        th("block", 1), th("free blocks", 1), th("largest", 1))), this.tbody));
     this.scroll.addEventListener("keydown", (e) => this.key(e));
     clear(this.box).append(
       el("div", { class: "toolbar" }, this.kind, el("div", { style: "max-width:200px" }, this.tensor), el("span", { class: "spacer" }),
@@ -65,7 +65,7 @@ export class EventTable {
       const tr = el("tr", { dataset: { i: e.i }, class: [e.kind === "oom" || e.kind === "abort" ? "bad" : "", e.i === this.selected ? "selected" : ""].join(" ").trim() || null },
         el("td", { class: "num" }, fmtInt(e.i)),
         el("td", {}, el("span", { class: KIND_CLASS(e.kind) }, e.kind ?? "")),
-        el("td", { class: "tensor" }, e.tensor ?? ""),
+        el("td", { class: "tensor", title: e.tensor ?? null }, e.tensor ?? ""),
         el("td", {}, e.op ?? ""),
         el("td", { class: "num", title: e.size != null ? exactBytes(e.size) : null }, e.size != null ? fmtBytes(e.size) : ""),
         el("td", { class: "num", title: off != null ? exactBytes(off) : null }, off != null ? fmtInt(off) : ""),

@@ -38,6 +38,10 @@ function normFreeList(fl) {
   })).filter((r) => Number.isFinite(r.x));
 }
 
+// SVG draws a few thousand rectangles faster than starting WebGL (much faster without a GPU);
+// the server caps a view at max_shapes, so WebGL is only used when a page asks for more.
+const WEBGL_ABOVE = 3500;
+
 export class MemoryMap {
   /**
    * div: where to draw; ref: {id, g}; opts: {title, freeList, height, onPick(i), onXRange([a,b])}
@@ -60,7 +64,7 @@ export class MemoryMap {
   /** First render of the whole graph. */
   async load(summary) {
     this.summary = summary || {};
-    this.maxShapes = Math.max(1500, Math.min(4000, Math.round((this.div.clientWidth || 1000) * 3)));
+    this.maxShapes = window.__maxShapes || Math.max(1200, Math.min(3000, Math.round(window.innerWidth * 1.5)));
     let data;
     try { data = await api(`${this.base}/memory-map?max_shapes=${this.maxShapes}`); }
     catch (e) { this.maxShapes = 2000; data = await api(`${this.base}/memory-map?max_shapes=${this.maxShapes}`); }
@@ -134,11 +138,13 @@ export class MemoryMap {
     }
     const ops = [...byOp.keys()].sort();
     const byTensor = this.colorBy === "tensor";
+    const dense = this.rects.length > WEBGL_ABOVE;
+    const kind = dense ? "scattergl" : "scatter";
     if (!byTensor) for (const op of ops) opColor(op);  // register in sorted order: stable colors
     const out = ops.map((op, k) => {
       const color = byTensor ? op : opColor(op);
       return {
-        type: "scattergl", mode: "lines", fill: "toself", name: byTensor ? "tensors (colored by name)" : plotText(op),
+        type: kind, mode: "lines", fill: "toself", name: byTensor ? "tensors (colored by name)" : plotText(op),
         legendgroup: byTensor ? "tensors" : "ops", showlegend: !byTensor || k === 0,
         x: byOp.get(op).x, y: byOp.get(op).y, hoverinfo: "skip",
         line: { width: 0.6, color }, fillcolor: color + "b3", xaxis: "x", yaxis: "y",
@@ -147,7 +153,7 @@ export class MemoryMap {
     if (xr && yr) out.push(this.labelTrace(xr, yr));
     const sh = this.shift, xEnd = this.nEvents + sh;
     const hline = (v, name, color, dash) => ({
-      type: "scattergl", mode: "lines", name: `${name} (${fmtBytes(v)})`, x: [sh, xEnd], y: [v, v],
+      type: "scatter", mode: "lines", name: `${name} (${fmtBytes(v)})`, x: [sh, xEnd], y: [v, v],
       line: { color, width: 1.6, dash }, hovertemplate: `${name}: ${exactBytes(v)}<extra></extra>`, xaxis: "x", yaxis: "y",
     });
     if (this.maxSize) out.push(hline(this.maxSize, "max_size", "#1d2330", "dash"));
@@ -155,13 +161,13 @@ export class MemoryMap {
     if (this.opts.freeList && this.freeList.length) {
       const fl = this.freeList;
       out.push({
-        type: "scattergl", mode: "lines", name: "largest free block", x: fl.map((r) => r.x + sh), y: fl.map((r) => r.largest),
+        type: "scatter", mode: "lines", name: "largest free block", x: fl.map((r) => r.x + sh), y: fl.map((r) => r.largest),
         line: { color: "#22804a", width: 1.4, shape: "hv" }, xaxis: "x", yaxis: "y2",
         customdata: fl.map((r) => fmtBytes(r.largest)),
         hovertemplate: "event %{x}<br>largest free block: %{customdata} (%{y:,} bytes)<extra></extra>",
       });
       out.push({
-        type: "scattergl", mode: "lines", name: "free blocks (count)", x: fl.map((r) => r.x + sh), y: fl.map((r) => r.n),
+        type: "scatter", mode: "lines", name: "free blocks (count)", x: fl.map((r) => r.x + sh), y: fl.map((r) => r.n),
         line: { color: "#9467bd", width: 1.2, shape: "hv" }, xaxis: "x", yaxis: "y3",
         hovertemplate: "event %{x}<br>free blocks: %{y}<extra></extra>",
       });
@@ -209,7 +215,8 @@ export class MemoryMap {
       dragmode: "zoom", hovermode: "closest", uirevision: "keep",
       showlegend: true, legend: { x: fl ? 1.07 : 1.02, xanchor: "left", y: 1, yanchor: "top", font: { size: 11 },
         title: { text: "key", font: { size: 11, color: "#5d6677" } } },
-      xaxis: { title: { text: "event index" }, range: xr, zeroline: false, gridcolor: "#eceff4", anchor: fl ? "y2" : "y" },
+      xaxis: { title: { text: "event index" }, range: xr, zeroline: false, gridcolor: "#eceff4", anchor: fl ? "y2" : "y",
+        tickformat: ",d", dtick: this.nEvents <= 12 ? 1 : undefined },
       yaxis: { title: { text: "offset in buffer" }, domain: fl ? [0.32, 1] : [0, 1], range: yr, zeroline: false,
         tickvals: ticks.tickvals, ticktext: ticks.ticktext, gridcolor: "#eceff4", fixedrange: false },
       yaxis2: fl ? { title: { text: "largest free", font: { size: 11 } }, domain: [0, 0.24], rangemode: "tozero",
@@ -230,6 +237,7 @@ export class MemoryMap {
       return p.then(() => {
         this.div.dataset.ready = "1";
         window.__mapReady = true;
+        if (window.__mapReadyAt === undefined) window.__mapReadyAt = performance.now();
         if (this.opts.onReady) this.opts.onReady(this);
       });
     }

@@ -28,7 +28,7 @@ export async function drawState(div, note, base, i, top, nEvents) {
     hovertemplate: "%{customdata[0]}<br>%{customdata[1]} (%{customdata[2]:,} bytes)<br>offset %{customdata[3]:,}, chunk %{customdata[4]}<extra></extra>",
   });
   const end = Math.max(1, top || 0, ...free.map((b) => b.offset + b.size), ...live.map((t) => t.offset + t.size));
-  const ticks = byteTicks(0, end, 8);
+  const ticks = byteTicks(0, end, Math.max(3, Math.min(8, Math.floor((div.clientWidth || 400) / 90))));
   const traces = [
     bar(live, "live tensors", (t) => (t.op ? opColor(t.op) : hashColor(t.tensor)), "live tensors"),
     bar(free, "free blocks", (b) => (b.endless ? "#c9e8d3" : "#7cc294"), "free blocks"),
@@ -36,7 +36,7 @@ export async function drawState(div, note, base, i, top, nEvents) {
   const layout = {
     barmode: "overlay", margin: { l: 96, r: 16, t: 8, b: 36 }, showlegend: false, height: 150,
     paper_bgcolor: "#ffffff", plot_bgcolor: "#fbfcfe", font: { family: "system-ui, sans-serif", size: 12, color: "#1d2330" },
-    xaxis: { range: [0, end], tickvals: ticks.tickvals, ticktext: ticks.ticktext, title: { text: "offset", font: { size: 11 } }, gridcolor: "#eceff4" },
+    xaxis: { range: [0, end], tickangle: 0, tickvals: ticks.tickvals, ticktext: ticks.ticktext, title: { text: "offset", font: { size: 11 } }, gridcolor: "#eceff4" },
     yaxis: { categoryorder: "array", categoryarray: ["free blocks", "live tensors"], fixedrange: true },
   };
   div.hidden = false;
