@@ -1,0 +1,66 @@
+"""Helpers shared by the store commands: the --store option and readable tables."""
+from __future__ import annotations
+
+
+def register(subparsers):
+    """Not a command: the CLI discovers every module here, so this adds nothing."""
+
+
+def add_store_arg(parser):
+    parser.add_argument("--store", metavar="DIR", default=None,
+                        help="trace store directory (default: $ALLOCTRACE_STORE, else the per-user data directory)")
+
+
+def open_store_from(args):
+    from alloctrace.traces.store import open_store
+
+    return open_store(getattr(args, "store", None))
+
+
+def _size(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def _oom(o) -> str:
+    if not o:
+        return "-"
+    return f"{o.get('tensor') or '?'} needed {o['needed']:,} > {o['largest_available']:,}"
+
+
+def _yes_no(v) -> str:
+    return "-" if v is None else ("yes" if v else "NO")
+
+
+def table(rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def traces_table(summaries: list[dict]) -> str:
+    """One row per trace."""
+    if not summaries:
+        return "no traces"
+    rows = [["ID", "NAME", "GENERATION", "GRAPHS", "MAX BUFFER", "OOM", "CONSISTENT", "CREATED"]]
+    for s in summaries:
+        gs = s["graphs"]
+        roles = {}
+        for g in gs:
+            roles[g["role"]] = roles.get(g["role"], 0) + 1
+        bufs = [g["buffer_size"] or g["max_size"] for g in gs if (g["buffer_size"] or g["max_size"]) is not None]
+        consistent = [g["consistent"] for g in gs if g["consistent"] is not None]
+        rows.append([s["id"], s["name"], s["generation"], ", ".join(f"{n} {r}" for r, n in roles.items()) or "0",
+                     _size(max(bufs) if bufs else None), "yes" if any(g["oom"] for g in gs) else "-",
+                     _yes_no(all(consistent) if consistent else None), s["created"]])
+    return table(rows)
+
+
+def graphs_table(summary: dict) -> str:
+    """A trace's header and one row per graph."""
+    head = (f"trace {summary['id']}  {summary['name']}\n"
+            f"  source {summary['source']}, generation {summary['generation']}, created {summary['created']}"
+            + (f", tags {', '.join(summary['tags'])}" if summary.get("tags") else ""))
+    rows = [["GRAPH", "ROLE", "EVENTS", "MAX_SIZE", "BUFFER", "OOM", "CONSISTENT"]]
+    for g in summary["graphs"]:
+        rows.append([str(g["index"]), g["role"], _size(g["n_events"]), _size(g["max_size"]),
+                     _size(g["buffer_size"]), _oom(g["oom"]), _yes_no(g["consistent"])])
+    return head + "\n" + table(rows)

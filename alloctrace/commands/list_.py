@@ -1,0 +1,23 @@
+"""`alloctrace list`: the stored traces, newest first."""
+from __future__ import annotations
+
+import json
+
+from ._common import add_store_arg, open_store_from, traces_table
+
+
+def register(subparsers):
+    p = subparsers.add_parser("list", help="list stored traces", description="List stored traces, newest first.")
+    add_store_arg(p)
+    p.add_argument("-q", metavar="TEXT", dest="q", help="only traces whose name contains TEXT")
+    p.add_argument("--json", action="store_true", help="print the traces as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    summaries = open_store_from(args).list(args.q)
+    if args.json:
+        print(json.dumps({"traces": summaries}, indent=1))
+    else:
+        print(traces_table(summaries))
+    return 0

@@ -1,0 +1,20 @@
+"""`alloctrace show`: one trace's metadata and graphs."""
+from __future__ import annotations
+
+import json
+
+from ._common import add_store_arg, graphs_table, open_store_from
+
+
+def register(subparsers):
+    p = subparsers.add_parser("show", help="show a stored trace", description="Show a stored trace and its graphs.")
+    p.add_argument("id", metavar="ID", help="trace id (a unique prefix is enough)")
+    add_store_arg(p)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    summary = open_store_from(args).summary(args.id)
+    print(json.dumps(summary, indent=1) if args.json else graphs_table(summary))
+    return 0

@@ -1,0 +1,79 @@
+"""Import benchmark: a ~100 MB log made by repeating a real fixture log.
+
+Prints the import time as a ratio to merely reading the file's lines in Python
+(goal: at most 3x) and the importing process's peak RSS (goal: at most 400 MB).
+Usage: python bench/bench_import.py [--mb 100] [--fixture PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(os.environ.get("ALLOCTRACE_FIXTURES", ROOT.parent / "shared" / "fixtures" / "ggml-real"))
+DEFAULT = FIXTURES / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log"
+
+
+def build(src: Path, dst: Path, mb: int) -> int:
+    data = src.read_bytes()
+    reps = max(1, (mb << 20) // len(data))
+    with open(dst, "wb") as f:
+        for _ in range(reps):
+            f.write(data)
+    return reps
+
+
+def read_lines(path: Path) -> tuple[float, int]:
+    t = time.perf_counter()
+    n = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for _ in f:
+            n += 1
+    return time.perf_counter() - t, n
+
+
+def child(path: str, store: str):
+    from alloctrace.traces import import_paths
+    from alloctrace.traces.store import open_store
+
+    s = open_store(store)
+    t = time.perf_counter()
+    [tid] = import_paths(s, [path])
+    dt = time.perf_counter() - t
+    graphs = s.summary(tid)["graphs"]
+    print(dt, len(graphs), sum(g["n_events"] for g in graphs), sum(1 for g in graphs if g["consistent"]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=int, default=100)
+    ap.add_argument("--fixture", type=Path, default=DEFAULT)
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        return child(*a.child)
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "big.log"
+        reps = build(a.fixture, log, a.mb)
+        size = log.stat().st_size
+        read_lines(log)  # warm the page cache
+        t_read, n_lines = read_lines(log)
+        out = subprocess.run([sys.executable, __file__, "--child", str(log), str(Path(d) / "store")],
+                             capture_output=True, text=True, check=True).stdout.split()
+        t_import, n_graphs, n_events, n_consistent = float(out[0]), int(out[1]), int(out[2]), int(out[3])
+        rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        db_mb = sum(p.stat().st_size for p in (Path(d) / "store").iterdir()) / 1e6
+    print(f"log: {a.fixture.name} x {reps} = {size / 1e6:.1f} MB, {n_lines:,} lines")
+    print(f"graphs: {n_graphs:,} ({n_consistent:,} consistent), events: {n_events:,}, store: {db_mb:.1f} MB")
+    print(f"read lines: {t_read:.2f} s   import: {t_import:.2f} s   ratio: {t_import / t_read:.2f}x (goal <= 3x)")
+    print(f"peak RSS of the importing process: {rss_mb:.0f} MB (goal <= 400 MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Every real ggml log imports with the graphs, roles and sizes its fixtures README lists."""
+import gzip
+
+import pytest
+import zstandard
+
+from alloctrace.allocator import render
+from alloctrace.traces.import_log import LogImport, import_paths
+from alloctrace.traces.recover import model_profile
+from alloctrace.traces.store import open_store
+
+from conftest import allocator_lines
+
+# (folder, file) -> (generation, [(role, max_size, buffer_size)], oom of the last graph)
+GPT2_SHORT = [("measure", 102480, None)] + [("eval", 45136, 102496)] * 5
+EXPECTED = {
+    ("v2023-08-16-legacy", "gpt-2_tiny_short.AT.log"): ("ggml-2023-08-16", GPT2_SHORT, None),
+    ("v2023-08-28-parseseq", "gpt-2_tiny_short.AT.log"): ("ggml-2023-08-28", GPT2_SHORT, None),
+    ("v2023-08-28-parseseq", "gpt-2_tiny_long.AT+DEBUG.log"):
+        ("ggml-2023-08-28", [("measure", 360976, None)] + [("eval", 360976, 360992)] * 4, None),
+    ("head-gallocr", "gpt-2-alloc_tiny_short.AT.log"): ("ggml-head", [("reserve", 147520, 147520)], None),
+    ("v2023-08-16-legacy", "harness_plain.AT.log"):
+        ("ggml-2023-08-16", [("measure", 12304, None), ("eval", 12304, 12320)],
+         {"tensor": "fc_b", "needed": 4096, "largest_available": 2064}),
+    ("v2023-08-28-parseseq", "harness_plain.AT.log"):
+        ("ggml-2023-08-28", [("measure", 12304, None), ("eval", 12304, 12320)], None),
+    ("v2023-08-28-parseseq", "harness_parseseq.AT.log"):
+        ("ggml-2023-08-28", [("measure", 14352, None), ("eval", 14352, 14368)], None),
+    ("head-gallocr", "harness_gallocr.AT.log"):
+        ("ggml-head", [("eval", 20512, 20512), ("eval", 41024, 41024), ("eval", 41024, 41024),
+                       ("eval", 10272, 41024)], None),
+}
+
+
+@pytest.fixture
+def store(tmp_path):
+    return open_store(tmp_path / "store")
+
+
+def test_every_fixture_log_is_covered(fixtures):
+    logs = {(p.parent.name, p.name) for p in fixtures.glob("*/*.log")}
+    assert logs == set(EXPECTED)
+
+
+@pytest.mark.parametrize("folder,name", sorted(EXPECTED))
+def test_fixture_imports_with_readme_sizes(fixtures, store, folder, name):
+    generation, graphs, oom = EXPECTED[(folder, name)]
+    [tid] = import_paths(store, [fixtures / folder / name])
+    s = store.summary(tid)
+    assert s["generation"] == generation
+    got = [(g["role"], g["max_size"], g["buffer_size"]) for g in s["graphs"]]
+    assert got == graphs
+    assert [g["index"] for g in s["graphs"]] == list(range(len(graphs)))
+    assert all(g["consistent"] is True for g in s["graphs"])
+    assert [g["oom"] for g in s["graphs"]] == [None] * (len(graphs) - 1) + [oom]
+
+
+def test_head_buffer_sizes_match_the_harness_lines(fixtures, tmp_path):
+    """The harness prints `buffer size = N` after each trace; without those lines the
+    importer computes the same numbers from the plans' chunk sizes."""
+    text = (fixtures / "head-gallocr" / "harness_gallocr.AT.log").read_text()
+    p = tmp_path / "h.log"
+    p.write_text("\n".join(l for l in text.splitlines() if "buffer size =" not in l) + "\n")
+    assert [r.buffer_size for r in LogImport(p).records()] == [20512, 41024, 41024, 41024]
+
+
+@pytest.mark.parametrize("folder,name", [k for k in sorted(EXPECTED) if k[1].startswith("harness")])
+def test_imported_events_render_back_to_the_log(fixtures, folder, name):
+    """Nothing the allocator printed is lost: the events render to the log's allocator lines."""
+    imp = LogImport(fixtures / folder / name)
+    events = [e for r in imp.records() for e in r.events]
+    assert render(events, model_profile(imp.generation)) == allocator_lines(fixtures / folder / name)
+
+
+def test_recovered_offsets_match_the_model_run(fixtures):
+    """2023 logs print no offsets; the replay recovers the ones the model computes from the graph."""
+    from alloctrace.allocator import LegacyAllocator, get_profile
+    from alloctrace.allocator.harness import graph_from_json, load
+
+    desc = load(fixtures / "v2023-08-28-parseseq" / "harness_plain.json")
+    g, p = graph_from_json(desc), get_profile("ggml-2023-08-28")
+    m = LegacyAllocator.measure(p, desc["alignment"])
+    for n in desc["explicit_allocs_before_graph"]:
+        m.alloc_tensor(g.by_name(n))
+    m.alloc_graph(g)
+    model = [(e.tensor, e.offset) for e in m.events if e.kind in ("alloc", "free")]
+    first = next(LogImport(fixtures / "v2023-08-28-parseseq" / "harness_plain.AT.log").records())
+    ours = [(e.tensor, e.offset) for e in first.events if e.kind in ("alloc", "free")]
+    assert ours == model
+
+
+def _variants(raw: bytes):
+    yield "crlf", raw.replace(b"\n", b"\r\n")
+    yield "gzip", gzip.compress(raw)
+    yield "zstd", zstandard.ZstdCompressor().compress(raw)
+    cut = raw.rstrip(b"\n")
+    yield "truncated-last-line", cut + b"\nggml_allocr_alloc: allocating node_99 (40"
+
+
+@pytest.mark.parametrize("folder,name", [("v2023-08-16-legacy", "gpt-2_tiny_short.AT.log"),
+                                         ("head-gallocr", "harness_gallocr.AT.log")])
+def test_encodings_and_line_endings_import_identically(fixtures, store, tmp_path, folder, name):
+    src = fixtures / folder / name
+    [ref] = import_paths(store, [src])
+    ref_graphs = store.summary(ref)["graphs"]
+    for label, data in _variants(src.read_bytes()):
+        p = tmp_path / f"{label}.log"
+        p.write_bytes(data)
+        [tid] = import_paths(store, [p])
+        assert store.summary(tid)["graphs"] == ref_graphs, label
+        for g in ref_graphs:
+            assert store.events(tid, g["index"]) == store.events(ref, g["index"]), label
+
+
+def test_generation_override_is_used(fixtures, store):
+    src = fixtures / "v2023-08-28-parseseq" / "harness_plain.AT.log"
+    [tid] = import_paths(store, [src], generation="ggml-2023-08-16")
+    s = store.summary(tid)
+    assert s["generation"] == "ggml-2023-08-16"
+    # the 08-16 allocator would pick block 0 where the log says -1: the replay notices
+    assert s["graphs"][0]["consistent"] is False
+
+
+def test_name_option_and_source(fixtures, store):
+    [tid] = import_paths(store, [fixtures / "head-gallocr" / "harness_gallocr.AT.log"], name="my run")
+    s = store.summary(tid)
+    assert (s["name"], s["source"]) == ("my run", "log:harness_gallocr.AT.log")
+    assert store.list("MY R")[0]["id"] == tid and store.list("nothing-like-it") == []
+
+
+def test_glued_program_output_and_unnamed_tensors(fixtures):
+    """`...lazy dogggml_allocr_alloc: allocating  (16 bytes)`: the allocation is read, its empty name kept."""
+    recs = list(LogImport(fixtures / "v2023-08-16-legacy" / "gpt-2_tiny_short.AT.log").records())
+    explicit = [e for e in recs[2].events[:3]]
+    assert [(e.kind, e.tensor, e.size) for e in explicit] == [("alloc", "", 16)] * 3
+    assert recs[2].events[3].kind == "graph"

@@ -1,0 +1,162 @@
+"""Message formats of every generation, graph splitting and allocator lives."""
+import pytest
+
+from alloctrace.allocator.events import Event
+from alloctrace.traces.import_log import LogImport, import_paths
+from alloctrace.traces.parse_log import parse_line
+from alloctrace.traces.store import open_store
+
+
+def write(tmp_path, text, name="v.log"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("line,kind,fields", [
+    ("ggml_allocr_alloc: allocating k (view) (cpy) (64 bytes) - block 2", "alloc",
+     {"tensor": "k (view) (cpy)", "size": 64, "block": 2}),
+    ("ggml_allocr_alloc: allocating  (32 bytes) - block -1", "alloc", {"tensor": "", "size": 32, "block": -1}),
+    ("jumps over the lazy dogggml_allocr_alloc: allocating x (16 bytes) - block 0", "alloc",
+     {"tensor": "x", "size": 16}),
+    ("ggml_tallocr_alloc: allocating a b (1024 bytes) - block 3, addr 0x7f00aa001000", "alloc",
+     {"tensor": "a b", "block": 3, "addr": 0x7F00AA001000}),
+    ("ggml_dyn_tallocr_alloc: allocating n (96 bytes) - block 1, offset 4096", "alloc",
+     {"offset": 4096, "block": 1, "chunk": None}),
+    ("ggml_dyn_tallocr_alloc: allocating n (96 bytes) - block 1, offset 4096, chunk 2", "alloc",
+     {"offset": 4096, "chunk": 2}),
+    ("ggml_allocator_free_tensor: freeing tmpk (reshaped) (2048 bytes) - n_free_blocks = 3", "free",
+     {"tensor": "tmpk (reshaped)", "size": 2048, "n_free_before": 3}),
+    ("ggml_tallocr_free_tensor: freeing a at 0x7f0000001000 (1024 bytes) - n_free_blocks = 1", "free",
+     {"addr": 0x7F0000001000, "offset": None}),
+    ("ggml_dyn_tallocr_free_tensor: freeing a at 512 (1000 bytes) - n_free_blocks = 1", "free",
+     {"offset": 512, "size": 1000}),
+    ("ggml_gallocr_free_node: freeing a at {chunk=1, offset=64} (10 bytes) - n_free_blocks = 2", "free",
+     {"chunk": 1, "offset": 64}),
+    ("exec: CPY ( (view) (copy of  (view))) <=  (view),  (view)", "exec",
+     {"op": "CPY", "tensor": " (view) (copy of  (view))", "srcs": [" (view)", " (view)"]}),
+    ("exec: GELU (fc) <= ", "exec", {"srcs": []}),
+    ("reusing view parent V_3d (v) for V_rope", "reuse", {"parent": "V_3d", "view_src": "v", "tensor": "V_rope"}),
+    ("not reusing parent p for n as 0x7f12 is external", "no_reuse", {"reason": "external", "addr": 0x7F12}),
+    ("not reusing parent p for n as (nil) is external", "no_reuse", {"reason": "external", "addr": 0}),
+    ("not reusing parent p for n as it is an output", "no_reuse", {"reason": "output"}),
+    ("parent embd: 0 children, 0 views, allocated: 1", "parent", {"children": 0, "allocated": 1}),
+    ("freeing extra 64 bytes from parent a for b", "free_extra", {"size": 64, "parent": "a", "tensor": "b"}),
+    ("not freeing output attn_o", "not_freed", {"tensor": "attn_o"}),
+    ("ggml_allocr_alloc: not enough space in the buffer (needed 4096, largest block available 2064)", "oom",
+     {"needed": 4096, "largest": 2064}),
+    ("ggml_tallocr_alloc: not enough space in the buffer to allocate big one (needed 10, largest block available 5)",
+     "oom", {"tensor": "big one", "needed": 10, "largest": 5}),
+    ("ggml_dyn_tallocr_alloc: not enough space in the buffer to allocate 4096 bytes, largest block available 64 bytes",
+     "oom", {"needed": 4096, "largest": 64}),
+    ("ggml_gallocr_needs_realloc: node norm is not valid", "realloc", {"reason": "node norm is not valid"}),
+])
+def test_line_formats(line, kind, fields):
+    ev = parse_line(line)
+    assert isinstance(ev, Event) and ev.kind == kind
+    for k, v in fields.items():
+        assert getattr(ev, k) == v, k
+
+
+@pytest.mark.parametrize("line,item", [
+    ("####### graph 0/1", ("graph", 0, 1)),
+    ("", ("blank",)),
+    ('GGML_ASSERT: ggml/src/ggml-alloc.c:131: !"not enough space in the buffer"',
+     ("assert", 131, '!"not enough space in the buffer"')),
+    ("max_size = 0.03 MB: tensors: leaf_4 (0.00 MB) node_0 (0.03 MB) ", ("debug",)),
+    ("main: compute buffer size: 0.10 MB", ("compute_buffer",)),
+    ("harness: === real allocator, buffer size = 12320 bytes, buffer % 16 = 0 ===", ("buffer_size", 12320)),
+    ("the quick brown fox", ("program",)),
+    ("exec: this is not (quite", ("program",)),
+])
+def test_markers_and_program_output(line, item):
+    assert parse_line(line) == item
+
+
+ADDR_LOG = """\
+llama: loading
+ggml_tallocr_alloc: allocating a (1024 bytes) - block 0, addr 0x7f0000001000
+ggml_tallocr_alloc: allocating b (2048 bytes) - block 0, addr 0x7f0000001400
+exec: ADD (b) <= a
+ggml_tallocr_free_tensor: freeing a at 0x7f0000001000 (1024 bytes) - n_free_blocks = 1
+
+ggml_tallocr_alloc: allocating c (512 bytes) - block 0, addr 0x7f0000001000
+exec: MUL (c) <= b
+"""
+
+V3_LOG = """\
+ggml_gallocr_needs_realloc: graph has different number of nodes
+ggml_gallocr_alloc_graph: reallocating buffers automatically
+ggml_dyn_tallocr_alloc: allocating a (1024 bytes) - block 0, offset 0
+ggml_dyn_tallocr_alloc: allocating b (2048 bytes) - block 0, offset 1024
+exec: ADD (b) <= a
+parent a: 0 children, 0 views, allocated: 1
+ggml_dyn_tallocr_free_tensor: freeing a at 0 (1024 bytes) - n_free_blocks = 1
+
+ggml_dyn_tallocr_alloc: allocating c (512 bytes) - block 0, offset 0
+exec: MUL (c) <= b
+parent b: 0 children, 0 views, allocated: 1
+
+"""
+
+
+def test_address_era_log(tmp_path):
+    imp = LogImport(write(tmp_path, ADDR_LOG))
+    [g] = list(imp.records())
+    assert imp.generation == "ggml-2023-10"
+    assert g.consistent is True and g.max_size == 3072
+    assert [(e.tensor, e.offset) for e in g.events if e.kind in ("alloc", "free")] == \
+        [("a", 0), ("b", 1024), ("a", 0), ("c", 0)]
+    bad = write(tmp_path, ADDR_LOG.replace("0x7f0000001000\nexec: MUL", "0x7f0000002000\nexec: MUL"), "bad.log")
+    assert [r.consistent for r in LogImport(bad).records()] == [False]
+
+
+def test_v3_log(tmp_path):
+    imp = LogImport(write(tmp_path, V3_LOG))
+    [g] = list(imp.records())
+    assert imp.generation == "ggml-2024-02"
+    assert (g.role, g.consistent, g.max_size, g.buffer_size) == ("eval", True, 3072, 3072)
+    wrong = write(tmp_path, V3_LOG.replace("(512 bytes) - block 0, offset 0", "(512 bytes) - block 0, offset 64"), "w.log")
+    assert [r.consistent for r in LogImport(wrong).records()] == [False]
+
+
+def test_generation_is_detected_from_the_first_choice(tmp_path):
+    text = "ggml_allocr_alloc: allocating a (16 bytes) - block {}\nexec: ADD (a) <= \n\n"
+    assert _gen(tmp_path, text.format(0)) == "ggml-2023-08-16"
+    assert _gen(tmp_path, text.format(-1)) == "ggml-2023-08-28"
+
+
+def _gen(tmp_path, text):
+    imp = LogImport(write(tmp_path, text))
+    list(imp.records())
+    return imp.generation
+
+
+def test_repeated_program_runs_start_new_allocator_lives(fixtures, tmp_path):
+    """A log holding two runs of the 2023 gpt-2 program: measure, 5 evals, measure, 5 evals."""
+    raw = (fixtures / "v2023-08-16-legacy" / "gpt-2_tiny_short.AT.log").read_text()
+    recs = list(LogImport(write(tmp_path, raw + raw)).records())
+    assert [(r.role, r.max_size, r.buffer_size) for r in recs] == \
+        ([("measure", 102480, None)] + [("eval", 45136, 102496)] * 5) * 2
+    assert all(r.consistent for r in recs)
+    assert [r.index for r in recs] == list(range(12))
+    assert all(e.graph == r.index for r in recs for e in r.events)
+
+
+def test_head_reserve_passes_split_on_program_output(fixtures, tmp_path):
+    raw = (fixtures / "head-gallocr" / "gpt-2-alloc_tiny_short.AT.log").read_text()
+    recs = list(LogImport(write(tmp_path, raw + raw)).records())
+    assert [(r.role, r.buffer_size, r.consistent) for r in recs] == [("reserve", 147520, True)] * 2
+
+
+def test_allocator_debug_and_assert_lines_are_tolerated(fixtures, tmp_path):
+    src = (fixtures / "v2023-08-28-parseseq" / "harness_plain.AT.log").read_text().splitlines(keepends=True)
+    mixed = []
+    for i, line in enumerate(src):
+        mixed.append(line)
+        if i % 7 == 0 and line.startswith("exec"):
+            mixed.append("max_size = 0.01 MB: tensors: x (0.00 MB) norm (0.00 MB) \n")
+    store = open_store(tmp_path / "s")
+    [a] = import_paths(store, [fixtures / "v2023-08-28-parseseq" / "harness_plain.AT.log"])
+    [b] = import_paths(store, [write(tmp_path, "".join(mixed))])
+    assert store.summary(a)["graphs"] == store.summary(b)["graphs"]

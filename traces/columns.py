@@ -1,0 +1,111 @@
+"""Events <-> columns: how a graph's events are laid out in the store.
+
+Integer fields become numpy arrays in the narrowest dtype that holds them, with
+that dtype's minimum as "missing"; strings become int32 codes into a per-graph
+string table (-1: missing); `srcs` and `extra` are JSON strings in that table.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+import numpy as np
+
+from alloctrace.allocator.events import Event
+from alloctrace.errors import UserError
+
+FIELDS = [f.name for f in fields(Event)]
+STR_FIELDS = ("kind", "tensor", "op", "parent", "view_src", "reason")
+JSON_FIELDS = ("srcs", "extra")
+INT_FIELDS = tuple(f for f in FIELDS if f not in STR_FIELDS + JSON_FIELDS)
+ROW_FIELDS = ("kind", "graph", "tensor", "op", "size", "offset", "addr", "chunk", "block", "n_free", "largest_free",
+              "total_free", "n_free_before", "parent", "view_src", "reason", "srcs", "children", "views",
+              "allocated", "needed", "largest", "node", "extra")
+DTYPES = (np.int8, np.int16, np.int32, np.int64)
+
+
+def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """(arrays by field name, string table) for one graph's events."""
+    n = len(events)
+    cols: dict[str, np.ndarray] = {}
+    table: dict[str, int] = {}
+    code = table.setdefault
+    columns = dict(zip(ROW_FIELDS, zip(*[_row(e) for e in events]))) if n else {}
+    for name in INT_FIELDS:
+        vals = columns.get(name, ())
+        n_missing = vals.count(None)
+        if n_missing == n:
+            continue
+        present = [v for v in vals if v is not None] if n_missing else vals
+        lo, hi = min(present), max(present)
+        for dt in DTYPES:
+            info = np.iinfo(dt)
+            if info.min < lo and hi <= info.max:
+                break
+        else:
+            raise UserError(f"event field {name} out of range ({lo if lo <= info.min else hi})")
+        missing = int(np.iinfo(dt).min)
+        cols[name] = np.array([missing if v is None else v for v in vals] if n_missing else vals, dtype=dt)
+    for name in STR_FIELDS:
+        vals = columns.get(name, ())
+        if vals.count(None) == n:
+            continue
+        cols[name] = np.array([-1 if v is None else code(v, len(table)) for v in vals], dtype=np.int32)
+    srcs = columns.get("srcs", ())
+    if srcs.count(None) != n:
+        cols["srcs"] = np.array([-1 if s is None else code(json.dumps(s), len(table)) for s in srcs], dtype=np.int32)
+    extra = columns.get("extra", ())
+    if any(extra):
+        cols["extra"] = np.array([code(json.dumps(x, sort_keys=True), len(table)) if x else -1 for x in extra],
+                                 dtype=np.int32)
+    return cols, list(table)
+
+
+def _row(e: Event) -> tuple:  # ROW_FIELDS, in order
+    return (e.kind, e.graph, e.tensor, e.op, e.size, e.offset, e.addr, e.chunk, e.block, e.n_free, e.largest_free,
+            e.total_free, e.n_free_before, e.parent, e.view_src, e.reason, e.srcs, e.children, e.views, e.allocated,
+            e.needed, e.largest, e.node, e.extra)
+
+
+def decode_events(n: int, cols: dict[str, np.ndarray], table: list[str]) -> list[Event]:
+    """The exact events `encode` was given."""
+    lists = {}
+    for name, arr in cols.items():
+        if name in INT_FIELDS:
+            missing = int(np.iinfo(arr.dtype).min)
+            lists[name] = [None if v == missing else v for v in arr.tolist()]
+        elif name in STR_FIELDS:
+            lists[name] = [None if c < 0 else table[c] for c in arr.tolist()]
+        else:
+            lists[name] = [None if c < 0 else json.loads(table[c]) for c in arr.tolist()]
+    if "extra" in lists:
+        lists["extra"] = [{} if x is None else x for x in lists["extra"]]
+    names = list(lists)
+    out = []
+    for row in zip(*(lists[k] for k in names)) if names else [()] * n:
+        out.append(Event(**dict(zip(names, row))))
+    return out
+
+
+def public_columns(n: int, cols: dict[str, np.ndarray], table: list[str]) -> dict[str, np.ndarray]:
+    """Columns for analysis: int64 with -1 for missing, object arrays for strings, lists and dicts."""
+    out: dict[str, np.ndarray] = {"i": np.arange(n, dtype=np.int64)}
+    for name in FIELDS:
+        arr = cols.get(name)
+        if name in INT_FIELDS:
+            if arr is None:
+                out[name] = np.full(n, -1, dtype=np.int64)
+            else:
+                col = arr.astype(np.int64)
+                col[arr == np.iinfo(arr.dtype).min] = -1
+                out[name] = col
+            continue
+        values = np.empty(len(table) + 1, dtype=object)
+        if name in STR_FIELDS:
+            values[:-1] = table
+        elif arr is not None:
+            for c in np.unique(arr[arr >= 0]).tolist():
+                values[c] = json.loads(table[c])
+        values[-1] = {} if name == "extra" else None
+        out[name] = values[arr] if arr is not None else np.full(n, values[-1], dtype=object)
+    return out

@@ -1,0 +1,137 @@
+"""Import AT_PRINTF logs into the store: read, split into graphs, recover, store atomically.
+
+`import_paths` is what the CLI and the HTTP server call; each file becomes one
+trace, and a failure on any file leaves the store as it was.
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Iterator
+
+from alloctrace.errors import UserError
+
+from .logio import LogReader, check_path
+from .parse_log import AbsurdNumber, parse_line
+from .progress import Progress
+from .recover import GENERATIONS, GallocrReplay, LegacyReplay
+from .schema import GraphRecord, TraceMeta
+from .split import Features, Splitter
+
+
+def detect_generation(f: Features) -> str:
+    """The generation a log's message formats and fingerprints point to."""
+    if f.chunk:
+        return "ggml-head"
+    if f.offset or f.parent_line:
+        return "ggml-2024-02"
+    if f.addr:
+        return "ggml-2023-10"
+    for line in f.asserts:
+        if line in (131, 139):
+            return "ggml-2023-08-16"
+        if line in (140, 173, 174):
+            return "ggml-2023-08-28"
+        if line in (148, 116, 114):
+            return "ggml-2023-10"
+    # a fresh 2023-08-28 allocator has only its last block, so its first choice prints -1
+    return "ggml-2023-08-28" if f.first_block == -1 else "ggml-2023-08-16"
+
+
+def check_generation(generation: str | None) -> str | None:
+    if generation is not None and generation not in GENERATIONS:
+        raise UserError(f"unknown generation {generation!r}; known: {', '.join(GENERATIONS)}")
+    return generation
+
+
+class LogImport:
+    """One log file as a stream of GraphRecords; `generation` is known after the first graph."""
+
+    def __init__(self, path, generation: str | None = None, progress: bool = False):
+        self.path = check_path(path)
+        self.generation = check_generation(generation)
+        self.progress = progress
+
+    def records(self) -> Iterator[GraphRecord]:
+        with LogReader(self.path) as reader:
+            bar = Progress(reader.size, self.path.name, enabled=None if self.progress else False)
+            split, replay = Splitter(), None
+            lineno = 0
+            try:
+                for lineno, line in enumerate(reader.lines(), 1):
+                    draft = split.feed(parse_line(line))
+                    if draft is not None:
+                        replay = replay or self._replayer(split.features)
+                        yield _numbered(replay.graph(draft))
+                    if not lineno & 0xFFFF:
+                        bar.update(reader.position)
+                draft = split.finish()
+                if draft is not None:
+                    replay = replay or self._replayer(split.features)
+                    yield _numbered(replay.graph(draft))
+            except AbsurdNumber as e:
+                raise UserError(f"{self.path}:{lineno}: number out of range: {e}") from None
+            finally:
+                bar.close()
+            if replay is None:
+                raise UserError(f"{self.path}: no ggml-alloc trace lines found")
+
+    def _replayer(self, features: Features):
+        if self.generation is None:
+            self.generation = detect_generation(features)
+        if GENERATIONS[self.generation] == "legacy":
+            return LegacyReplay(self.generation, features.addr_block, features.addr)
+        return GallocrReplay(self.generation)
+
+
+def _numbered(rec: GraphRecord) -> GraphRecord:
+    for ev in rec.events:
+        ev.graph = rec.index
+    return rec
+
+
+def import_file(store, path, name: str | None = None, generation: str | None = None,
+                progress: bool = False) -> str:
+    """Import one log as one trace; returns its id. Nothing is stored if anything fails."""
+    if _is_jsonl_export(path):
+        from .export import read_jsonl
+
+        with LogReader(path) as reader:
+            meta, graphs = read_jsonl(reader.lines())
+            if name:
+                meta.name = name
+            return store.add_trace(meta, graphs)
+    imp = LogImport(path, generation, progress)
+    records = imp.records()
+    first = next(records)  # raises the file's UserError, or "no trace lines"
+    p = Path(path)
+    meta = TraceMeta(name=name or p.name, source=f"log:{p.name}", generation=imp.generation,
+                     profile=imp.generation, extra={"format": "at_printf"})
+    return store.add_trace(meta, itertools.chain([first], records))
+
+
+def _is_jsonl_export(path) -> bool:
+    with LogReader(path) as reader:
+        for line in reader.lines():
+            if line.strip():
+                return line.lstrip().startswith('{"type": "trace"')
+    return False
+
+
+def import_paths(store, paths, name: str | None = None, generation: str | None = None,
+                 progress: bool = False) -> list[str]:
+    """Import each file (plain, gzip or zstd) as one trace; all or nothing across files."""
+    check_generation(generation)
+    paths = [check_path(p) for p in paths]
+    if not paths:
+        raise UserError("no files to import")
+    done: list[str] = []
+    try:
+        for i, p in enumerate(paths):
+            label = name if name is None or len(paths) == 1 else f"{name} ({i + 1})"
+            done.append(import_file(store, p, label, generation, progress))
+    except BaseException:
+        for tid in done:
+            store.delete(tid)
+        raise
+    return done

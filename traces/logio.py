@@ -1,0 +1,155 @@
+"""Open a log (plain, gzip or zstd) as a stream of text lines, memory bounded.
+
+Bad input (missing paths, directories, empty or binary files, truncated
+compressed data) becomes a one-line UserError, never a traceback.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+import zstandard
+
+from alloctrace.errors import UserError
+
+MAX_LINE = 1 << 20  # longer lines are read in pieces, so memory stays bounded
+SNIFF = 8192
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+class _ZstdRaw(io.RawIOBase):
+    """A raw stream over zstd frames that notices a truncated last frame."""
+
+    def __init__(self, fileobj):
+        self.f = fileobj
+        self.dctx = zstandard.ZstdDecompressor()
+        self.dobj = self.dctx.decompressobj()
+        self.pending = b""
+        self.done = False
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        while not self.pending and not self.done:
+            chunk = self.f.read(1 << 20)
+            if not chunk:
+                if not self.dobj.eof:
+                    raise UserError(f"{self.f.name}: truncated zstd data")
+                self.done = True
+                break
+            try:
+                out = self.dobj.decompress(chunk)
+                while self.dobj.eof and self.dobj.unused_data:
+                    rest = self.dobj.unused_data
+                    self.dobj = self.dctx.decompressobj()
+                    out += self.dobj.decompress(rest)
+            except zstandard.ZstdError as e:
+                raise UserError(f"{self.f.name}: corrupt zstd data ({e})") from None
+            self.pending = out
+        n = min(len(b), len(self.pending))
+        b[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+
+def check_path(path) -> Path:
+    """The path as a readable regular file, or a UserError saying why not."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{p}: no such file")
+    if p.is_dir():
+        raise UserError(f"{p}: is a directory, not a log file")
+    if not p.is_file():
+        raise UserError(f"{p}: not a regular file")
+    if not os.access(p, os.R_OK):
+        raise UserError(f"{p}: permission denied")
+    if p.stat().st_size == 0:
+        raise UserError(f"{p}: empty file")
+    return p
+
+
+class LogReader:
+    """Iterates the decoded lines of one log file; `position` is how far into the file it has read."""
+
+    def __init__(self, path):
+        self.path = check_path(path)
+        self.size = self.path.stat().st_size
+        self.raw = open(self.path, "rb")
+        magic = self.raw.read(4)
+        self.raw.seek(0)
+        if magic[:2] == GZIP_MAGIC:
+            self.kind = "gzip"
+            binary = gzip.GzipFile(fileobj=self.raw, mode="rb")
+        elif magic == ZSTD_MAGIC:
+            self.kind = "zstd"
+            binary = io.BufferedReader(_ZstdRaw(self.raw), 1 << 16)
+        else:
+            self.kind = "plain"
+            binary = self.raw
+        self.binary = binary
+        self._sniff()
+        self.text = io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline=None)
+
+    def _sniff(self):
+        """Refuse binary data early (random bytes, images, archives)."""
+        try:
+            head = self.binary.peek(SNIFF)[:SNIFF] if hasattr(self.binary, "peek") else b""
+        except (EOFError, OSError, zlib.error) as e:
+            self.close()
+            raise UserError(f"{self.path}: unreadable {self.kind} data ({_why(e)})") from None
+        if self.kind != "plain" and not head:
+            self.close()
+            raise UserError(f"{self.path}: empty {self.kind} data")
+        if b"\x00" in head or _mostly_undecodable(head):
+            self.close()
+            raise UserError(f"{self.path}: binary data, not a text log")
+
+    @property
+    def position(self) -> int:
+        try:
+            return self.raw.tell()
+        except (OSError, ValueError):
+            return 0
+
+    def lines(self) -> Iterator[str]:
+        """Lines without their line break; over-long lines come in MAX_LINE pieces."""
+        readline = self.text.readline
+        try:
+            while True:
+                line = readline(MAX_LINE)
+                if not line:
+                    return
+                if line[-1] == "\n":
+                    line = line[:-1]
+                yield line
+        except (EOFError, OSError, zlib.error) as e:
+            raise UserError(f"{self.path}: truncated or corrupt {self.kind} data ({_why(e)})") from None
+
+    def close(self):
+        try:
+            self.raw.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _why(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _mostly_undecodable(head: bytes) -> bool:
+    if not head:
+        return False
+    text = head.decode("utf-8", errors="replace")
+    return text.count("\ufffd") > len(text) // 20 + 1

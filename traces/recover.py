@@ -1,0 +1,249 @@
+"""Recover what a log does not print (offsets, free-list state) by replaying it through the model.
+
+Every logged allocation and free is fed, in order, to the model's free-block
+allocator of the log's generation. Where the log prints a choice (block index,
+address, offset, chunk), the model's choice is compared with it: a graph is
+`consistent` when they agree at every step.
+"""
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import replace
+
+from alloctrace.allocator.dyn_tallocr import DynOutOfSpace, DynTallocr
+from alloctrace.allocator.events import Event
+from alloctrace.allocator.profiles import get_profile
+from alloctrace.allocator.tallocr import MEASURE_BASE, MEASURE_SIZE, LegacyTallocr, OutOfFreeBlocks, OutOfSpace, pad
+
+from .schema import GraphRecord, oom_of
+from .split import Draft
+
+GENERATIONS = {
+    "ggml-2023-08-16": "legacy",
+    "ggml-2023-08-28": "legacy",
+    "ggml-2023-10": "legacy",  # Oct 2023 - Jan 2024: the same allocator, messages with addresses
+    "ggml-2024-02": "gallocr",  # v3: one offset-based dyn_tallocr
+    "ggml-head": "gallocr",
+}
+MIB = 1024 * 1024
+REPLAYED = frozenset({"alloc", "free", "reuse", "oom"})
+
+
+def model_profile(generation: str):
+    if generation == "ggml-2023-10":
+        return replace(get_profile("ggml-2023-08-28"), name="ggml-2023-10", max_free_blocks=256, assert_line=0)
+    if generation == "ggml-2024-02":
+        return replace(get_profile("ggml-head"), name="ggml-2024-02")
+    return get_profile(generation)
+
+
+class LegacyReplay:
+    """ggml_allocr lives: a measure allocator, then a real one reset before each eval."""
+
+    def __init__(self, generation: str, addr_block: bool, has_addr: bool = False):
+        self.profile = model_profile(generation)
+        self.has_addr = has_addr
+        self.addr_block = addr_block  # the printed block is the one used, not -1 for the fallback
+        self.t: LegacyTallocr | None = None
+        self.life = None
+        self.measure_max = None
+        self.measure_align = 16
+        self.buffer = None
+        self.index = 0
+
+    def graph(self, d: Draft) -> GraphRecord:
+        role = "measure" if (self.index == 0 or d.compute_after or d.measure_before) else "eval"
+        align = d.alignment or 16
+        base = d.vm_base if d.vm_base is not None else (_first_addr(d) if self.has_addr else None)
+        if role == "measure":
+            self.t = LegacyTallocr(self.profile, MEASURE_BASE if base is None else base, MEASURE_SIZE, align, True)
+            self.life, self.buffer = "measure", None
+        elif self.life != "real":
+            align = d.alignment or self.measure_align
+            self.buffer = d.buffer_before or (self.measure_max + align if self.measure_max else None)
+            self.t = LegacyTallocr(self.profile, base or 0, self.buffer or MEASURE_SIZE, align)
+            self.life = "real"
+        else:
+            self.t.reset()
+        events = [e for e in d.items if isinstance(e, Event)]  # head-only items are meaningless here
+        rec = GraphRecord(index=self.index, role=role, events=events, buffer_size=self.buffer)
+        rec.consistent = self._replay(events)
+        rec.max_size = self.t.max_size
+        rec.oom = oom_summary(rec)
+        if role == "measure":
+            self.measure_max = self.t.max_size
+            sizes = [e.size for e in d.items if isinstance(e, Event) and e.kind == "alloc"]
+            self.measure_align = d.alignment or (32 if sizes and all(s % 32 == 0 for s in sizes) else 16)
+        self.index += 1
+        return rec
+
+    def _replay(self, items) -> bool:
+        self.ok, self.pending_oom, self.oom_tensor = True, None, None
+        self.live: dict[str, deque] = defaultdict(deque)
+        step, replayed = self._step, REPLAYED
+        for ev in items:
+            if ev.kind not in replayed:
+                continue
+            try:
+                step(ev)
+            except (OutOfFreeBlocks, IndexError, ValueError):
+                self.ok = False
+        return self.ok and self.pending_oom is None
+
+    def _step(self, ev: Event):
+        t, k = self.t, ev.kind
+        if k == "alloc":
+            if ev.block is None:
+                return
+            n_before = len(t.sizes)
+            try:
+                ch = t.alloc(ev.size)
+            except OutOfSpace as e:
+                self.pending_oom, self.oom_tensor = e, ev.tensor
+                self.ok = self.ok and ev.block == -1
+                return
+            block = ch.block if not self.addr_block or ch.block != -1 else n_before - 1
+            if block != ev.block or (ev.addr is not None and ev.addr != ch.addr):
+                self.ok = False
+            ev.offset = ch.addr - t.base
+            self.live[ev.tensor].append((ch.addr, ev.size))
+            ev.n_free, ev.largest_free, ev.total_free = t.summary()
+        elif k == "free":
+            addr = _take(self.live, ev.tensor, ev.size)
+            if addr is None:
+                addr = ev.addr
+            if addr is None or ev.n_free_before != len(t.sizes):
+                self.ok = False
+            if addr is not None:
+                t.free(addr, ev.size)
+                ev.offset = addr - t.base
+                ev.n_free, ev.largest_free, ev.total_free = t.summary()
+        elif k == "reuse":
+            # the node takes over its parent's (or the view's source's) memory
+            src = self.live.get(ev.view_src or ev.parent)
+            if src:
+                self.live[ev.tensor].append(src.popleft())
+        elif k == "oom":
+            if ev.tensor is None:
+                ev.tensor = self.oom_tensor
+            if self.pending_oom is None:  # the allocating line was lost: ask the model directly
+                try:
+                    t.alloc(ev.needed)
+                except OutOfSpace as e:
+                    self.pending_oom = e
+            got = self.pending_oom
+            if got is None or (got.needed, got.largest) != (ev.needed, ev.largest):
+                self.ok = False
+            self.pending_oom = None
+
+
+def _first_addr(d: Draft):
+    for ev in d.items:
+        if isinstance(ev, Event) and ev.kind == "alloc" and ev.addr:
+            return ev.addr
+    return None
+
+
+def _take(live: dict, name: str, size: int):
+    """The address of the live tensor a `freeing NAME` line means; explicit allocations
+    logged before the graph named them are matched by size, oldest first."""
+    for key in (name, ""):
+        q = live.get(key)
+        if q:
+            for i, (addr, s) in enumerate(q):
+                if s == size:
+                    del q[i]
+                    return addr
+    return None
+
+
+class GallocrReplay:
+    """ggml_gallocr plans: the dyn_tallocr is reset for each plan; the buffer only grows."""
+
+    def __init__(self, generation: str):
+        self.profile = model_profile(generation)
+        self.chunk_sizes: list[int] | None = None
+        self.index = 0
+
+    def graph(self, d: Draft) -> GraphRecord:
+        first = next((e for e in d.items if isinstance(e, Event)), None)
+        role = "eval" if first is not None and first.kind == "realloc" else "reserve"
+        sizes = [e.size for e in d.items if isinstance(e, Event) and e.kind == "alloc"]
+        align = d.alignment or (32 if all(s % 32 == 0 for s in sizes) else 16)
+        dyn = DynTallocr(align, max_free_blocks=self.profile.max_free_blocks)
+        events, ok = self._replay(d.items, dyn)
+        new = [ch.max_size for ch in dyn.chunks]
+        cur = self.chunk_sizes
+        before = sum(cur) if cur else 0
+        if cur is None or any(n > (cur[c] if c < len(cur) else 0) for c, n in enumerate(new)):
+            self.chunk_sizes = new
+        after = sum(self.chunk_sizes)
+        for ev in events:
+            if ev.kind == "buffer":
+                ev.size, ev.extra = after, {"from": before}
+        rec = GraphRecord(index=self.index, role=role, events=events, max_size=sum(new),
+                          buffer_size=d.buffer_after if d.buffer_after is not None else after, consistent=ok)
+        rec.oom = oom_summary(rec)
+        self.index += 1
+        return rec
+
+    def _replay(self, items, dyn: DynTallocr):
+        ok, events = True, []
+        where: dict[str, tuple] = {}  # tensor name -> (chunk, offset, padded size)
+        pending_oom = None
+        for ev in items:
+            if not isinstance(ev, Event):  # ("buffer", name, from MiB, to MiB)
+                events.append(Event("buffer", reason=ev[1], size=int(ev[3] * MIB), extra={"from": int(ev[2] * MIB)}))
+                continue
+            events.append(ev)
+            k = ev.kind
+            try:
+                if k == "alloc":
+                    c, b, o = dyn.alloc(ev.size)
+                    if (b, o, c) != (ev.block, ev.offset, ev.chunk if ev.chunk is not None else 0):
+                        ok = False
+                    if ev.offset is None:
+                        ev.offset = o
+                    where[ev.tensor] = (c, o, ev.size)
+                    ev.n_free, ev.largest_free, ev.total_free = dyn.summary()
+                elif k == "free":
+                    c = ev.chunk if ev.chunk is not None else 0
+                    if ev.offset is None or c >= len(dyn.chunks):
+                        ok = False
+                        continue
+                    if ev.n_free_before != len(dyn.chunks[c].sizes):
+                        ok = False
+                    dyn.free(c, ev.offset, ev.size)
+                    ev.n_free, ev.largest_free, ev.total_free = dyn.summary()
+                elif k == "reuse" and ev.parent in where:
+                    where[ev.tensor] = where[ev.parent]
+                elif k == "free_extra":
+                    p = where.get(ev.tensor)
+                    if p is None:
+                        ok = False
+                        continue
+                    c, o, s = p
+                    ev.chunk, ev.offset = c, o + s - ev.size
+                    dyn.free(c, ev.offset, ev.size)
+                    where[ev.tensor] = (c, o, s - ev.size)
+                elif k == "oom":
+                    if pending_oom is None:
+                        dyn.alloc(ev.needed)
+                        ok = False
+                    elif (pending_oom.needed, pending_oom.largest) != (ev.needed, ev.largest):
+                        ok = False
+                    pending_oom = None
+            except DynOutOfSpace as e:
+                if k == "alloc":
+                    pending_oom = e
+                ok = False if k != "oom" else ok and (e.needed, e.largest) == (ev.needed, ev.largest)
+            except (OutOfFreeBlocks, IndexError):
+                ok = False
+        return events, ok and pending_oom is None
+
+
+def oom_summary(rec: GraphRecord) -> dict | None:
+    for ev in rec.events:
+        if ev.kind == "oom":
+            return oom_of(ev)
+    return None

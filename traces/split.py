@@ -1,0 +1,184 @@
+"""Split a stream of parsed log items into graphs (drafts), noting program-flow hints.
+
+A draft is one allocator graph walk as logged, before offsets are recovered.
+Rules: `####### graph` starts a walk (allocations logged since the previous walk's
+last node are explicit allocations of the new graph); a head `needs_realloc`
+starts a re-plan; without graph headers, an allocation after program output or
+at the start of a still-live allocation starts a new walk.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from alloctrace.allocator.events import Event
+
+from .parse_log import BLANK, DEBUG, AUTO_REALLOC
+
+
+@dataclass
+class Draft:
+    items: list = field(default_factory=list)  # Events, and ("buffer", ...) tuples
+    n_exec: int = 0
+    measure_before: bool = False  # program said a measure allocator comes next
+    compute_after: bool = False  # program printed its compute buffer after this walk
+    buffer_before: int | None = None  # `buffer size = N` printed before the walk (2023 harness)
+    buffer_after: int | None = None  # `buffer size = N` printed after the walk (head harness)
+    alignment: int | None = None
+    vm_base: int | None = None  # measure buffer base address, when logged
+
+
+@dataclass
+class Features:
+    """What the log's lines say about its generation (see detect.py)."""
+
+    chunk: bool = False
+    offset: bool = False
+    addr: bool = False
+    addr_block: bool = False  # `block K, addr 0x...`: K is the block actually used
+    parent_line: bool = False
+    first_block: int | None = None
+    asserts: list = field(default_factory=list)
+    n_alloc_lines: int = 0
+
+
+class Splitter:
+    def __init__(self):
+        self.cur: Draft | None = None
+        self.pending: dict = {}
+        self.features = Features()
+        self.headers_seen = False
+        self.gap = False  # program output since the last allocator line of a started walk
+        self.prev_alloc_line = False
+        self.exec_since_blank = 0
+        self.live: set = set()  # (chunk, offset or addr) of logged live allocations in the current walk
+        self.last_alloc: Event | None = None
+
+    def _new(self, items=None) -> Draft | None:
+        done = self.cur
+        d = Draft(items=items or [])
+        for k, v in self.pending.items():
+            setattr(d, k, v)
+        self.pending = {}
+        self.cur, self.gap, self.exec_since_blank = d, False, 0
+        self.live = set()
+        return done if done is not None and done.items else None
+
+    def feed(self, item):
+        """Take one parsed item; returns a finished Draft or None."""
+        if isinstance(item, Event):
+            return self._event(item)
+        kind = item[0]
+        if item is BLANK:
+            if self.cur is not None and self.prev_alloc_line:
+                ev = Event("barrier" if self.exec_since_blank > 1 else "step")
+                self.cur.items.append(ev)
+                self.exec_since_blank = 0
+            self.prev_alloc_line = False
+            return None
+        self.prev_alloc_line = kind not in ("program", "compute_buffer", "measure_next", "buffer_size",
+                                            "alignment")
+        if kind == "graph":
+            return self._header(item)
+        if item is DEBUG or item is AUTO_REALLOC:
+            return None
+        started = self.cur is not None and self.cur.n_exec > 0
+        if kind == "buffer":
+            if self.cur is not None:
+                self.cur.items.append(item)
+            self.gap = started
+            return None
+        if kind == "data_addr":
+            if self.last_alloc is not None and self.last_alloc.addr is None:
+                self.last_alloc.addr = item[1]
+                self.features.addr = True
+            return None
+        if kind == "vm_base":
+            self.pending["vm_base"] = item[1]
+            return None
+        if kind == "assert":
+            self.features.asserts.append(item[1])
+            if "out of free blocks" in item[2] and self.cur is not None:
+                self.cur.items.append(Event("abort", reason="out of free blocks"))
+            return None
+        # program output and the hints it carries
+        if kind == "compute_buffer" and started:
+            self.cur.compute_after = True
+        elif kind == "measure_next":
+            self.pending["measure_before"] = True
+        elif kind == "buffer_size":
+            if started and self.cur.buffer_after is None:
+                self.cur.buffer_after = item[1]
+            self.pending["buffer_before"] = item[1]
+        elif kind == "alignment":
+            self.pending["alignment"] = item[1]
+            if self.cur is not None and self.cur.alignment is None:
+                self.cur.alignment = item[1]
+        self.gap = self.gap or started
+        return None
+
+    def _header(self, item) -> Draft | None:
+        self.headers_seen = True
+        ev = Event("graph", extra={"g": item[1], "n": item[2]})
+        if self.cur is None or self.cur.n_exec == 0:
+            if self.cur is None:
+                self._new()
+            for k, v in self.pending.items():
+                setattr(self.cur, k, v)
+            self.pending = {}
+            self.cur.items.append(ev)
+            return None
+        items = self.cur.items
+        cut = len(items)
+        while cut > 0 and isinstance(items[cut - 1], Event) and items[cut - 1].kind == "alloc":
+            cut -= 1
+        tail = items[cut:]
+        del items[cut:]
+        return self._new(tail + [ev])
+
+    def _event(self, ev: Event) -> Draft | None:
+        self.prev_alloc_line = True
+        k = ev.kind
+        done = None
+        f = self.features
+        if k == "alloc":
+            f.n_alloc_lines += 1
+            if f.first_block is None:
+                f.first_block = ev.block
+            if ev.chunk is not None:
+                f.chunk = True
+            elif ev.offset is not None:
+                f.offset = True
+            if ev.addr is not None:
+                f.addr = f.addr_block = True
+            key = (ev.chunk, ev.offset if ev.offset is not None else ev.addr)
+            started = self.cur is not None and self.cur.n_exec > 0
+            if started and not self.headers_seen and (self.gap or (key[1] is not None and key in self.live)):
+                done = self._new()
+            if key[1] is not None:
+                self.live.add(key)
+            self.last_alloc = ev
+        elif k == "free":
+            if ev.chunk is not None:
+                f.chunk = True
+            elif ev.offset is not None:
+                f.offset = True
+            if ev.addr is not None:
+                f.addr = True
+            self.live.discard((ev.chunk, ev.offset if ev.offset is not None else ev.addr))
+        elif k == "realloc":
+            if self.cur is not None and self.cur.n_exec > 0:
+                done = self._new()
+        elif k == "exec":
+            self.exec_since_blank += 1
+        elif k == "parent":
+            f.parent_line = True
+        if self.cur is None:
+            self._new()
+        if k == "exec":
+            self.cur.n_exec += 1
+        self.cur.items.append(ev)
+        return done
+
+    def finish(self) -> Draft | None:
+        d, self.cur = self.cur, None
+        return d if d is not None and d.items else None

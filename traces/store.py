@@ -1,0 +1,263 @@
+"""The trace store: one SQLite database (WAL) in a store directory.
+
+Directory: an explicit path, else $ALLOCTRACE_STORE, else $XDG_DATA_HOME/alloctrace
+(~/.local/share/alloctrace). Each graph's events are stored column-wise (see
+columns.py): a few compressed numpy blobs and a string table per graph, so large
+graphs load fast. `add_trace` is one transaction: a failure or an interrupt
+leaves nothing behind. WAL and a busy timeout make concurrent imports and reads safe.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import sqlite3
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import zstandard
+
+from alloctrace.allocator.events import Event
+from alloctrace.errors import UserError
+
+from .columns import decode_events, encode, public_columns
+from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
+
+DB_NAME = "alloctrace.db"
+BUSY_TIMEOUT_S = 120.0
+ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS traces (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL, source TEXT NOT NULL, generation TEXT NOT NULL, profile TEXT,
+    created TEXT NOT NULL, tags TEXT NOT NULL, extra TEXT NOT NULL, format_version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS graphs (
+    trace_id TEXT NOT NULL REFERENCES traces(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL, role TEXT NOT NULL, n_events INTEGER NOT NULL,
+    max_size INTEGER, buffer_size INTEGER, oom TEXT, consistent INTEGER, extra TEXT NOT NULL,
+    strings BLOB NOT NULL,
+    PRIMARY KEY (trace_id, idx));
+CREATE TABLE IF NOT EXISTS columns (
+    trace_id TEXT NOT NULL, graph_idx INTEGER NOT NULL, name TEXT NOT NULL, dtype TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (trace_id, graph_idx, name),
+    FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
+"""
+
+
+class NotFound(KeyError, UserError):
+    """No trace (or graph) with that id."""
+
+    exit_code = 3
+
+    def __init__(self, message: str):
+        UserError.__init__(self, message)
+
+    def __str__(self):
+        return self.args[0]
+
+
+def store_dir(path=None) -> Path:
+    """Where the store lives: explicit path, $ALLOCTRACE_STORE, or the per-user data directory."""
+    if path:
+        return Path(path).expanduser()
+    if os.environ.get("ALLOCTRACE_STORE"):
+        return Path(os.environ["ALLOCTRACE_STORE"]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "alloctrace"
+
+
+def open_store(path=None) -> "Store":
+    d = store_dir(path)
+    if d.exists() and not d.is_dir():
+        raise UserError(f"store {d} is not a directory")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create store directory {d}: {e.strerror}") from None
+    return Store(d / DB_NAME)
+
+
+class Store:
+    def __init__(self, db_path: Path):
+        self.path = Path(db_path)
+        self._lock = threading.RLock()
+        self._zc = zstandard.ZstdCompressor(level=3)
+        self._zd = zstandard.ZstdDecompressor()
+        try:
+            self.db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                      check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(SCHEMA)
+            self.db.execute("INSERT OR IGNORE INTO store_info VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
+            (ver,) = self.db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise UserError(f"cannot open store {self.path}: {e}") from None
+        if int(ver) > FORMAT_VERSION:
+            raise UserError(f"store {self.path} has format {ver}; this alloctrace reads up to {FORMAT_VERSION}")
+
+    def close(self):
+        self.db.close()
+
+    # --- writing ------------------------------------------------------------------------
+    def add_trace(self, meta: TraceMeta, graphs: Iterable[GraphRecord]) -> str:
+        """Store a trace in one transaction; `graphs` may be a generator (it is consumed inside)."""
+        created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        with self._lock:
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                raise UserError(f"store {self.path} is busy: {e}") from None
+            try:
+                tid = self._new_id()
+                self.db.execute(
+                    "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version)"
+                    " VALUES (?,?,?,?,?,?,?,?,?)",
+                    (tid, meta.name, meta.source, meta.generation, meta.profile, created, json.dumps(meta.tags),
+                     json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION))
+                for g in graphs:
+                    self._add_graph(tid, g)
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+        return tid
+
+    def _new_id(self) -> str:
+        while True:
+            tid = secrets.token_hex(4)
+            if not self.db.execute("SELECT 1 FROM traces WHERE id=?", (tid,)).fetchone():
+                return tid
+
+    def _add_graph(self, tid: str, g: GraphRecord):
+        cols, table = encode(g.events)
+        strings = self._zc.compress(json.dumps(table).encode())
+        self.db.execute(
+            "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (tid, g.index, g.role, len(g.events), g.max_size, g.buffer_size,
+             None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
+             json.dumps(g.extra, sort_keys=True), strings))
+        self.db.executemany(
+            "INSERT INTO columns (trace_id, graph_idx, name, dtype, data) VALUES (?,?,?,?,?)",
+            [(tid, g.index, name, arr.dtype.str, self._zc.compress(arr.tobytes())) for name, arr in cols.items()])
+
+    def delete(self, tid: str) -> None:
+        tid = self._id(tid)
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute("DELETE FROM columns WHERE trace_id=?", (tid,))
+                self.db.execute("DELETE FROM graphs WHERE trace_id=?", (tid,))
+                self.db.execute("DELETE FROM traces WHERE id=?", (tid,))
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+    # --- reading ------------------------------------------------------------------------
+    def resolve(self, ref: str) -> tuple[str, int | None]:
+        """'ID' or 'ID:G' -> (full id, graph index or None); unique id prefixes are accepted."""
+        ref = (ref or "").strip()
+        head, sep, tail = ref.partition(":")
+        head = head.lower()
+        if not ID_RE.match(head):
+            raise NotFound(f"no trace {ref!r}")
+        with self._lock:
+            rows = self.db.execute("SELECT id FROM traces WHERE substr(id, 1, ?) = ? LIMIT 2",
+                                   (len(head), head)).fetchall()
+        if not rows:
+            raise NotFound(f"no trace {head!r}")
+        if len(rows) > 1:
+            raise NotFound(f"trace id prefix {head!r} is ambiguous")
+        tid = rows[0][0]
+        if not sep:
+            return tid, None
+        if not tail.isdigit():
+            raise NotFound(f"bad graph index {tail!r} in {ref!r}")
+        g = int(tail)
+        with self._lock:
+            if not self.db.execute("SELECT 1 FROM graphs WHERE trace_id=? AND idx=?", (tid, g)).fetchone():
+                raise NotFound(f"trace {tid} has no graph {g}")
+        return tid, g
+
+    def _id(self, tid: str) -> str:
+        return self.resolve(str(tid).partition(":")[0])[0]
+
+    def summary(self, tid: str) -> dict:
+        tid = self._id(tid)
+        with self._lock:
+            row = self.db.execute("SELECT id, name, source, generation, profile, created, tags FROM traces "
+                                  "WHERE id=?", (tid,)).fetchone()
+            graphs = self.db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent "
+                                     "FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
+        return _summary(row, graphs)
+
+    def list(self, q: str | None = None) -> list[dict]:
+        """Summaries, newest first; `q` keeps traces whose name contains it (case-insensitive)."""
+        sql = "SELECT id, name, source, generation, profile, created, tags FROM traces"
+        args: tuple = ()
+        if q:
+            sql += " WHERE instr(lower(name), lower(?)) > 0"
+            args = (q,)
+        with self._lock:
+            rows = self.db.execute(sql + " ORDER BY created DESC, seq DESC", args).fetchall()
+            graphs: dict[str, list] = {}
+            for r in self.db.execute("SELECT trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent "
+                                     "FROM graphs ORDER BY trace_id, idx"):
+                graphs.setdefault(r[0], []).append(r[1:])
+        return [_summary(r, graphs.get(r[0], [])) for r in rows]
+
+    def _raw(self, tid: str, g: int):
+        tid = self._id(tid)
+        with self._lock:
+            row = self.db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings "
+                                  "FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
+            if row is None:
+                raise NotFound(f"trace {tid} has no graph {g}")
+            blobs = self.db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
+                                    (tid, int(g))).fetchall()
+        table = json.loads(self._zd.decompress(row[8]))
+        cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
+        return row, cols, table
+
+    def events(self, tid: str, graph_index: int) -> list[Event]:
+        row, cols, table = self._raw(tid, graph_index)
+        return decode_events(row[2], cols, table)
+
+    def columns(self, tid: str, graph_index: int) -> dict[str, np.ndarray]:
+        row, cols, table = self._raw(tid, graph_index)
+        return public_columns(row[2], cols, table)
+
+    def graph(self, tid: str, graph_index: int) -> GraphRecord:
+        row, cols, table = self._raw(tid, graph_index)
+        idx, role, n, max_size, buffer_size, oom, consistent, extra, _ = row
+        return GraphRecord(index=idx, role=role, events=decode_events(n, cols, table), max_size=max_size,
+                           buffer_size=buffer_size, oom=None if oom is None else json.loads(oom),
+                           consistent=None if consistent is None else bool(consistent), extra=json.loads(extra))
+
+    def meta(self, tid: str) -> TraceMeta:
+        tid = self._id(tid)
+        with self._lock:
+            r = self.db.execute("SELECT name, source, generation, profile, created, tags, extra FROM traces WHERE id=?",
+                                (tid,)).fetchone()
+        return TraceMeta(name=r[0], source=r[1], generation=r[2], profile=r[3], created=r[4], tags=json.loads(r[5]),
+                         extra=json.loads(r[6]))
+
+
+def _summary(row, graphs) -> dict:
+    tid, name, source, generation, profile, created, tags = row
+    return {"id": tid, "name": name, "source": source, "generation": generation, "profile": profile,
+            "created": created, "tags": json.loads(tags),
+            "graphs": [{"index": g[0], "role": g[1], "n_events": g[2], "max_size": g[3], "buffer_size": g[4],
+                        "oom": None if g[5] is None else json.loads(g[5]),
+                        "consistent": None if g[6] is None else bool(g[6])} for g in graphs]}
