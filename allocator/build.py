@@ -8,7 +8,7 @@ for a tensor living in another buffer.
 """
 from __future__ import annotations
 
-from .tensor import Graph, Tensor, contiguous_nb, nbytes_2023
+from .tensor import TYPE_SIZE, Graph, Tensor, contiguous_nb, nbytes_2023
 
 _UNARY = {"gelu": "GELU", "silu": "SILU", "relu": "RELU", "tanh": "TANH", "gelu_quick": "GELU_QUICK"}
 
@@ -141,7 +141,8 @@ class Ctx:
         return self._new("f32", (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), op="MUL_MAT", srcs=[a, b])
 
     def get_rows(self, a, b):
-        return self._new("f32", (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), op="GET_ROWS", srcs=[a, b])
+        type_ = "i32" if a.type == "i32" and not self.legacy else "f32"  # later ggml keeps i32 rows i32
+        return self._new(type_, (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), op="GET_ROWS", srcs=[a, b])
 
     def repeat(self, a, b):
         """The result has b's shape; 2023 kept b as a source, later only its shape."""
@@ -162,16 +163,17 @@ class Ctx:
     def view_1d(self, a, ne0, offset):
         return self._view(a, (ne0,), contiguous_nb(a.type, (ne0, 1, 1, 1)), offset)
 
+    # a view's row stride nb[0] is its type's size even when `a` is transposed or permuted
     def view_2d(self, a, ne0, ne1, nb1, offset):
-        ts = a.nb[0]
+        ts = TYPE_SIZE[a.type]
         return self._view(a, (ne0, ne1), (ts, nb1, nb1 * ne1, nb1 * ne1), offset)
 
     def view_3d(self, a, ne0, ne1, ne2, nb1, nb2, offset):
-        ts = a.nb[0]
+        ts = TYPE_SIZE[a.type]
         return self._view(a, (ne0, ne1, ne2), (ts, nb1, nb2, nb2 * ne2), offset)
 
     def view_4d(self, a, ne0, ne1, ne2, ne3, nb1, nb2, nb3, offset):
-        return self._view(a, (ne0, ne1, ne2, ne3), (a.nb[0], nb1, nb2, nb3), offset)
+        return self._view(a, (ne0, ne1, ne2, ne3), (TYPE_SIZE[a.type], nb1, nb2, nb3), offset)
 
     def reshape(self, a, ne):
         t = self._new(a.type, tuple(ne), op="RESHAPE", srcs=[a], view_of=a)
