@@ -13,6 +13,7 @@ from .tallocr import OutOfFreeBlocks, pad
 from .tensor import Graph, Tensor, same_layout
 
 INVALID = (-1, SIZE_MAX)
+NO_ALLOC = (-1, INVALID, 0)  # a tensor_alloc for "no tensor here": ggml keeps one per src slot
 
 
 class _Stop(Exception):
@@ -195,7 +196,7 @@ class Gallocr:
     # --- plan ---------------------------------------------------------------------------
     def _talloc(self, t: Tensor | None):
         if t is None or t.view_src is not None or self.addr(t) != 0:
-            return (-1, INVALID, 0)
+            return NO_ALLOC
         hn = self._hn(t)
         return (0, (hn.chunk, hn.offset), t.nbytes)
 
@@ -242,7 +243,7 @@ class Gallocr:
             if not self._valid(node, dst):
                 return f"node {node.name} is not valid"
             for j, src in enumerate(node.srcs):
-                if src is not None and not self._valid(src, srcs[j]):
+                if src is not None and not self._valid(src, srcs[j] if j < len(srcs) else NO_ALLOC):
                     return f"src {j} ({src.name}) of node {node.name} is not valid"
         return None
 
@@ -262,9 +263,9 @@ class Gallocr:
         for leaf, talloc in zip(graph.leafs, self.leaf_allocs):
             self._init_tensor(leaf, talloc)
         for node, (dst, srcs) in zip(graph.nodes, self.node_allocs):
-            for src, talloc in zip(node.srcs, srcs):
+            for j, src in enumerate(node.srcs):
                 if src is not None:
-                    self._init_tensor(src, talloc)
+                    self._init_tensor(src, srcs[j] if j < len(srcs) else NO_ALLOC)
             self._init_tensor(node, dst)
         return True
 
