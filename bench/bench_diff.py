@@ -4,7 +4,9 @@ The graphs are event streams of a layered network (per layer: a few activations
 allocated, used and freed, as in a transformer block) with real best-fit
 choices from the model's free-block allocator. Three pairs are timed:
 identical runs, runs that part in the middle (one tensor grows), and runs of
-unrelated tensor names. Usage: python bench/bench_diff.py [n_events]
+unrelated tensor names; each as lists of Event and as the store's columns.
+Wall and CPU time are printed: on a shared machine the CPU time is the fairer number.
+Usage: python bench/bench_diff.py [n_events]
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import time
 
 from alloctrace.allocator import Event, get_profile
 from alloctrace.allocator.tallocr import LegacyTallocr
+from alloctrace.traces.columns import encode, public_columns
 from alloctrace.traces.diff import diff_graphs
 
 SIZES = [2048, 4096, 1024, 8192, 2048, 512]
@@ -43,13 +46,19 @@ def synthetic_events(n_events: int, grow_at: int | None = None, prefix: str = ""
     return events
 
 
-def timed(label: str, a: list, b: list):
-    t0 = time.perf_counter()
+def as_columns(events: list) -> dict:
+    """What `Store.columns` hands to diff_refs for a stored graph."""
+    cols, table = encode(events)
+    return public_columns(len(events), cols, table)
+
+
+def timed(label: str, a, b):
+    t0, c0 = time.perf_counter(), time.process_time()
     d = diff_graphs(a, b, {"label": "a"}, {"label": "b"})
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     fd = d.first_divergence
     where = f"first divergence at event {fd['event_a']}" if fd else "no divergence"
-    print(f"{label:<28} {dt:6.3f} s  aligned {d.aligned['fraction']:.3f}, {where}")
+    print(f"  {label:<24} {dt:6.3f} s wall {dc:6.3f} s cpu  aligned {d.aligned['fraction']:.3f}, {where}")
 
 
 def main():
@@ -59,9 +68,15 @@ def main():
     mid = synthetic_events(n, grow_at=len(base) // 8)
     other = synthetic_events(n, prefix="x", seed=7)
     print(f"built 3 graphs of {len(base)} events in {time.perf_counter() - t0:.1f} s")
+    print("event lists (diff_graphs on list[Event]):")
     timed("identical", base, list(base))
     timed("parting in the middle", base, mid)
     timed("unrelated names", base, other)
+    base_c, mid_c, other_c = as_columns(base), as_columns(mid), as_columns(other)
+    print("store columns (diff_refs path, Store.columns):")
+    timed("identical", base_c, base_c)
+    timed("parting in the middle", base_c, mid_c)
+    timed("unrelated names", base_c, other_c)
 
 
 if __name__ == "__main__":

@@ -184,3 +184,14 @@ def test_whole_traces_pair_graphs_in_order(fixtures, store):
     assert len(js["pairs"]) == len(t.pairs) and js["first_divergent_pair"] is not None
     one = diff_refs(store, f"{old}:1", new)  # one graph against a whole trace: pairs with its graph 0
     assert [(ga, gb) for ga, gb, _ in one.pairs] == [(1, 0)]
+
+
+def test_store_columns_and_event_lists_give_the_same_diff(fixtures, store):
+    """diff_refs reads the store's columns; the result must not depend on that."""
+    for folder in ("v2023-08-16-legacy", "head-gallocr"):
+        log = fixtures / folder / ("harness_gallocr.AT.log" if folder == "head-gallocr" else "harness_plain.AT.log")
+        (tid,) = import_paths(store, [log])
+        by_columns = diff_refs(store, f"{tid}:0", f"{tid}:1").to_json()
+        meta = {g["index"]: {**g, "label": f"{tid}:{g['index']} {g['role']}"} for g in store.summary(tid)["graphs"]}
+        by_events = diff_graphs(store.events(tid, 0), store.events(tid, 1), meta[0], meta[1]).to_json()
+        assert by_columns == by_events

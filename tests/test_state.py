@@ -131,3 +131,33 @@ def test_double_free_is_reported_not_merged():
     st = state_at(evs, 4)
     assert len(st["anomalies"]) == 1 and "twice" in st["anomalies"][0]
     assert st["free_blocks"][0] == (0, 32, 0)
+
+
+def test_state_from_store_columns_equals_state_from_events(fixtures, tmp_path):
+    from alloctrace.traces import import_paths
+    from alloctrace.traces.store import open_store
+
+    s = open_store(tmp_path)
+    (tid,) = import_paths(s, [fixtures / "head-gallocr" / "harness_gallocr.AT.log"])
+    for g in range(len(s.summary(tid)["graphs"])):
+        events, cols = s.events(tid, g), s.columns(tid, g)
+        for n in (0, len(events) // 3, len(events)):
+            assert state_at(cols, n) == state_at(events, n)
+    s.close()
+
+
+@pytest.mark.parametrize("cut", [0, 5, 40])
+def test_copy_into_a_real_buffer_equals_replaying_in_it(fixtures, cut):
+    """A measure replay handed to the real run at a point where both agree: same state as replaying
+    the real run from the start (the endless last block becomes the real buffer's end)."""
+    desc, real = real_run(fixtures, "v2023-08-28-parseseq", "ggml-2023-08-28")
+    cap = desc["real_buffer_size"]
+    measure_like = Replay()
+    measure_like.run_to(real.events, cut)
+    moved = measure_like.copy(capacity=cap)
+    fresh = Replay(capacity=cap)
+    fresh.run_to(real.events, cut)
+    assert moved.state() == fresh.state()
+    moved.run_to(real.events, len(real.events))
+    fresh.run_to(real.events, len(real.events))
+    assert moved.state() == fresh.state() and moved.free.shape() == fresh.free.shape()

@@ -35,6 +35,8 @@ class Placements:
     names: list  # tensor names
     parents: list  # reused parent for reuse placements, else None
     mutations: np.ndarray  # (n, 5): event, SCANNED code, chunk, offset, size of every free-list change
+    mutation_names: list  # tensor of each mutation row
+    mutation_links: dict  # mutation row of a reuse -> (parent, view_src)
 
     def __len__(self):
         return len(self.names)
@@ -54,9 +56,10 @@ def _ints(values) -> np.ndarray:
 
 
 def placements(events) -> Placements:
-    """Extract placements and free-list changes in a few C-speed passes. A legacy failed
-    allocation (an alloc line with no offset, then oom) is one placement; a head oom with no
-    alloc line before it is another."""
+    """Extract placements and free-list changes in a few C-speed passes. `events` is a list of
+    Event or a store's columns (`Store.columns`: int64 with -1 for missing, object strings)."""
+    if isinstance(events, dict):
+        return _from_columns(events)
     kinds = list(map(attrgetter("kind"), events))
     try:
         codes = np.fromiter(map(_CODES.__getitem__, kinds), dtype=np.int8, count=len(kinds))
@@ -64,25 +67,51 @@ def placements(events) -> Placements:
         codes = np.fromiter((SCANNED.get(k, -1) for k in kinds), dtype=np.int8, count=len(kinds))
     idx = np.flatnonzero(codes >= 0)
     sub = list(map(events.__getitem__, idx.tolist()))
-    kind = codes[idx].astype(np.int64)
-    names = list(map(attrgetter("tensor"), sub))
-    size, offset = _ints(list(map(attrgetter("size"), sub))), _ints(list(map(attrgetter("offset"), sub)))
-    block, chunk = _ints(list(map(attrgetter("block"), sub))), _ints(list(map(attrgetter("chunk"), sub)))
+    cols = {"tensor": list(map(attrgetter("tensor"), sub))}
+    for name in ("size", "offset", "block", "chunk"):
+        cols[name] = _ints(list(map(attrgetter(name), sub)))
+    return _assemble(idx, codes[idx].astype(np.int64), cols, lambda r, name: getattr(sub[r], name))
+
+
+def _from_columns(cols: dict) -> Placements:
+    kinds = cols["kind"]
+    codes = np.full(len(kinds), -1, dtype=np.int64)
+    for k, code in SCANNED.items():
+        codes[kinds == k] = code
+    idx = np.flatnonzero(codes >= 0)
+    sub = {"tensor": cols["tensor"][idx].tolist()}
+    for name in ("size", "offset", "block", "chunk"):
+        sub[name] = cols[name][idx]
+
+    def field(r, name):
+        v = cols[name][idx[r]]
+        return None if isinstance(v, (int, np.integer)) and v == NONE else v
+
+    return _assemble(idx, codes[idx], sub, field)
+
+
+def _assemble(idx, kind, cols, field) -> Placements:
+    """The scanned rows (event numbers `idx`, SCANNED codes `kind`) as Placements. A legacy failed
+    allocation (an alloc line with no offset, then oom) is one placement; a head oom with no alloc
+    line before it is another. `field(row, name)` reads the rare extra fields."""
+    names, size, offset, block, chunk = (cols[k] for k in ("tensor", "size", "offset", "block", "chunk"))
+    size = size.copy()
     pkind = np.full(len(idx), -1, dtype=np.int8)
     for scanned, placed in _PLACEMENT_OF_SCAN.items():
         pkind[kind == scanned] = placed
     for r in np.flatnonzero(kind == 5).tolist():  # rare: out of space
-        e = sub[r]
-        if r and kind[r - 1] == 0 and offset[r - 1] == NONE and idx[r - 1] == idx[r] - 1 and names[r - 1] == e.tensor:
+        if r and kind[r - 1] == 0 and offset[r - 1] == NONE and idx[r - 1] == idx[r] - 1 and names[r - 1] == names[r]:
             pkind[r - 1], pkind[r] = 2, -1  # the alloc line before it was the failed attempt
         else:
-            size[r] = e.needed or e.size or 0
+            size[r] = field(r, "needed") or max(0, int(size[r]))
     is_mut = np.isin(kind, _MUTATION_CODES) & ~((kind == 0) & (offset == NONE))
     mut = np.stack([idx, kind, chunk, offset, size], axis=1)[is_mut]
+    mut_rows = np.flatnonzero(is_mut).tolist()
+    links = {j: (field(r, "parent"), field(r, "view_src")) for j, r in enumerate(mut_rows) if kind[r] == 3}
     rows = np.flatnonzero(pkind >= 0)
-    parents = [sub[r].parent if pkind[r] == 1 else None for r in rows.tolist()]
+    parents = [field(r, "parent") if pkind[r] == 1 else None for r in rows.tolist()]
     return Placements(idx[rows], pkind[rows], block[rows], offset[rows], chunk[rows], size[rows],
-                      [names[r] or "" for r in rows.tolist()], parents, mut)
+                      [names[r] or "" for r in rows.tolist()], parents, mut, [names[r] for r in mut_rows], links)
 
 
 def identity_keys(names: list, ids: dict) -> np.ndarray:

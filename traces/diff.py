@@ -12,23 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from alloctrace.errors import UserError
-from alloctrace.traces.align import KIND_NAMES, NONE, Placements, align, placements
-from alloctrace.traces.state import Replay, free_summary, stranding
+from alloctrace.traces.align import KIND_NAMES, NONE, align
+from alloctrace.traces.diff_side import Cursor, Side, make_side, summary
+from alloctrace.traces.state import free_summary, stranding
 
 TOP = 10  # rows in the per-tensor delta tables
-
-
-@dataclass
-class Side:
-    """One run as the diff sees it."""
-
-    label: str
-    events: list
-    placements: Placements
-    capacity: int | None
-    alignment: int
-    meta: dict
 
 
 @dataclass
@@ -63,45 +51,6 @@ class TraceDiff:
         return {"a": self.ref_a, "b": self.ref_b, "first_divergent_pair": first,
                 "pairs": [{"graph_a": ga, "graph_b": gb, **d.to_json()} for ga, gb, d in self.pairs],
                 "unpaired_a": self.unpaired_a, "unpaired_b": self.unpaired_b}
-
-
-def _meta_dict(meta) -> dict:
-    if meta is None:
-        return {}
-    if isinstance(meta, dict):
-        return dict(meta)
-    out = {k: getattr(meta, k) for k in ("role", "max_size", "buffer_size", "index", "name", "generation")
-           if hasattr(meta, k)}
-    out.update(getattr(meta, "extra", None) or {})
-    return out
-
-
-def _side(events, meta, default_label: str) -> Side:
-    m = _meta_dict(meta)
-    p = placements(events)
-    legacy = not bool(np.any(p.chunk[p.kind == 0] != NONE))
-    capacity = m.get("capacity")
-    if capacity is None and legacy and m.get("role") not in (None, "measure"):
-        capacity = m.get("buffer_size")  # a real 2023 buffer ends there; measure and head chunks do not
-    label = m.get("label") or m.get("role") or default_label
-    return Side(label, events, p, capacity, m.get("alignment") or _alignment(p), m)
-
-
-def _alignment(p: Placements, limit: int = 64) -> int:
-    """As state.infer_alignment, from the placement arrays."""
-    sizes = p.size[(p.kind == 0) & (p.size > 0)]
-    acc = int(np.bitwise_or.reduce(sizes)) if len(sizes) else 0
-    return min(acc & -acc, limit) if acc else 1
-
-
-# --- snapshots ------------------------------------------------------------------------------
-def _states(side: Side, points) -> dict:
-    r = Replay(side.capacity, side.alignment)
-    out = {}
-    for n in sorted(set(points)):
-        r.run_to(side.events, n)
-        out[n] = r.state()
-    return out
 
 
 def _blocks_json(state: dict) -> list:
@@ -162,19 +111,24 @@ def _why(ca: dict, cb: dict, sa: dict, sb: dict, la: str, lb: str) -> str:
 
 
 # --- the two divergences ------------------------------------------------------------------
-def _first_divergence(a: Side, b: Side, ia, ib) -> dict | None:
+def _divergence_index(a: Side, b: Side, ia, ib) -> int | None:
+    """The first aligned pair whose kind, block, offset or chunk differs."""
     pa, pb = a.placements, b.placements
     oa, ob = pa.offset[ia], pb.offset[ib]
     known = (oa != NONE) & (ob != NONE) | (pa.kind[ia] != 1)  # imported reuse lines carry no offset
     differs = ((pa.kind[ia] != pb.kind[ib]) | (pa.block[ia] != pb.block[ib]) | (known & (oa != ob))
                | (pa.chunk[ia] != pb.chunk[ib]))
     hits = np.flatnonzero(differs)
-    if not len(hits):
+    return int(hits[0]) if len(hits) else None
+
+
+def _first_divergence(a: Side, b: Side, ia, ib, k, cur_a: Cursor, cur_b: Cursor) -> dict | None:
+    if k is None:
         return None
-    k = int(hits[0])
+    pa, pb = a.placements, b.placements
     ka, kb = int(ia[k]), int(ib[k])
     ea, eb = int(pa.event[ka]), int(pb.event[kb])
-    sa, sb = _states(a, [ea])[ea], _states(b, [eb])[eb]
+    sa, sb = cur_a.state(ea), cur_b.state(eb)
     ca, cb = _choice(a, ka, sa), _choice(b, kb, sb)
     fields = [f for f in ("kind", "block", "offset", "chunk", "size") if ca[f] != cb[f]]
     words = (f"diverges at event {ea} ({a.label}) / {eb} ({b.label}), tensor {pa.names[ka]}: "
@@ -191,7 +145,7 @@ def _mutation_prefix(a: Side, b: Side) -> int:
     return int(diff[0]) if len(diff) else n
 
 
-def _first_free_list_divergence(a: Side, b: Side, ia, ib) -> dict | None:
+def _first_free_list_divergence(a: Side, b: Side, ia, ib, cur_a: Cursor, cur_b: Cursor) -> dict | None:
     """The first aligned placement before which the free lists differ (or the end states)."""
     pa, pb = a.placements, b.placements
     ea_all = np.append(pa.event[ia], len(a.events))  # the ends are compared too
@@ -199,15 +153,22 @@ def _first_free_list_divergence(a: Side, b: Side, ia, ib) -> dict | None:
     ma = np.searchsorted(pa.mutations[:, 0], ea_all)  # free-list changes before each point
     mb = np.searchsorted(pb.mutations[:, 0], eb_all)
     shared = _mutation_prefix(a, b)
-    unsure = np.flatnonzero((ma != mb) | (ma > shared))
+    unsure = (ma != mb) | (ma > shared)
+    if len(ia) < max(len(pa), len(pb)):
+        unsure[-1] = False  # the ends are compared only when every placement aligned
+    unsure = np.flatnonzero(unsure)
     if not len(unsure):
         return None  # both runs made the same changes before every aligned point
-    ra, rb = Replay(a.capacity, a.alignment), Replay(b.capacity, b.alignment)
-    for k in range(int(unsure[0]), len(ea_all)):
+    k0 = int(unsure[0])
+    common = min(shared, int(ma[k0]), int(mb[k0]))  # changes both sides make alike before k0
+    cur_a.run_to(cur_a.event_of_change(common))
+    cur_b.adopt(cur_a, common)
+    ra, rb = cur_a.replay, cur_b.replay
+    for k in range(k0, len(ea_all)):
         ea, eb = int(ea_all[k]), int(eb_all[k])
-        ra.run_to(a.events, ea)
-        rb.run_to(b.events, eb)
-        if ra.free.shape() != rb.free.shape():
+        cur_a.run_to(ea)
+        cur_b.run_to(eb)
+        if ra.free.shape() != rb.free.shape():  # (ra.free is replaced when head re-plans)
             sa, sb = ra.state(), rb.state()
             at_end = k == len(ea_all) - 1
             tensor = None if at_end else pa.names[int(ia[k])]
@@ -228,15 +189,29 @@ def _list_words(state: dict) -> str:
 
 
 # --- out of space -------------------------------------------------------------------------
-def _oom(side: Side, other: Side, mine, theirs) -> dict | None:
-    p = side.placements
-    fails = np.flatnonzero(p.kind == 2)
+def _oom_point(side: Side, other: Side, mine, theirs):
+    """(placement, event) of the first failed allocation, and the other side's aligned
+    (placement, event) or None."""
+    fails = np.flatnonzero(side.placements.kind == 2)
     if not len(fails):
         return None
     k = int(fails[0])
-    e = int(p.event[k])
-    oom_ev = next((x for x in side.events[e:] if x.kind == "oom"), None)
-    state = _states(side, [e])[e]
+    hit = np.flatnonzero(mine == k)
+    there = None
+    if len(hit):
+        j = int(theirs[hit[0]])
+        there = (j, int(other.placements.event[j]))
+    return (k, int(side.placements.event[k])), there
+
+
+def _oom(side: Side, other: Side, point, cur: Cursor, other_cur: Cursor) -> dict | None:
+    if point is None:
+        return None
+    (k, e), there = point
+    p = side.placements
+    oom_ev = next((x for x in (side.events[i] for i in range(e, min(e + 3, len(side.events)))) if x.kind == "oom"),
+                  None)
+    state = cur.state(e)
     free = free_summary(state)
     needed = (oom_ev.needed if oom_ev is not None else None) or int(p.size[k])
     largest = oom_ev.largest if oom_ev is not None and oom_ev.largest is not None else free["largest"]
@@ -244,14 +219,13 @@ def _oom(side: Side, other: Side, mine, theirs) -> dict | None:
     out = {"event": e, "tensor": p.names[k], "needed": needed, "largest_free": largest,
            "total_free": free["total"], "n_free_blocks": free["n_blocks"], "free_blocks": _blocks_json(state),
            "stranded_by": strands}
-    keep = ", ".join(f"{t['tensor']} ({t['size']} B at {t['offset']})" for g in strands for t in g["live"])
+    keep = ", ".join(f"{t['tensor'] or '(unnamed)'} ({t['size']} B at {t['offset']})"
+                     for g in strands for t in g["live"])
     out["words"] = (f"{side.label}: {p.names[k]} needed {needed} B, the largest free block is {largest} B of "
                     f"{free['total']} B free in {free['n_blocks']} blocks" + (f", kept apart by {keep}" if keep else ""))
-    hit = np.flatnonzero(mine == k)
-    if len(hit):
-        j = int(theirs[hit[0]])
-        oe = int(other.placements.event[j])
-        ostate = _states(other, [oe])[oe]
+    if there is not None:
+        j, oe = there
+        ostate = other_cur.state(oe)
         c = _choice(other, j, ostate)
         out["other"] = {**c, **{"free_" + key: v for key, v in free_summary(ostate).items()}}
         out["words"] += f"; at the same point {_choice_words(other.label, c)}"
@@ -262,34 +236,6 @@ def _oom(side: Side, other: Side, mine, theirs) -> dict | None:
 
 
 # --- summaries ----------------------------------------------------------------------------
-def _live_peak(side: Side) -> int:
-    m = side.placements.mutations
-    if not len(m):
-        return 0
-    kind, size = m[:, 1], m[:, 4]
-    delta = np.zeros(len(m), dtype=np.int64)
-    delta[kind == 0] = size[kind == 0]
-    frees = kind == 1
-    al = side.alignment
-    delta[frees] = -((size[frees] + al - 1) // al * al)
-    delta[kind == 2] = -size[kind == 2]
-    return int(max(0, np.cumsum(delta).max()))
-
-
-def _summary(side: Side) -> dict:
-    p, m = side.placements, side.placements.mutations
-    allocs = p.kind == 0
-    ends = p.offset[allocs] + p.size[allocs]
-    chunks = np.maximum(p.chunk[allocs], 0)
-    high = 0
-    for c in np.unique(chunks):
-        high += int(ends[chunks == c].max())
-    return {"label": side.label, "events": len(side.events), "placements": len(p), "allocs": int(allocs.sum()),
-            "reuses": int((p.kind == 1).sum()), "frees": int((m[:, 1] == 1).sum()) if len(m) else 0,
-            "high_water": high, "max_size": side.meta.get("max_size") or high, "peak_live": _live_peak(side),
-            "capacity": side.capacity}
-
-
 def _top(names, delta, a_vals, b_vals) -> list:
     nz = np.flatnonzero(delta)
     if not len(nz):
@@ -323,48 +269,64 @@ def _deltas(a: Side, b: Side, sa: dict, sb: dict, ia, ib) -> dict:
 def diff_graphs(events_a, events_b, meta_a=None, meta_b=None) -> DiffResult:
     """Diff two graphs' event lists. `meta_*` (a GraphRecord or a dict) may give `label`, `role`,
     `max_size`, `buffer_size` (a real 2023 buffer's end), `capacity` and `alignment`."""
-    a, b = _side(events_a, meta_a, "a"), _side(events_b, meta_b, "b")
+    a, b = make_side(events_a, meta_a, "a"), make_side(events_b, meta_b, "b")
     if a.label == b.label:
         a.label, b.label = f"{a.label} (a)", f"{b.label} (b)"
     ia, ib = align(a.placements, b.placements)
-    sum_a, sum_b = _summary(a), _summary(b)
-    sum_a["oom"] = _oom(a, b, ia, ib)
-    sum_b["oom"] = _oom(b, a, ib, ia)
+    k = _divergence_index(a, b, ia, ib)
+    oom_a, oom_b = _oom_point(a, b, ia, ib), _oom_point(b, a, ib, ia)
+    points_a, points_b = [], []
+    if k is not None:
+        points_a.append(int(a.placements.event[ia[k]]))
+        points_b.append(int(b.placements.event[ib[k]]))
+    for point, mine, theirs in ((oom_a, points_a, points_b), (oom_b, points_b, points_a)):
+        if point is not None:
+            mine.append(point[0][1])
+            if point[1] is not None:
+                theirs.append(point[1][1])
+    cur_a, cur_b = Cursor(a, points_a), Cursor(b, points_b)
+    free_list = _first_free_list_divergence(a, b, ia, ib, cur_a, cur_b)
+    first = _first_divergence(a, b, ia, ib, k, cur_a, cur_b)
+    sum_a, sum_b = summary(a), summary(b)
+    sum_a["oom"] = _oom(a, b, oom_a, cur_a, cur_b)
+    sum_b["oom"] = _oom(b, a, oom_b, cur_b, cur_a)
     na, nb = len(a.placements), len(b.placements)
     aligned = {"count": len(ia), "a": na, "b": nb, "fraction": len(ia) / max(na, nb, 1),
                "fraction_a": len(ia) / max(na, 1), "fraction_b": len(ia) / max(nb, 1)}
-    return DiffResult(_first_divergence(a, b, ia, ib), _first_free_list_divergence(a, b, ia, ib), sum_a, sum_b,
-                      _deltas(a, b, sum_a, sum_b, ia, ib), aligned)
+    anomalies = [f"{side.label}: {x}" for side, cur in ((a, cur_a), (b, cur_b)) for x in cur.replay.free.anomalies]
+    return DiffResult(first, free_list, sum_a, sum_b, _deltas(a, b, sum_a, sum_b, ia, ib), aligned, anomalies[:20])
 
 
 # --- stored traces ------------------------------------------------------------------------
-def _graph_count(store, trace_id) -> int:
-    s = store.summary(trace_id)
-    graphs = s.get("graphs") if isinstance(s, dict) else getattr(s, "graphs", None)
-    if isinstance(graphs, int):
-        return graphs
-    if graphs is None:
-        raise UserError(f"trace {trace_id} lists no graphs")
-    return len(graphs)
+def _graphs(store, trace_id) -> dict:
+    """index -> the store's summary row of each graph (role, max_size, buffer_size, ...)."""
+    graphs = store.summary(trace_id).get("graphs") or []
+    return {g["index"]: g for g in graphs}
 
 
-def _record_meta(store, trace_id, g: int) -> dict:
-    rec = store.graph(trace_id, g)
-    m = _meta_dict(rec)
-    m.setdefault("label", f"{trace_id}:{g} {m.get('role') or ''}".strip())
-    return m
+def _load(store, trace_id, g: int, rows: dict):
+    """A graph's events as the store's columns (no Event objects), and its metadata."""
+    meta = dict(rows.get(g) or {})
+    meta["label"] = f"{trace_id}:{g} {meta.get('role') or ''}".strip()
+    events = store.columns(trace_id, g) if hasattr(store, "columns") else store.events(trace_id, g)
+    return events, meta
+
+
+def _pair(store, ta, x, rows_a, tb, y, rows_b) -> DiffResult:
+    events_a, meta_a = _load(store, ta, x, rows_a)
+    events_b, meta_b = _load(store, tb, y, rows_b)
+    return diff_graphs(events_a, events_b, meta_a, meta_b)
 
 
 def diff_refs(store, ref_a: str, ref_b: str):
     """"ID:GRAPH" against "ID:GRAPH" gives a DiffResult; if either ref is a whole trace ("ID"),
     graphs are paired in order and a TraceDiff comes back."""
     (ta, ga), (tb, gb) = store.resolve(ref_a), store.resolve(ref_b)
+    rows_a, rows_b = _graphs(store, ta), _graphs(store, tb)
     if ga is not None and gb is not None:
-        return diff_graphs(store.events(ta, ga), store.events(tb, gb), _record_meta(store, ta, ga),
-                           _record_meta(store, tb, gb))
-    list_a = [ga] if ga is not None else list(range(_graph_count(store, ta)))
-    list_b = [gb] if gb is not None else list(range(_graph_count(store, tb)))
+        return _pair(store, ta, ga, rows_a, tb, gb, rows_b)
+    list_a = [ga] if ga is not None else sorted(rows_a)
+    list_b = [gb] if gb is not None else sorted(rows_b)
     n = min(len(list_a), len(list_b))
-    pairs = [(x, y, diff_graphs(store.events(ta, x), store.events(tb, y), _record_meta(store, ta, x),
-                                _record_meta(store, tb, y))) for x, y in zip(list_a[:n], list_b[:n])]
+    pairs = [(x, y, _pair(store, ta, x, rows_a, tb, y, rows_b)) for x, y in zip(list_a[:n], list_b[:n])]
     return TraceDiff(ref_a, ref_b, pairs, list_a[n:], list_b[n:])

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
+import numpy as np
+
 ENDLESS = 1 << 62  # stands for the open end of a measure buffer or an unsized chunk
 
 MUTATIONS = frozenset({"alloc", "free", "free_extra", "reuse", "realloc"})
@@ -25,14 +27,53 @@ def pad(size: int, alignment: int) -> int:
 def infer_alignment(events, limit: int = 64) -> int:
     """The largest power of two (up to `limit`) dividing every allocated size: the padding
     that head's unpadded `freeing` sizes need when no live record tells the size."""
-    acc = 0
-    for e in events:
-        if e.kind == "alloc" and e.size:
-            acc |= e.size
+    if isinstance(events, ColumnEvents):
+        sizes = events.cols["size"][(events.cols["kind"] == "alloc") & (events.cols["size"] > 0)]
+        acc = int(np.bitwise_or.reduce(sizes)) if len(sizes) else 0
+    else:
+        acc = 0
+        for e in events:
+            if e.kind == "alloc" and e.size:
+                acc |= e.size
     if not acc:
         return 1
     low = acc & -acc
     return min(low, limit)
+
+
+class ColumnEvents:
+    """A store's columns (`Store.columns`) read as a sequence of Event, built on access, so a
+    replay of a few thousand events does not decode a million."""
+
+    FIELDS = ("kind", "tensor", "size", "offset", "chunk", "block", "parent", "view_src", "needed", "largest")
+
+    def __init__(self, cols: dict):
+        self.cols = {k: cols[k] for k in self.FIELDS if k in cols}
+        self.n = len(cols["kind"])
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i: int):
+        from alloctrace.allocator.events import Event
+
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        kw = {}
+        for k, col in self.cols.items():
+            v = col[i]
+            if isinstance(v, np.integer):
+                v = None if v == -1 else int(v)
+            if v is not None:
+                kw[k] = v
+        return Event(**kw)
+
+
+def as_events(events):
+    """Event lists pass through; a columns dict becomes a ColumnEvents."""
+    return ColumnEvents(events) if isinstance(events, dict) else events
 
 
 class FreeList:
@@ -141,40 +182,62 @@ class Replay:
                 return key
         return None
 
+    def copy(self, capacity: int | None = None, alignment: int | None = None) -> "Replay":
+        """An independent replay in the same state, for a run that made the same changes so far in a
+        buffer of `capacity` (the last block is moved to that end)."""
+        r = Replay(capacity, alignment or self.alignment)
+        for c, (o, z) in self.free.chunks.items():
+            offs, sizes = list(o), list(z)
+            old_end, new_end = self.free.end_of(c), r.free.end_of(c)
+            if old_end != new_end:
+                if offs and offs[-1] + sizes[-1] == old_end:
+                    sizes[-1] = new_end - offs[-1]
+                    if sizes[-1] <= 0:
+                        del offs[-1], sizes[-1]
+                elif new_end > old_end:
+                    offs.append(old_end)
+                    sizes.append(new_end - old_end)
+            r.free.chunks[c] = (offs, sizes)
+        r.free.anomalies = list(self.free.anomalies)
+        r.live = {k: list(v) for k, v in self.live.items()}
+        r.where = dict(self.where)
+        r.live_bytes, r.peak_live, r.n, r._reused = self.live_bytes, self.peak_live, self.n, self._reused
+        return r
+
     def apply(self, e):
         self.n += 1
-        k = e.kind
-        if k not in MUTATIONS:
-            return
-        chunk = e.chunk or 0
+        if e.kind in MUTATIONS:
+            self.change(e.kind, e.chunk or 0, e.offset, e.size, e.tensor, e.parent, e.view_src)
+
+    def change(self, k: str, chunk: int, offset, size, tensor, parent=None, view_src=None):
+        """One free-list change (alloc, free, free_extra, reuse, realloc), from an event's fields."""
         if k == "alloc":
-            if e.offset is None:
+            if offset is None:
                 return  # the failed attempt before an oom
-            if self.free.take(chunk, e.offset, e.size) is not None:
-                self.live[(chunk, e.offset)] = [e.tensor, e.size]
-                self.where[e.tensor] = (chunk, e.offset)
-                self.live_bytes += e.size
+            if self.free.take(chunk, offset, size) is not None:
+                self.live[(chunk, offset)] = [tensor, size]
+                self.where[tensor] = (chunk, offset)
+                self.live_bytes += size
                 if self.live_bytes > self.peak_live:
                     self.peak_live = self.live_bytes
         elif k == "free":
-            rec = self.live.pop((chunk, e.offset), None)
-            size = rec[1] if rec else pad(e.size or 0, self.alignment)
+            rec = self.live.pop((chunk, offset), None)
             if rec:
                 self.live_bytes -= rec[1]
-            self.free.give(chunk, e.offset, size)
+            self.free.give(chunk, offset, rec[1] if rec else pad(size or 0, self.alignment))
         elif k == "reuse":
-            key = (chunk, e.offset) if e.offset is not None else self._where_is(e.parent, e.view_src)
+            key = (chunk, offset) if offset is not None else self._where_is(parent, view_src)
             rec = self.live.get(key)
             if rec is not None:
-                rec[0] = e.tensor
-                self.where[e.tensor] = key
+                rec[0] = tensor
+                self.where[tensor] = key
             self._reused = key
         elif k == "free_extra":
             rec = self.live.get(self._reused) if self._reused else None
             if rec is not None and self._reused[0] == chunk:
-                rec[1] = e.offset - self._reused[1]
-                self.live_bytes -= e.size
-            self.free.give(chunk, e.offset, e.size)
+                rec[1] = offset - self._reused[1]
+                self.live_bytes -= size
+            self.free.give(chunk, offset, size)
         elif k == "realloc":  # head: the plan is redone from an empty buffer
             self.free = FreeList(self.capacity)
             self.live.clear()
@@ -196,9 +259,10 @@ class Replay:
 def state_at(events, n: int, capacity: int | None = None, alignment: int | None = None) -> dict:
     """The free list and live tensors after the first `n` events (before events[n] happens).
 
-    `events` is one graph's event list, replayed from an empty buffer; `capacity` is the real
+    `events` is one graph's event list (or its store columns), replayed from an empty buffer; `capacity` is the real
     buffer's size when known. `n` may be len(events) for the final state.
     """
+    events = as_events(events)
     if n < 0 or n > len(events):
         raise ValueError(f"event {n} is out of range (0..{len(events)})")
     r = Replay(capacity, alignment or infer_alignment(events))
@@ -208,6 +272,7 @@ def state_at(events, n: int, capacity: int | None = None, alignment: int | None 
 
 def states_at(events, points, capacity: int | None = None, alignment: int | None = None) -> dict:
     """state_at for several points in one pass: {n: state}."""
+    events = as_events(events)
     r = Replay(capacity, alignment or infer_alignment(events))
     out = {}
     for n in sorted(set(points)):
