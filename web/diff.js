@@ -115,7 +115,8 @@ async function main() {
       m.extraShapes = mk2.shapes; m.extraAnnotations = mk2.annotations;
     }
   }
-  const jump = () => { if (d) { mA.focus(ea, Math.max(30, Math.min(nA, 120))); mB.focus(eb, Math.max(30, Math.min(nA, 120))); $("map-a").scrollIntoView({ behavior: "smooth", block: "start" }); } };
+  const jump = () => { if (d) { const span = Math.max(30, Math.min(Math.round(Math.max(nA, nB) / 3), 200));
+    mA.focus(ea, span); mB.focus(eb, span); $("map-a").scrollIntoView({ behavior: "smooth", block: "start" }); } };
   $("decisions").append(decisionsTable(d, diff.deltas, la, lb, jump));
   $("jump").disabled = !d;
   $("jump").addEventListener("click", jump);

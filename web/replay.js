@@ -21,6 +21,14 @@ async function init() {
     const p = await api("/api/presets");
     const presets = Array.isArray(p) ? p : (p.presets || []);
     fill($("preset"), presets, "llama2-70b");
+    const byName = new Map(presets.filter((x) => typeof x === "object").map((x) => [x.name, x]));
+    const sizes = () => {  // a preset's own context and batch, as its program used them
+      const pr = byName.get($("preset").value);
+      if (pr && pr.n_ctx) $("n_ctx").value = pr.n_ctx;
+      if (pr && pr.n_batch) $("n_batch").value = pr.n_batch;
+    };
+    $("preset").addEventListener("change", sizes);
+    sizes();
     fill($("profile"), (p.profiles && p.profiles.length ? p.profiles : FALLBACK_PROFILES), "ggml-2023-08-16");
   } catch (e) {
     $("replay-status").className = "status error";
