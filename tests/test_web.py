@@ -250,6 +250,12 @@ def test_diff_view_names_the_divergence_and_explains_the_oom(server, page):
     page.wait_for_function("""() => JSON.stringify(document.getElementById('map-a')._fullLayout.xaxis.range)
         === JSON.stringify(document.getElementById('map-b')._fullLayout.xaxis.range)""")
     shot(page, "diff")
+    # the card opens graph b's trace view at the divergence, selected in the table
+    page.click("#open-b")
+    page.wait_for_url(f"**/traces/{tid}?g=1&event={first['event_b']}")
+    wait_map(page)
+    page.wait_for_function(f"document.querySelector('#event-table tr.selected')?.dataset.i == '{first['event_b']}'")
+    assert page.inner_text("#event-table tr.selected td.tensor") == first["tensor"]
 
 
 def test_replay_form_lands_in_the_diff_view(server, page):

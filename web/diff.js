@@ -11,7 +11,7 @@ const refA = parseRef(params.get("a")), refB = parseRef(params.get("b"));
 
 const AMBER = "#d08a00";
 
-function divergenceCard(d, ffl) {
+function divergenceCard(d, ffl, refs) {
   const box = $("divergence");
   if (!d) {
     box.append(el("section", { class: "card fits", id: "no-divergence" }, el("h2", {}, "No divergence"),
@@ -21,7 +21,10 @@ function divergenceCard(d, ffl) {
     box.append(el("section", { class: "card diverge", id: "divergence-card", role: "note" },
       el("h2", {}, `First divergence: event ${fmtInt(ea)}${eb !== ea ? ` / ${fmtInt(eb)}` : ""}`),
       el("p", { class: "big", id: "divergence-words" }, d.words ?? ""),
-      d.fields && d.fields.length ? el("p", { class: "hint" }, `differs in: ${d.fields.join(", ")}`) : null));
+      d.fields && d.fields.length ? el("p", { class: "hint" }, `differs in: ${d.fields.join(", ")}`) : null,
+      el("p", {}, "Open at the divergence: ",
+        el("a", { href: `/traces/${enc(refs[0].id)}?g=${refs[0].g}&event=${ea}`, id: "open-a" }, `a, event ${fmtInt(ea)}`), " · ",
+        el("a", { href: `/traces/${enc(refs[1].id)}?g=${refs[1].g}&event=${eb}`, id: "open-b" }, `b, event ${fmtInt(eb)}`))));
   }
   if (ffl && ffl.words) box.append(el("section", { class: "card" }, el("h2", {}, "Free lists first differ"), el("p", {}, ffl.words)));
 }
@@ -87,7 +90,7 @@ async function main() {
     "  vs  ", el("strong", {}, "b"), " ", link(tb, refB), el("span", { class: "hint" }, ` (${gb.role ?? "?"}, ${tb.generation ?? ""})`));
 
   const d = diff.first_divergence;
-  divergenceCard(d, diff.first_free_list_divergence);
+  divergenceCard(d, diff.first_free_list_divergence, [refA, refB]);
   for (const [side, label] of [[A, la], [B, lb]]) {
     if (side.oom) $("ooms").append(oomCard({ ...side.oom, separating: (side.oom.stranded_by || []).flatMap((g) => g.live || []) }, `${label} ran out of space at event ${fmtInt(side.oom.event)}`));
   }

@@ -331,10 +331,24 @@ export class MemoryMap {
     }
   }
 
+  /** Mark event i; if it is off screen, pan (same zoom) so it is in view. */
   setMarker(i) {
     this.marker = i;
     this.redrawing = true;
-    Plotly.relayout(this.div, { shapes: this.layout(true).shapes }).finally(() => { this.redrawing = false; });
+    const fl = this.div._fullLayout;
+    const update = { shapes: this.layout(true).shapes };
+    let moved = false;
+    if (fl && fl.xaxis) {
+      const [a, b] = fl.xaxis.range, x = i + this.shift;
+      if (x < a || x > b) { update["xaxis.range"] = [x - (b - a) / 2, x + (b - a) / 2]; moved = true; }
+    }
+    Plotly.relayout(this.div, update).finally(() => {
+      this.redrawing = false;
+      if (moved) {
+        if (this.opts.onXRange) this.opts.onXRange(this.div._fullLayout.xaxis.range.slice());
+        this.refetch();
+      }
+    });
   }
 
   /** Show x range [a, b] (used to keep two maps aligned, and to jump to an event). */

@@ -84,10 +84,13 @@ async function main() {
     map = new MemoryMap($("map"), { id, g: gs.index }, { onPick: (i, hit) => pickEvent(i, hit) });
     await map.load(gs);
     $("map-note").textContent = map.truncated ? "Zoomed out: small tensors are merged; zoom in for every tensor." : "";
-    if (map.oom && map.oom.event !== undefined && map.oom.event !== null) {
-      pickEvent(map.oom.event);
-      explainOom(map.oom.event);
-    }
+    const asked = params.get("event");
+    if (map.oom && map.oom.event !== undefined && map.oom.event !== null) explainOom(map.oom.event);
+    if (asked !== null && Number.isInteger(Number(asked)) && Number(asked) >= 0) {
+      const i = Math.min(Number(asked), Math.max(0, (gs.n_events ?? 1) - 1));
+      await map.focus(i, Math.max(30, Math.min(200, Math.round((gs.n_events || 0) / 4))));
+      pickEvent(i);
+    } else if (map.oom && map.oom.event !== undefined && map.oom.event !== null) pickEvent(map.oom.event);
   } catch (e) { showError($("map"), e); }
 }
 main();
