@@ -7,7 +7,7 @@ model's builder; `realggml.run_both` checks them against ggml at every step.
 """
 import math
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from alloctrace.allocator.build import Ctx
 from alloctrace.allocator.tensor import TYPE_SIZE, nbytes_of
@@ -272,7 +272,17 @@ def assert_same_allocation(programs_, ours, theirs):
         assert o.buffer_size == t.buffer_size, f"buffer size model {o.buffer_size} != ggml {t.buffer_size}, {where}"
 
 
+# found by this test: a view of a transposed tensor has nb[0] = type size, not the source's nb[0]
+VIEW_OF_TRANSPOSED = Program((
+    Step("new_tensor_2d", ("f32", 4, 3), "x", input=True),
+    Step("transpose", (Ref(0),)),
+    Step("view_2d", (Ref(1), 2, 2, 16, 0)),
+    Step("cont", (Ref(2),), output=True),
+), (3,))
+
+
 @settings(**SETTINGS)
+@example(VIEW_OF_TRANSPOSED)
 @given(programs())
 def test_single_graph_offsets_and_buffer_size_match_ggml(program):
     ours, theirs = run_both([program])
@@ -310,3 +320,16 @@ def test_a_bigger_second_graph_grows_the_buffer_like_ggml():
     assert_same_allocation(seq, ours, theirs)
     sizes = [t.buffer_size for t in theirs]
     assert sizes[1] > sizes[0] and sizes[2] == sizes[1]
+
+
+def test_plan_reuse_checks_a_source_the_planned_node_did_not_have():
+    """Found by this test: same node and leaf counts, but the node now has a second source. ggml checks
+    it against the empty slot of the plan: a weight fits (plan reused), an input does not (re-plan)."""
+    def graph(op, external):
+        steps = (Step("new_tensor_1d", ("f32", 8), "w", external=external, input=not external),
+                 Step(op, (Ref(0),) * (2 if op == "add" else 1), "y"))
+        return Program(steps, (1,))
+    for second in (graph("add", True), graph("add", False)):
+        seq = [graph("gelu", True), second]
+        ours, theirs = run_both(seq)
+        assert_same_allocation(seq, ours, theirs)
