@@ -75,12 +75,20 @@ function decisionsTable(d, deltas, la, lb, jump) {
 }
 
 async function main() {
-  if (!refA || !refB) { showError($("divergence"), "This page needs ?a=ID:GRAPH&b=ID:GRAPH"); return; }
+  if (!refA || !refB) {
+    for (const n of document.querySelectorAll("main > section")) n.hidden = true;
+    showError($("divergence"), "This page compares two graphs: open it as /diff?a=ID:GRAPH&b=ID:GRAPH.");
+    return;
+  }
   let diff, ta, tb;
   try {
     [diff, ta, tb] = await Promise.all([api(`/api/diff?a=${enc(`${refA.id}:${refA.g}`)}&b=${enc(`${refB.id}:${refB.g}`)}`),
       api(`/api/traces/${enc(refA.id)}`), refB.id === refA.id ? null : api(`/api/traces/${enc(refB.id)}`)]);
-  } catch (e) { showError($("divergence"), e); return; }
+  } catch (e) {
+    for (const n of document.querySelectorAll("main > section")) n.hidden = true;
+    showError($("divergence"), e);
+    return;
+  }
   tb = tb || ta;
   const ga = (ta.graphs || []).find((g) => g.index === refA.g) || {}, gb = (tb.graphs || []).find((g) => g.index === refB.g) || {};
   const A = diff.a || {}, B = diff.b || {};

@@ -31,7 +31,12 @@ function selectionPanel(i, e, hit) {
 
 async function main() {
   let t;
-  try { t = await api(`/api/traces/${enc(id)}`); } catch (e) { showError($("title"), e); return; }
+  try { t = await api(`/api/traces/${enc(id)}`); } catch (e) {
+    $("title").textContent = "Trace not available";
+    for (const n of document.querySelectorAll("main > section, main > .grid-2")) n.hidden = true;
+    showError($("oom-card"), e);
+    return;
+  }
   const graphs = t.graphs || [];
   const g = Number(params.get("g") ?? (graphs[0] ? graphs[0].index : 0));
   const gs = graphs.find((x) => x.index === g) || graphs[0] || { index: g };
