@@ -82,3 +82,13 @@ def test_failed_allocation_is_one_placement():
     head = stream(["a"]) + [Event("oom", tensor="c", needed=96, largest=0)]  # head prints no alloc line
     ph = placements(head)
     assert ph.names == ["a", "c"] and ph.kind.tolist() == [0, 2] and ph.size.tolist() == [32, 96]
+
+
+def test_reuse_decisions_that_differ_are_listed():
+    a = stream(["p"]) + [Event("reuse", tensor="q", parent="p", offset=0)] + stream(["r"], offsets=[32])
+    b = stream(["p", "q", "r"])
+    d = diff_graphs(a, b)
+    assert d.deltas["reuse"] == [{"tensor": "q", "a": "p", "b": None}] and d.deltas["reuse_count"] == 1
+    assert d.first_divergence["tensor"] == "q" and d.first_divergence["fields"][0] == "kind"
+    same = diff_graphs(a, list(a))
+    assert same.deltas["reuse"] == [] and same.first_divergence is None

@@ -106,8 +106,10 @@ def _assemble(idx, kind, cols, field) -> Placements:
             size[r] = field(r, "needed") or max(0, int(size[r]))
     is_mut = np.isin(kind, _MUTATION_CODES) & ~((kind == 0) & (offset == NONE))
     mut = np.stack([idx, kind, chunk, offset, size], axis=1)[is_mut]
-    mut_rows = np.flatnonzero(is_mut).tolist()
-    links = {j: (field(r, "parent"), field(r, "view_src")) for j, r in enumerate(mut_rows) if kind[r] == 3}
+    mut_at = np.flatnonzero(is_mut)
+    mut_rows = mut_at.tolist()
+    links = {j: (field(r, "parent"), field(r, "view_src"))
+             for j, r in zip(np.flatnonzero(kind[mut_at] == 3).tolist(), mut_at[kind[mut_at] == 3].tolist())}
     rows = np.flatnonzero(pkind >= 0)
     parents = [field(r, "parent") if pkind[r] == 1 else None for r in rows.tolist()]
     return Placements(idx[rows], pkind[rows], block[rows], offset[rows], chunk[rows], size[rows],
@@ -119,8 +121,10 @@ def identity_keys(names: list, ids: dict) -> np.ndarray:
     n = len(names)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    setdefault = ids.setdefault
-    name_id = np.fromiter((setdefault(x, len(ids)) for x in names), dtype=np.int64, count=n)
+    for x in dict.fromkeys(names):  # the distinct names, in C; only new ones get a number here
+        if x not in ids:
+            ids[x] = len(ids)
+    name_id = np.fromiter(map(ids.__getitem__, names), dtype=np.int64, count=n)
     order = np.argsort(name_id, kind="stable")
     sorted_ids = name_id[order]
     starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])

@@ -236,33 +236,28 @@ def _oom(side: Side, other: Side, point, cur: Cursor, other_cur: Cursor) -> dict
 
 
 # --- summaries ----------------------------------------------------------------------------
-def _top(names, delta, a_vals, b_vals) -> list:
+def _top(names, rows, delta, a_vals, b_vals) -> list:
+    """The TOP largest |delta|; `rows[i]` is the placement whose name is shown."""
     nz = np.flatnonzero(delta)
     if not len(nz):
         return []
     order = nz[np.argsort(-np.abs(delta[nz]), kind="stable")][:TOP]
-    return [{"tensor": names[i], "a": int(a_vals[i]), "b": int(b_vals[i]), "delta": int(delta[i])} for i in order]
+    return [{"tensor": names[rows[i]], "a": int(a_vals[i]), "b": int(b_vals[i]), "delta": int(delta[i])}
+            for i in order]
 
 
 def _deltas(a: Side, b: Side, sa: dict, sb: dict, ia, ib) -> dict:
     pa, pb = a.placements, b.placements
     both = (pa.kind[ia] == 0) & (pb.kind[ib] == 0)
     ja, jb = ia[both], ib[both]
-    names = [pa.names[i] for i in ja]
     out = {key: sb[key] - sa[key] for key in ("max_size", "peak_live", "allocs", "reuses", "frees", "events")}
-    out["offsets"] = _top(names, pb.offset[jb] - pa.offset[ja], pa.offset[ja], pb.offset[jb])
-    out["sizes"] = _top(names, pb.size[jb] - pa.size[ja], pa.size[ja], pb.size[jb])
-    reuse_a, reuse_b = pa.kind[ia] == 1, pb.kind[ib] == 1
-    odd = np.flatnonzero(reuse_a | reuse_b)
-    rows = []
-    for k in odd.tolist():
-        x, y = int(ia[k]), int(ib[k])
-        par_a = pa.parents[x] if reuse_a[k] else None
-        par_b = pb.parents[y] if reuse_b[k] else None
-        if par_a != par_b:
-            rows.append({"tensor": pa.names[x], "a": par_a, "b": par_b})
-    out["reuse_count"] = len(rows)
-    out["reuse"] = rows[:TOP * 2]
+    out["offsets"] = _top(pa.names, ja, pb.offset[jb] - pa.offset[ja], pa.offset[ja], pb.offset[jb])
+    out["sizes"] = _top(pa.names, ja, pb.size[jb] - pa.size[ja], pa.size[ja], pb.size[jb])
+    par_a = np.asarray(pa.parents + [None], dtype=object)[:-1][ia]  # (+ None: keeps a 1-d object array)
+    par_b = np.asarray(pb.parents + [None], dtype=object)[:-1][ib]
+    odd = np.flatnonzero(par_a != par_b)
+    out["reuse_count"] = len(odd)
+    out["reuse"] = [{"tensor": pa.names[int(ia[k])], "a": par_a[k], "b": par_b[k]} for k in odd[:TOP * 2].tolist()]
     return out
 
 

@@ -65,11 +65,16 @@ class Cursor:
     def __init__(self, side: Side, points=()):
         self.side = side
         self.replay = Replay(side.capacity, side.alignment)
-        m = side.placements.mutations
-        self.rows = m.tolist()
+        self._rows = None  # the changes as Python lists, made on first use
         self.j = 0
         self.pending = sorted(set(points))
         self.saved: dict[int, dict] = {}
+
+    @property
+    def rows(self) -> list:
+        if self._rows is None:
+            self._rows = self.side.placements.mutations.tolist()
+        return self._rows
 
     def run_to(self, n: int):
         """Apply every change of an event before event n."""
