@@ -88,6 +88,13 @@ def main():
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             context = browser.new_context(viewport={"width": 1400, "height": 1000})  # one user, one cache
+            blank = browser.new_page()
+            blank.goto(f"{base}/api/presets")
+            plotly_ms = blank.evaluate("""() => new Promise(done => { const t = performance.now();
+                const s = document.createElement('script'); s.src = '/vendor/plotly.min.js';
+                s.onload = () => done(performance.now() - t); document.head.append(s); })""")
+            blank.close()
+            print(f"baseline: loading and running Plotly.js alone takes {plotly_ms:,.0f} ms on this machine")
             for run in range(args.runs):
                 page = context.new_page()
                 page.goto(f"{base}/traces/{tid}", wait_until="commit")
