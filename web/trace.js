@@ -88,7 +88,9 @@ async function main() {
   try {
     map = new MemoryMap($("map"), { id, g: gs.index }, { onPick: (i, hit) => pickEvent(i, hit) });
     await map.load(gs);
-    $("map-note").textContent = map.truncated ? "Zoomed out: small tensors are merged; zoom in for every tensor." : "";
+    $("map-note").textContent = [
+      map.colorBy === "tensor" ? "This log names no op for its allocations, so rectangles are colored by tensor name." : "",
+      map.truncated ? "Zoomed out: small tensors are merged; zoom in for every tensor." : ""].filter(Boolean).join(" ");
     const asked = params.get("event");
     if (map.oom && map.oom.event !== undefined && map.oom.event !== null) explainOom(map.oom.event);
     if (asked !== null && Number.isInteger(Number(asked)) && Number(asked) >= 0) {
