@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from alloctrace.allocator.events import KINDS
@@ -102,7 +102,10 @@ def get_memory_map(request: Request, trace_id: TraceId, g: GraphIndex,
     info = c.graph_info(trace_id, g)
     lt = c.lifetimes(trace_id, g)
     win = graphs.window(lt, info, x0, x1, y0, y1)
-    return JSONResponse(graphs.memory_map(lt, info, win, max_shapes, max_points))
+    # traces never change once stored, so a view asked for again (a dashboard opening) is rendered once
+    body = c.map_cache.get((trace_id, g, win, max_shapes, max_points),
+                           lambda: JSONResponse(graphs.memory_map(lt, info, win, max_shapes, max_points)).body)
+    return Response(body, media_type="application/json")
 
 
 @router.get("/traces/{trace_id}/graphs/{g}/state", summary="Allocator state after the first N events")
@@ -112,8 +115,9 @@ def get_state(request: Request, trace_id: TraceId, g: GraphIndex,
     info = c.graph_info(trace_id, g)
     if event > info["n_events"]:
         raise UserError(f"event {event} is out of range (0..{info['n_events']})")
-    events = c.call(lambda s: s.events(trace_id, g))
-    return JSONResponse(graphs.state_json(events, event, info))
+    cols = c.columns(trace_id, g)
+    nxt = c.event_rows(trace_id, g, [event])[0] if event < info["n_events"] else None
+    return JSONResponse(graphs.state_json(cols, event, info, nxt))
 
 
 @router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")

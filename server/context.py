@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,6 +17,7 @@ import numpy as np
 
 from alloctrace.errors import UserError
 from alloctrace.traces import memmap
+from alloctrace.traces.store import NotFound
 
 
 def replay_module():
@@ -29,22 +32,45 @@ def replay_module():
     return None
 
 
+def upload_dir_for(store) -> Path:
+    """A folder of this process's uploads in progress, inside the store directory (a temp folder
+    for a store without one). Folders of processes that died mid-upload are removed here."""
+    db = getattr(store, "path", None)
+    if db is None:
+        return Path(tempfile.mkdtemp(prefix="alloctrace-uploads-"))
+    root = Path(db).parent / "uploads"
+    root.mkdir(exist_ok=True)
+    for d in root.iterdir():
+        pid = d.name.partition("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+    mine = root / f"{os.getpid()}-{secrets.token_hex(4)}"
+    mine.mkdir()
+    return mine
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Context:
-    def __init__(self, store, max_upload_bytes: int, upload_dir: Path | None = None):
+    def __init__(self, store, max_upload_bytes: int):
         self.store = store
         self.max_upload_bytes = max_upload_bytes
         self.columns_cache = memmap.LRU(8)
         self.lifetimes_cache = memmap.LRU(8)
         self.info_cache = memmap.LRU(64)
-        self.upload_dir = upload_dir or Path(tempfile.mkdtemp(prefix="alloctrace-uploads-"))
-        self._own_upload_dir = upload_dir is None
-        self.upload_dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.upload_dir.glob("upload-*"):  # left by a crash mid-upload
-            stale.unlink(missing_ok=True)
+        self.map_cache = memmap.LRU(128)
+        self.upload_dir = upload_dir_for(store)
 
     def close(self):
-        if self._own_upload_dir:
-            shutil.rmtree(self.upload_dir, ignore_errors=True)
+        shutil.rmtree(self.upload_dir, ignore_errors=True)
         closer = getattr(self.store, "close", None)
         if closer:
             closer()
@@ -69,7 +95,7 @@ class Context:
                 if 0 <= g < len(summary.get("graphs", [])):
                     rows = [summary["graphs"][g]]
                 else:
-                    raise UserError(f"trace {trace_id} has no graph {g}")
+                    raise NotFound(f"trace {trace_id} has no graph {g}")
             info = dict(rows[0])
             cols = self.columns(trace_id, g)
             info["n_events"] = len(cols["i"])
@@ -79,7 +105,7 @@ class Context:
         return self.info_cache.get((trace_id, g), build)
 
     def forget(self, trace_id: str):
-        for cache in (self.columns_cache, self.lifetimes_cache, self.info_cache):
+        for cache in (self.columns_cache, self.lifetimes_cache, self.info_cache, self.map_cache):
             cache.drop(trace_id)
 
     # --- writes -----------------------------------------------------------------------

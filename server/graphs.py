@@ -78,13 +78,14 @@ def capacity_of(record_summary: dict, cols: dict) -> int | None:
     return record_summary.get("buffer_size")
 
 
-def state_json(events: list, n: int, info: dict) -> dict:
+def state_json(cols: dict, n: int, info: dict, next_event: dict | None) -> dict:
+    """state_at over the store's columns, with free blocks as objects and their summary."""
     from alloctrace.traces.state import free_summary, state_at
-    st = state_at(events, n, capacity=info.get("capacity"))
+    st = state_at(cols, n, capacity=info.get("capacity"))
+    summary = free_summary(st)
     st["free_blocks"] = [{"offset": o, "size": s, "chunk": c} for o, s, c in st["free_blocks"]]
-    st["free_summary"] = free_summary({"free_blocks": [(b["offset"], b["size"], b["chunk"])
-                                                       for b in st["free_blocks"]]})
-    st["next_event"] = events[n].to_dict() if n < len(events) else None
+    st["free_summary"] = summary
+    st["next_event"] = next_event
     return st
 
 

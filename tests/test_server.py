@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -385,3 +386,17 @@ def test_replay_endpoint_stores_both_graphs(client):
     bad = client.post("/api/replay", json={**body, "preset": "no-such-model"})
     assert bad.status_code == 400 and "no-such-model" in bad.json()["detail"]
     assert client.post("/api/replay", json={**body, "profile": "ggml-head"}).status_code == 400
+
+
+def test_uploads_left_by_a_dead_server_are_removed_on_start(tmp_path, fixtures):
+    store_dir = tmp_path / "s"
+    open_store(store_dir).close()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = store_dir / "uploads" / f"{dead.pid}-0000"
+    stale.mkdir(parents=True)
+    (stale / "upload-abcd.part").write_bytes(b"half a log")
+    with LiveServer(store_dir) as srv, srv.client() as c:
+        assert not stale.exists()
+        assert srv.upload_dir.parent == store_dir / "uploads"
+        assert c.get("/api/traces").json() == {"traces": []}

@@ -212,8 +212,9 @@ def _cells(x0c, x1c, y0c, y1c, win, g: int) -> np.ndarray:
 
 
 def _grid_for(x0c, x1c, y0c, y1c, win, max_shapes: int):
-    """The finest grid (up to GRID per axis) whose occupied cells fit in max_shapes."""
-    g = GRID
+    """The finest grid (up to GRID per axis, from about 64 cells per allowed shape) whose
+    occupied cells fit in max_shapes."""
+    g = min(GRID, max(1, math.isqrt(max_shapes * 64)))
     while True:
         if g * g <= max_shapes:
             return g, _cells(x0c, x1c, y0c, y1c, win, g)
@@ -237,23 +238,34 @@ def window_shapes(lt: Lifetimes, win, max_shapes: int) -> dict:
                 "size": lt.size[sel],
                 "offset": lt.offset[sel], "chunk": lt.chunk[sel]}
         return _shapes_json(cols, total, merged=False)
-    s, e, a, b = lt.start[vis], lt.end[vis], lt.y0[vis], lt.y1[vis]
+    if total == len(lt.start):  # everything is in view: no copies
+        vis, s, e, a, b = slice(None), lt.start, lt.end, lt.y0, lt.y1
+    else:
+        s, e, a, b = lt.start[vis], lt.end[vis], lt.y0[vis], lt.y1[vis]
     clip = (np.maximum(s, wx0), np.minimum(e, wx1), np.maximum(a, wy0), np.minimum(b, wy1))
-    _, cells = _grid_for(*clip, win, max_shapes)
-    order = np.argsort(cells, kind="stable")
-    cells_sorted = cells[order]
-    heads = np.flatnonzero(np.concatenate([[True], cells_sorted[1:] != cells_sorted[:-1]]))
-    members = vis[order]
-    area = (np.minimum(e, wx1) - np.maximum(s, wx0)).astype(np.float64) * lt.size[vis].astype(np.float64)
-    area = area[order]
-    counts = np.diff(np.append(heads, len(order)))
-    # the largest member of each group: sort by (group, area) and take each group's last
-    group = np.repeat(np.arange(len(heads)), counts)
-    by_area = np.lexsort((area, group))
-    last = np.append(heads[1:], len(order)) - 1
-    biggest = members[by_area[last]]
-    cols = {"x0": np.minimum.reduceat(lt.start[members], heads), "x1": np.maximum.reduceat(lt.end[members], heads),
-            "y0": np.minimum.reduceat(lt.y0[members], heads), "y1": np.maximum.reduceat(lt.y1[members], heads),
+    g, cells = _grid_for(*clip, win, max_shapes)
+    # group by cell without sorting: occupied cells get dense group numbers
+    occupied = np.flatnonzero(np.bincount(cells, minlength=g * g))
+    k = len(occupied)
+    dense = np.zeros(g * g, dtype=np.int64)
+    dense[occupied] = np.arange(k)
+    group = dense[cells]
+    counts = np.bincount(group, minlength=k)
+
+    def reduce(fn, values, init):
+        out = np.full(k, init, dtype=values.dtype)
+        fn.at(out, group, values)
+        return out
+
+    big = np.iinfo(np.int64).max
+    # the largest visible member of each group: the first position holding its group's maximum
+    area = (clip[1] - clip[0]).astype(np.float64) * (clip[3] - clip[2]).astype(np.float64)
+    top = reduce(np.maximum, area, -1.0)
+    pos = np.where(area == top[group], np.arange(len(area)), big)
+    members = np.arange(len(lt.start))[vis]
+    biggest = members[reduce(np.minimum, pos, big)]
+    cols = {"x0": reduce(np.minimum, s, big), "x1": reduce(np.maximum, e, -1),
+            "y0": reduce(np.minimum, a, big), "y1": reduce(np.maximum, b, -1),
             "n": counts, "tensor": lt.tensor[biggest], "op": lt.op[biggest], "size": lt.size[biggest],
             "offset": lt.offset[biggest], "chunk": lt.chunk[biggest]}
     return _shapes_json(cols, total, merged=True)

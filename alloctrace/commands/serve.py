@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import threading
 import webbrowser
 
@@ -42,6 +43,7 @@ def run(args) -> int:
         raise UserError(f"bad port {args.port}")
     if args.max_upload_mb <= 0:
         raise UserError("--max-upload-mb must be positive")
+    sock = bind(args.host, args.port)
     import uvicorn
 
     from alloctrace.server.app import create_app
@@ -60,8 +62,26 @@ def run(args) -> int:
     print(f"alloctrace: serving on {url}", flush=True)
     if args.open:
         threading.Timer(1.0, webbrowser.open, (url,)).start()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=30))
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    except OSError as e:
-        raise UserError(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}") from None
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
     return 0
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind before anything else starts, so a busy port is one clear error line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except (socket.gaierror, UnicodeError) as e:
+        sock.close()
+        raise UserError(f"bad host {host!r}: {e}") from None
+    except OSError as e:
+        sock.close()
+        raise UserError(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
+    sock.listen(2048)
+    return sock

@@ -1,0 +1,145 @@
+"""Latency of memory-map requests on a 1M-event trace under 50 concurrent clients.
+
+Builds a store holding one synthetic million-event graph (or reuses --store DIR),
+runs `alloctrace serve` on a free loopback port in its own process, and drives it
+from an asyncio load generator: each client asks for random view windows (whole
+graph, zoomed in, zoomed far in) until the request budget or the time limit runs out.
+
+    python bench/bench_server.py [--events 1000000] [--clients 50] [--requests 2000] [--seconds 90]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+
+def build_store(path: Path, n_events: int) -> str:
+    from test_memmap import synthetic_events  # the same generator the tests use
+
+    from alloctrace.traces.schema import GraphRecord, TraceMeta
+    from alloctrace.traces.store import open_store
+    store = open_store(path)
+    for t in store.list():
+        if t["name"] == f"bench {n_events}":
+            return t["id"]
+    t0 = time.perf_counter()
+    events = synthetic_events(n_events, seed=1)
+    tid = store.add_trace(TraceMeta(f"bench {n_events}", "synthetic", "ggml-head"),
+                          [GraphRecord(0, "reserve", events, max_size=4096 << 20)])
+    print(f"built and stored {n_events} events in {time.perf_counter() - t0:.1f} s")
+    store.close()
+    return tid
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(store: Path, port: int) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-m", "alloctrace", "serve", "--store", str(store), "--port", str(port)],
+                         stdout=subprocess.DEVNULL, env={**os.environ, "ALLOCTRACE_TOKEN": ""})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=2)
+            return p
+        except httpx.TransportError:
+            time.sleep(0.2)
+    p.kill()
+    raise SystemExit("server did not start")
+
+
+def random_window(rng: random.Random, n: int, top: int) -> dict:
+    zoom = rng.choice([1, 1, 10, 100, 1000])
+    width = max(1, n // zoom)
+    x0 = rng.randrange(0, n - width + 1)
+    height = max(1, top // rng.choice([1, 1, 4, 16]))
+    y0 = rng.randrange(0, top - height + 1)
+    return {"x0": x0, "x1": x0 + width, "y0": y0, "y1": y0 + height, "max_shapes": 2000, "max_points": 1000}
+
+
+async def load(url: str, clients: int, budget: int, seconds: float, n: int, top: int):
+    latencies, errors, sizes = [], 0, []
+    remaining = [budget]
+    stop_at = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        async def worker(k):
+            nonlocal errors
+            rng = random.Random(k)
+            while remaining[0] > 0 and time.perf_counter() < stop_at:
+                remaining[0] -= 1
+                t0 = time.perf_counter()
+                try:
+                    r = await client.get("memory-map", params=random_window(rng, n, top))
+                except httpx.TransportError as e:
+                    errors += 1
+                    print(f"client {k}: {type(e).__name__}: {e}", file=sys.stderr)
+                    continue
+                latencies.append(time.perf_counter() - t0)
+                if r.status_code != 200:
+                    errors += 1
+                else:
+                    sizes.append(len(r.content))
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(k) for k in range(clients)))
+        wall = time.perf_counter() - t0
+    return latencies, errors, sizes, wall
+
+
+def pct(sorted_values, q):
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--requests", type=int, default=2000, help="request budget")
+    ap.add_argument("--seconds", type=float, default=90, help="time limit for the load phase")
+    ap.add_argument("--store", help="store directory to build in / reuse (default: a temp dir)")
+    args = ap.parse_args()
+
+    store = Path(args.store) if args.store else Path(tempfile.mkdtemp(prefix="bench-server-"))
+    tid = build_store(store, args.events)
+    port = free_port()
+    server = start_server(store, port)
+    try:
+        base = f"http://127.0.0.1:{port}/api/traces/{tid}/graphs/0/"
+        t0 = time.perf_counter()
+        first = httpx.get(base + "memory-map", timeout=300).json()
+        print(f"first memory-map (load columns + extract lifetimes): {time.perf_counter() - t0:.2f} s, "
+              f"{first['total_in_view']} lifetimes, {first['count']} shapes sent")
+        top = first["window"]["y1"]
+        lat, errors, sizes, wall = asyncio.run(load(base, args.clients, args.requests, args.seconds,
+                                                    args.events, top))
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    lat.sort()
+    print(f"{len(lat)} memory-map requests, {args.clients} concurrent clients, {wall:.1f} s, "
+          f"{len(lat) / wall:.1f} req/s, {errors} errors, mean response {sum(sizes) / max(1, len(sizes)) / 1024:.0f} KiB")
+    print(f"latency p50 {pct(lat, 0.50) * 1000:.0f} ms  p90 {pct(lat, 0.90) * 1000:.0f} ms  "
+          f"p99 {pct(lat, 0.99) * 1000:.0f} ms  max {lat[-1] * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
