@@ -92,3 +92,18 @@ def test_reuse_decisions_that_differ_are_listed():
     assert d.first_divergence["tensor"] == "q" and d.first_divergence["fields"][0] == "kind"
     same = diff_graphs(a, list(a))
     assert same.deltas["reuse"] == [] and same.first_divergence is None
+
+
+def test_renamed_tensors_keep_their_own_names_in_the_oom_picture():
+    """Both runs make the same first changes under other names: b's picture names b's tensors."""
+    def run(p, y2, z):
+        return (stream(["x0", f"{p}1", f"{p}2"]) + [Event("free", tensor=f"{p}1", offset=32, size=32)]
+                + stream(["y", "y2", "z"], sizes=[16, 16, 16], offsets=[32, y2, z]))
+    a = run("a", 48, 96)
+    b = run("b", 96, 48) + [Event("free", tensor="y", offset=32, size=16),
+                            Event("alloc", tensor="big", size=64, block=-1),
+                            Event("oom", tensor="big", needed=64, largest=16)]
+    d = diff_graphs(a, b, {"label": "a"}, {"label": "b", "capacity": 128})
+    assert d.first_free_list_divergence["tensor"] == "z"
+    live = [t["tensor"] for g in d.b["oom"]["stranded_by"] for t in g["live"]]
+    assert live == ["z", "b2", "y2"] and d.b["oom"]["total_free"] == 32

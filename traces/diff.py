@@ -162,7 +162,8 @@ def _first_free_list_divergence(a: Side, b: Side, ia, ib, cur_a: Cursor, cur_b: 
     k0 = int(unsure[0])
     common = min(shared, int(ma[k0]), int(mb[k0]))  # changes both sides make alike before k0
     cur_a.run_to(cur_a.event_of_change(common))
-    cur_b.adopt(cur_a, common)
+    if pa.mutation_names[:common] == pb.mutation_names[:common]:  # same tensors too: b starts from a's state
+        cur_b.adopt(cur_a, common)
     ra, rb = cur_a.replay, cur_b.replay
     for k in range(k0, len(ea_all)):
         ea, eb = int(ea_all[k]), int(eb_all[k])

@@ -65,16 +65,10 @@ class Cursor:
     def __init__(self, side: Side, points=()):
         self.side = side
         self.replay = Replay(side.capacity, side.alignment)
-        self._rows = None  # the changes as Python lists, made on first use
+        self.mutations = side.placements.mutations
         self.j = 0
         self.pending = sorted(set(points))
         self.saved: dict[int, dict] = {}
-
-    @property
-    def rows(self) -> list:
-        if self._rows is None:
-            self._rows = self.side.placements.mutations.tolist()
-        return self._rows
 
     def run_to(self, n: int):
         """Apply every change of an event before event n."""
@@ -85,26 +79,27 @@ class Cursor:
         self._advance(n)
 
     def _advance(self, n: int):
-        rows, j, r = self.rows, self.j, self.replay
-        names, links = self.side.placements.mutation_names, self.side.placements.mutation_links
-        change, kinds, end = r.change, MUTATION_NAMES, len(rows)
-        while j < end:
-            event, code, chunk, offset, size = rows[j]
-            if event >= n:
-                break
-            if code == 3:
-                parent, view_src = links.get(j, (None, None))
-                change("reuse", max(chunk, 0), None if offset == NONE else offset, size, names[j], parent, view_src)
-            else:
-                change(kinds[code], chunk if chunk > 0 else 0, offset, size, names[j])
-            j += 1
-        self.j = j
+        m, j, r = self.mutations, self.j, self.replay
+        end = int(np.searchsorted(m[:, 0], n))  # changes of events before n
+        if end > j:
+            names, links = self.side.placements.mutation_names, self.side.placements.mutation_links
+            change, kinds = r.change, MUTATION_NAMES
+            for row in m[j:end].tolist():  # Python ints, converted only for the rows replayed
+                event, code, chunk, offset, size = row
+                if code == 3:
+                    parent, view_src = links.get(j, (None, None))
+                    change("reuse", max(chunk, 0), None if offset == NONE else offset, size, names[j], parent,
+                           view_src)
+                else:
+                    change(kinds[code], chunk if chunk > 0 else 0, offset, size, names[j])
+                j += 1
+            self.j = j
         if n > r.n:
             r.n = n
 
     def event_of_change(self, j: int) -> int:
         """The event number of this side's j-th free-list change (the event count past the last)."""
-        return self.rows[j][0] if j < len(self.rows) else len(self.side.events)
+        return int(self.mutations[j, 0]) if j < len(self.mutations) else len(self.side.events)
 
     def adopt(self, other: "Cursor", j: int) -> bool:
         """Start from `other`'s state after the first j changes, which this side shares; refused
