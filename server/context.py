@@ -5,7 +5,6 @@ threads call it directly; per-graph answers (columns, lifetimes) are cached here
 """
 from __future__ import annotations
 
-import importlib
 import itertools
 import os
 import secrets
@@ -18,18 +17,6 @@ import numpy as np
 from alloctrace.errors import UserError
 from alloctrace.traces import memmap
 from alloctrace.traces.store import NotFound
-
-
-def replay_module():
-    """Where `run_replay` lives (the replay engine), or None when it is not installed."""
-    for name in ("alloctrace.allocator.replay", "alloctrace.traces.replay"):
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(mod, "run_replay"):
-            return mod
-    return None
 
 
 def upload_dir_for(store) -> Path:
@@ -88,7 +75,7 @@ class Context:
     def graph_info(self, trace_id: str, g: int) -> dict:
         """The graph's summary row plus its oom event and real capacity."""
         def build():
-            from alloctrace.server.graphs import capacity_of, oom_event
+            from alloctrace.server.graphs import capacity_of, failure_index
             summary = self.call(lambda s: s.summary(trace_id))
             rows = [r for r in summary.get("graphs", []) if r.get("index") == g]
             if not rows:
@@ -99,7 +86,12 @@ class Context:
             info = dict(rows[0])
             cols = self.columns(trace_id, g)
             info["n_events"] = len(cols["i"])
-            info["oom"] = oom_event(cols) if (info.get("oom") or _has_failure(cols)) else None
+            fail = failure_index(cols)
+            info["oom"] = None
+            if fail is not None:
+                e = self.event_rows(trace_id, g, [fail])[0]
+                info["oom"] = {"event": fail, "kind": e["kind"], "tensor": e.get("tensor"), "needed": e.get("needed"),
+                               "largest_available": e.get("largest"), "reason": e.get("reason")}
             info["capacity"] = capacity_of(info, cols)
             return info
         return self.info_cache.get((trace_id, g), build)
@@ -128,10 +120,9 @@ class Context:
         return [self.store.summary(tid)]
 
     def replay(self, params: dict) -> dict:
-        mod = replay_module()
-        if mod is None:
-            raise UserError("replay is not available in this installation")
-        return mod.run_replay(params.pop("preset"), params.pop("profile"), store=self.store, **params)
+        """`alloctrace replay --store` in-process: both graphs stored as one trace."""
+        from alloctrace.allocator.replay import run_replay
+        return run_replay(params.pop("preset"), params.pop("profile"), store=self.store, **params)
 
     # --- reads ------------------------------------------------------------------------
     def event_rows(self, trace_id: str, g: int, indices: list[int]) -> list[dict]:
@@ -155,8 +146,3 @@ class Context:
                 row[name] = v
             out.append(row)
         return out
-
-
-def _has_failure(cols: dict) -> bool:
-    kind = cols["kind"]
-    return bool(np.any((kind == "oom") | (kind == "abort")))

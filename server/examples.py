@@ -17,22 +17,17 @@ def example_logs() -> list:
     return sorted(p for p in paths.examples_dir().glob("*.log") if p.is_file())
 
 
-def seed_examples(store, log=print) -> list[str]:
+def seed_examples(store) -> list[str]:
     """Fill an empty store with the examples; a store holding any trace is left alone.
-    Returns the ids stored (a replay engine missing from the install is reported and skipped)."""
+    Returns the ids stored."""
     if store.list():
         return []
-    from alloctrace.server.context import replay_module
+    from alloctrace.allocator.replay import run_replay
     from alloctrace.server.graphs import stored_ids
     from alloctrace.traces.import_log import import_paths
     ids: list[str] = []
-    mod = replay_module()
-    if mod is None:
-        log("examples: replay is not available; seeding the real log only")
-    else:
-        for profile in REPLAY_PROFILES:
-            result = mod.run_replay(PRESET, profile, store=store, **REPLAY)
-            ids += stored_ids(result)
+    for profile in REPLAY_PROFILES:
+        ids += stored_ids(run_replay(PRESET, profile, store=store, **REPLAY))
     for p in example_logs():
         ids += import_paths(store, [p], name=f"{p.name.split('.')[0]} (real ggml log)")
     return ids

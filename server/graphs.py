@@ -54,20 +54,11 @@ def memory_map(lt: memmap.Lifetimes, info: dict, win, max_shapes: int, max_point
             "max_size": info.get("max_size"), "buffer_size": info.get("buffer_size"), "oom": info.get("oom")}
 
 
-def oom_event(cols: dict) -> dict | None:
-    """The first oom (or abort) event of a graph, with its index."""
+def failure_index(cols: dict) -> int | None:
+    """Index of the graph's first oom (or abort) event, if it failed."""
     kind = cols["kind"]
     hit = np.flatnonzero((kind == "oom") | (kind == "abort"))
-    if not len(hit):
-        return None
-    i = int(hit[0])
-
-    def val(name):
-        v = cols[name][i] if name in cols else None
-        return None if v is None or (isinstance(v, (int, np.integer)) and v < 0) else v.item() if hasattr(v, "item") else v
-
-    return {"event": i, "kind": str(kind[i]), "tensor": val("tensor"), "needed": val("needed"),
-            "largest_available": val("largest"), "reason": val("reason")}
+    return int(hit[0]) if len(hit) else None
 
 
 def capacity_of(record_summary: dict, cols: dict) -> int | None:

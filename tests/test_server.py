@@ -400,3 +400,21 @@ def test_uploads_left_by_a_dead_server_are_removed_on_start(tmp_path, fixtures):
         assert not stale.exists()
         assert srv.upload_dir.parent == store_dir / "uploads"
         assert c.get("/api/traces").json() == {"traces": []}
+
+
+def test_gzip_and_zstd_uploads_import_like_plain(client, fixtures, tmp_path, legacy):
+    import gzip
+
+    import zstandard
+    raw = (fixtures / LEGACY_HARNESS).read_bytes()
+    gz, zst = tmp_path / "h.log.gz", tmp_path / "h.log.zst"
+    gz.write_bytes(gzip.compress(raw))
+    zst.write_bytes(zstandard.ZstdCompressor().compress(raw))
+    for path in (gz, zst):
+        r = upload(client, path)
+        assert r.status_code == 201, r.text
+        assert graphs_view(r.json()["traces"][0]) == graphs_view(legacy)
+    truncated = tmp_path / "cut.log.gz"
+    truncated.write_bytes(gzip.compress(raw)[:200])
+    r = upload(client, truncated)
+    assert r.status_code == 400 and "cut.log.gz" in r.json()["detail"]

@@ -45,7 +45,7 @@ def test_built_package_carries_web_and_examples(tmp_path):
 
 def test_seed_examples_fills_an_empty_store_once(tmp_path, fixtures):
     store = open_store(tmp_path)
-    ids = seed_examples(store, log=lambda *_: None)
+    ids = seed_examples(store)
     traces = {t["id"]: t for t in store.list()}
     assert set(ids) == set(traces) and len(ids) == 3
     replays = sorted((t for t in traces.values() if t["source"] == "replay"), key=lambda t: t["generation"])
@@ -57,5 +57,5 @@ def test_seed_examples_fills_an_empty_store_once(tmp_path, fixtures):
     assert log["graphs"][1]["oom"] == {"tensor": "fc_b", "needed": 4096, "largest_available": 2064}
     shipped = example_logs()[0].read_bytes()
     assert shipped == (fixtures / "v2023-08-16-legacy" / "harness_plain.AT.log").read_bytes()
-    assert seed_examples(store, log=lambda *_: None) == []
+    assert seed_examples(store) == []
     assert len(store.list()) == 3
