@@ -115,9 +115,8 @@ def get_state(request: Request, trace_id: TraceId, g: GraphIndex,
     info = c.graph_info(trace_id, g)
     if event > info["n_events"]:
         raise UserError(f"event {event} is out of range (0..{info['n_events']})")
-    cols = c.columns(trace_id, g)
     nxt = c.event_rows(trace_id, g, [event])[0] if event < info["n_events"] else None
-    return JSONResponse(graphs.state_json(cols, event, info, nxt))
+    return JSONResponse(graphs.state_json(c.state_index(trace_id, g), event, nxt))
 
 
 @router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")

@@ -54,6 +54,7 @@ class Context:
         self.lifetimes_cache = memmap.LRU(8)
         self.info_cache = memmap.LRU(64)
         self.map_cache = memmap.LRU(128)
+        self.states_cache = memmap.LRU(8)
         self.upload_dir = upload_dir_for(store)
 
     def close(self):
@@ -71,6 +72,11 @@ class Context:
 
     def lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes:
         return self.lifetimes_cache.get((trace_id, g), lambda: memmap.extract(self.columns(trace_id, g)))
+
+    def state_index(self, trace_id: str, g: int):
+        from alloctrace.server.graphs import StateIndex
+        return self.states_cache.get((trace_id, g), lambda: StateIndex(self.columns(trace_id, g),
+                                                                       self.graph_info(trace_id, g)["capacity"]))
 
     def graph_info(self, trace_id: str, g: int) -> dict:
         """The graph's summary row plus its oom event and real capacity."""
@@ -97,7 +103,8 @@ class Context:
         return self.info_cache.get((trace_id, g), build)
 
     def forget(self, trace_id: str):
-        for cache in (self.columns_cache, self.lifetimes_cache, self.info_cache, self.map_cache):
+        for cache in (self.columns_cache, self.lifetimes_cache, self.info_cache, self.map_cache,
+                      self.states_cache):
             cache.drop(trace_id)
 
     # --- writes -----------------------------------------------------------------------

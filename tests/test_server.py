@@ -418,3 +418,19 @@ def test_gzip_and_zstd_uploads_import_like_plain(client, fixtures, tmp_path, leg
     truncated.write_bytes(gzip.compress(raw)[:200])
     r = upload(client, truncated)
     assert r.status_code == 400 and "cut.log.gz" in r.json()["detail"]
+
+
+def test_state_checkpoints_give_state_at_in_any_order(live, legacy, monkeypatch):
+    import random
+
+    from alloctrace.server.graphs import StateIndex
+    store = live.app.state.ctx.store
+    tid = legacy["id"]
+    events = store.events(tid, 1)
+    monkeypatch.setattr(StateIndex, "step", 7)
+    index = StateIndex(store.columns(tid, 1), 12320)
+    points = list(range(len(events) + 1))
+    random.Random(2).shuffle(points)
+    for n in points:
+        assert index.state(n) == state_at(events, n, capacity=12320), n
+    assert len(index.checkpoints) == len(events) // 7 + 1
