@@ -41,6 +41,7 @@ def _bad_files(tmp, fixtures):
         "empty": b"",
         "no allocator lines": b"hello world\nthis is a program\n" * 1000,
         "5 MB line": b"x" * (5 << 20) + b"\nmore text\n",
+        "5 MB of allocator-like text": b"ggml_x: allocating (" * (5 << 18) + b"\n",
         "truncated gzip": gzip.compress(real)[:-40],
         "truncated zstd": zstandard.ZstdCompressor().compress(real)[:-40],
         "absurd numbers": real.replace(b"allocating norm (2048 bytes)",

@@ -1,5 +1,4 @@
 """Mutated real logs never crash the importer and never leave a partial trace."""
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from alloctrace.errors import UserError

@@ -160,3 +160,17 @@ def test_allocator_debug_and_assert_lines_are_tolerated(fixtures, tmp_path):
     [a] = import_paths(store, [fixtures / "v2023-08-28-parseseq" / "harness_plain.AT.log"])
     [b] = import_paths(store, [write(tmp_path, "".join(mixed))])
     assert store.summary(a)["graphs"] == store.summary(b)["graphs"]
+
+
+def test_progress_bar_only_on_request(tmp_path):
+    import io
+
+    from alloctrace.traces.progress import Progress
+
+    quiet, shown = io.StringIO(), io.StringIO()
+    for stream, enabled in ((quiet, False), (shown, True)):
+        p = Progress(2_000_000, "big.log", enabled=enabled, stream=stream)
+        p.update(1_000_000)
+        p.close()
+    assert quiet.getvalue() == ""
+    assert "50.0%" in shown.getvalue() and shown.getvalue().endswith("100.0%      2.0 MB\n")

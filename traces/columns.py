@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
+from operator import attrgetter
 
 import numpy as np
 
@@ -18,10 +19,8 @@ FIELDS = [f.name for f in fields(Event)]
 STR_FIELDS = ("kind", "tensor", "op", "parent", "view_src", "reason")
 JSON_FIELDS = ("srcs", "extra")
 INT_FIELDS = tuple(f for f in FIELDS if f not in STR_FIELDS + JSON_FIELDS)
-ROW_FIELDS = ("kind", "graph", "tensor", "op", "size", "offset", "addr", "chunk", "block", "n_free", "largest_free",
-              "total_free", "n_free_before", "parent", "view_src", "reason", "srcs", "children", "views",
-              "allocated", "needed", "largest", "node", "extra")
 DTYPES = (np.int8, np.int16, np.int32, np.int64)
+_row = attrgetter(*FIELDS)  # one event -> its field values, in FIELDS order
 
 
 def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
@@ -30,7 +29,7 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
     cols: dict[str, np.ndarray] = {}
     table: dict[str, int] = {}
     code = table.setdefault
-    columns = dict(zip(ROW_FIELDS, zip(*[_row(e) for e in events]))) if n else {}
+    columns = dict(zip(FIELDS, zip(*map(_row, events)))) if n else {}
     for name in INT_FIELDS:
         vals = columns.get(name, ())
         n_missing = vals.count(None)
@@ -61,30 +60,23 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
     return cols, list(table)
 
 
-def _row(e: Event) -> tuple:  # ROW_FIELDS, in order
-    return (e.kind, e.graph, e.tensor, e.op, e.size, e.offset, e.addr, e.chunk, e.block, e.n_free, e.largest_free,
-            e.total_free, e.n_free_before, e.parent, e.view_src, e.reason, e.srcs, e.children, e.views, e.allocated,
-            e.needed, e.largest, e.node, e.extra)
-
-
 def decode_events(n: int, cols: dict[str, np.ndarray], table: list[str]) -> list[Event]:
     """The exact events `encode` was given."""
-    lists = {}
-    for name, arr in cols.items():
-        if name in INT_FIELDS:
+    lists = []
+    for name in FIELDS:  # Event's own field order, so rows can be passed positionally
+        arr = cols.get(name)
+        if arr is None:
+            lists.append([{} for _ in range(n)] if name == "extra" else [None] * n)
+        elif name in INT_FIELDS:
             missing = int(np.iinfo(arr.dtype).min)
-            lists[name] = [None if v == missing else v for v in arr.tolist()]
+            vals = arr.tolist()
+            lists.append([None if v == missing else v for v in vals] if (arr == missing).any() else vals)
         elif name in STR_FIELDS:
-            lists[name] = [None if c < 0 else table[c] for c in arr.tolist()]
+            values = table + [None]
+            lists.append([values[c] for c in arr.tolist()])
         else:
-            lists[name] = [None if c < 0 else json.loads(table[c]) for c in arr.tolist()]
-    if "extra" in lists:
-        lists["extra"] = [{} if x is None else x for x in lists["extra"]]
-    names = list(lists)
-    out = []
-    for row in zip(*(lists[k] for k in names)) if names else [()] * n:
-        out.append(Event(**dict(zip(names, row))))
-    return out
+            lists.append([({} if name == "extra" else None) if c < 0 else json.loads(table[c]) for c in arr.tolist()])
+    return [Event(*row) for row in zip(*lists)] if n else []
 
 
 def public_columns(n: int, cols: dict[str, np.ndarray], table: list[str]) -> dict[str, np.ndarray]:

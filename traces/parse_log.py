@@ -69,10 +69,15 @@ BUFFER_SIZE = re.compile(r"buffer size = (\d+) bytes")
 ALIGNMENT = re.compile(r"\balignment[ =](\d+)\b")
 
 
+MAX_SCAN = 4096  # allocator text is short and sits at a line's end; longer lines are cut from the left
+
+
 def parse_line(line: str):
     """The item one log line stands for (see the module docstring)."""
     if not line or line == "\r":
         return BLANK
+    if len(line) > MAX_SCAN:
+        line = line[-MAX_SCAN:]
     if "allocating " in line:
         if "not enough space" in line:
             return _oom(line)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from alloctrace.allocator.dyn_tallocr import DynOutOfSpace, DynTallocr
 from alloctrace.allocator.events import Event
 from alloctrace.allocator.profiles import get_profile
-from alloctrace.allocator.tallocr import MEASURE_BASE, MEASURE_SIZE, LegacyTallocr, OutOfFreeBlocks, OutOfSpace, pad
+from alloctrace.allocator.tallocr import MEASURE_BASE, MEASURE_SIZE, LegacyTallocr, OutOfFreeBlocks, OutOfSpace
 
 from .schema import GraphRecord, oom_of
 from .split import Draft
@@ -58,7 +58,7 @@ class LegacyReplay:
         if role == "measure":
             self.t = LegacyTallocr(self.profile, MEASURE_BASE if base is None else base, MEASURE_SIZE, align, True)
             self.life, self.buffer = "measure", None
-        elif self.life != "real":
+        elif self.life != "real" or d.buffer_before is not None:  # a new real allocator
             align = d.alignment or self.measure_align
             self.buffer = d.buffer_before or (self.measure_max + align if self.measure_max else None)
             self.t = LegacyTallocr(self.profile, base or 0, self.buffer or MEASURE_SIZE, align)

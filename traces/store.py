@@ -14,6 +14,8 @@ import re
 import secrets
 import sqlite3
 import threading
+import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
@@ -94,16 +96,47 @@ class Store:
         try:
             self.db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                       check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA foreign_keys=ON")
             self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(SCHEMA)
-            self.db.execute("INSERT OR IGNORE INTO store_info VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
-            (ver,) = self.db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()
+            ver = self._setup()
         except sqlite3.DatabaseError as e:
             raise UserError(f"cannot open store {self.path}: {e}") from None
         if int(ver) > FORMAT_VERSION:
             raise UserError(f"store {self.path} has format {ver}; this alloctrace reads up to {FORMAT_VERSION}")
+
+    def _setup(self) -> str:
+        """WAL mode and tables; other processes may be creating the same store right now."""
+        for attempt in range(200):
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("BEGIN IMMEDIATE")
+                try:
+                    for stmt in SCHEMA.split(";"):
+                        if stmt.strip():
+                            self.db.execute(stmt)
+                    self.db.execute("INSERT OR IGNORE INTO store_info VALUES ('format_version', ?)",
+                                    (str(FORMAT_VERSION),))
+                    (ver,) = self.db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()
+                    self.db.execute("COMMIT")
+                    return ver
+                except BaseException:
+                    self.db.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or attempt == 199:
+                    raise
+                time.sleep(0.05)
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def _snapshot(self):
+        """One read transaction, so related queries see the same committed state."""
+        with self._lock:
+            self.db.execute("BEGIN")
+            try:
+                yield self.db
+            finally:
+                self.db.execute("COMMIT")
 
     def close(self):
         self.db.close()
@@ -195,11 +228,13 @@ class Store:
 
     def summary(self, tid: str) -> dict:
         tid = self._id(tid)
-        with self._lock:
-            row = self.db.execute("SELECT id, name, source, generation, profile, created, tags FROM traces "
-                                  "WHERE id=?", (tid,)).fetchone()
-            graphs = self.db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent "
-                                     "FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
+        with self._snapshot() as db:
+            row = db.execute("SELECT id, name, source, generation, profile, created, tags FROM traces "
+                             "WHERE id=?", (tid,)).fetchone()
+            graphs = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent "
+                                "FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
+        if row is None:
+            raise NotFound(f"no trace {tid!r}")
         return _summary(row, graphs)
 
     def list(self, q: str | None = None) -> list[dict]:
@@ -209,23 +244,23 @@ class Store:
         if q:
             sql += " WHERE instr(lower(name), lower(?)) > 0"
             args = (q,)
-        with self._lock:
-            rows = self.db.execute(sql + " ORDER BY created DESC, seq DESC", args).fetchall()
+        with self._snapshot() as db:
+            rows = db.execute(sql + " ORDER BY created DESC, seq DESC", args).fetchall()
             graphs: dict[str, list] = {}
-            for r in self.db.execute("SELECT trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent "
+            for r in db.execute("SELECT trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent "
                                      "FROM graphs ORDER BY trace_id, idx"):
                 graphs.setdefault(r[0], []).append(r[1:])
         return [_summary(r, graphs.get(r[0], [])) for r in rows]
 
     def _raw(self, tid: str, g: int):
         tid = self._id(tid)
-        with self._lock:
-            row = self.db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings "
-                                  "FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
-            if row is None:
-                raise NotFound(f"trace {tid} has no graph {g}")
-            blobs = self.db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
-                                    (tid, int(g))).fetchall()
+        with self._snapshot() as db:
+            row = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings "
+                             "FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
+            blobs = db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
+                               (tid, int(g))).fetchall()
+        if row is None:
+            raise NotFound(f"trace {tid} has no graph {g}")
         table = json.loads(self._zd.decompress(row[8]))
         cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
         return row, cols, table
@@ -250,6 +285,8 @@ class Store:
         with self._lock:
             r = self.db.execute("SELECT name, source, generation, profile, created, tags, extra FROM traces WHERE id=?",
                                 (tid,)).fetchone()
+        if r is None:
+            raise NotFound(f"no trace {tid!r}")
         return TraceMeta(name=r[0], source=r[1], generation=r[2], profile=r[3], created=r[4], tags=json.loads(r[5]),
                          extra=json.loads(r[6]))
 
