@@ -64,6 +64,7 @@ def test_line_formats(line, kind, fields):
     ('GGML_ASSERT: ggml/src/ggml-alloc.c:131: !"not enough space in the buffer"',
      ("assert", 131, '!"not enough space in the buffer"')),
     ("max_size = 0.03 MB: tensors: leaf_4 (0.00 MB) node_0 (0.03 MB) ", ("debug",)),
+    ("max_size[0] = 0.01 MB: tensors: ggml_freeing [0: 0-20] (0.01 MB) ", ("debug",)),
     ("main: compute buffer size: 0.10 MB", ("compute_buffer",)),
     ("harness: === real allocator, buffer size = 12320 bytes, buffer % 16 = 0 ===", ("buffer_size", 12320)),
     ("the quick brown fox", ("program",)),

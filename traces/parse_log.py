@@ -78,6 +78,8 @@ def parse_line(line: str):
         return BLANK
     if len(line) > MAX_SCAN:
         line = line[-MAX_SCAN:]
+    if line.startswith("max_size") and " MB: tensors:" in line:
+        return DEBUG  # GGML_ALLOCATOR_DEBUG
     if "allocating " in line:
         if "not enough space" in line:
             return _oom(line)
@@ -129,8 +131,6 @@ def parse_line(line: str):
     if line.startswith(("input: ", "output: ")):
         m = INOUT.match(line)
         return Event(m.group(1), tensor=m.group(2))
-    if line.startswith("max_size") and " MB: tensors:" in line:
-        return DEBUG
     if "GGML_ASSERT" in line:
         return _assert(line)
     return _program(line)

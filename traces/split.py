@@ -54,6 +54,7 @@ class Splitter:
         self.last_alloc: Event | None = None
 
     def _new(self, items=None) -> Draft | None:
+        """Open the next draft (taking the pending hints); returns the one it ends, if any."""
         done = self.cur
         d = Draft(items=items or [])
         for k, v in self.pending.items():
