@@ -67,7 +67,7 @@ def placements(events) -> Placements:
         codes = np.fromiter((SCANNED.get(k, -1) for k in kinds), dtype=np.int8, count=len(kinds))
     idx = np.flatnonzero(codes >= 0)
     sub = list(map(events.__getitem__, idx.tolist()))
-    cols = {"tensor": list(map(attrgetter("tensor"), sub))}
+    cols = {"tensor": np.array(list(map(attrgetter("tensor"), sub)) + [None], dtype=object)[:-1]}
     for name in ("size", "offset", "block", "chunk"):
         cols[name] = _ints(list(map(attrgetter(name), sub)))
     return _assemble(idx, codes[idx].astype(np.int64), cols, lambda r, name: getattr(sub[r], name))
@@ -79,7 +79,7 @@ def _from_columns(cols: dict) -> Placements:
     for k, code in SCANNED.items():
         codes[kinds == k] = code
     idx = np.flatnonzero(codes >= 0)
-    sub = {"tensor": cols["tensor"][idx].tolist()}
+    sub = {"tensor": np.asarray(cols["tensor"], dtype=object)[idx]}
     for name in ("size", "offset", "block", "chunk"):
         sub[name] = cols[name][idx]
 
@@ -107,13 +107,16 @@ def _assemble(idx, kind, cols, field) -> Placements:
     is_mut = np.isin(kind, _MUTATION_CODES) & ~((kind == 0) & (offset == NONE))
     mut = np.stack([idx, kind, chunk, offset, size], axis=1)[is_mut]
     mut_at = np.flatnonzero(is_mut)
-    mut_rows = mut_at.tolist()
     links = {j: (field(r, "parent"), field(r, "view_src"))
              for j, r in zip(np.flatnonzero(kind[mut_at] == 3).tolist(), mut_at[kind[mut_at] == 3].tolist())}
     rows = np.flatnonzero(pkind >= 0)
-    parents = [field(r, "parent") if pkind[r] == 1 else None for r in rows.tolist()]
+    parents = [None] * len(rows)
+    for j in np.flatnonzero(pkind[rows] == 1).tolist():
+        parents[j] = field(int(rows[j]), "parent")
+    placed_names = names[rows]
+    placed_names[np.equal(placed_names, None)] = ""
     return Placements(idx[rows], pkind[rows], block[rows], offset[rows], chunk[rows], size[rows],
-                      [names[r] or "" for r in rows.tolist()], parents, mut, [names[r] for r in mut_rows], links)
+                      placed_names.tolist(), parents, mut, names[mut_at].tolist(), links)
 
 
 def identity_keys(names: list, ids: dict) -> np.ndarray:
