@@ -107,3 +107,13 @@ def test_renamed_tensors_keep_their_own_names_in_the_oom_picture():
     assert d.first_free_list_divergence["tensor"] == "z"
     live = [t["tensor"] for g in d.b["oom"]["stranded_by"] for t in g["live"]]
     assert live == ["z", "b2", "y2"] and d.b["oom"]["total_free"] == 32
+
+
+def test_first_choice_divergence_skips_offset_only_differences():
+    def run(size, blocks):
+        return [Event("alloc", tensor=t, size=size, offset=i * size, block=b) for i, (t, b) in
+                enumerate(zip("xyz", blocks))]
+    d = diff_graphs(run(32, [0, 0, 0]), run(64, [0, 0, 1]))
+    assert d.first_divergence["tensor"] == "y" and d.first_divergence["fields"] == ["offset", "size"]
+    assert d.first_choice_divergence["tensor"] == "z" and "block" in d.first_choice_divergence["fields"]
+    assert d.to_json()["first_choice_divergence"]["b"]["block"] == 1

@@ -28,9 +28,11 @@ class DiffResult:
     deltas: dict
     aligned: dict
     anomalies: list = field(default_factory=list)
+    first_choice_divergence: dict | None = None  # the first differing block/chunk/kind, offsets ignored
 
     def to_json(self) -> dict:
         return {"first_divergence": self.first_divergence,
+                "first_choice_divergence": self.first_choice_divergence,
                 "first_free_list_divergence": self.first_free_list_divergence,
                 "a": self.a, "b": self.b, "deltas": self.deltas, "aligned": self.aligned,
                 "anomalies": self.anomalies}
@@ -111,13 +113,14 @@ def _why(ca: dict, cb: dict, sa: dict, sb: dict, la: str, lb: str) -> str:
 
 
 # --- the two divergences ------------------------------------------------------------------
-def _divergence_index(a: Side, b: Side, ia, ib) -> int | None:
-    """The first aligned pair whose kind, block, offset or chunk differs."""
+def _divergence_index(a: Side, b: Side, ia, ib, offsets: bool = True) -> int | None:
+    """The first aligned pair whose kind, block, chunk or (with `offsets`) offset differs."""
     pa, pb = a.placements, b.placements
-    oa, ob = pa.offset[ia], pb.offset[ib]
-    known = (oa != NONE) & (ob != NONE) | (pa.kind[ia] != 1)  # imported reuse lines carry no offset
-    differs = ((pa.kind[ia] != pb.kind[ib]) | (pa.block[ia] != pb.block[ib]) | (known & (oa != ob))
-               | (pa.chunk[ia] != pb.chunk[ib]))
+    differs = (pa.kind[ia] != pb.kind[ib]) | (pa.block[ia] != pb.block[ib]) | (pa.chunk[ia] != pb.chunk[ib])
+    if offsets:
+        oa, ob = pa.offset[ia], pb.offset[ib]
+        known = (oa != NONE) & (ob != NONE) | (pa.kind[ia] != 1)  # imported reuse lines carry no offset
+        differs |= known & (oa != ob)
     hits = np.flatnonzero(differs)
     return int(hits[0]) if len(hits) else None
 
@@ -135,6 +138,14 @@ def _first_divergence(a: Side, b: Side, ia, ib, k, cur_a: Cursor, cur_b: Cursor)
              f"{_choice_words(a.label, ca)}, {_choice_words(b.label, cb)}; {_why(ca, cb, sa, sb, a.label, b.label)}")
     return {"aligned_index": k, "event_a": ea, "event_b": eb, "tensor": pa.names[ka], "fields": fields,
             "a": ca, "b": cb, "words": words}
+
+
+def _fields_at(a: Side, b: Side, ia, ib, k: int) -> list:
+    """Which of kind, block, chunk, offset differ at aligned pair k."""
+    pa, pb, x, y = a.placements, b.placements, int(ia[k]), int(ib[k])
+    return [name for name, arr_a, arr_b in (("kind", pa.kind, pb.kind), ("block", pa.block, pb.block),
+                                            ("chunk", pa.chunk, pb.chunk), ("offset", pa.offset, pb.offset))
+            if arr_a[x] != arr_b[y]]
 
 
 def _mutation_prefix(a: Side, b: Side) -> int:
@@ -270,11 +281,12 @@ def diff_graphs(events_a, events_b, meta_a=None, meta_b=None) -> DiffResult:
         a.label, b.label = f"{a.label} (a)", f"{b.label} (b)"
     ia, ib = align(a.placements, b.placements)
     k = _divergence_index(a, b, ia, ib)
+    kc = k if k is None or "offset" not in _fields_at(a, b, ia, ib, k) else _divergence_index(a, b, ia, ib, False)
     oom_a, oom_b = _oom_point(a, b, ia, ib), _oom_point(b, a, ib, ia)
     points_a, points_b = [], []
-    if k is not None:
-        points_a.append(int(a.placements.event[ia[k]]))
-        points_b.append(int(b.placements.event[ib[k]]))
+    for x in {k, kc} - {None}:
+        points_a.append(int(a.placements.event[ia[x]]))
+        points_b.append(int(b.placements.event[ib[x]]))
     for point, mine, theirs in ((oom_a, points_a, points_b), (oom_b, points_b, points_a)):
         if point is not None:
             mine.append(point[0][1])
@@ -283,6 +295,7 @@ def diff_graphs(events_a, events_b, meta_a=None, meta_b=None) -> DiffResult:
     cur_a, cur_b = Cursor(a, points_a), Cursor(b, points_b)
     free_list = _first_free_list_divergence(a, b, ia, ib, cur_a, cur_b)
     first = _first_divergence(a, b, ia, ib, k, cur_a, cur_b)
+    choice = first if kc == k else _first_divergence(a, b, ia, ib, kc, cur_a, cur_b)
     sum_a, sum_b = summary(a), summary(b)
     sum_a["oom"] = _oom(a, b, oom_a, cur_a, cur_b)
     sum_b["oom"] = _oom(b, a, oom_b, cur_b, cur_a)
@@ -290,7 +303,8 @@ def diff_graphs(events_a, events_b, meta_a=None, meta_b=None) -> DiffResult:
     aligned = {"count": len(ia), "a": na, "b": nb, "fraction": len(ia) / max(na, nb, 1),
                "fraction_a": len(ia) / max(na, 1), "fraction_b": len(ia) / max(nb, 1)}
     anomalies = [f"{side.label}: {x}" for side, cur in ((a, cur_a), (b, cur_b)) for x in cur.replay.free.anomalies]
-    return DiffResult(first, free_list, sum_a, sum_b, _deltas(a, b, sum_a, sum_b, ia, ib), aligned, anomalies[:20])
+    return DiffResult(first, free_list, sum_a, sum_b, _deltas(a, b, sum_a, sum_b, ia, ib), aligned, anomalies[:20],
+                      choice)
 
 
 # --- stored traces ------------------------------------------------------------------------

@@ -95,6 +95,10 @@ def report_lines(d) -> list[str]:
         out += ["", "FIRST DIVERGENCE", f"  {fd['words']}",
                 f"  free list of a: {_blocks(fd['a'].get('free_blocks'))}",
                 f"  free list of b: {_blocks(fd['b'].get('free_blocks'))}"]
+    fc = d.first_choice_divergence
+    if fd is not None and fc != fd:
+        out += ["", "FIRST DIFFERENT CHOICE (offsets aside)",
+                f"  {fc['words']}" if fc else "  none: every aligned tensor took the same block index and chunk"]
     fl = d.first_free_list_divergence
     if fl is not None:
         out += ["", "FREE LISTS FIRST DIFFER", f"  {fl['words']}"]
