@@ -117,3 +117,23 @@ def test_first_choice_divergence_skips_offset_only_differences():
     assert d.first_divergence["tensor"] == "y" and d.first_divergence["fields"] == ["offset", "size"]
     assert d.first_choice_divergence["tensor"] == "z" and "block" in d.first_choice_divergence["fields"]
     assert d.to_json()["first_choice_divergence"]["b"]["block"] == 1
+
+
+def test_free_lists_that_reconverge_are_skipped_and_a_later_difference_found():
+    """b frees q before p (same state once both are free), then frees r early: the free lists first
+    differ before t, not before s."""
+    def alloc(t, off, size=32):
+        return Event("alloc", tensor=t, offset=off, size=size, block=0)
+
+    def free(t, off):
+        return Event("free", tensor=t, offset=off, size=32)
+
+    head = [alloc("p", 0), alloc("q", 32), alloc("r", 64)]
+    a = head + [free("p", 0), free("q", 32), alloc("s", 0, 64), alloc("t", 96), alloc("u", 128)]
+    b = head + [free("q", 32), free("p", 0), alloc("s", 0, 64), free("r", 64), alloc("t", 96), alloc("u", 128)]
+    d = diff_graphs(a, b)
+    assert d.first_divergence is None
+    fl = d.first_free_list_divergence
+    assert fl["tensor"] == "t"
+    assert fl["a"]["free_blocks"] == [[96, None, 0]] and fl["b"]["free_blocks"] == [[64, None, 0]]
+    assert diff_graphs(a, a[:-1] + [free("r", 64), a[-1]]).first_free_list_divergence["tensor"] == "u"

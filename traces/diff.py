@@ -164,10 +164,9 @@ def _first_free_list_divergence(a: Side, b: Side, ia, ib, cur_a: Cursor, cur_b: 
     ma = np.searchsorted(pa.mutations[:, 0], ea_all)  # free-list changes before each point
     mb = np.searchsorted(pb.mutations[:, 0], eb_all)
     shared = _mutation_prefix(a, b)
-    unsure = (ma != mb) | (ma > shared)
-    if len(ia) < max(len(pa), len(pb)):
-        unsure[-1] = False  # the ends are compared only when every placement aligned
-    unsure = np.flatnonzero(unsure)
+    # the ends are compared only when every placement aligned
+    limit = len(ea_all) if len(ia) == max(len(pa), len(pb)) else len(ea_all) - 1
+    unsure = np.flatnonzero(((ma != mb) | (ma > shared))[:limit])
     if not len(unsure):
         return None  # both runs made the same changes before every aligned point
     k0 = int(unsure[0])
@@ -176,21 +175,43 @@ def _first_free_list_divergence(a: Side, b: Side, ia, ib, cur_a: Cursor, cur_b: 
     if pa.mutation_names[:common] == pb.mutation_names[:common]:  # same tensors too: b starts from a's state
         cur_b.adopt(cur_a, common)
     ra, rb = cur_a.replay, cur_b.replay
-    for k in range(k0, len(ea_all)):
+    k = k0
+    while True:
         ea, eb = int(ea_all[k]), int(eb_all[k])
         cur_a.run_to(ea)
         cur_b.run_to(eb)
         if ra.free.shape() != rb.free.shape():  # (ra.free is replaced when head re-plans)
-            sa, sb = ra.state(), rb.state()
-            at_end = k == len(ea_all) - 1
-            tensor = None if at_end else pa.names[int(ia[k])]
-            where = "at the end" if at_end else f"before {tensor} is placed"
-            return {"aligned_index": None if at_end else k, "event_a": ea, "event_b": eb, "tensor": tensor,
-                    "a": {"free_blocks": _blocks_json(sa), **free_summary(sa)},
-                    "b": {"free_blocks": _blocks_json(sb), **free_summary(sb)},
-                    "words": (f"free lists differ {where} (event {ea} in {a.label}, {eb} in {b.label}): "
-                              f"{a.label} has {_list_words(sa)}; {b.label} has {_list_words(sb)}")}
-    return None
+            break
+        # equal here: skip the points both runs reach through the same further changes
+        ahead = _agreed(pa.mutations, pb.mutations, cur_a.j, cur_b.j)
+        da, db = ma[k + 1:limit] - cur_a.j, mb[k + 1:limit] - cur_b.j
+        rest = np.flatnonzero((da != db) | (da > ahead))
+        if not len(rest):
+            return None
+        k += 1 + int(rest[0])
+    sa, sb = ra.state(), rb.state()
+    at_end = k == len(ea_all) - 1
+    tensor = None if at_end else pa.names[int(ia[k])]
+    where = "at the end" if at_end else f"before {tensor} is placed"
+    return {"aligned_index": None if at_end else k, "event_a": ea, "event_b": eb, "tensor": tensor,
+            "a": {"free_blocks": _blocks_json(sa), **free_summary(sa)},
+            "b": {"free_blocks": _blocks_json(sb), **free_summary(sb)},
+            "words": (f"free lists differ {where} (event {ea} in {a.label}, {eb} in {b.label}): "
+                      f"{a.label} has {_list_words(sa)}; {b.label} has {_list_words(sb)}")}
+
+
+def _agreed(ma, mb, ja: int, jb: int) -> int:
+    """How many free-list changes from a's ja-th and b's jb-th on are the same (windows that double,
+    so the cost follows the answer)."""
+    n, done, width = min(len(ma) - ja, len(mb) - jb), 0, 64
+    while done < n:
+        w = min(width, n - done)
+        x, y = ma[ja + done:ja + done + w, 1:], mb[jb + done:jb + done + w, 1:]
+        bad = np.flatnonzero(np.any(x != y, axis=1))
+        if len(bad):
+            return done + int(bad[0])
+        done, width = done + w, width * 2
+    return n
 
 
 def _list_words(state: dict) -> str:

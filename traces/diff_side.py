@@ -25,6 +25,7 @@ class Side:
 
 
 def meta_dict(meta) -> dict:
+    """What the diff reads from a GraphRecord (its fields and `extra`), a dict, or nothing."""
     if meta is None:
         return {}
     if isinstance(meta, dict):
@@ -36,12 +37,13 @@ def meta_dict(meta) -> dict:
 
 
 def make_side(events, meta, default_label: str) -> Side:
+    """Scan one run; a 2023 run that is not a measure run ends at its `buffer_size`."""
     m = meta_dict(meta)
     p = placements(events)
     events = as_events(events)
     legacy = not bool(np.any(p.chunk[p.kind == 0] != NONE))
     capacity = m.get("capacity")
-    if capacity is None and legacy and m.get("role") not in (None, "measure"):
+    if capacity is None and legacy and m.get("role") != "measure":
         capacity = m.get("buffer_size")  # a real 2023 buffer ends there; measure and head chunks do not
     label = m.get("label") or m.get("role") or default_label
     return Side(label, events, p, capacity, m.get("alignment") or _alignment(p), m)
@@ -124,6 +126,7 @@ class Cursor:
 
 
 def _live_peak(side: Side) -> int:
+    """Running maximum of allocated minus freed bytes (head's unpadded frees padded back)."""
     m = side.placements.mutations
     if not len(m):
         return 0
@@ -138,6 +141,7 @@ def _live_peak(side: Side) -> int:
 
 
 def summary(side: Side) -> dict:
+    """Sizes and counts of one run; `max_size` is the recorded one when the caller gave it."""
     p, m = side.placements, side.placements.mutations
     allocs = p.kind == 0
     ends = p.offset[allocs] + p.size[allocs]
