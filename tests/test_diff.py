@@ -214,3 +214,21 @@ def test_choice_divergence_ignores_offsets_shifted_by_sizes(fixtures):
     ea, ma, eb, mb = model_runs(fixtures, "v2023-08-16-legacy", "ggml-2023-08-16")
     legacy = diff_graphs(ea, eb, ma, mb)
     assert legacy.first_choice_divergence == legacy.first_divergence
+
+
+def test_block_minus_one_at_the_same_offset_is_the_same_choice(fixtures, store):
+    """2023-08-28 prints `block -1` where 2023-08-16 prints the last block's index: the two
+    measure runs of the harness graph choose alike, and the older one places one tensor fewer."""
+    logs = [fixtures / f / "harness_plain.AT.log" for f in ("v2023-08-16-legacy", "v2023-08-28-parseseq")]
+    old, new = (import_paths(store, [p])[0] for p in logs)
+    measure_old, measure_new = (logged_runs(p)[0] for p in logs)
+    assert any(b == -1 for _, b in measure_new) and not any(b == -1 for _, b in measure_old)
+    d = diff_refs(store, f"{old}:0", f"{new}:0")
+    assert d.first_divergence is None
+
+    def placed(path):
+        measure = path.read_text().split("harness: measure max_size", 1)[0]
+        return len(ALLOC.findall(measure)) + measure.count("reusing ")
+
+    assert (d.aligned["a"], d.aligned["b"]) == (placed(logs[0]), placed(logs[1]))
+    assert d.aligned["b"] - d.aligned["a"] == 1 == d.aligned["b"] - d.aligned["count"]
