@@ -14,6 +14,7 @@ import numpy as np
 
 from alloctrace.allocator.events import Event
 from alloctrace.errors import UserError
+from alloctrace.gcpause import without_gc
 
 FIELDS = [f.name for f in fields(Event)]
 STR_FIELDS = ("kind", "tensor", "op", "parent", "view_src", "reason")
@@ -23,6 +24,7 @@ DTYPES = (np.int8, np.int16, np.int32, np.int64)
 _row = attrgetter(*FIELDS)  # one event -> its field values, in FIELDS order
 
 
+@without_gc
 def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
     """(arrays by field name, string table) for one graph's events."""
     n = len(events)
@@ -60,6 +62,7 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
     return cols, list(table)
 
 
+@without_gc
 def decode_events(n: int, cols: dict[str, np.ndarray], table: list[str]) -> list[Event]:
     """The exact events `encode` was given."""
     lists = []
@@ -79,6 +82,7 @@ def decode_events(n: int, cols: dict[str, np.ndarray], table: list[str]) -> list
     return [Event(*row) for row in zip(*lists)] if n else []
 
 
+@without_gc
 def public_columns(n: int, cols: dict[str, np.ndarray], table: list[str]) -> dict[str, np.ndarray]:
     """Columns for analysis: int64 with -1 for missing, object arrays for strings, lists and dicts."""
     out: dict[str, np.ndarray] = {"i": np.arange(n, dtype=np.int64)}
