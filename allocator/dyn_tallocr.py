@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .tallocr import OutOfFreeBlocks, pad
+from .tallocr import pad, release
 
 MAX_CHUNKS = 16
 SIZE_MAX = (1 << 64) - 1
@@ -83,30 +83,8 @@ class DynTallocr:
         return best_chunk, best_block, off
 
     def free(self, chunk: int, offset: int, nbytes: int):
-        size = pad(nbytes, self.alignment)
         ch = self.chunks[chunk]
-        offs, sizes = ch.offsets, ch.sizes
-        for i in range(len(offs)):
-            if offs[i] + sizes[i] == offset:
-                sizes[i] += size
-                if i < len(offs) - 1 and offs[i] + sizes[i] == offs[i + 1]:
-                    sizes[i] += sizes[i + 1]
-                    del offs[i + 1], sizes[i + 1]
-                return
-            if offset + size == offs[i]:
-                offs[i] = offset
-                sizes[i] += size
-                if i > 0 and offs[i - 1] + sizes[i - 1] == offs[i]:
-                    sizes[i - 1] += sizes[i]
-                    del offs[i], sizes[i]
-                return
-        if len(offs) >= self.max_free_blocks:
-            raise OutOfFreeBlocks()
-        pos = 0
-        while pos < len(offs) and offs[pos] < offset:
-            pos += 1
-        offs.insert(pos, offset)
-        sizes.insert(pos, size)
+        release(ch.offsets, ch.sizes, offset, pad(nbytes, self.alignment), self.max_free_blocks)
 
     def max_size(self, chunk: int) -> int:
         return self.chunks[chunk].max_size if chunk < len(self.chunks) else 0

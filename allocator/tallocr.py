@@ -31,6 +31,34 @@ class OutOfFreeBlocks(Exception):
     pass
 
 
+def release(starts: list, sizes: list, at: int, size: int, max_blocks: int):
+    """Give [at, at + size) back to an address-sorted free list, as every ggml generation does:
+    grow the block that ends at `at` (and swallow the next one if they now touch), or the block
+    that starts right after (and merge into the previous one), else insert a new block."""
+    n = len(starts)
+    for i in range(n):
+        if starts[i] + sizes[i] == at:
+            sizes[i] += size
+            if i < n - 1 and starts[i] + sizes[i] == starts[i + 1]:
+                sizes[i] += sizes[i + 1]
+                del starts[i + 1], sizes[i + 1]
+            return
+        if at + size == starts[i]:
+            starts[i] = at
+            sizes[i] += size
+            if i > 0 and starts[i - 1] + sizes[i - 1] == starts[i]:
+                sizes[i - 1] += sizes[i]
+                del starts[i], sizes[i]
+            return
+    if n >= max_blocks:
+        raise OutOfFreeBlocks()
+    pos = 0
+    while pos < n and starts[pos] < at:
+        pos += 1
+    starts.insert(pos, at)
+    sizes.insert(pos, size)
+
+
 @dataclass
 class Choice:
     addr: int
@@ -99,30 +127,8 @@ class LegacyTallocr:
 
     def free(self, addr: int, nbytes: int) -> int:
         """Return bytes to the free list, merging neighbours; returns n_free_blocks before."""
-        size = pad(nbytes, self.alignment)
-        addrs, sizes = self.addrs, self.sizes
-        before = len(addrs)
-        for i in range(before):
-            if addrs[i] + sizes[i] == addr:
-                sizes[i] += size
-                if i < len(addrs) - 1 and addrs[i] + sizes[i] == addrs[i + 1]:
-                    sizes[i] += sizes[i + 1]
-                    del addrs[i + 1], sizes[i + 1]
-                return before
-            if addr + size == addrs[i]:
-                addrs[i] = addr
-                sizes[i] += size
-                if i > 0 and addrs[i - 1] + sizes[i - 1] == addrs[i]:
-                    sizes[i - 1] += sizes[i]
-                    del addrs[i], sizes[i]
-                return before
-        if before >= self.profile.max_free_blocks:
-            raise OutOfFreeBlocks()
-        pos = 0
-        while pos < before and addrs[pos] < addr:
-            pos += 1
-        addrs.insert(pos, addr)
-        sizes.insert(pos, size)
+        before = len(self.addrs)
+        release(self.addrs, self.sizes, addr, pad(nbytes, self.alignment), self.profile.max_free_blocks)
         return before
 
     def summary(self) -> tuple[int, int, int]:
