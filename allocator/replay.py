@@ -37,6 +37,7 @@ class Run:
     explicit: list  # names of the tensors allocated before the walk (as named after the build)
     buffer_base: int | None = None
     buffer_size: int | None = None
+    graph: object = None  # the Graph that was walked (for plan checks and execution)
 
     @property
     def max_size(self) -> int:
@@ -99,8 +100,9 @@ def _build(fam, model, role, n_tokens, n_past, alloc, profile, graph_index) -> t
 
 def replay(preset, profile: str, n_ctx: int | None = None, n_batch: int | None = None,
            eval_tokens: int | None = None, n_past: int | None = None, metal_concurrency: bool = False,
-           layout: str | None = None, hparams: dict | None = None) -> ReplayResult:
-    """Measure then eval, as the program did. `layout` defaults to macos-metal with Metal, else linux."""
+           layout: str | None = None, hparams: dict | None = None, buffer_size: int | None = None) -> ReplayResult:
+    """Measure then eval, as the program did. `layout` defaults to macos-metal with Metal, else linux;
+    `buffer_size` replaces the program's own sizing (max_size plus padding) of the real buffer."""
     try:
         p = preset if isinstance(preset, Preset) else get_preset(preset)
         p = with_hparams(p, hparams or {})
@@ -133,16 +135,17 @@ def replay(preset, profile: str, n_ctx: int | None = None, n_batch: int | None =
     graph, explicit = _build(fam, model, "measure", m_tokens, m_past, measure, profile, 0)
     seq = find_concurrency(graph) if metal_concurrency else None
     measure.alloc_graph(graph, parse_seq=seq, graph_index=0)
-    m_run = Run("measure", m_tokens, m_past, measure, graph.n_nodes, graph.n_leafs, [t.name for t in explicit])
+    m_run = Run("measure", m_tokens, m_past, measure, graph.n_nodes, graph.n_leafs, [t.name for t in explicit],
+                graph=graph)
 
-    size = measure.t.max_size + fam.BUFFER_PAD
+    size = buffer_size or measure.t.max_size + fam.BUFFER_PAD
     base = space.reserve("compute", lay.buffer_base, size)
     real = LegacyAllocator.real(prof, base, size, fam.ALIGNMENT)
     if measure.failed is None:
         graph, explicit = _build(fam, model, "eval", e_tokens, e_past, real, profile, 1)
         real.alloc_graph(graph, parse_seq=seq, graph_index=1)
         e_run = Run("eval", e_tokens, e_past, real, graph.n_nodes, graph.n_leafs, [t.name for t in explicit],
-                    base, size)
+                    base, size, graph)
     else:
         e_run = Run("eval", e_tokens, e_past, real, 0, 0, [], base, size)
 

@@ -276,49 +276,29 @@ def preset_plans(name: str, profile_name: str, metal_concurrency: bool = False, 
                  hparams: dict | None = None, buffer_size: int | None = None, n_ctx: int | None = None,
                  eval_shape: tuple | None = None, layout: str | None = None,
                  expect_max_size: int | None = None) -> list[Plan]:
-    """The eval graph of a preset, planned as the program did: measure the worst case (with Metal's
-    parse_seq when asked), then allocate the eval graph in a buffer of max_size plus padding.
+    """The eval graph of a preset, planned as the program did (allocator.replay: measure the worst case,
+    with Metal's parse_seq when asked, then the eval graph in a buffer of max_size plus padding).
 
     eval_shape is (n_tokens, n_past) of the eval graph (default: the measured shape);
     expect_max_size makes a rebuilt run prove it matches a stored one."""
-    from alloctrace.allocator.presets import family_of, get_preset, with_hparams
-    from alloctrace.allocator.presets.space import AddressSpace
-    from alloctrace.metal_exec.concurrency import find_concurrency
+    from alloctrace.allocator.replay import replay
+    from alloctrace.errors import UserError
 
-    profile = get_profile(profile_name)
-    if profile.family != "legacy":
-        raise ValueError(f"presets replay the programs of Aug 2023; {profile.name} is not a 2023 generation")
-    preset = with_hparams(get_preset(name), hparams or {})
-    fam = family_of(preset)
-    layout = LAYOUTS[layout or ("macos-metal" if metal_concurrency else "linux")]
-    n_ctx = n_ctx or preset.n_ctx
-    model = fam.new_model(preset.hparams, n_ctx, profile.name)
-    space = AddressSpace()
-    fam.place_model(model, layout, space)
-    shapes = [fam.measure_shape(n_ctx, min(preset.n_batch, n_ctx))]
-    shapes.append(tuple(eval_shape) if eval_shape else shapes[0])
-
-    def walk(alloc, parse_seq=None, index=0):
-        alloc.graph_index = index
-        graph = fam.build_graph(model, *shapes[index], alloc.alloc_tensor, profile.name)
-        seq = parse_seq if parse_seq is not None else (find_concurrency(graph) if metal_concurrency else None)
-        alloc.alloc_graph(graph, parse_seq=seq, graph_index=index)
-        return graph, seq
-
-    measure = LegacyAllocator.measure(profile, fam.ALIGNMENT)
-    graph, seq = walk(measure)
-    if measure.failed:
-        raise ValueError(f"the {profile.name} measure walk failed on {name}: {measure.failed.kind}")
-    size = buffer_size or measure.t.max_size + fam.BUFFER_PAD
-    real = LegacyAllocator.real(profile, space.reserve("compute", layout.buffer_base, size), size, fam.ALIGNMENT)
-    eval_graph, _ = walk(real, seq, 1)
-    if expect_max_size is not None and real.t.max_size != expect_max_size:
-        raise ValueError(f"rebuilding {name} gives max_size {real.t.max_size}, the stored run had {expect_max_size}")
+    e_tokens, e_past = eval_shape or (None, None)
+    try:
+        r = replay(name, profile_name, n_ctx=n_ctx, eval_tokens=e_tokens, n_past=e_past,
+                   metal_concurrency=metal_concurrency, layout=layout, hparams=hparams, buffer_size=buffer_size)
+    except UserError as e:
+        raise ValueError(str(e)) from None
+    if r.measure.alloc.failed:
+        raise ValueError(f"the {profile_name} measure walk failed on {name}: {r.measure.alloc.failed.kind}")
+    if expect_max_size is not None and r.eval.max_size != expect_max_size:
+        raise ValueError(f"rebuilding {name} gives max_size {r.eval.max_size}, the stored run had {expect_max_size}")
     concurrent = False if serial else None
-    if real.failed is None:
-        plan = plan_from_legacy(eval_graph, real, seq, concurrent, graph_index=1)
-    else:
-        plan = plan_from_legacy(graph, measure, seq, concurrent, graph_index=0)
-        plan.note = f"the real allocation failed ({real.failed.kind} at {real.failed.tensor}); checking the measure plan"
-    plan.params = _op_params(plan.graph, shapes[plan.graph_index][1])
+    run = r.eval if r.eval.alloc.failed is None else r.measure
+    plan = plan_from_legacy(run.graph, run.alloc, r.parse_seq, concurrent, graph_index=0 if run is r.measure else 1)
+    if run is r.measure:
+        failed = r.eval.alloc.failed
+        plan.note = f"the real allocation failed ({failed.kind} at {failed.tensor}); checking the measure plan"
+    plan.params = _op_params(plan.graph, run.n_past)
     return [plan]
