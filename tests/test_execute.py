@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-from alloctrace.allocator.harness import load
 from alloctrace.allocator.tensor import Tensor
 from alloctrace.metal_exec.execute import Memory, level_order, reference_run, run
 from alloctrace.metal_exec.hazards import check

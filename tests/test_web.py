@@ -295,7 +295,7 @@ def test_a_tensor_named_like_markup_is_shown_as_text(server, page):
     page.wait_for_selector(".map-tip", state="visible")
     assert page.inner_text(".map-tip").splitlines()[0] == HOSTILE
     assert page.locator("#map text", has_text=HOSTILE).count() >= 1  # its label inside the rectangle
-    page.click(f"#event-table tr[data-i='1']")
+    page.click("#event-table tr[data-i='1']")
     page.wait_for_selector("#selection .tensor")
     assert HOSTILE in page.inner_text("#selection")
     assert page.locator("img").count() == 0 and page.dialogs == []
