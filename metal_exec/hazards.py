@@ -18,6 +18,7 @@ Interval structures only, so 70B-sized graphs take milliseconds, not a per-byte 
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from alloctrace.allocator.events import Event
