@@ -74,7 +74,7 @@ class Context:
         return self.lifetimes_cache.get((trace_id, g), lambda: memmap.extract(self.columns(trace_id, g)))
 
     def state_index(self, trace_id: str, g: int):
-        from alloctrace.server.graphs import StateIndex
+        from alloctrace.server.states import StateIndex
         return self.states_cache.get((trace_id, g), lambda: StateIndex(self.columns(trace_id, g),
                                                                        self.graph_info(trace_id, g)["capacity"]))
 

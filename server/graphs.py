@@ -1,13 +1,11 @@
 """Answers about one graph, built from the store's columns: event pages, memory maps, states."""
 from __future__ import annotations
 
-import copy
-import threading
-
 import numpy as np
 
 from alloctrace.errors import UserError
 from alloctrace.traces import memmap
+from alloctrace.server.states import StateIndex, state_json  # noqa: F401 (the API's names)
 
 MAX_PAGE = 5000
 MAX_SHAPES = 20000
@@ -70,41 +68,6 @@ def capacity_of(record_summary: dict, cols: dict) -> int | None:
     if chunked or record_summary.get("role") == "measure":
         return None
     return record_summary.get("buffer_size")
-
-
-class StateIndex:
-    """One graph's allocator state at any event, with replay checkpoints every `step` events:
-    scrubbing a million-event graph replays at most `step` events per request."""
-
-    step = 10000
-
-    def __init__(self, cols: dict, capacity: int | None):
-        from alloctrace.traces.state import Replay, as_events, infer_alignment
-        self.events = as_events(cols)
-        self.checkpoints = {0: Replay(capacity, infer_alignment(self.events))}
-        self.lock = threading.Lock()
-
-    def state(self, n: int) -> dict:
-        with self.lock:
-            start = max(k for k in self.checkpoints if k <= n)
-            r = copy.deepcopy(self.checkpoints[start])
-        while r.n < n:
-            r.run_to(self.events, min(n, (r.n // self.step + 1) * self.step))
-            if r.n % self.step == 0:
-                with self.lock:
-                    self.checkpoints.setdefault(r.n, copy.deepcopy(r))
-        return r.state()
-
-
-def state_json(index: StateIndex, n: int, next_event: dict | None) -> dict:
-    """The state after the first n events, with free blocks as objects and their summary."""
-    from alloctrace.traces.state import free_summary
-    st = index.state(n)
-    summary = free_summary(st)
-    st["free_blocks"] = [{"offset": o, "size": s, "chunk": c} for o, s, c in st["free_blocks"]]
-    st["free_summary"] = summary
-    st["next_event"] = next_event
-    return st
 
 
 def stored_ids(result: dict) -> list[str]:

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from alloctrace.gcpause import gc_paused
 from alloctrace.traces.align import NONE, SCANNED, Placements, placements
-from alloctrace.traces.state import Replay, as_events
+from alloctrace.traces.state import CHANGE_KINDS, Replay, as_events
 
 
 @dataclass
@@ -58,6 +59,7 @@ def _alignment(p: Placements, limit: int = 64) -> int:
 
 # --- snapshots ------------------------------------------------------------------------------
 MUTATION_NAMES = {code: name for name, code in SCANNED.items()}
+assert all(SCANNED[k] == code for code, k in enumerate(CHANGE_KINDS))  # the scan's codes are the replay's
 
 
 class Cursor:
@@ -66,8 +68,9 @@ class Cursor:
 
     def __init__(self, side: Side, points=()):
         self.side = side
-        self.replay = Replay(side.capacity, side.alignment)
-        self.mutations = side.placements.mutations
+        self.mutations = m = side.placements.mutations
+        # names are only looked up by a reuse without an offset (imported head logs)
+        self.replay = Replay(side.capacity, side.alignment, bool(np.any((m[:, 1] == 3) & (m[:, 3] == NONE))))
         self.j = 0
         self.pending = sorted(set(points))
         self.saved: dict[int, dict] = {}
@@ -84,18 +87,12 @@ class Cursor:
         m, j, r = self.mutations, self.j, self.replay
         end = int(np.searchsorted(m[:, 0], n))  # changes of events before n
         if end > j:
-            names, links = self.side.placements.mutation_names, self.side.placements.mutation_links
-            change, kinds = r.change, MUTATION_NAMES
-            for row in m[j:end].tolist():  # Python ints, converted only for the rows replayed
-                event, code, chunk, offset, size = row
-                if code == 3:
-                    parent, view_src = links.get(j, (None, None))
-                    change("reuse", max(chunk, 0), None if offset == NONE else offset, size, names[j], parent,
-                           view_src)
-                else:
-                    change(kinds[code], chunk if chunk > 0 else 0, offset, size, names[j])
-                j += 1
-            self.j = j
+            p = self.side.placements
+            rows = m[j:end]
+            with gc_paused():  # many small live records, no cycles
+                r.apply_changes(rows[:, 1].tolist(), rows[:, 2].tolist(), rows[:, 3].tolist(), rows[:, 4].tolist(),
+                                p.mutation_names[j:end], lambda k: p.mutation_links.get(j + k, (None, None)))
+            self.j = end
         if n > r.n:
             r.n = n
 

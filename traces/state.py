@@ -18,6 +18,8 @@ import numpy as np
 ENDLESS = 1 << 62  # stands for the open end of a measure buffer or an unsized chunk
 
 MUTATIONS = frozenset({"alloc", "free", "free_extra", "reuse", "realloc"})
+CHANGE_KINDS = ("alloc", "free", "free_extra", "reuse", "realloc")  # the codes of Replay.apply_changes
+MISSING = -1  # a missing chunk, offset or size in column form
 
 
 def pad(size: int, alignment: int) -> int:
@@ -165,8 +167,11 @@ class FreeList:
 class Replay:
     """Apply events one by one; keeps the free list, the live tensors and the live-byte peak."""
 
-    def __init__(self, capacity: int | None = None, alignment: int = 1):
+    def __init__(self, capacity: int | None = None, alignment: int = 1, track_names: bool = True):
         self.capacity, self.alignment = capacity, max(1, alignment)
+        # `where` is only read by a reuse without an offset; a caller that knows there is none turns it off,
+        # so checkpoints of a million-event replay do not each copy a million names
+        self.track_names = track_names
         self.free = FreeList(capacity)
         self.live: dict[tuple[int, int], list] = {}  # (chunk, offset) -> [tensor, size]
         self.live_bytes = self.peak_live = 0
@@ -185,7 +190,7 @@ class Replay:
     def copy(self, capacity: int | None = None, alignment: int | None = None) -> "Replay":
         """An independent replay in the same state, for a run that made the same changes so far in a
         buffer of `capacity` (the last block is moved to that end)."""
-        r = Replay(capacity, alignment or self.alignment)
+        r = Replay(capacity, alignment or self.alignment, self.track_names)
         for c, (o, z) in self.free.chunks.items():
             offs, sizes = list(o), list(z)
             old_end, new_end = self.free.end_of(c), r.free.end_of(c)
@@ -216,7 +221,8 @@ class Replay:
                 return  # the failed attempt before an oom
             if self.free.take(chunk, offset, size) is not None:
                 self.live[(chunk, offset)] = [tensor, size]
-                self.where[tensor] = (chunk, offset)
+                if self.track_names:
+                    self.where[tensor] = (chunk, offset)
                 self.live_bytes += size
                 if self.live_bytes > self.peak_live:
                     self.peak_live = self.live_bytes
@@ -230,7 +236,8 @@ class Replay:
             rec = self.live.get(key)
             if rec is not None:
                 rec[0] = tensor
-                self.where[tensor] = key
+                if self.track_names:
+                    self.where[tensor] = key
             self._reused = key
         elif k == "free_extra":
             rec = self.live.get(self._reused) if self._reused else None
@@ -243,6 +250,101 @@ class Replay:
             self.live.clear()
             self.where.clear()
             self.live_bytes = 0
+
+    def apply_changes(self, codes, chunks, offsets, sizes, names, links=None):
+        """Apply free-list changes given as parallel sequences of Python ints (`codes` index
+        CHANGE_KINDS; -1 marks a missing chunk, offset or size) and tensor names: what `change`
+        does for each, for replays that skip every other event. The common cases (an alloc from
+        a block's start, a free that fits) are inlined: this loop is the whole cost of scrubbing
+        a million-event graph. `links(k)` gives (parent, view_src) of the k-th change, asked only
+        for a reuse without an offset. Does not count events: the caller sets `n`."""
+        live, where, al, track = self.live, self.where, self.alignment, self.track_names
+        free = self.free
+        lists_of, opened = free.chunks.get, free._lists
+        live_bytes, peak = self.live_bytes, self.peak_live
+        for k, (code, chunk, offset, size, name) in enumerate(zip(codes, chunks, offsets, sizes, names)):
+            if chunk < 0:
+                chunk = 0
+            if code == 0:  # alloc
+                if offset == MISSING:
+                    continue  # the failed attempt before an oom
+                offs, szs = lists_of(chunk) or opened(chunk, offset)
+                i = bisect_right(offs, offset) - 1
+                if i < 0 or offset + size > offs[i] + szs[i]:
+                    free.take(chunk, offset, size)  # records that the bytes are not free
+                    continue
+                start, have = offs[i], szs[i]
+                if offset == start:
+                    if have == size:
+                        del offs[i], szs[i]
+                    else:
+                        offs[i], szs[i] = offset + size, have - size
+                else:  # carved from inside the block: both remainders stay
+                    szs[i] = offset - start
+                    rest = start + have - offset - size
+                    if rest:
+                        offs.insert(i + 1, offset + size)
+                        szs.insert(i + 1, rest)
+                key = (chunk, offset)
+                live[key] = [name, size]
+                if track:
+                    where[name] = key
+                live_bytes += size
+                if live_bytes > peak:
+                    peak = live_bytes
+            elif code == 1:  # free
+                rec = live.pop((chunk, offset), None)
+                if rec:
+                    live_bytes -= rec[1]
+                    size = rec[1]
+                else:
+                    size = pad(size if size > 0 else 0, al)
+                if size <= 0:
+                    continue
+                offs, szs = lists_of(chunk) or opened(chunk, offset)
+                i = bisect_left(offs, offset)
+                n_blocks = len(offs)
+                if (i > 0 and offs[i - 1] + szs[i - 1] > offset) or (i < n_blocks and offs[i] < offset + size):
+                    free.give(chunk, offset, size)  # records the double free
+                elif i > 0 and offs[i - 1] + szs[i - 1] == offset:
+                    if i < n_blocks and offs[i] == offset + size:
+                        szs[i - 1] += size + szs[i]
+                        del offs[i], szs[i]
+                    else:
+                        szs[i - 1] += size
+                elif i < n_blocks and offs[i] == offset + size:
+                    offs[i] = offset
+                    szs[i] += size
+                else:
+                    offs.insert(i, offset)
+                    szs.insert(i, size)
+            elif code == 3 and offset != MISSING:  # reuse: the node takes over its parent's bytes
+                reused = (chunk, offset)
+                rec = live.get(reused)
+                if rec is not None:
+                    rec[0] = name
+                    if track:
+                        where[name] = reused
+                self._reused = reused
+            elif code == 2:  # free_extra: the tail of the reused bytes goes back
+                reused = self._reused
+                rec = live.get(reused) if reused else None
+                if rec is not None and reused[0] == chunk:
+                    rec[1] = offset - reused[1]
+                    live_bytes -= size
+                free.give(chunk, offset, size)
+            else:
+                self.live_bytes, self.peak_live = live_bytes, peak
+                if code == 3:
+                    parent, view_src = links(k) if links is not None else (None, None)
+                    self.change("reuse", chunk, None, size, name, parent, view_src)
+                else:
+                    self.change(CHANGE_KINDS[code], chunk, offset, size, name)
+                live_bytes, peak = self.live_bytes, self.peak_live
+                if self.free is not free:  # a realloc starts a new free list
+                    free = self.free
+                    lists_of, opened = free.chunks.get, free._lists
+        self.live_bytes, self.peak_live = live_bytes, peak
 
     def run_to(self, events, n: int):
         """Apply events[self.n:n]."""
