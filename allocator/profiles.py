@@ -44,6 +44,13 @@ PROFILES = {
             description="legacy ggml_allocr: best fit over all free blocks (the 70B Metal failure)",
         ),
         Profile(
+            name="ggml-2023-08-22", commit="f03d74aa2eae3d21d3ab906ba27013eae1fa625e", family="legacy",
+            best_fit_skips_last=True, parse_seq="reorder", inplace_ops=INPLACE_2023, max_free_blocks=128,
+            view_parent_returns=True, assert_line=139,
+            description="the last-block fallback of PR #2639 with parse_seq still a pure reorder: frees are "
+                        "immediate while Metal runs a level concurrently (what PR #2757 fixed)",
+        ),
+        Profile(
             name="ggml-2023-08-28", commit="ea9193f066e77a2019d9cd07fcaa7046ecd1e8ed", family="legacy",
             best_fit_skips_last=True, parse_seq="barrier", inplace_ops=INPLACE_2023, max_free_blocks=128,
             view_parent_returns=False, assert_line=140,

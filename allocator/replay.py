@@ -112,7 +112,7 @@ def replay(preset, profile: str, n_ctx: int | None = None, n_batch: int | None =
         raise UserError(str(e)) from None
     if prof.family != "legacy":
         raise UserError(f"profile {profile} is not a 2023 ggml_allocr generation; presets replay the programs "
-                        f"of Aug 2023 (ggml-2023-08-16, ggml-2023-08-28)")
+                        f"of Aug 2023 (ggml-2023-08-16, ggml-2023-08-22, ggml-2023-08-28)")
     fam = family_of(p)
     n_ctx = _positive("n_ctx", p.n_ctx if n_ctx is None else n_ctx)
     n_batch = _positive("n_batch", p.n_batch if n_batch is None else n_batch)

@@ -98,9 +98,9 @@ def build_graph(model: Gpt2Model, n_tokens: int, n_past: int, alloc, profile: st
     E, H = hp.n_embd, hp.n_head
     ctx = Ctx(legacy=True)
     gf = Graph([], [])
-    # ggml 854e4530's ggml_repeat returned `a` itself when the shapes already matched (N == 1);
-    # ea9193f0 always made a REPEAT node
-    shortcut = profile == "ggml-2023-08-16"
+    # ggml 854e4530's (and f03d74aa's) ggml_repeat returned `a` itself when the shapes already matched
+    # (N == 1); ea9193f0 always made a REPEAT node
+    shortcut = profile in ("ggml-2023-08-16", "ggml-2023-08-22")
 
     def repeat(a, b):
         return a if shortcut and a.ne == b.ne else ctx.repeat(a, b)

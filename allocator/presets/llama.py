@@ -22,8 +22,9 @@ ALIGNMENT = 32  # llama.cpp's tensor_alignment for the allocator
 BUFFER_PAD = 32  # alloc_size = measured max_size + tensor_alignment
 
 # ggml_tensor_overhead()*GGML_MAX_NODES + ggml_graph_overhead(): the graph metadata buffer that
-# llama.cpp counted in "compute buffer total size" (the struct sizes changed with GGUF)
-METADATA_BYTES = {"ggml-2023-08-16": 1_409_744, "ggml-2023-08-28": 1_475_280}
+# llama.cpp counted in "compute buffer total size" (GGML_MAX_NAME went from 48 to 64 with GGUF,
+# between 854e4530 and f03d74aa: 16 more bytes per tensor, 4096 tensors)
+METADATA_BYTES = {"ggml-2023-08-16": 1_409_744, "ggml-2023-08-22": 1_475_280, "ggml-2023-08-28": 1_475_280}
 
 
 @dataclass(frozen=True)
