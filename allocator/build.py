@@ -119,6 +119,26 @@ class Ctx:
         srcs = [a, pos_or_n_past] if isinstance(pos_or_n_past, Tensor) else [a]
         return self._like("ROPE", a, srcs)
 
+    # --- 2023 inplace ops: ggml_view_tensor(a) made the result, so it has a's strides and is named
+    #     "<a> (view)"; with no_alloc its data was NULL, and the allocator treated it as any other node
+    def _inplace(self, op, a, srcs):
+        t = self._new(a.type, a.ne, op=op, srcs=srcs, nb=a.nb)
+        t.name = f"{a.name} (view)"
+        return t
+
+    def rope_custom_inplace(self, a, n_past=0, n_dims=0, mode=0, n_ctx=0, freq_base=10000.0, freq_scale=1.0):
+        """ggml_rope_custom_inplace (Aug 2023): n_past and the mode are parameters, not sources."""
+        return self._inplace("ROPE", a, [a])
+
+    def scale_inplace(self, a, s):
+        return self._inplace("SCALE", a, [a, s] if isinstance(s, Tensor) else [a])
+
+    def diag_mask_inf_inplace(self, a, n_past=0):
+        return self._inplace("DIAG_MASK_INF", a, [a])
+
+    def soft_max_inplace(self, a):
+        return self._inplace("SOFT_MAX", a, [a])
+
     def unary(self, a, kind: str):
         return self._like("UNARY", a, [a], op_desc=_UNARY[kind])
 

@@ -10,18 +10,19 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from . import gpt2, llama
+from . import falcon, gpt2, llama
+from .falcon import FalconParams
 from .gpt2 import Gpt2Params
 from .llama import LlamaParams
 
-FAMILIES = {"llama": llama, "gpt2": gpt2}
+FAMILIES = {"llama": llama, "gpt2": gpt2, "falcon": falcon}
 
 
 @dataclass(frozen=True)
 class Preset:
     name: str
-    family: str  # "llama" (llama.cpp, Aug 2023) or "gpt2" (ggml examples/gpt-2, Aug 2023)
-    hparams: object  # LlamaParams | Gpt2Params
+    family: str  # "llama" / "falcon" (llama.cpp, Aug 2023) or "gpt2" (ggml examples/gpt-2, Aug 2023)
+    hparams: object  # LlamaParams | Gpt2Params | FalconParams
     description: str = ""
     n_ctx: int = 512  # the program's default context
     n_batch: int = 512  # the program's default batch
@@ -33,6 +34,10 @@ class Preset:
 
 def _llama(name, desc, **hp):
     return Preset(name, "llama", LlamaParams(**hp), desc)
+
+
+def _falcon(name, desc, **hp):
+    return Preset(name, "falcon", FalconParams(**hp), desc)
 
 
 def _gpt2(name, desc, **hp):
@@ -48,6 +53,10 @@ PRESETS = {p.name: p for p in [
     _llama("llama2-70b", "LLaMA-2 70B, grouped-query attention", n_embd=8192, n_head=64, n_head_kv=8,
            n_layer=80, n_ff=28672),
     _llama("open-llama-3b", "OpenLLaMA 3B", n_embd=3200, n_head=32, n_head_kv=32, n_layer=26, n_ff=8640),
+    _falcon("falcon-7b", "Falcon 7B, multi-query attention (llm_build_falcon, GGUF)", n_embd=4544, n_head=71,
+            n_head_kv=1, n_layer=32, n_ff=18176),
+    _falcon("falcon-40b", "Falcon 40B, 8 KV heads and a second LayerNorm", n_embd=8192, n_head=128, n_head_kv=8,
+            n_layer=60, n_ff=32768, attn_norm_2=1),
     _gpt2("gpt2-tiny", "GPT-2 tiny: the fixture logs' synthetic model", n_vocab=512, n_ctx=128, n_embd=128,
           n_head=4, n_layer=2),
     _gpt2("gpt2-117m", "GPT-2 117M", n_vocab=50257, n_ctx=1024, n_embd=768, n_head=12, n_layer=12),
@@ -88,4 +97,4 @@ def with_hparams(preset: Preset, overrides: dict) -> Preset:
     return dataclasses.replace(preset, name=f"{preset.name}(custom)", hparams=hp, **extra)
 
 
-__all__ = ["PRESETS", "Preset", "get_preset", "family_of", "with_hparams", "LlamaParams", "Gpt2Params"]
+__all__ = ["PRESETS", "Preset", "get_preset", "family_of", "with_hparams", "LlamaParams", "Gpt2Params", "FalconParams"]
