@@ -71,7 +71,7 @@ def get_trace(request: Request, trace_id: TraceId):
 @router.delete("/traces/{trace_id}", summary="Delete a trace")
 def delete_trace(request: Request, trace_id: TraceId):
     c = ctx(request)
-    c.call(lambda s: s.delete(trace_id))
+    c.write(lambda s: s.delete(trace_id))
     c.forget(trace_id)
     return {"deleted": trace_id}
 

@@ -1,20 +1,25 @@
 """What the API handlers share: the store, per-graph caches, the upload folder, import and replay.
 
-The store serialises its own SQLite use (one connection, a lock, WAL), so handler
-threads call it directly; per-graph answers (columns, lifetimes) are cached here.
+Reads go through the store's connection, which serialises its own use; writes
+(uploads, replays, deletes) go through a second connection to the same file, so
+a long import transaction never holds the lock readers wait for (WAL lets them
+read the last committed state meanwhile). An upload is parsed completely before
+its transaction starts, outside any lock, so uploads parse side by side and a
+failed parse writes nothing. Per-graph answers (columns, lifetimes) are cached.
 """
 from __future__ import annotations
 
-import itertools
 import os
 import secrets
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
 
 from alloctrace.errors import UserError
+from alloctrace.gcpause import gc_paused
 from alloctrace.traces import memmap
 from alloctrace.traces.store import NotFound
 
@@ -56,15 +61,31 @@ class Context:
         self.map_cache = memmap.LRU(128)
         self.states_cache = memmap.LRU(8)
         self.upload_dir = upload_dir_for(store)
+        self._writer = None
+        self._writer_lock = threading.Lock()
 
     def close(self):
         shutil.rmtree(self.upload_dir, ignore_errors=True)
-        closer = getattr(self.store, "close", None)
-        if closer:
-            closer()
+        stores = [self.store] + ([self._writer] if self._writer not in (None, self.store) else [])
+        for s in stores:
+            closer = getattr(s, "close", None)
+            if closer:
+                closer()
 
     def call(self, fn):
         return fn(self.store)
+
+    def write(self, fn):
+        """fn(store) on the writing connection (opened on first use; the same store when it has no file)."""
+        with self._writer_lock:
+            if self._writer is None:
+                path = getattr(self.store, "path", None)
+                if path is None:
+                    self._writer = self.store
+                else:
+                    from alloctrace.traces.store import Store
+                    self._writer = Store(path)
+        return fn(self._writer)
 
     # --- per-graph caches -------------------------------------------------------------
     def columns(self, trace_id: str, g: int) -> dict:
@@ -117,11 +138,11 @@ class Context:
         label = filename or "upload"
         try:
             imp = LogImport(path)
-            records = imp.records()
-            first = next(records)
+            with gc_paused():  # millions of small event objects, no cycles
+                records = list(imp.records())
             meta = TraceMeta(name=name or label, source=f"upload:{label}", generation=imp.generation,
                              profile=imp.generation, extra={"format": "at_printf"})
-            tid = self.store.add_trace(meta, itertools.chain([first], records))
+            tid = self.write(lambda s: s.add_trace(meta, records))
         except UserError as e:
             raise UserError(str(e).replace(str(path), label)) from None
         return [self.store.summary(tid)]
@@ -129,7 +150,7 @@ class Context:
     def replay(self, params: dict) -> dict:
         """`alloctrace replay --store` in-process: both graphs stored as one trace."""
         from alloctrace.allocator.replay import run_replay
-        return run_replay(params.pop("preset"), params.pop("profile"), store=self.store, **params)
+        return self.write(lambda s: run_replay(params.pop("preset"), params.pop("profile"), store=s, **params))
 
     # --- reads ------------------------------------------------------------------------
     def event_rows(self, trace_id: str, g: int, indices: list[int]) -> list[dict]:

@@ -1,0 +1,109 @@
+"""An upload that is slow to parse or to write blocks no other request, and is stored whole or not at all."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from alloctrace.traces import import_log
+from alloctrace.traces.store import Store
+from test_server import LEGACY_HARNESS, LiveServer, upload
+
+
+@pytest.fixture()
+def live(tmp_path, fixtures):
+    with LiveServer(tmp_path / "store") as srv, srv.client() as c:
+        first = upload(c, fixtures / LEGACY_HARNESS, name="first")
+        assert first.status_code == 201
+        yield srv, c, first.json()["traces"][0]["id"]
+
+
+def held_upload(srv, fixtures, name):
+    """Start an upload in a thread; returns (thread, result holder)."""
+    result = {}
+
+    def run():
+        with srv.client() as cc:
+            result["response"] = upload(cc, fixtures / LEGACY_HARNESS, name=name)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, result
+
+
+def reads_answer(c, tid):
+    """Requests that need the store and the event loop."""
+    assert c.get("/api/traces", timeout=30).status_code == 200
+    assert c.get(f"/api/traces/{tid}", timeout=30).status_code == 200
+    assert c.get(f"/api/traces/{tid}/graphs/1/memory-map", timeout=30).status_code == 200
+    assert c.get(f"/api/traces/{tid}/graphs/1/state", params={"event": 5}, timeout=30).status_code == 200
+    return [t["name"] for t in c.get("/api/traces", timeout=30).json()["traces"]]
+
+
+def test_reads_answer_while_an_upload_is_parsing(live, fixtures, monkeypatch):
+    srv, c, tid = live
+    started, release = threading.Event(), threading.Event()
+    original = import_log.LogImport.records
+
+    def slow_records(self):
+        records = original(self)
+        yield next(records)  # held between two graphs: half parsed
+        started.set()
+        assert release.wait(60)
+        yield from records
+
+    monkeypatch.setattr(import_log.LogImport, "records", slow_records)
+    t, result = held_upload(srv, fixtures, "slow parse")
+    assert started.wait(30)
+    names = reads_answer(c, tid)
+    assert "slow parse" not in names and not release.is_set() and "response" not in result
+    release.set()
+    t.join(60)
+    assert result["response"].status_code == 201
+    assert "slow parse" in [x["name"] for x in c.get("/api/traces").json()["traces"]]
+
+
+def test_reads_answer_while_an_upload_transaction_is_open(live, fixtures, monkeypatch):
+    """Blocked inside the import's transaction: readers see the last committed state, not half a trace."""
+    srv, c, tid = live
+    started, release = threading.Event(), threading.Event()
+    original = Store._add_graph
+
+    def slow_add_graph(self, trace_id, g):
+        original(self, trace_id, g)
+        started.set()
+        assert release.wait(60)
+
+    monkeypatch.setattr(Store, "_add_graph", slow_add_graph)
+    t, result = held_upload(srv, fixtures, "slow write")
+    assert started.wait(30)
+    names = reads_answer(c, tid)
+    assert names == ["first"] and "response" not in result
+    release.set()
+    t.join(60)
+    assert result["response"].status_code == 201
+    assert sorted(x["name"] for x in c.get("/api/traces").json()["traces"]) == ["first", "slow write"]
+
+
+def test_a_failed_upload_beside_a_slow_one_leaves_both_right(live, fixtures, tmp_path, monkeypatch):
+    srv, c, tid = live
+    started, release = threading.Event(), threading.Event()
+    original = import_log.LogImport.records
+
+    def slow_records(self):
+        if "bad" not in self.path.read_text(errors="replace")[:100]:
+            started.set()
+            assert release.wait(60)
+        yield from original(self)
+
+    monkeypatch.setattr(import_log.LogImport, "records", slow_records)
+    t, result = held_upload(srv, fixtures, "slow")
+    assert started.wait(30)
+    bad = tmp_path / "bad.log"
+    bad.write_text("bad: no allocator lines here\n" * 10)
+    r = upload(c, bad)
+    assert r.status_code == 400 and "bad.log" in r.json()["detail"]
+    release.set()
+    t.join(60)
+    assert result["response"].status_code == 201
+    assert sorted(x["name"] for x in c.get("/api/traces").json()["traces"]) == ["first", "slow"]
