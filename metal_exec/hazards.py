@@ -12,7 +12,9 @@ CPY's bytes belong to the tensor they alias) and the node that wrote it. Then:
   reads (overwritten since, or never written);
 - concurrent overlap: within a concurrently dispatched level, one node's
   written range meets another node's read or written range (PR #2757: frees
-  must wait for the barrier).
+  must wait for the barrier). Strided views whose ranges interleave (a fused
+  QKV row holds Q, K and V heads side by side) are compared element run by
+  element run, so only bytes both really touch count.
 
 Interval structures only, so 70B-sized graphs take milliseconds, not a per-byte array.
 """
@@ -21,7 +23,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 
+import numpy as np
+
 from alloctrace.allocator.events import Event
+from alloctrace.allocator.tensor import TYPE_SIZE
 
 from .plan import Plan, alias_parent, extent, graph_outputs, input_roots, read_srcs, root_of, writes
 
@@ -232,6 +237,49 @@ def _ordering(plan: Plan, steps: list, report: "_Report"):
                                **where)
 
 
+MAX_RUNS = 1 << 22  # beyond this many element runs, keep the conservative whole-range answer
+
+
+def is_dense(t) -> bool:
+    """Every byte between the first and last element belongs to the tensor."""
+    n = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]
+    return extent(t) == n * TYPE_SIZE.get(t.type, 1)
+
+
+def byte_runs(t, start: int):
+    """(starts, ends) of the contiguous byte runs a tensor placed at `start` touches, sorted; None if too many."""
+    ts = TYPE_SIZE.get(t.type, 1)
+    dims = (1, 2, 3) if t.nb[0] == ts else (0, 1, 2, 3)
+    if int(np.prod([t.ne[d] for d in dims])) > MAX_RUNS:
+        return None
+    starts = np.array([start], dtype=np.int64)
+    for d in dims:
+        starts = (starts[:, None] + np.arange(t.ne[d], dtype=np.int64) * t.nb[d]).ravel()
+    starts.sort()
+    return starts, starts + (t.ne[0] * ts if dims[0] == 1 else ts)
+
+
+def runs_meet(a, b) -> bool:
+    """Do two sorted run lists share a byte?"""
+    (sa, ea), (sb, eb) = a, b
+    reach = np.maximum.accumulate(ea)  # runs of one tensor may overlap (stride 0): furthest end so far
+    i = np.searchsorted(sa, eb, side="left") - 1  # the last run of a starting before each run of b ends
+    hit = i >= 0
+    return bool(np.any(reach[i[hit]] > sb[hit]))
+
+
+def touch_same_bytes(plan: Plan, x, y, cache: dict) -> bool:
+    """Exact for strided tensors; ranges that merely interleave do not count."""
+    if is_dense(x) and is_dense(y):
+        return True
+    runs = []
+    for t in (x, y):
+        if t not in cache:
+            cache[t] = byte_runs(t, plan.range(t)[0])
+        runs.append(cache[t])
+    return runs[0] is None or runs[1] is None or runs_meet(*runs)
+
+
 def _concurrent(plan: Plan, level: list, report: _Report, k: int):
     """Overlaps between one node's writes and another's reads or writes inside one level (sweep by start)."""
     spans = []  # (start, end, node, tensor accessed, is_write)
@@ -242,11 +290,13 @@ def _concurrent(plan: Plan, level: list, report: _Report, k: int):
             if plan.range(s) is not None:
                 spans.append((*plan.range(s), node, s, False))
     spans.sort(key=lambda x: x[0])
-    active = []
+    active, runs = [], {}
     for span in spans:
         active = [x for x in active if x[1] > span[0]]
         for other in active:
             if other[2] is span[2] or not (other[4] or span[4]):
+                continue
+            if not touch_same_bytes(plan, other[3], span[3], runs):
                 continue
             w, o = (other, span) if other[4] else (span, other)
             a, b = max(w[0], o[0]), min(w[1], o[1])

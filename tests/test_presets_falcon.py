@@ -159,14 +159,13 @@ def test_full_size_7b_static_check():
 
 
 def test_pr_2717_workaround_graph_runs_clean_on_08_22():
-    """With the artificial dependency the FFN waits, and no value is corrupted. The static checker
-    still flags Qcur written in place over the QKV output while Kcur and the V copy read their views:
-    the byte spans interleave (Q, K and V heads alternate per token) but no element is shared."""
+    """With the artificial dependency the FFN waits, and nothing is corrupted. Qcur is still written in
+    place over the QKV output while Kcur and the V copy read their views of it in the same level, but
+    those strided views interleave (Q, K and V heads alternate per token) without sharing a byte, and
+    the checker compares them element run by element run."""
     plan, _ = metal_plan("ggml-2023-08-22", ff_waits_for_attn=True)
     assert run(plan, "adversarial").ok
-    hazards = check(plan)
-    assert hazards and all(plan.graph.nodes[h.node].op == "ROPE" and h.parent == " (view)" for h in hazards)
-    assert not {h.parent for h in hazards} & {t.name for t in plan.graph.nodes if t.op_desc == "GELU"}
+    assert check(plan) == []
 
 
 def test_cli_check_exit_status(capsys):
