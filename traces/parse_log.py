@@ -216,3 +216,45 @@ def _program(line: str):
         if m:
             return ("alignment", num(m.group(1)))
     return PROGRAM
+
+
+class LineMemo:
+    """parse_line with a memo: a log repeats the same lines graph after graph, and a dict
+    lookup costs a fraction of the regex work. Exact, since parse_line depends on the line
+    alone; every call still gets its own Event (the importer fills events in later)."""
+
+    LIMIT = 1 << 17  # distinct lines remembered; the memo starts over when full
+    LONGEST = 512  # longer lines are rare and not worth keeping
+
+    def __init__(self):
+        self.memo: dict = {}
+
+    def __call__(self, line: str):
+        hit = self.memo.get(line)
+        if hit is None:
+            item = parse_line(line)
+            if len(line) > self.LONGEST:
+                return item
+            if len(self.memo) >= self.LIMIT:
+                self.memo.clear()
+            self.memo[line] = [_values(item)] if type(item) is Event else item
+            return item
+        if type(hit) is not list:  # a marker tuple: immutable, shared
+            return hit
+        ev = Event(*hit[0])
+        if ev.srcs is not None:
+            ev.srcs = list(ev.srcs)
+        ev.extra = dict(ev.extra) if ev.extra else {}
+        return ev
+
+
+_FIELDS = tuple(Event.__dataclass_fields__)
+
+
+def _values(ev: Event) -> tuple:
+    """The event's field values, in order, copied so later changes to it cannot leak in."""
+    vals = [getattr(ev, f) for f in _FIELDS]
+    if ev.srcs is not None:
+        vals[_FIELDS.index("srcs")] = tuple(ev.srcs)
+    vals[-1] = dict(ev.extra)
+    return tuple(vals)
