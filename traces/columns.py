@@ -7,7 +7,7 @@ string table (-1: missing); `srcs` and `extra` are JSON strings in that table.
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 
 import numpy as np
@@ -24,6 +24,15 @@ DTYPES = (np.int8, np.int16, np.int32, np.int64)
 _row = attrgetter(*FIELDS)  # one event -> its field values, in FIELDS order
 
 
+def narrowest(name: str, lo: int, hi: int):
+    """The smallest integer dtype holding lo..hi with its minimum left free for "missing"."""
+    for dt in DTYPES:
+        info = np.iinfo(dt)
+        if info.min < lo and hi <= info.max:
+            return dt
+    raise UserError(f"event field {name} out of range ({lo if lo <= info.min else hi})")
+
+
 @without_gc
 def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
     """(arrays by field name, string table) for one graph's events."""
@@ -38,13 +47,7 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
         if n_missing == n:
             continue
         present = [v for v in vals if v is not None] if n_missing else vals
-        lo, hi = min(present), max(present)
-        for dt in DTYPES:
-            info = np.iinfo(dt)
-            if info.min < lo and hi <= info.max:
-                break
-        else:
-            raise UserError(f"event field {name} out of range ({lo if lo <= info.min else hi})")
+        dt = narrowest(name, min(present), max(present))
         missing = int(np.iinfo(dt).min)
         cols[name] = np.array([missing if v is None else v for v in vals] if n_missing else vals, dtype=dt)
     for name in STR_FIELDS:
@@ -105,3 +108,31 @@ def public_columns(n: int, cols: dict[str, np.ndarray], table: list[str]) -> dic
         values[-1] = {} if name == "extra" else None
         out[name] = values[arr] if arr is not None else np.full(n, values[-1], dtype=object)
     return out
+
+
+@dataclass
+class EncodedGraph:
+    """A graph already in its stored form (compressed columns and string table), for
+    importers that produce it directly; `Store.add_trace` takes these next to GraphRecords."""
+
+    index: int
+    role: str
+    n_events: int
+    max_size: int | None
+    buffer_size: int | None
+    oom: dict | None
+    consistent: bool | None
+    strings: bytes  # zstd-compressed JSON string table
+    blobs: list  # (column name, dtype string, zstd-compressed little-endian array)
+    extra: dict = field(default_factory=dict)
+
+
+def pack(cols: dict[str, np.ndarray], table: list[str], compress) -> tuple[bytes, list]:
+    """(compressed string table, [(name, dtype, compressed data)]), as the store keeps them."""
+    return (compress(json.dumps(table).encode()),
+            [(name, arr.dtype.str, compress(arr.tobytes())) for name, arr in cols.items()])
+
+
+def constant_column(name: str, value: int, n: int) -> np.ndarray:
+    """The column `encode` makes for an integer field that is `value` in all n events."""
+    return np.full(n, value, dtype=narrowest(name, value, value))

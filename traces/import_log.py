@@ -9,14 +9,19 @@ import itertools
 from pathlib import Path
 from typing import Iterator
 
-from alloctrace.errors import UserError
+import zstandard
 
+from alloctrace.errors import UserError
+from alloctrace.gcpause import gc_paused
+
+from .columns import EncodedGraph
+from .graph_cache import RecoveryCache
 from .logio import LogReader, check_path
-from .parse_log import AbsurdNumber, parse_line
+from .parse_log import AbsurdNumber, LineMemo
 from .progress import Progress
 from .recover import GENERATIONS, GallocrReplay, LegacyReplay
 from .schema import GraphRecord, TraceMeta
-from .split import Features, Splitter
+from .split import Draft, Features, Splitter
 
 
 def detect_generation(f: Features) -> str:
@@ -53,28 +58,46 @@ class LogImport:
         self.progress = progress
 
     def records(self) -> Iterator[GraphRecord]:
-        with LogReader(self.path) as reader:
+        """The graphs with their events (every graph replayed)."""
+        replay = None
+        for draft in self._drafts():
+            replay = replay or self._replayer(self.features)
+            yield _numbered(replay.graph(draft))
+        if replay is None:
+            raise UserError(f"{self.path}: no ggml-alloc trace lines found")
+
+    def encoded(self) -> Iterator[EncodedGraph]:
+        """The graphs in their stored form; identical graphs are recovered once (graph_cache.py)."""
+        cache = None
+        for draft in self._drafts():
+            if cache is None:
+                cache = RecoveryCache(self._replayer(self.features), zstandard.ZstdCompressor(level=3).compress)
+            yield cache.graph(draft)
+        if cache is None:
+            raise UserError(f"{self.path}: no ggml-alloc trace lines found")
+
+    def _drafts(self) -> Iterator[Draft]:
+        """The log's graph walks as logged; `features` is up to date when one is handed out."""
+        with LogReader(self.path) as reader, gc_paused():
             bar = Progress(reader.size, self.path.name, enabled=None if self.progress else False)
-            split, replay = Splitter(), None
+            split, parse = Splitter(), LineMemo()
+            self.features = split.features
+            feed = split.feed
             lineno = 0
             try:
                 for lineno, line in enumerate(reader.lines(), 1):
-                    draft = split.feed(parse_line(line))
+                    draft = feed(parse(line))
                     if draft is not None:
-                        replay = replay or self._replayer(split.features)
-                        yield _numbered(replay.graph(draft))
+                        yield draft
                     if not lineno & 0xFFFF:
                         bar.update(reader.position)
                 draft = split.finish()
                 if draft is not None:
-                    replay = replay or self._replayer(split.features)
-                    yield _numbered(replay.graph(draft))
+                    yield draft
             except AbsurdNumber as e:
                 raise UserError(f"{self.path}:{lineno}: number out of range: {e}") from None
             finally:
                 bar.close()
-            if replay is None:
-                raise UserError(f"{self.path}: no ggml-alloc trace lines found")
 
     def _replayer(self, features: Features):
         if self.generation is None:
@@ -102,7 +125,7 @@ def import_file(store, path, name: str | None = None, generation: str | None = N
                 meta.name = name
             return store.add_trace(meta, graphs)
     imp = LogImport(path, generation, progress)
-    records = imp.records()
+    records = imp.encoded()
     first = next(records)  # raises the file's UserError, or "no trace lines"
     p = Path(path)
     meta = TraceMeta(name=name or p.name, source=f"log:{p.name}", generation=imp.generation,

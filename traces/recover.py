@@ -77,6 +77,23 @@ class LegacyReplay:
         self.index += 1
         return rec
 
+    def state(self) -> tuple:
+        """Everything `graph` reads besides the draft (see RecoveryCache)."""
+        t = self.t
+        tal = None if t is None else (t.base, t.size, t.alignment, t.measure, t.max_size, tuple(t.addrs),
+                                      tuple(t.sizes))
+        return self.index == 0, self.life, self.measure_max, self.measure_align, self.buffer, tal
+
+    def restore(self, state: tuple):
+        """Take the state `state()` described (the index is left alone)."""
+        _, self.life, self.measure_max, self.measure_align, self.buffer, tal = state
+        if tal is None:
+            self.t = None
+            return
+        base, size, alignment, measure, max_size, addrs, sizes = tal
+        self.t = LegacyTallocr(self.profile, base, size, alignment, measure)
+        self.t.max_size, self.t.addrs, self.t.sizes = max_size, list(addrs), list(sizes)
+
     def _replay(self, items) -> bool:
         self.ok, self.pending_oom, self.oom_tensor = True, None, None
         self.live: dict[str, deque] = defaultdict(deque)
@@ -186,6 +203,13 @@ class GallocrReplay:
         rec.oom = oom_summary(rec)
         self.index += 1
         return rec
+
+    def state(self) -> tuple:
+        """Everything `graph` reads besides the draft (see RecoveryCache)."""
+        return (None if self.chunk_sizes is None else tuple(self.chunk_sizes),)
+
+    def restore(self, state: tuple):
+        self.chunk_sizes = None if state[0] is None else list(state[0])
 
     def _replay(self, items, dyn: DynTallocr):
         ok, events = True, []

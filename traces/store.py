@@ -26,7 +26,7 @@ import zstandard
 from alloctrace.allocator.events import Event
 from alloctrace.errors import UserError
 
-from .columns import decode_events, encode, public_columns
+from .columns import EncodedGraph, decode_events, encode, pack, public_columns
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
 
 DB_NAME = "alloctrace.db"
@@ -142,8 +142,9 @@ class Store:
         self.db.close()
 
     # --- writing ------------------------------------------------------------------------
-    def add_trace(self, meta: TraceMeta, graphs: Iterable[GraphRecord]) -> str:
-        """Store a trace in one transaction; `graphs` may be a generator (it is consumed inside)."""
+    def add_trace(self, meta: TraceMeta, graphs: Iterable[GraphRecord | EncodedGraph]) -> str:
+        """Store a trace in one transaction; `graphs` may be a generator (it is consumed inside).
+        Items may be GraphRecords or graphs an importer encoded already (EncodedGraph)."""
         created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
         with self._lock:
             try:
@@ -171,18 +172,21 @@ class Store:
             if not self.db.execute("SELECT 1 FROM traces WHERE id=?", (tid,)).fetchone():
                 return tid
 
-    def _add_graph(self, tid: str, g: GraphRecord):
-        cols, table = encode(g.events)
-        strings = self._zc.compress(json.dumps(table).encode())
+    def _add_graph(self, tid: str, g: GraphRecord | EncodedGraph):
+        if isinstance(g, EncodedGraph):
+            strings, blobs, n = g.strings, g.blobs, g.n_events
+        else:
+            strings, blobs = pack(*encode(g.events), self._zc.compress)
+            n = len(g.events)
         self.db.execute(
             "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings)"
             " VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (tid, g.index, g.role, len(g.events), g.max_size, g.buffer_size,
+            (tid, g.index, g.role, n, g.max_size, g.buffer_size,
              None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
              json.dumps(g.extra, sort_keys=True), strings))
         self.db.executemany(
             "INSERT INTO columns (trace_id, graph_idx, name, dtype, data) VALUES (?,?,?,?,?)",
-            [(tid, g.index, name, arr.dtype.str, self._zc.compress(arr.tobytes())) for name, arr in cols.items()])
+            [(tid, g.index, name, dtype, data) for name, dtype, data in blobs])
 
     def delete(self, tid: str) -> None:
         tid = self._id(tid)
