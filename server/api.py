@@ -16,6 +16,7 @@ from alloctrace.allocator.events import KINDS
 from alloctrace.errors import UserError
 from alloctrace.server import graphs, upload
 from alloctrace.server.context import Context
+from alloctrace.server.mapjson import memory_map_json
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,6})?$"
@@ -104,7 +105,7 @@ def get_memory_map(request: Request, trace_id: TraceId, g: GraphIndex,
     win = graphs.window(lt, info, x0, x1, y0, y1)
     # traces never change once stored, so a view asked for again (a dashboard opening) is rendered once
     body = c.map_cache.get((trace_id, g, win, max_shapes, max_points),
-                           lambda: JSONResponse(graphs.memory_map(lt, info, win, max_shapes, max_points)).body)
+                           lambda: memory_map_json(lt, info, win, max_shapes, max_points))
     return Response(body, media_type="application/json")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -63,10 +63,30 @@ class Lifetimes:
     n_free: np.ndarray  # forward-filled from the events that carry them; NaN before the first
     largest_free: np.ndarray
     total_free: np.ndarray
+    _by_start: tuple | None = field(default=None, repr=False, compare=False)  # see `in_events`
 
     @property
     def y_extent(self) -> int:
         return int(self.y1.max()) if len(self.y1) else 0
+
+    def in_events(self, x0: int, x1: int) -> np.ndarray | slice:
+        """Lifetimes that overlap events [x0, x1), in index order. A narrow window looks only at the
+        lifetimes starting shortly before it (sorted by start, built once) plus the few long ones,
+        instead of scanning every lifetime of the graph."""
+        n = len(self.start)
+        if (x1 - x0) * 4 >= self.n_events or n < 4096:
+            return np.flatnonzero((self.start < x1) & (self.end > x0))
+        if self._by_start is None:
+            length = self.end - self.start
+            span = int(np.percentile(length, 99))
+            short = np.flatnonzero(length <= span)
+            order = short[np.argsort(self.start[short], kind="stable")]
+            self._by_start = (span, order, self.start[order], np.flatnonzero(length > span))
+        span, order, starts, long = self._by_start
+        lo, hi = np.searchsorted(starts, (x0 - span, x1))
+        cand = np.concatenate([order[lo:hi], long])
+        cand.sort()
+        return cand[(self.start[cand] < x1) & (self.end[cand] > x0)]
 
 
 def _forward_fill(values: np.ndarray) -> np.ndarray:
@@ -203,22 +223,33 @@ def _used_bytes(n: int, start, end, size) -> np.ndarray:
 
 # --- view windows ---------------------------------------------------------------------------------
 
-def _cells(x0c, x1c, y0c, y1c, win, g: int) -> np.ndarray:
-    """Grid cell of each shape's clipped centre on a g x g grid over the window."""
+def _centres(x0c, x1c, y0c, y1c, win) -> tuple[np.ndarray, np.ndarray]:
+    """Each shape's clipped centre as a fraction of the window, per axis."""
     wx0, wx1, wy0, wy1 = win
-    cx = ((x0c + x1c) * 0.5 - wx0) * (g / (wx1 - wx0))
-    cy = ((y0c + y1c) * 0.5 - wy0) * (g / (wy1 - wy0))
-    return np.clip(cx.astype(np.int64), 0, g - 1) * g + np.clip(cy.astype(np.int64), 0, g - 1)
+    cx = (x0c + x1c - 2 * wx0) * (0.5 / (wx1 - wx0))
+    cy = (y0c + y1c - 2 * wy0) * (0.5 / (wy1 - wy0))
+    return cx, cy
+
+
+def _cells(centres, g: int) -> np.ndarray:
+    """Grid cell of each centre on a g x g grid over the window."""
+    cx, cy = centres
+    ix = np.minimum((cx * g).astype(np.int64), g - 1)
+    iy = np.minimum((cy * g).astype(np.int64), g - 1)
+    ix *= g
+    ix += iy
+    return ix
 
 
 def _grid_for(x0c, x1c, y0c, y1c, win, max_shapes: int):
     """The finest grid (up to GRID per axis, from about 64 cells per allowed shape) whose
     occupied cells fit in max_shapes."""
     g = min(GRID, max(1, math.isqrt(max_shapes * 64)))
+    centres = _centres(x0c, x1c, y0c, y1c, win)
     while True:
+        cells = _cells(centres, g)
         if g * g <= max_shapes:
-            return g, _cells(x0c, x1c, y0c, y1c, win, g)
-        cells = _cells(x0c, x1c, y0c, y1c, win, g)
+            return g, cells
         occupied = int(np.count_nonzero(np.bincount(cells, minlength=g * g)))
         if occupied <= max_shapes:
             return g, cells
@@ -228,8 +259,17 @@ def _grid_for(x0c, x1c, y0c, y1c, win, max_shapes: int):
 def window_shapes(lt: Lifetimes, win, max_shapes: int) -> dict:
     """Shapes in the window, at most max_shapes: exact when they fit, else merged per grid cell
     (bounding box of the members, `n` how many, `tensor`/`size` of the largest member)."""
+    cols, total, merged = shape_columns(lt, win, max_shapes)
+    names = list(cols)
+    rows = [dict(zip(names, r)) for r in zip(*(cols[k] for k in names))]
+    return {"shapes": rows, "count": len(rows), "total_in_view": total, "reduced": merged}
+
+
+def shape_columns(lt: Lifetimes, win, max_shapes: int) -> tuple[dict, int, bool]:
+    """window_shapes as columns (name -> list of Python values): (columns, total in view, merged)."""
     wx0, wx1, wy0, wy1 = win
-    vis = np.flatnonzero((lt.start < wx1) & (lt.end > wx0) & (lt.y0 < wy1) & (lt.y1 > wy0))
+    vis = lt.in_events(wx0, wx1)
+    vis = vis[(lt.y0[vis] < wy1) & (lt.y1[vis] > wy0)]
     total = len(vis)
     if total <= max_shapes:
         sel = vis
@@ -237,7 +277,7 @@ def window_shapes(lt: Lifetimes, win, max_shapes: int) -> dict:
                 "n": np.ones(len(sel), dtype=np.int64), "tensor": lt.tensor[sel], "op": lt.op[sel],
                 "size": lt.size[sel],
                 "offset": lt.offset[sel], "chunk": lt.chunk[sel]}
-        return _shapes_json(cols, total, merged=False)
+        return {k: v.tolist() for k, v in cols.items()}, total, False
     if total == len(lt.start):  # everything is in view: no copies
         vis, s, e, a, b = slice(None), lt.start, lt.end, lt.y0, lt.y1
     else:
@@ -268,13 +308,7 @@ def window_shapes(lt: Lifetimes, win, max_shapes: int) -> dict:
             "y0": reduce(np.minimum, a, big), "y1": reduce(np.maximum, b, -1),
             "n": counts, "tensor": lt.tensor[biggest], "op": lt.op[biggest], "size": lt.size[biggest],
             "offset": lt.offset[biggest], "chunk": lt.chunk[biggest]}
-    return _shapes_json(cols, total, merged=True)
-
-
-def _shapes_json(cols: dict, total: int, merged: bool) -> dict:
-    names = list(cols)
-    rows = [dict(zip(names, r)) for r in zip(*(cols[k].tolist() for k in names))]
-    return {"shapes": rows, "count": len(rows), "total_in_view": total, "reduced": merged}
+    return {k: v.tolist() for k, v in cols.items()}, total, True
 
 
 def _nan_list(a: np.ndarray) -> list:
@@ -285,9 +319,16 @@ def window_series(lt: Lifetimes, x0: int, x1: int, max_points: int) -> tuple[lis
     """Free-list summary and used bytes over events [x0, x1) as at most max_points rows; a row
     stands for a bucket of events starting at `x` and keeps its worst case (most used, most
     blocks, smallest largest-free and total-free). Returns (rows, bucket width)."""
+    cols, step = series_columns(lt, x0, x1, max_points)
+    names = list(cols)
+    return [dict(zip(names, r)) for r in zip(*(cols[k] for k in names))], step
+
+
+def series_columns(lt: Lifetimes, x0: int, x1: int, max_points: int) -> tuple[dict, int]:
+    """window_series as columns (name -> list of ints, None where unknown): (columns, bucket width)."""
     x0, x1 = max(0, x0), min(lt.n_events, x1)
     if x1 <= x0:
-        return [], 1
+        return {k: [] for k in ("x", "used", "n_free", "largest_free", "total_free")}, 1
     step = max(1, math.ceil((x1 - x0) / max_points))
     heads = np.arange(x0, x1, step)
     rel = heads - x0
@@ -297,8 +338,7 @@ def window_series(lt: Lifetimes, x0: int, x1: int, max_points: int) -> tuple[lis
 
     cols = {"x": heads.tolist(), "used": red(lt.used, np.fmax), "n_free": red(lt.n_free, np.fmax),
             "largest_free": red(lt.largest_free, np.fmin), "total_free": red(lt.total_free, np.fmin)}
-    names = list(cols)
-    return [dict(zip(names, r)) for r in zip(*(cols[k] for k in names))], step
+    return cols, step
 
 
 # --- cache ----------------------------------------------------------------------------------------

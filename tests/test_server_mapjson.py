@@ -1,0 +1,68 @@
+"""The memory-map answer encoded from columns is the same document as the generic encoding, and a
+narrow window finds the same lifetimes as a scan of all of them."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from alloctrace.allocator.events import Event
+from alloctrace.server import graphs
+from alloctrace.server.mapjson import memory_map_json
+from alloctrace.traces import memmap
+from test_memmap import columns_of, synthetic_events
+
+ODD_NAMES = ['quote " and \\ back', "ünïcødé ✓", "<script>", "tab\tnew\nline", "%d %s", ""]
+
+
+@pytest.fixture(scope="module")
+def lt():
+    events = synthetic_events(200_000, seed=9)
+    for k, e in enumerate(events[:2000]):  # names JSON must escape, and unnamed ops
+        if e.kind == "alloc":
+            e.tensor = ODD_NAMES[k % len(ODD_NAMES)]
+            e.op = None if k % 3 == 0 else e.op
+    return memmap.extract(columns_of(events))
+
+
+def windows(lt, count, seed):
+    rng = random.Random(seed)
+    top = lt.y_extent
+    for _ in range(count):
+        width = max(1, lt.n_events // rng.choice([1, 3, 10, 100, 1000, 10000]))
+        x0 = rng.randrange(0, lt.n_events - width + 1)
+        height = max(1, top // rng.choice([1, 4, 64]))
+        y0 = rng.randrange(0, top - height + 1)
+        yield (x0, x0 + width, y0, y0 + height)
+
+
+def test_encoded_map_equals_the_generic_encoding(lt):
+    info = {"max_size": lt.y_extent, "buffer_size": None, "oom": {"event": 3, "tensor": "ü\"x", "needed": 5}}
+    reduced = exact = 0
+    for win in list(windows(lt, 30, 1)) + [(0, 50, 0, lt.y_extent)]:
+        for max_shapes, max_points in ((2000, 1000), (7, 3)):
+            want = graphs.memory_map(lt, info, win, max_shapes, max_points)
+            got = json.loads(memory_map_json(lt, info, win, max_shapes, max_points))
+            assert got == want, win
+            reduced += want["reduced"]
+            exact += not want["reduced"] and want["count"] > 0
+    assert reduced and exact
+    first = json.loads(memory_map_json(lt, info, (0, 50, 0, lt.y_extent), 2000, 1000))
+    assert {s["tensor"] for s in first["shapes"]} & set(ODD_NAMES)
+
+
+def test_narrow_windows_find_what_a_full_scan_finds(lt):
+    assert lt.n_events >= 100_000 and len(lt.start) > 4096
+    for x0, x1, _, _ in windows(lt, 200, 2):
+        full = np.flatnonzero((lt.start < x1) & (lt.end > x0))
+        assert np.array_equal(lt.in_events(x0, x1), full), (x0, x1)
+    assert lt._by_start is not None  # the narrow path ran
+
+
+def test_a_graph_without_lifetimes_encodes():
+    lt0 = memmap.extract(columns_of([Event("view", tensor="v", offset=0)]))
+    info = {"max_size": None, "buffer_size": None, "oom": None}
+    win = graphs.window(lt0, info, None, None, None, None)
+    assert json.loads(memory_map_json(lt0, info, win, 10, 10)) == graphs.memory_map(lt0, info, win, 10, 10)
