@@ -10,32 +10,18 @@ differs between hits; it is made afresh each time.
 """
 from __future__ import annotations
 
-import json
-from operator import attrgetter
-
-from alloctrace.allocator.events import Event
-
-from .columns import FIELDS, EncodedGraph, constant_column, encode, pack
+from .columns import EncodedGraph, constant_column, encode, pack
+from .parse_log import item_key, own
 from .split import Draft
 
-_row = attrgetter(*FIELDS)
-SRCS = FIELDS.index("srcs")
-EXTRA = FIELDS.index("extra")
-
-
-def item_key(item) -> tuple:
-    """A hashable copy of one draft item's values."""
-    if type(item) is not Event:
-        return item  # ("buffer", name, from MiB, to MiB)
-    row = _row(item)
-    if item.srcs is not None:
-        row = row[:SRCS] + (tuple(item.srcs),) + row[SRCS + 1:]
-    return row[:EXTRA] + (json.dumps(item.extra, sort_keys=True) if item.extra else None,) + row[EXTRA + 1:]
-
-
-def draft_key(d: Draft) -> tuple:
-    return (d.measure_before, d.compute_after, d.buffer_before, d.buffer_after, d.alignment, d.vm_base, d.n_exec,
-            tuple(map(item_key, d.items)))
+def draft_key(d: Draft, keys: dict) -> tuple:
+    """The draft's hints and item values; `keys` has the values of shared items, by id."""
+    items = d.items
+    found = list(map(keys.get, map(id, items)))
+    if None in found:
+        found = [k if k is not None else item_key(it) for k, it in zip(found, items)]
+    return d.measure_before, d.compute_after, d.buffer_before, d.buffer_after, d.alignment, d.vm_base, d.n_exec, \
+        tuple(found)
 
 
 class RecoveryCache:
@@ -43,8 +29,8 @@ class RecoveryCache:
 
     MAX_EVENTS = 1 << 18  # events held in keys; the cache starts over when it would hold more
 
-    def __init__(self, replay, compress):
-        self.replay, self.compress = replay, compress
+    def __init__(self, replay, compress, keys: dict):
+        self.replay, self.compress, self.keys = replay, compress, keys
         self.memo: dict = {}
         self.n_events = 0
         self.hits = self.misses = 0
@@ -52,10 +38,11 @@ class RecoveryCache:
     def graph(self, d: Draft) -> EncodedGraph:
         r = self.replay
         index = r.index
-        key = (r.state(), draft_key(d))
+        key = (r.state(), draft_key(d, self.keys))
         hit = self.memo.get(key)
         if hit is None:
             self.misses += 1
+            d.items = own(d.items)
             rec = r.graph(d)
             for ev in rec.events:
                 ev.graph = index

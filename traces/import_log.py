@@ -17,7 +17,7 @@ from alloctrace.gcpause import gc_paused
 from .columns import EncodedGraph
 from .graph_cache import RecoveryCache
 from .logio import LogReader, check_path
-from .parse_log import AbsurdNumber, LineMemo
+from .parse_log import AbsurdNumber, LineMemo, own
 from .progress import Progress
 from .recover import GENERATIONS, GallocrReplay, LegacyReplay
 from .schema import GraphRecord, TraceMeta
@@ -62,6 +62,7 @@ class LogImport:
         replay = None
         for draft in self._drafts():
             replay = replay or self._replayer(self.features)
+            draft.items = own(draft.items)
             yield _numbered(replay.graph(draft))
         if replay is None:
             raise UserError(f"{self.path}: no ggml-alloc trace lines found")
@@ -71,7 +72,8 @@ class LogImport:
         cache = None
         for draft in self._drafts():
             if cache is None:
-                cache = RecoveryCache(self._replayer(self.features), zstandard.ZstdCompressor(level=3).compress)
+                cache = RecoveryCache(self._replayer(self.features), zstandard.ZstdCompressor(level=3).compress,
+                                      self.memo.keys)
             yield cache.graph(draft)
         if cache is None:
             raise UserError(f"{self.path}: no ggml-alloc trace lines found")
@@ -80,7 +82,8 @@ class LogImport:
         """The log's graph walks as logged; `features` is up to date when one is handed out."""
         with LogReader(self.path) as reader, gc_paused():
             bar = Progress(reader.size, self.path.name, enabled=None if self.progress else False)
-            split, parse = Splitter(), LineMemo()
+            split = Splitter()
+            parse = self.memo = LineMemo()
             self.features = split.features
             feed = split.feed
             lineno = 0

@@ -6,7 +6,9 @@ else. Allocator text glued after program output is found anywhere in a line.
 """
 from __future__ import annotations
 
+import json
 import re
+from operator import attrgetter
 
 from alloctrace.allocator.events import Event
 
@@ -221,40 +223,56 @@ def _program(line: str):
 class LineMemo:
     """parse_line with a memo: a log repeats the same lines graph after graph, and a dict
     lookup costs a fraction of the regex work. Exact, since parse_line depends on the line
-    alone; every call still gets its own Event (the importer fills events in later)."""
+    alone. Repeated lines give the *same* Event object: items are read-only until `own`
+    copies them; `keys` holds each shared Event's `item_key`, by id (the memo keeps them alive)."""
 
     LIMIT = 1 << 17  # distinct lines remembered; the memo starts over when full
     LONGEST = 512  # longer lines are rare and not worth keeping
 
     def __init__(self):
         self.memo: dict = {}
+        self.keys: dict[int, tuple] = {}
 
     def __call__(self, line: str):
         hit = self.memo.get(line)
-        if hit is None:
-            item = parse_line(line)
-            if len(line) > self.LONGEST:
-                return item
+        if hit is not None:
+            return hit
+        item = parse_line(line)
+        if len(line) <= self.LONGEST:
             if len(self.memo) >= self.LIMIT:
                 self.memo.clear()
-            self.memo[line] = [_values(item)] if type(item) is Event else item
-            return item
-        if type(hit) is not list:  # a marker tuple: immutable, shared
-            return hit
-        ev = Event(*hit[0])
-        if ev.srcs is not None:
-            ev.srcs = list(ev.srcs)
-        ev.extra = dict(ev.extra) if ev.extra else {}
-        return ev
+                self.keys.clear()
+            self.memo[line] = item
+            if type(item) is Event:
+                self.keys[id(item)] = item_key(item)
+        return item
 
 
 _FIELDS = tuple(Event.__dataclass_fields__)
+_row = attrgetter(*_FIELDS)
+_SRCS = _FIELDS.index("srcs")
+_EXTRA = _FIELDS.index("extra")
 
 
-def _values(ev: Event) -> tuple:
-    """The event's field values, in order, copied so later changes to it cannot leak in."""
-    vals = [getattr(ev, f) for f in _FIELDS]
+def item_key(item) -> tuple:
+    """A hashable copy of one parsed item's values (marker tuples are their own key)."""
+    if type(item) is not Event:
+        return item
+    row = _row(item)
+    if item.srcs is not None:
+        row = row[:_SRCS] + (tuple(item.srcs),) + row[_SRCS + 1:]
+    return row[:_EXTRA] + (json.dumps(item.extra, sort_keys=True) if item.extra else None,) + row[_EXTRA + 1:]
+
+
+def copy_event(ev: Event) -> Event:
+    """An Event of its own, equal to `ev` (lists and dicts copied too)."""
+    new = Event(*_row(ev))
     if ev.srcs is not None:
-        vals[_FIELDS.index("srcs")] = tuple(ev.srcs)
-    vals[-1] = dict(ev.extra)
-    return tuple(vals)
+        new.srcs = list(ev.srcs)
+    new.extra = dict(ev.extra)
+    return new
+
+
+def own(items: list) -> list:
+    """Draft items with every Event copied, so filling them in touches no shared one."""
+    return [copy_event(it) if type(it) is Event else it for it in items]

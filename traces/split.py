@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from alloctrace.allocator.events import Event
 
-from .parse_log import BLANK, DEBUG, AUTO_REALLOC
+from .parse_log import AUTO_REALLOC, BLANK, DEBUG, copy_event
 
 
 @dataclass
@@ -90,7 +90,7 @@ class Splitter:
             return None
         if kind == "data_addr":
             if self.last_alloc is not None and self.last_alloc.addr is None:
-                self.last_alloc.addr = item[1]
+                self._set_last_addr(item[1])
                 self.features.addr = True
             return None
         if kind == "vm_base":
@@ -116,6 +116,17 @@ class Splitter:
                 self.cur.alignment = item[1]
         self.gap = self.gap or started
         return None
+
+    def _set_last_addr(self, addr: int):
+        """The last allocation learns its address; parsed Events may be shared, so it gets a copy."""
+        ev = self.last_alloc
+        new = self.last_alloc = copy_event(ev)
+        new.addr = addr
+        items = self.cur.items if self.cur is not None else []
+        for i in range(len(items) - 1, -1, -1):
+            if items[i] is ev:
+                items[i] = new
+                break
 
     def _header(self, item) -> Draft | None:
         self.headers_seen = True
