@@ -17,6 +17,8 @@ BLANK = ("blank",)
 PROGRAM = ("program",)
 DEBUG = ("debug",)
 AUTO_REALLOC = ("auto_realloc",)
+STEP = Event("step")  # what blank lines become; shared, read-only (see LineMemo)
+BARRIER = Event("barrier")
 
 
 class AbsurdNumber(ValueError):
@@ -232,6 +234,13 @@ class LineMemo:
     def __init__(self):
         self.memo: dict = {}
         self.keys: dict[int, tuple] = {}
+        self._start()
+
+    def _start(self):
+        self.memo.clear()
+        self.keys.clear()
+        for ev in (STEP, BARRIER):
+            self.keys[id(ev)] = item_key(ev)
 
     def __call__(self, line: str):
         hit = self.memo.get(line)
@@ -240,8 +249,7 @@ class LineMemo:
         item = parse_line(line)
         if len(line) <= self.LONGEST:
             if len(self.memo) >= self.LIMIT:
-                self.memo.clear()
-                self.keys.clear()
+                self._start()
             self.memo[line] = item
             if type(item) is Event:
                 self.keys[id(item)] = item_key(item)

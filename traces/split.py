@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from alloctrace.allocator.events import Event
 
-from .parse_log import AUTO_REALLOC, BLANK, DEBUG, copy_event
+from .parse_log import AUTO_REALLOC, BARRIER, BLANK, DEBUG, STEP, copy_event
 
 
 @dataclass
@@ -66,13 +66,12 @@ class Splitter:
 
     def feed(self, item):
         """Take one parsed item; returns a finished Draft or None."""
-        if isinstance(item, Event):
+        if type(item) is Event:
             return self._event(item)
         kind = item[0]
         if item is BLANK:
             if self.cur is not None and self.prev_alloc_line:
-                ev = Event("barrier" if self.exec_since_blank > 1 else "step")
-                self.cur.items.append(ev)
+                self.cur.items.append(BARRIER if self.exec_since_blank > 1 else STEP)
                 self.exec_since_blank = 0
             self.prev_alloc_line = False
             return None
