@@ -18,8 +18,10 @@ def draft_key(d: Draft, keys: dict) -> tuple:
     """The draft's hints and item values; `keys` has the values of shared items, by id."""
     items = d.items
     found = list(map(keys.get, map(id, items)))
-    if None in found:
-        found = [k if k is not None else item_key(it) for k, it in zip(found, items)]
+    i = -1
+    while None in found:  # items of their own (graph headers, aborts, copies)
+        i = found.index(None, i + 1)
+        found[i] = item_key(items[i])
     return d.measure_before, d.compute_after, d.buffer_before, d.buffer_after, d.alignment, d.vm_base, d.n_exec, \
         tuple(found)
 

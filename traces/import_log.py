@@ -22,6 +22,10 @@ from .progress import Progress
 from .recover import GENERATIONS, GallocrReplay, LegacyReplay
 from .schema import GraphRecord, TraceMeta
 from .split import Draft, Features, Splitter
+from .split_memo import BodyMemo
+
+MAX_BODY = 1 << 16  # lines without a `#######` line that are fed at once
+HEADER = "#######"
 
 
 def detect_generation(f: Features) -> str:
@@ -79,26 +83,41 @@ class LogImport:
             raise UserError(f"{self.path}: no ggml-alloc trace lines found")
 
     def _drafts(self) -> Iterator[Draft]:
-        """The log's graph walks as logged; `features` is up to date when one is handed out."""
+        """The log's graph walks as logged; `features` is up to date when one is handed out.
+
+        Lines are fed in bodies (the lines between `#######` lines), so a body the
+        log repeats is split once (split_memo.py)."""
         with LogReader(self.path) as reader, gc_paused():
             bar = Progress(reader.size, self.path.name, enabled=None if self.progress else False)
             split = Splitter()
             parse = self.memo = LineMemo()
             self.features = split.features
-            feed = split.feed
-            lineno = 0
+            bodies = BodyMemo(split, parse)
+            feed_body, feed = bodies.feed, split.feed
+            body: list[str] = []
             try:
-                for lineno, line in enumerate(reader.lines(), 1):
-                    draft = feed(parse(line))
-                    if draft is not None:
-                        yield draft
-                    if not lineno & 0xFFFF:
-                        bar.update(reader.position)
+                for block in reader.blocks():
+                    start = 0
+                    for h in _header_lines(block):
+                        body += block[start:h]
+                        yield from feed_body(body)
+                        body = []
+                        bodies.lineno += 1
+                        draft = feed(parse(block[h]))
+                        if draft is not None:
+                            yield draft
+                        start = h + 1
+                    body += block[start:]
+                    if len(body) > MAX_BODY:
+                        yield from feed_body(body)
+                        body = []
+                    bar.update(reader.position)
+                yield from feed_body(body)
                 draft = split.finish()
                 if draft is not None:
                     yield draft
             except AbsurdNumber as e:
-                raise UserError(f"{self.path}:{lineno}: number out of range: {e}") from None
+                raise UserError(f"{self.path}:{bodies.lineno}: number out of range: {e}") from None
             finally:
                 bar.close()
 
@@ -108,6 +127,19 @@ class LogImport:
         if GENERATIONS[self.generation] == "legacy":
             return LegacyReplay(self.generation, features.addr_block, features.addr)
         return GallocrReplay(self.generation)
+
+
+def _header_lines(block: list[str]) -> list[int]:
+    """Indices of the lines that start with `#######`, found in C over the joined block."""
+    found = [0] if block and block[0].startswith(HEADER) else []
+    text = "\n".join(block)
+    at, line, pos = 0, 0, text.find("\n" + HEADER)
+    while pos >= 0:
+        line += text.count("\n", at, pos + 1)
+        found.append(line)
+        at = pos + 1
+        pos = text.find("\n" + HEADER, at)
+    return found
 
 
 def _numbered(rec: GraphRecord) -> GraphRecord:

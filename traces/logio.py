@@ -119,7 +119,12 @@ class LogReader:
             return 0
 
     def lines(self) -> Iterator[str]:
-        """Lines without their line break; over-long lines come in MAX_LINE pieces.
+        """Lines without their line break; over-long lines come in MAX_LINE pieces."""
+        for block in self.blocks():
+            yield from block
+
+    def blocks(self) -> Iterator[list[str]]:
+        """The lines in lists of about BLOCK characters.
 
         Reads big decoded blocks and splits them in C: per-line `readline` calls
         cost more than the rest of a fast import. The pieces are exactly what
@@ -138,18 +143,17 @@ class LogReader:
                     cut = len(carry) // MAX_LINE * MAX_LINE
                     if cut == len(carry):
                         cut -= MAX_LINE
-                    yield from _pieces(carry[:cut], False)
+                    yield list(_pieces(carry[:cut], False))
                     carry = carry[cut:]
-                for line in parts:
-                    if len(line) >= MAX_LINE:
-                        yield from _pieces(line, True)
-                    else:
-                        yield line
+                if parts and max(map(len, parts)) >= MAX_LINE:
+                    parts = [piece for line in parts
+                             for piece in (_pieces(line, True) if len(line) >= MAX_LINE else (line,))]
+                yield parts
                 del parts
         except (EOFError, OSError, zlib.error) as e:
             raise UserError(f"{self.path}: truncated or corrupt {self.kind} data ({_why(e)})") from None
         if carry:
-            yield from _pieces(carry, False) if len(carry) > MAX_LINE else (carry,)
+            yield list(_pieces(carry, False)) if len(carry) > MAX_LINE else [carry]
 
     def close(self):
         try:
