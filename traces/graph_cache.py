@@ -3,25 +3,26 @@
 A graph's recovered events depend only on the replay's state when the graph
 starts (the allocator's free list, max size, buffer, life) and on what the log
 says about the graph (the draft's items and hints). The cache keys on exactly
-those values, compared in full (no digests), so a hit is the graph the replay
-would have produced: its stored form is reused and the replay jumps to the
-state it would have ended in. Only the `graph` column (the graph's index)
+those values - items by their LineMemo numbers, each standing for one set of
+field values - so a hit is the graph the replay would have produced (no
+digests, no collisions): its stored form is reused and the replay jumps to
+the state it would have ended in. Only the `graph` column (the graph's index)
 differs between hits; it is made afresh each time.
 """
 from __future__ import annotations
 
 from .columns import EncodedGraph, constant_column, encode, pack
-from .parse_log import item_key, own
+from .parse_log import LineMemo, item_key, own
 from .split import Draft
 
-def draft_key(d: Draft, keys: dict) -> tuple:
-    """The draft's hints and item values; `keys` has the values of shared items, by id."""
+def draft_key(d: Draft, memo: LineMemo) -> tuple:
+    """The draft's hints and its items' values (as LineMemo numbers)."""
     items = d.items
-    found = list(map(keys.get, map(id, items)))
+    found = list(map(memo.keys.get, map(id, items)))
     i = -1
     while None in found:  # items of their own (graph headers, aborts, copies)
         i = found.index(None, i + 1)
-        found[i] = item_key(items[i])
+        found[i] = memo.number(item_key(items[i]))
     return d.measure_before, d.compute_after, d.buffer_before, d.buffer_after, d.alignment, d.vm_base, d.n_exec, \
         tuple(found)
 
@@ -31,8 +32,8 @@ class RecoveryCache:
 
     MAX_EVENTS = 1 << 18  # events held in keys; the cache starts over when it would hold more
 
-    def __init__(self, replay, compress, keys: dict):
-        self.replay, self.compress, self.keys = replay, compress, keys
+    def __init__(self, replay, compress, memo: LineMemo):
+        self.replay, self.compress, self.memo_lines = replay, compress, memo
         self.memo: dict = {}
         self.n_events = 0
         self.hits = self.misses = 0
@@ -40,7 +41,7 @@ class RecoveryCache:
     def graph(self, d: Draft) -> EncodedGraph:
         r = self.replay
         index = r.index
-        key = (r.state(), draft_key(d, self.keys))
+        key = (r.state(), draft_key(d, self.memo_lines))
         hit = self.memo.get(key)
         if hit is None:
             self.misses += 1

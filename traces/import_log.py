@@ -77,7 +77,7 @@ class LogImport:
         for draft in self._drafts():
             if cache is None:
                 cache = RecoveryCache(self._replayer(self.features), zstandard.ZstdCompressor(level=3).compress,
-                                      self.memo.keys)
+                                      self.memo)
             yield cache.graph(draft)
         if cache is None:
             raise UserError(f"{self.path}: no ggml-alloc trace lines found")

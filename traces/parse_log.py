@@ -6,6 +6,7 @@ else. Allocator text glued after program output is found anywhere in a line.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from operator import attrgetter
@@ -226,21 +227,33 @@ class LineMemo:
     """parse_line with a memo: a log repeats the same lines graph after graph, and a dict
     lookup costs a fraction of the regex work. Exact, since parse_line depends on the line
     alone. Repeated lines give the *same* Event object: items are read-only until `own`
-    copies them; `keys` holds each shared Event's `item_key`, by id (the memo keeps them alive)."""
+    copies them.
+
+    `number(item_key(item))` names an item's values by a number never given to other
+    values; `keys` holds the numbers of the shared Events, by id (the memo keeps them alive)."""
 
     LIMIT = 1 << 17  # distinct lines remembered; the memo starts over when full
     LONGEST = 512  # longer lines are rare and not worth keeping
 
     def __init__(self):
         self.memo: dict = {}
-        self.keys: dict[int, tuple] = {}
+        self.keys: dict[int, int] = {}
+        self.numbers: dict[tuple, int] = {}
+        self._next = itertools.count()  # never restarts, so a number keeps meaning one value
         self._start()
 
     def _start(self):
         self.memo.clear()
         self.keys.clear()
+        self.numbers.clear()
         for ev in (STEP, BARRIER):
-            self.keys[id(ev)] = item_key(ev)
+            self.keys[id(ev)] = self.number(item_key(ev))
+
+    def number(self, key: tuple) -> int:
+        n = self.numbers.get(key)
+        if n is None:
+            n = self.numbers[key] = next(self._next)
+        return n
 
     def __call__(self, line: str):
         hit = self.memo.get(line)
@@ -252,7 +265,7 @@ class LineMemo:
                 self._start()
             self.memo[line] = item
             if type(item) is Event:
-                self.keys[id(item)] = item_key(item)
+                self.keys[id(item)] = self.number(item_key(item))
         return item
 
 
