@@ -1,11 +1,14 @@
-"""Latency of memory-map requests on a 1M-event trace under 50 concurrent clients.
+"""Latency of memory-map and state requests on a 1M-event trace.
 
 Builds a store holding one synthetic million-event graph (or reuses --store DIR),
 runs `alloctrace serve` on a free loopback port in its own process, and drives it
 from an asyncio load generator: each client asks for random view windows (whole
 graph, zoomed in, zoomed far in) until the request budget or the time limit runs out.
+Then the state endpoint: the first request at a late event (replay from the start,
+checkpoints made on the way), then random events (from the nearest checkpoint).
 
     python bench/bench_server.py [--events 1000000] [--clients 50] [--requests 2000] [--seconds 90]
+                                 [--state-requests 30] [--no-map]
 """
 from __future__ import annotations
 
@@ -102,6 +105,34 @@ async def load(url: str, clients: int, budget: int, seconds: float, n: int, top:
     return latencies, errors, sizes, wall
 
 
+def state_bench(base: str, n: int, count: int):
+    """First state request at 90% of the graph, then `count` random events, one at a time."""
+    with httpx.Client(timeout=600) as client:
+        t0 = time.perf_counter()
+        r = client.get(base + "state", params={"event": n * 9 // 10})
+        first = time.perf_counter() - t0
+        r.raise_for_status()
+        print(f"first state request (event {n * 9 // 10}): {first:.2f} s, {len(r.json()['live'])} live tensors")
+        rng = random.Random(7)
+        lat = []
+        for _ in range(count):
+            t0 = time.perf_counter()
+            client.get(base + "state", params={"event": rng.randrange(n + 1)}).raise_for_status()
+            lat.append(time.perf_counter() - t0)
+    lat.sort()
+    if lat:
+        print(f"{count} random state requests: p50 {pct(lat, 0.5) * 1000:.0f} ms  max {lat[-1] * 1000:.0f} ms")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(sorted_values, q):
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
@@ -113,6 +144,8 @@ def main():
     ap.add_argument("--requests", type=int, default=2000, help="request budget")
     ap.add_argument("--seconds", type=float, default=90, help="time limit for the load phase")
     ap.add_argument("--store", help="store directory to build in / reuse (default: a temp dir)")
+    ap.add_argument("--state-requests", type=int, default=30, help="random state requests after the first")
+    ap.add_argument("--no-map", action="store_true", help="skip the memory-map load phase")
     args = ap.parse_args()
 
     store = Path(args.store) if args.store else Path(tempfile.mkdtemp(prefix="bench-server-"))
@@ -126,17 +159,26 @@ def main():
         print(f"first memory-map (load columns + extract lifetimes): {time.perf_counter() - t0:.2f} s, "
               f"{first['total_in_view']} lifetimes, {first['count']} shapes sent")
         top = first["window"]["y1"]
-        lat, errors, sizes, wall = asyncio.run(load(base, args.clients, args.requests, args.seconds,
-                                                    args.events, top))
+        if not args.no_map:
+            cpu0, client0 = cpu_seconds(server.pid), cpu_seconds(os.getpid())
+            lat, errors, sizes, wall = asyncio.run(load(base, args.clients, args.requests, args.seconds,
+                                                        args.events, top))
+            cpu = cpu_seconds(server.pid) - cpu0
+            client_cpu = cpu_seconds(os.getpid()) - client0
+        state_bench(base, args.events, args.state_requests)
     finally:
         server.terminate()
         try:
             server.wait(30)
         except subprocess.TimeoutExpired:
             server.kill()
+    if args.no_map:
+        return
     lat.sort()
     print(f"{len(lat)} memory-map requests, {args.clients} concurrent clients, {wall:.1f} s, "
           f"{len(lat) / wall:.1f} req/s, {errors} errors, mean response {sum(sizes) / max(1, len(sizes)) / 1024:.0f} KiB")
+    print(f"server CPU {cpu:.1f} s, {cpu / max(1, len(lat)) * 1000:.1f} ms per request "
+          f"(other load on the machine skews latency, not this); load generator CPU {client_cpu:.1f} s")
     print(f"latency p50 {pct(lat, 0.50) * 1000:.0f} ms  p90 {pct(lat, 0.90) * 1000:.0f} ms  "
           f"p99 {pct(lat, 0.99) * 1000:.0f} ms  max {lat[-1] * 1000:.0f} ms")
 

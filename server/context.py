@@ -89,10 +89,17 @@ class Context:
 
     # --- per-graph caches -------------------------------------------------------------
     def columns(self, trace_id: str, g: int) -> dict:
-        return self.columns_cache.get((trace_id, g), lambda: self.call(lambda s: s.columns(trace_id, g)))
+        def load():
+            with gc_paused():  # a million decoded strings, no cycles
+                return self.call(lambda s: s.columns(trace_id, g))
+        return self.columns_cache.get((trace_id, g), load)
 
     def lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes:
-        return self.lifetimes_cache.get((trace_id, g), lambda: memmap.extract(self.columns(trace_id, g)))
+        def build():
+            cols = self.columns(trace_id, g)
+            with gc_paused():
+                return memmap.extract(cols)
+        return self.lifetimes_cache.get((trace_id, g), build)
 
     def state_index(self, trace_id: str, g: int):
         from alloctrace.server.states import StateIndex
