@@ -69,12 +69,22 @@ class Lifetimes:
     def y_extent(self) -> int:
         return int(self.y1.max()) if len(self.y1) else 0
 
-    def in_events(self, x0: int, x1: int) -> np.ndarray | slice:
+    def in_window(self, win) -> np.ndarray:
+        """Lifetimes that overlap the window (x0, x1, y0, y1), in index order."""
+        x0, x1, y0, y1 = win
+        if self._wide(x0, x1):
+            return np.flatnonzero((self.start < x1) & (self.end > x0) & (self.y0 < y1) & (self.y1 > y0))
+        vis = self.in_events(x0, x1)
+        return vis[(self.y0[vis] < y1) & (self.y1[vis] > y0)]
+
+    def _wide(self, x0: int, x1: int) -> bool:
+        return (x1 - x0) * 4 >= self.n_events or len(self.start) < 4096
+
+    def in_events(self, x0: int, x1: int) -> np.ndarray:
         """Lifetimes that overlap events [x0, x1), in index order. A narrow window looks only at the
         lifetimes starting shortly before it (sorted by start, built once) plus the few long ones,
         instead of scanning every lifetime of the graph."""
-        n = len(self.start)
-        if (x1 - x0) * 4 >= self.n_events or n < 4096:
+        if self._wide(x0, x1):
             return np.flatnonzero((self.start < x1) & (self.end > x0))
         if self._by_start is None:
             length = self.end - self.start
@@ -246,6 +256,14 @@ def _grid_for(x0c, x1c, y0c, y1c, win, max_shapes: int):
     occupied cells fit in max_shapes."""
     g = min(GRID, max(1, math.isqrt(max_shapes * 64)))
     centres = _centres(x0c, x1c, y0c, y1c, win)
+    stride = len(centres[0]) // (8 * max_shapes)
+    if stride > 1:  # many shapes: a sample occupies no more cells than all of them, so the grid it
+        # settles on is never coarser than the answer; start there instead of at the finest grid
+        g = _settle((centres[0][::stride], centres[1][::stride]), g, max_shapes)[0]
+    return _settle(centres, g, max_shapes)
+
+
+def _settle(centres, g: int, max_shapes: int):
     while True:
         cells = _cells(centres, g)
         if g * g <= max_shapes:
@@ -268,8 +286,7 @@ def window_shapes(lt: Lifetimes, win, max_shapes: int) -> dict:
 def shape_columns(lt: Lifetimes, win, max_shapes: int) -> tuple[dict, int, bool]:
     """window_shapes as columns (name -> list of Python values): (columns, total in view, merged)."""
     wx0, wx1, wy0, wy1 = win
-    vis = lt.in_events(wx0, wx1)
-    vis = vis[(lt.y0[vis] < wy1) & (lt.y1[vis] > wy0)]
+    vis = lt.in_window(win)
     total = len(vis)
     if total <= max_shapes:
         sel = vis
