@@ -11,9 +11,12 @@ differs between hits; it is made afresh each time.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .columns import EncodedGraph, constant_column, encode, pack
 from .parse_log import LineMemo, item_key, own
 from .split import Draft
+
 
 def draft_key(d: Draft, memo: LineMemo) -> tuple:
     """The draft's hints and its items' values (as LineMemo numbers)."""
@@ -45,8 +48,7 @@ class RecoveryCache:
         hit = self.memo.get(key)
         if hit is None:
             self.misses += 1
-            d.items = own(d.items)
-            rec = r.graph(d)
+            rec = r.graph(replace(d, items=own(d.items)))  # the draft's items stay as logged
             for ev in rec.events:
                 ev.graph = index
             cols, table = encode(rec.events)

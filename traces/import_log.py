@@ -76,8 +76,8 @@ class LogImport:
         cache = None
         for draft in self._drafts():
             if cache is None:
-                cache = RecoveryCache(self._replayer(self.features), zstandard.ZstdCompressor(level=3).compress,
-                                      self.memo)
+                cache = self.cache = RecoveryCache(self._replayer(self.features),
+                                                   zstandard.ZstdCompressor(level=3).compress, self.memo)
             yield cache.graph(draft)
         if cache is None:
             raise UserError(f"{self.path}: no ggml-alloc trace lines found")
@@ -92,7 +92,7 @@ class LogImport:
             split = Splitter()
             parse = self.memo = LineMemo()
             self.features = split.features
-            bodies = BodyMemo(split, parse)
+            bodies = self.bodies = BodyMemo(split, parse)
             feed_body, feed = bodies.feed, split.feed
             body: list[str] = []
             try:

@@ -42,6 +42,9 @@ class Features:
 
 
 class Splitter:
+    """Items in drafts may be shared between drafts (parsed lines, blank-line Events):
+    copy them with parse_log.own before changing them."""
+
     def __init__(self):
         self.cur: Draft | None = None
         self.pending: dict = {}
