@@ -8,7 +8,7 @@ Then the state endpoint: the first request at a late event (replay from the star
 checkpoints made on the way), then random events (from the nearest checkpoint).
 
     python bench/bench_server.py [--events 1000000] [--clients 50] [--requests 2000] [--seconds 90]
-                                 [--state-requests 30] [--no-map]
+                                 [--state-requests 30] [--upload-mb 20] [--no-map] [--no-state]
 """
 from __future__ import annotations
 
@@ -124,6 +124,42 @@ def state_bench(base: str, n: int, count: int):
         print(f"{count} random state requests: p50 {pct(lat, 0.5) * 1000:.0f} ms  max {lat[-1] * 1000:.0f} ms")
 
 
+def upload_bench(url: str, store: Path, mb: int):
+    """Upload a big log (a fixture repeated) and list the traces every 50 ms until it is stored;
+    the uploaded trace is deleted again."""
+    import threading
+    fixture = Path(os.environ.get("ALLOCTRACE_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+                                  / "ggml-real")) / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log"
+    data = fixture.read_bytes()
+    path = store / "bench-upload.log"
+    path.write_bytes(data * max(1, (mb << 20) // len(data)))
+    size_mb = path.stat().st_size / (1 << 20)
+    done = {}
+
+    def send():
+        t0 = time.perf_counter()
+        with open(path, "rb") as f:
+            r = httpx.post(url, files={"file": ("big.log", f)}, data={"name": "bench upload"}, timeout=3600)
+        done["status"], done["seconds"], done["body"] = r.status_code, time.perf_counter() - t0, r.json()
+
+    t = threading.Thread(target=send)
+    t.start()
+    lat = []
+    with httpx.Client(timeout=3600) as client:
+        while t.is_alive():
+            t0 = time.perf_counter()
+            client.get(url).raise_for_status()
+            lat.append(time.perf_counter() - t0)
+            time.sleep(0.05)
+        t.join()
+        for tr in done.get("body", {}).get("traces", []):
+            client.delete(f"{url}/{tr['id']}")
+    path.unlink()
+    lat.sort()
+    print(f"upload of {size_mb:.0f} MB: status {done.get('status')}, {done.get('seconds', 0):.1f} s; "
+          f"{len(lat)} trace listings meanwhile, p50 {pct(lat, 0.5) * 1000:.0f} ms  max {lat[-1] * 1000:.0f} ms")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc; 0 elsewhere)."""
     try:
@@ -146,6 +182,8 @@ def main():
     ap.add_argument("--store", help="store directory to build in / reuse (default: a temp dir)")
     ap.add_argument("--state-requests", type=int, default=30, help="random state requests after the first")
     ap.add_argument("--no-map", action="store_true", help="skip the memory-map load phase")
+    ap.add_argument("--no-state", action="store_true", help="skip the state requests")
+    ap.add_argument("--upload-mb", type=int, default=20, help="size of the log uploaded while reads go on (0: skip)")
     args = ap.parse_args()
 
     store = Path(args.store) if args.store else Path(tempfile.mkdtemp(prefix="bench-server-"))
@@ -165,7 +203,10 @@ def main():
                                                         args.events, top))
             cpu = cpu_seconds(server.pid) - cpu0
             client_cpu = cpu_seconds(os.getpid()) - client0
-        state_bench(base, args.events, args.state_requests)
+        if not args.no_state:
+            state_bench(base, args.events, args.state_requests)
+        if args.upload_mb:
+            upload_bench(f"http://127.0.0.1:{port}/api/traces", store, args.upload_mb)
     finally:
         server.terminate()
         try:
