@@ -57,7 +57,17 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
         cols[name] = np.array([-1 if v is None else code(v, len(table)) for v in vals], dtype=np.int32)
     srcs = columns.get("srcs", ())
     if srcs.count(None) != n:
-        cols["srcs"] = np.array([-1 if s is None else code(json.dumps(s), len(table)) for s in srcs], dtype=np.int32)
+        known: dict[tuple, int] = {}  # exec lines repeat their sources; dump each list once
+        codes = []
+        for s in srcs:
+            if s is None:
+                codes.append(-1)
+                continue
+            c = known.get(key := tuple(s))
+            if c is None:
+                c = known[key] = code(json.dumps(s), len(table))
+            codes.append(c)
+        cols["srcs"] = np.array(codes, dtype=np.int32)
     extra = columns.get("extra", ())
     if any(extra):
         cols["extra"] = np.array([code(json.dumps(x, sort_keys=True), len(table)) if x else -1 for x in extra],

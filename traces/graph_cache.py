@@ -18,6 +18,9 @@ from .parse_log import LineMemo, item_key, own
 from .split import Draft
 
 
+FILLED_IN = frozenset({"alloc", "free", "free_extra", "oom"})  # kinds recover.py changes
+
+
 def draft_key(d: Draft, memo: LineMemo) -> tuple:
     """The draft's hints and its items' values (as LineMemo numbers)."""
     items = d.items
@@ -48,9 +51,9 @@ class RecoveryCache:
         hit = self.memo.get(key)
         if hit is None:
             self.misses += 1
-            rec = r.graph(replace(d, items=own(d.items)))  # the draft's items stay as logged
-            for ev in rec.events:
-                ev.graph = index
+            # the draft's items stay as logged; events the replay does not fill in stay shared,
+            # which is why they are not numbered: the `graph` column is made below
+            rec = r.graph(replace(d, items=own(d.items, FILLED_IN)))
             cols, table = encode(rec.events)
             cols.pop("graph", None)
             strings, blobs = pack(cols, table, self.compress)

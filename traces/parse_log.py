@@ -232,7 +232,7 @@ class LineMemo:
     `number(item_key(item))` names an item's values by a number never given to other
     values; `keys` holds the numbers of the shared Events, by id (the memo keeps them alive)."""
 
-    LIMIT = 1 << 17  # distinct lines remembered; the memo starts over when full
+    LIMIT = 1 << 16  # distinct lines remembered; the memo starts over when full
     LONGEST = 512  # longer lines are rare and not worth keeping
 
     def __init__(self):
@@ -294,6 +294,9 @@ def copy_event(ev: Event) -> Event:
     return new
 
 
-def own(items: list) -> list:
-    """Draft items with every Event copied, so filling them in touches no shared one."""
-    return [copy_event(it) if type(it) is Event else it for it in items]
+def own(items: list, kinds=None) -> list:
+    """Draft items with every Event (or every Event of `kinds`) copied, so filling them in
+    touches no shared one."""
+    if kinds is None:
+        return [copy_event(it) if type(it) is Event else it for it in items]
+    return [copy_event(it) if type(it) is Event and it.kind in kinds else it for it in items]

@@ -24,7 +24,7 @@ UNREMEMBERED = ("graph", "data_addr")  # items that reach back into earlier item
 
 
 class BodyMemo:
-    MAX_CHARS = 1 << 25  # text held in keys; the memo starts over when it would hold more
+    MAX_CHARS = 1 << 23  # text held in keys; the memo starts over when it would hold more
 
     def __init__(self, split: Splitter, parse: LineMemo):
         self.split, self.parse = split, parse
