@@ -12,6 +12,7 @@ differs between hits; it is made afresh each time.
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import repeat
 
 from .columns import EncodedGraph, constant_column, encode, pack
 from .parse_log import LineMemo, item_key, own
@@ -24,10 +25,10 @@ FILLED_IN = frozenset({"alloc", "free", "free_extra", "oom"})  # kinds recover.p
 def draft_key(d: Draft, memo: LineMemo) -> tuple:
     """The draft's hints and its items' values (as LineMemo numbers)."""
     items = d.items
-    found = list(map(memo.keys.get, map(id, items)))
+    found = list(map(memo.keys.get, map(id, items), repeat(-1)))  # numbers are >= 0
     i = -1
-    while None in found:  # items of their own (graph headers, aborts, copies)
-        i = found.index(None, i + 1)
+    while -1 in found:  # items of their own (graph headers, aborts, copies)
+        i = found.index(-1, i + 1)
         found[i] = memo.number(item_key(items[i]))
     return d.measure_before, d.compute_after, d.buffer_before, d.buffer_after, d.alignment, d.vm_base, d.n_exec, \
         tuple(found)
