@@ -59,3 +59,20 @@ def test_serial_walk_is_08_28s_until_the_silent_return(fixtures):
     assert rows(a)[split][:2] == ("exec", "result")  # 08-22 goes straight to exec
     assert a.addr(g.by_name("result")) == 0 and b.addr(g.by_name("result")) != 0
     assert b.t.max_size == desc["measure_max_size"]
+
+
+def test_import_reads_an_08_22_log(fixtures, tmp_path):
+    """08-22 chooses blocks as 08-28 does, so a serial log of either replays consistently under it."""
+    from alloctrace.traces import import_paths
+    from alloctrace.traces.store import open_store
+
+    store = open_store(tmp_path / "store")
+    try:
+        (tid,) = import_paths(store, [fixtures / "v2023-08-28-parseseq/harness_plain.AT.log"],
+                              generation="ggml-2023-08-22")
+        summary = store.summary(tid)
+    finally:
+        store.close()
+    assert summary["generation"] == "ggml-2023-08-22"
+    assert [g["max_size"] for g in summary["graphs"]] == [12304, 12304]
+    assert all(g["consistent"] for g in summary["graphs"])

@@ -37,8 +37,10 @@ def detect_generation(f: Features) -> str:
     if f.addr:
         return "ggml-2023-10"
     for line in f.asserts:
-        if line in (131, 139):
+        if line == 131:
             return "ggml-2023-08-16"
+        if line == 139:
+            return "ggml-2023-08-22"
         if line in (140, 173, 174):
             return "ggml-2023-08-28"
         if line in (148, 116, 114):

@@ -20,6 +20,7 @@ from .split import Draft
 
 GENERATIONS = {
     "ggml-2023-08-16": "legacy",
+    "ggml-2023-08-22": "legacy",
     "ggml-2023-08-28": "legacy",
     "ggml-2023-10": "legacy",  # Oct 2023 - Jan 2024: the same allocator, messages with addresses
     "ggml-2024-02": "gallocr",  # v3: one offset-based dyn_tallocr
