@@ -16,8 +16,8 @@ def register(subparsers):
     add_store_arg(p)
     p.add_argument("--name", help="trace name (default: the file name)")
     p.add_argument("--generation", metavar="G",
-                   help="allocator generation, overriding detection: ggml-2023-08-16, ggml-2023-08-28, "
-                        "ggml-2023-10, ggml-2024-02, ggml-head")
+                   help="allocator generation, overriding detection: ggml-2023-08-16, ggml-2023-08-22, "
+                        "ggml-2023-08-28, ggml-2023-10, ggml-2024-02, ggml-head")
     p.add_argument("--json", action="store_true", help="print the imported traces as JSON")
     p.set_defaults(func=run)
 
