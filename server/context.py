@@ -137,16 +137,17 @@ class Context:
 
     # --- writes -----------------------------------------------------------------------
     def import_file(self, path: Path, name: str | None, filename: str | None = None) -> list[dict]:
-        """Import one received log through the CLI's importer (LogImport -> one store
-        transaction); summaries of what was stored. Error messages name the client's
+        """Import one received log through the CLI's importer (LogImport -> encoded graphs -> one
+        store transaction); summaries of what was stored. Error messages name the client's
         file, never the temp path."""
         from alloctrace.traces.import_log import LogImport
         from alloctrace.traces.schema import TraceMeta
         label = filename or "upload"
         try:
             imp = LogImport(path)
-            with gc_paused():  # millions of small event objects, no cycles
-                records = list(imp.records())
+            with gc_paused():  # many small parsed objects, no cycles
+                # the stored form (compressed columns) is small: parse everything outside the write lock
+                records = list(imp.encoded())
             meta = TraceMeta(name=name or label, source=f"upload:{label}", generation=imp.generation,
                              profile=imp.generation, extra={"format": "at_printf"})
             tid = self.write(lambda s: s.add_trace(meta, records))

@@ -43,7 +43,7 @@ def reads_answer(c, tid):
 def test_reads_answer_while_an_upload_is_parsing(live, fixtures, monkeypatch):
     srv, c, tid = live
     started, release = threading.Event(), threading.Event()
-    original = import_log.LogImport.records
+    original = import_log.LogImport.encoded
 
     def slow_records(self):
         records = original(self)
@@ -52,7 +52,7 @@ def test_reads_answer_while_an_upload_is_parsing(live, fixtures, monkeypatch):
         assert release.wait(60)
         yield from records
 
-    monkeypatch.setattr(import_log.LogImport, "records", slow_records)
+    monkeypatch.setattr(import_log.LogImport, "encoded", slow_records)
     t, result = held_upload(srv, fixtures, "slow parse")
     assert started.wait(30)
     names = reads_answer(c, tid)
@@ -88,7 +88,7 @@ def test_reads_answer_while_an_upload_transaction_is_open(live, fixtures, monkey
 def test_a_failed_upload_beside_a_slow_one_leaves_both_right(live, fixtures, tmp_path, monkeypatch):
     srv, c, tid = live
     started, release = threading.Event(), threading.Event()
-    original = import_log.LogImport.records
+    original = import_log.LogImport.encoded
 
     def slow_records(self):
         if "bad" not in self.path.read_text(errors="replace")[:100]:
@@ -96,7 +96,7 @@ def test_a_failed_upload_beside_a_slow_one_leaves_both_right(live, fixtures, tmp
             assert release.wait(60)
         yield from original(self)
 
-    monkeypatch.setattr(import_log.LogImport, "records", slow_records)
+    monkeypatch.setattr(import_log.LogImport, "encoded", slow_records)
     t, result = held_upload(srv, fixtures, "slow")
     assert started.wait(30)
     bad = tmp_path / "bad.log"
