@@ -20,11 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from alloctrace.allocator.build import Ctx
-from alloctrace.allocator.layout import Layout
 from alloctrace.allocator.tensor import TYPE_SIZE, Graph
 
 from . import llama
-from .space import AddressSpace, place_consecutive, span
 
 # the family API: one llama.cpp sized and measured every architecture's graph the same way
 ALIGNMENT = llama.ALIGNMENT
@@ -123,12 +121,7 @@ def new_model(hp: FalconParams, n_ctx: int, profile: str = "", wtype: str = "f16
     return FalconModel(hp, n_ctx, glob, layers, cache_k, cache_v, weights, ff_waits_for_attn)
 
 
-def place_model(model: FalconModel, layout: Layout, space: AddressSpace):
-    """Weights in one mapping, the KV cache in its own buffer."""
-    base = space.reserve("weights", layout.weights_base, span(model.weights, ALIGNMENT))
-    place_consecutive(model.weights, base, ALIGNMENT)
-    base = space.reserve("kv", layout.kv_base, span(model.kv, ALIGNMENT))
-    place_consecutive(model.kv, base, ALIGNMENT)
+place_model = llama.place_model  # weights in one mapping, the KV cache in its own buffer
 
 
 def _layer_norm(ctx: Ctx, x, weight, bias):
@@ -138,21 +131,12 @@ def _layer_norm(ctx: Ctx, x, weight, bias):
 
 def build_graph(model: FalconModel, n_tokens: int, n_past: int, alloc, profile: str = "") -> Graph:
     """One llm_build_falcon call; `alloc(t)` is ggml_allocr_alloc on the program's allocator."""
-    hp, n_ctx, N = model.hp, model.n_ctx, n_tokens
+    hp, N = model.hp, n_tokens
     ctx = Ctx(legacy=True)
     name = ctx.set_name
     gf = Graph([], [])
     D, H, HKV, G = hp.n_embd_head, hp.n_head, hp.n_head_kv, hp.n_embd_gqa
-    es = TYPE_SIZE[model.cache_k.type]
-
-    inp_tokens = ctx.new_tensor_1d("i32", N)
-    alloc(inp_tokens)
-    name(inp_tokens, "inp_tokens")
-    inpL = ctx.get_rows(model.globals["tok_embeddings"], inp_tokens)
-
-    kq_scale = ctx.new_tensor_1d("f32", 1)
-    alloc(kq_scale)
-    name(kq_scale, "1/sqrt(n_embd_head)")
+    inpL, kq_scale = llama.graph_inputs(ctx, model, N, alloc)
 
     for il, L in enumerate(model.layers):
         attn_norm = _layer_norm(ctx, inpL, L["attn_norm"], L["attn_norm_b"])
@@ -168,21 +152,8 @@ def build_graph(model: FalconModel, n_tokens: int, n_past: int, alloc, profile: 
         Kcur = ctx.rope_custom_inplace(tmpk, n_past, D, 2)
 
         Vcur = name(ctx.transpose(ctx.reshape_2d(ctx.cont(tmpv), G, N)), "Vcur")
-        k = name(ctx.view_1d(model.cache_k, N * G, es * G * (il * n_ctx + n_past)), "k")
-        v = name(ctx.view_2d(model.cache_v, N, G, n_ctx * es, il * n_ctx * es * G + n_past * es), "v")
-        ctx.build_forward(ctx.cpy(Kcur, k), graph=gf)
-        ctx.build_forward(ctx.cpy(Vcur, v), graph=gf)
-
-        Q = name(ctx.permute(Qcur, 0, 2, 1, 3), "Q")
-        K = name(ctx.view_3d(model.cache_k, D, n_past + N, HKV, es * G, es * D, es * G * n_ctx * il), "K")
-        KQ = name(ctx.mul_mat(K, Q), "KQ")
-        KQ_scaled = name(ctx.scale_inplace(KQ, kq_scale), "KQ_scaled")
-        KQ_masked = name(ctx.diag_mask_inf_inplace(KQ_scaled, n_past), "KQ_masked")
-        KQ_soft_max = name(ctx.soft_max_inplace(KQ_masked), "KQ_soft_max")
-        V = name(ctx.view_3d(model.cache_v, n_past + N, D, HKV, es * n_ctx, es * n_ctx * D, es * n_ctx * G * il), "V")
-        KQV = name(ctx.mul_mat(V, KQ_soft_max), "KQV")
-        KQV_merged = name(ctx.permute(KQV, 0, 2, 1, 3), "KQV_merged")
-        cur = name(ctx.cpy(KQV_merged, ctx.new_tensor_2d("f32", hp.n_embd, N)), "KQV_merged_contiguous")
+        llama.store_kv(ctx, model, gf, il, Kcur, Vcur, N, n_past)
+        cur = llama.attention(ctx, model, il, Qcur, kq_scale, N, n_past, inplace=True)
         attn_out = name(ctx.mul_mat(L["wo"], cur), "result_wo")
 
         cur = ctx.mul_mat(L["w3"], attn_norm)  # the FFN reads the attention's input, not its output

@@ -133,23 +133,54 @@ def measure_shape(n_ctx: int, n_batch: int) -> tuple[int, int]:
     return n_tokens, n_ctx - n_tokens
 
 
+def graph_inputs(ctx: Ctx, model, N: int, alloc):
+    """The token input and KQ_scale, allocated explicitly before the walk; returns (embeddings, kq_scale)."""
+    inp_tokens = ctx.new_tensor_1d("i32", N)
+    alloc(inp_tokens)
+    ctx.set_name(inp_tokens, "inp_tokens")
+    inpL = ctx.get_rows(model.globals["tok_embeddings"], inp_tokens)
+    kq_scale = ctx.new_tensor_1d("f32", 1)
+    alloc(kq_scale)
+    ctx.set_name(kq_scale, "1/sqrt(n_embd_head)")
+    return inpL, kq_scale
+
+
+def store_kv(ctx: Ctx, model, gf: Graph, il: int, Kcur, Vcur, N: int, n_past: int):
+    """Copy this batch's K and V into layer il of the cache (expanded into the graph right away)."""
+    G, n_ctx, es = model.hp.n_embd_gqa, model.n_ctx, TYPE_SIZE[model.cache_k.type]
+    k = ctx.set_name(ctx.view_1d(model.cache_k, N * G, es * G * (il * n_ctx + n_past)), "k")
+    v = ctx.set_name(ctx.view_2d(model.cache_v, N, G, n_ctx * es, il * n_ctx * es * G + n_past * es), "v")
+    ctx.build_forward(ctx.cpy(Kcur, k), graph=gf)
+    ctx.build_forward(ctx.cpy(Vcur, v), graph=gf)
+
+
+def attention(ctx: Ctx, model, il: int, Qcur, kq_scale, N: int, n_past: int, inplace: bool = False):
+    """Q against the cached K and V of layer il, up to KQV_merged_contiguous (Falcon used the in-place ops)."""
+    hp, n_ctx, es = model.hp, model.n_ctx, TYPE_SIZE[model.cache_k.type]
+    D, HKV, G = hp.n_embd_head, hp.n_head_kv, hp.n_embd_gqa
+    name = ctx.set_name
+    scale, mask, soft_max = ((ctx.scale_inplace, ctx.diag_mask_inf_inplace, ctx.soft_max_inplace) if inplace
+                             else (ctx.scale, ctx.diag_mask_inf, ctx.soft_max))
+    Q = name(ctx.permute(Qcur, 0, 2, 1, 3), "Q")
+    K = name(ctx.view_3d(model.cache_k, D, n_past + N, HKV, es * G, es * D, es * G * n_ctx * il), "K")
+    KQ = name(ctx.mul_mat(K, Q), "KQ")
+    KQ_scaled = name(scale(KQ, kq_scale), "KQ_scaled")
+    KQ_masked = name(mask(KQ_scaled, n_past), "KQ_masked")
+    KQ_soft_max = name(soft_max(KQ_masked), "KQ_soft_max")
+    V = name(ctx.view_3d(model.cache_v, n_past + N, D, HKV, es * n_ctx, es * n_ctx * D, es * n_ctx * G * il), "V")
+    KQV = name(ctx.mul_mat(V, KQ_soft_max), "KQV")
+    KQV_merged = name(ctx.permute(KQV, 0, 2, 1, 3), "KQV_merged")
+    return name(ctx.cpy(KQV_merged, ctx.new_tensor_2d("f32", hp.n_embd, N)), "KQV_merged_contiguous")
+
+
 def build_graph(model: LlamaModel, n_tokens: int, n_past: int, alloc, profile: str = "") -> Graph:
     """One llama_build_graph call; `alloc(t)` is ggml_allocr_alloc on the program's allocator."""
-    hp, n_ctx, N = model.hp, model.n_ctx, n_tokens
+    hp, N = model.hp, n_tokens
     ctx = Ctx(legacy=True)
     name = ctx.set_name
     gf = Graph([], [])
     D, H, HKV, G = hp.n_embd_head, hp.n_head, hp.n_head_kv, hp.n_embd_gqa
-    es = TYPE_SIZE[model.cache_k.type]
-
-    inp_tokens = ctx.new_tensor_1d("i32", N)
-    alloc(inp_tokens)
-    name(inp_tokens, "inp_tokens")
-    inpL = ctx.get_rows(model.globals["tok_embeddings"], inp_tokens)
-
-    kq_scale = ctx.new_tensor_1d("f32", 1)
-    alloc(kq_scale)
-    name(kq_scale, "1/sqrt(n_embd_head)")
+    inpL, kq_scale = graph_inputs(ctx, model, N, alloc)
 
     for il, L in enumerate(model.layers):
         name(inpL, f"layer_inp_{il}")
@@ -164,21 +195,8 @@ def build_graph(model: LlamaModel, n_tokens: int, n_past: int, alloc, profile: s
 
         tmpv = name(ctx.mul_mat(L["wv"], cur), "tmpv")
         Vcur = name(ctx.transpose(ctx.reshape_2d(tmpv, G, N)), "Vcur")
-        k = name(ctx.view_1d(model.cache_k, N * G, es * G * (il * n_ctx + n_past)), "k")
-        v = name(ctx.view_2d(model.cache_v, N, G, n_ctx * es, il * n_ctx * es * G + n_past * es), "v")
-        ctx.build_forward(ctx.cpy(Kcur, k), graph=gf)
-        ctx.build_forward(ctx.cpy(Vcur, v), graph=gf)
-
-        Q = name(ctx.permute(Qcur, 0, 2, 1, 3), "Q")
-        K = name(ctx.view_3d(model.cache_k, D, n_past + N, HKV, es * G, es * D, es * G * n_ctx * il), "K")
-        KQ = name(ctx.mul_mat(K, Q), "KQ")
-        KQ_scaled = name(ctx.scale(KQ, kq_scale), "KQ_scaled")
-        KQ_masked = name(ctx.diag_mask_inf(KQ_scaled, n_past), "KQ_masked")
-        KQ_soft_max = name(ctx.soft_max(KQ_masked), "KQ_soft_max")
-        V = name(ctx.view_3d(model.cache_v, n_past + N, D, HKV, es * n_ctx, es * n_ctx * D, es * n_ctx * G * il), "V")
-        KQV = name(ctx.mul_mat(V, KQ_soft_max), "KQV")
-        KQV_merged = name(ctx.permute(KQV, 0, 2, 1, 3), "KQV_merged")
-        cur = name(ctx.cpy(KQV_merged, ctx.new_tensor_2d("f32", hp.n_embd, N)), "KQV_merged_contiguous")
+        store_kv(ctx, model, gf, il, Kcur, Vcur, N, n_past)
+        cur = attention(ctx, model, il, Qcur, kq_scale, N, n_past)
         cur = name(ctx.mul_mat(L["wo"], cur), "result_wo")
 
         inpFF = name(ctx.add(cur, inpSA), "inpFF")
