@@ -38,6 +38,20 @@ def model_profile(generation: str):
     return get_profile(generation)
 
 
+def ops_from_exec(events: list):
+    """Logs name no op on allocation lines; the node's later `exec:` line does. Give each alloc
+    the op of the next exec of that name; a tensor allocated but never executed is a leaf (NONE),
+    unless it is the one whose allocation failed."""
+    next_op: dict = {}
+    oom_next = False  # 2023 logs name no tensor in the error line: the failed alloc is the one before it
+    for ev in reversed(events):
+        if ev.kind == "exec":
+            next_op[ev.tensor] = ev.op
+        elif ev.kind == "alloc" and ev.op is None:
+            ev.op = next_op.get(ev.tensor, None if oom_next else "NONE")
+        oom_next = ev.kind == "oom"
+
+
 class LegacyReplay:
     """ggml_allocr lives: a measure allocator, then a real one reset before each eval."""
 
@@ -67,6 +81,7 @@ class LegacyReplay:
         else:
             self.t.reset()
         events = [e for e in d.items if isinstance(e, Event)]  # head-only items are meaningless here
+        ops_from_exec(events)
         rec = GraphRecord(index=self.index, role=role, events=events, buffer_size=self.buffer)
         rec.consistent = self._replay(events)
         rec.max_size = self.t.max_size
@@ -190,6 +205,7 @@ class GallocrReplay:
         align = d.alignment or (32 if all(s % 32 == 0 for s in sizes) else 16)
         dyn = DynTallocr(align, max_free_blocks=self.profile.max_free_blocks)
         events, ok = self._replay(d.items, dyn)
+        ops_from_exec(events)
         new = [ch.max_size for ch in dyn.chunks]
         cur = self.chunk_sizes
         before = sum(cur) if cur else 0
