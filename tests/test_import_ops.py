@@ -24,5 +24,7 @@ def test_alloc_ops_match_the_model(fixtures, tmp_path, folder, name, profile):
                 theirs, ours = theirs[:-1], ours[:-1]
             assert theirs == ours
             assert {op for _, op in theirs} >= {"NONE", "MUL_MAT", "NORM"}
+            reuses = lambda evs: [(e.tensor, e.parent, e.op) for e in evs if e.kind == "reuse"]
+            assert reuses(store.events(tid, g)) == reuses(run.events)
     finally:
         store.close()

@@ -19,7 +19,7 @@ from .parse_log import LineMemo, item_key, own
 from .split import Draft
 
 
-FILLED_IN = frozenset({"alloc", "free", "free_extra", "oom"})  # kinds recover.py changes
+FILLED_IN = frozenset({"alloc", "free", "free_extra", "oom", "reuse"})  # kinds recover.py changes
 
 
 def draft_key(d: Draft, memo: LineMemo) -> tuple:

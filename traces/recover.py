@@ -40,7 +40,7 @@ def model_profile(generation: str):
 
 def ops_from_exec(events: list):
     """Logs name no op on allocation lines; the node's later `exec:` line does. Give each alloc
-    the op of the next exec of that name; a tensor allocated but never executed is a leaf (NONE),
+    (and inplace reuse) the op of the next exec of that name; a tensor allocated but never executed is a leaf (NONE),
     unless it is the one whose allocation failed."""
     next_op: dict = {}
     oom_next = False  # 2023 logs name no tensor in the error line: the failed alloc is the one before it
@@ -49,6 +49,8 @@ def ops_from_exec(events: list):
             next_op[ev.tensor] = ev.op
         elif ev.kind == "alloc" and ev.op is None:
             ev.op = next_op.get(ev.tensor, None if oom_next else "NONE")
+        elif ev.kind == "reuse" and ev.op is None:  # an inplace node: its memory's lifetime goes on as it
+            ev.op = next_op.get(ev.tensor)
         oom_next = ev.kind == "oom"
 
 
