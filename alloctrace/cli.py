@@ -12,7 +12,7 @@ import pkgutil
 import sys
 
 from . import __version__, commands
-from .errors import UserError
+from alloctrace.traces.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:

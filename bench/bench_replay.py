@@ -13,7 +13,7 @@ from alloctrace.allocator.legacy import LegacyAllocator
 from alloctrace.allocator.presets import family_of, get_preset
 from alloctrace.allocator.presets.space import AddressSpace
 from alloctrace.allocator.profiles import get_profile
-from alloctrace.allocator.replay import replay
+from alloctrace.traces.replay_run import replay
 from alloctrace.metal_exec import find_concurrency
 
 REPEAT = 5

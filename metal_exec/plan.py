@@ -281,8 +281,8 @@ def preset_plans(name: str, profile_name: str, metal_concurrency: bool = False, 
 
     eval_shape is (n_tokens, n_past) of the eval graph (default: the measured shape);
     expect_max_size makes a rebuilt run prove it matches a stored one."""
-    from alloctrace.allocator.replay import replay
-    from alloctrace.errors import UserError
+    from alloctrace.traces.replay_run import replay
+    from alloctrace.traces.errors import UserError
 
     e_tokens, e_past = eval_shape or (None, None)
     try:

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from alloctrace.allocator.events import KINDS
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 from alloctrace.server import graphs, upload
 from alloctrace.server.context import Context
 from alloctrace.server.mapjson import memory_map_json

@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 from alloctrace.server import paths
 from alloctrace.server.api import TRACE_ID, router
 from alloctrace.server.context import Context

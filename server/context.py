@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from alloctrace.errors import UserError
-from alloctrace.gcpause import gc_paused
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.gcpause import gc_paused
 from alloctrace.traces import memmap
 from alloctrace.traces.store import NotFound
 
@@ -102,7 +102,7 @@ class Context:
         return self.lifetimes_cache.get((trace_id, g), build)
 
     def state_index(self, trace_id: str, g: int):
-        from alloctrace.server.states import StateIndex
+        from alloctrace.traces.state_index import StateIndex
         return self.states_cache.get((trace_id, g), lambda: StateIndex(self.columns(trace_id, g),
                                                                        self.graph_info(trace_id, g)["capacity"]))
 
@@ -140,7 +140,7 @@ class Context:
         """Import one received log through the CLI's importer (LogImport -> encoded graphs -> one
         store transaction); summaries of what was stored. Error messages name the client's
         file, never the temp path."""
-        from alloctrace.traces.import_log import LogImport
+        from alloctrace.traces.sources.ggml_log.import_log import LogImport
         from alloctrace.traces.schema import TraceMeta
         label = filename or "upload"
         try:
@@ -157,7 +157,7 @@ class Context:
 
     def replay(self, params: dict) -> dict:
         """`alloctrace replay --store` in-process: both graphs stored as one trace."""
-        from alloctrace.allocator.replay import run_replay
+        from alloctrace.traces.replay_run import run_replay
         return self.write(lambda s: run_replay(params.pop("preset"), params.pop("profile"), store=s, **params))
 
     # --- reads ------------------------------------------------------------------------

@@ -22,9 +22,9 @@ def seed_examples(store) -> list[str]:
     Returns the ids stored."""
     if store.list():
         return []
-    from alloctrace.allocator.replay import run_replay
+    from alloctrace.traces.replay_run import run_replay
     from alloctrace.server.graphs import stored_ids
-    from alloctrace.traces.import_log import import_paths
+    from alloctrace.traces.sources.ggml_log.import_log import import_paths
     ids: list[str] = []
     for profile in REPLAY_PROFILES:
         ids += stored_ids(run_replay(PRESET, profile, store=store, **REPLAY))

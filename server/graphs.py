@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 from alloctrace.traces import memmap
-from alloctrace.server.states import StateIndex, state_json  # noqa: F401 (the API's names)
+from alloctrace.traces.state_index import StateIndex, state_json  # noqa: F401 (the API's names)
 
 MAX_PAGE = 5000
 MAX_SHAPES = 20000

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 
 FIELD_LIMIT = 4096  # bytes of a non-file field (the trace name)
 BODY_SLACK = 64 * 1024  # multipart framing and the small fields, on top of the file cap

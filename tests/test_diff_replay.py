@@ -1,5 +1,5 @@
 """The 70B Metal failure of Aug 2023, replayed on the model: measure and eval part before the OOM."""
-from alloctrace.allocator.replay import replay
+from alloctrace.traces.replay_run import replay
 from alloctrace.traces.diff import diff_graphs
 
 

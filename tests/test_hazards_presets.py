@@ -1,7 +1,7 @@
 """Hazard checks and numeric runs on the model presets' graphs (gpt2-tiny, a tiny LLaMA, 70B statically)."""
 import pytest
 
-from alloctrace.allocator.replay import replay, store_result
+from alloctrace.traces.replay_run import replay, store_result
 from alloctrace.cli import main
 from alloctrace.metal_exec.execute import run
 from alloctrace.metal_exec.hazards import STALE_READ, check

@@ -5,16 +5,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from alloctrace.allocator.events import Event
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 from alloctrace.traces import logio
 from alloctrace.traces.columns import EncodedGraph, encode, pack
-from alloctrace.traces.graph_cache import RecoveryCache
-from alloctrace.traces.import_log import LogImport, detect_generation, import_paths
+from alloctrace.traces.sources.ggml_log.graph_cache import RecoveryCache
+from alloctrace.traces.sources.ggml_log.import_log import LogImport, detect_generation, import_paths
 from alloctrace.traces.logio import LogReader
-from alloctrace.traces.parse_log import LineMemo, own, parse_line
-from alloctrace.traces.recover import GENERATIONS, GallocrReplay, LegacyReplay
+from alloctrace.traces.sources.ggml_log.parse_log import LineMemo, own, parse_line
+from alloctrace.traces.sources.ggml_log.recover import GENERATIONS, GallocrReplay, LegacyReplay
 from alloctrace.traces.schema import GraphRecord, TraceMeta
-from alloctrace.traces.split import Splitter
+from alloctrace.traces.sources.ggml_log.split import Splitter
 from alloctrace.traces.store import open_store
 
 from conftest import FIXTURES

@@ -5,8 +5,8 @@ import pytest
 import zstandard
 
 from alloctrace.allocator import render
-from alloctrace.traces.import_log import LogImport, import_paths
-from alloctrace.traces.recover import model_profile
+from alloctrace.traces.sources.ggml_log.import_log import LogImport, import_paths
+from alloctrace.traces.sources.ggml_log.recover import model_profile
 from alloctrace.traces.store import open_store
 
 from conftest import allocator_lines

@@ -1,8 +1,8 @@
 """Mutated real logs never crash the importer and never leave a partial trace."""
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from alloctrace.errors import UserError
-from alloctrace.traces.import_log import import_paths
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.sources.ggml_log.import_log import import_paths
 from alloctrace.traces.store import open_store
 
 from conftest import FIXTURES

@@ -2,8 +2,8 @@
 import pytest
 
 from alloctrace.allocator.events import Event
-from alloctrace.traces.import_log import LogImport, import_paths
-from alloctrace.traces.parse_log import parse_line
+from alloctrace.traces.sources.ggml_log.import_log import LogImport, import_paths
+from alloctrace.traces.sources.ggml_log.parse_log import parse_line
 from alloctrace.traces.store import open_store
 
 

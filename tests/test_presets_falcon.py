@@ -22,7 +22,7 @@ import pytest
 from alloctrace.allocator import LAYOUTS, LegacyAllocator, get_profile
 from alloctrace.allocator.presets import PRESETS, falcon, family_of, get_preset, with_hparams
 from alloctrace.allocator.presets.space import AddressSpace
-from alloctrace.allocator.replay import replay
+from alloctrace.traces.replay_run import replay
 from alloctrace.cli import main
 from alloctrace.metal_exec import find_concurrency
 from alloctrace.metal_exec.execute import run

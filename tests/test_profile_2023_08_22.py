@@ -5,7 +5,7 @@ while Metal ran their readers' level concurrently: the race PR #2757 fixed.
 """
 from alloctrace.allocator import LegacyAllocator, get_profile
 from alloctrace.allocator.harness import graph_from_json, load
-from alloctrace.allocator.replay import replay
+from alloctrace.traces.replay_run import replay
 from alloctrace.metal_exec.execute import run
 from alloctrace.metal_exec.hazards import CONCURRENT_OVERLAP, check
 from alloctrace.metal_exec.plan import harness_plans

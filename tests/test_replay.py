@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from alloctrace.allocator.replay import replay, run_replay
+from alloctrace.traces.replay_run import replay, run_replay
 from alloctrace.cli import main
 
 KEYS = {"preset", "profile", "parse_seq_len", "measure", "eval", "first_divergence"}

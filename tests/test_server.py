@@ -13,9 +13,9 @@ import pytest
 import uvicorn
 
 from alloctrace.allocator.presets import PRESETS
-from alloctrace.allocator.replay import run_replay
+from alloctrace.traces.replay_run import run_replay
 from alloctrace.server.app import create_app
-from alloctrace.traces.import_log import import_paths
+from alloctrace.traces.sources.ggml_log.import_log import import_paths
 from alloctrace.traces.state import state_at
 from alloctrace.traces.store import open_store
 

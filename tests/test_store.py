@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from alloctrace.allocator.events import Event
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 from alloctrace.traces.schema import GraphRecord, TraceMeta
 from alloctrace.traces.store import NotFound, open_store, store_dir
 

@@ -13,8 +13,8 @@ from operator import attrgetter
 import numpy as np
 
 from alloctrace.allocator.events import Event
-from alloctrace.errors import UserError
-from alloctrace.gcpause import without_gc
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.gcpause import without_gc
 
 FIELDS = [f.name for f in fields(Event)]
 STR_FIELDS = ("kind", "tensor", "op", "parent", "view_src", "reason")

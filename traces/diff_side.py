@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from alloctrace.gcpause import gc_paused
+from alloctrace.traces.gcpause import gc_paused
 from alloctrace.traces.align import NONE, SCANNED, Placements, placements
 from alloctrace.traces.state import CHANGE_KINDS, Replay, as_events
 

@@ -10,7 +10,7 @@ import json
 from typing import IO, Iterator
 
 from alloctrace.allocator.events import Event
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 
 from .columns import FIELDS
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta

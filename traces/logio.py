@@ -14,7 +14,7 @@ from typing import Iterator
 
 import zstandard
 
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 
 MAX_LINE = 1 << 20  # longer lines are read in pieces, so memory stays bounded
 SNIFF = 8192

@@ -24,7 +24,7 @@ import numpy as np
 import zstandard
 
 from alloctrace.allocator.events import Event
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 
 from .columns import EncodedGraph, decode_events, encode, pack, public_columns
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 
 EXIT_HAZARDS = 4
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 
 from ._common import add_store_arg, open_store_from, table
 

@@ -6,7 +6,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 
 from ._common import add_store_arg, open_store_from
 

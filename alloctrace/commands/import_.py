@@ -23,7 +23,7 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.import_log import check_generation, import_paths
+    from alloctrace.traces.sources.ggml_log.import_log import check_generation, import_paths
 
     check_generation(args.generation)
     store = open_store_from(args)

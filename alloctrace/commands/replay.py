@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 
 
 def register(subparsers):
@@ -77,7 +77,7 @@ def summary_lines(r) -> list[str]:
 
 
 def run(args) -> int:
-    from alloctrace.allocator.replay import EXIT_OOM, replay, store_result
+    from alloctrace.traces.replay_run import EXIT_OOM, replay, store_result
 
     r = replay(args.preset, args.profile, n_ctx=args.n_ctx, n_batch=args.n_batch, eval_tokens=args.eval_tokens,
                n_past=args.n_past, metal_concurrency=args.metal_concurrency, layout=args.layout,

@@ -7,7 +7,7 @@ import socket
 import threading
 import webbrowser
 
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 
 TOKEN_ENV = "ALLOCTRACE_TOKEN"
 

@@ -15,7 +15,7 @@ from alloctrace.allocator.events import Event
 from alloctrace.allocator.profiles import get_profile
 from alloctrace.allocator.tallocr import MEASURE_BASE, MEASURE_SIZE, LegacyTallocr, OutOfFreeBlocks, OutOfSpace
 
-from .schema import GraphRecord, oom_of
+from ...schema import GraphRecord, oom_of
 from .split import Draft
 
 GENERATIONS = {

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import repeat
 
-from .columns import EncodedGraph, constant_column, encode, pack
+from ...columns import EncodedGraph, constant_column, encode, pack
 from .parse_log import LineMemo, item_key, own
 from .split import Draft
 

@@ -17,7 +17,7 @@ from alloctrace.allocator.legacy import LegacyAllocator
 from alloctrace.allocator.presets import Preset, family_of, get_preset, with_hparams
 from alloctrace.allocator.presets.space import AddressSpace
 from alloctrace.allocator.profiles import get_profile
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 from alloctrace.metal_exec import ConcurrencyReport, find_concurrency, report
 from alloctrace.traces.schema import GraphRecord, TraceMeta, oom_of
 

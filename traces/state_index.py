@@ -15,7 +15,7 @@ from itertools import repeat
 
 import numpy as np
 
-from alloctrace.gcpause import gc_paused
+from alloctrace.traces.gcpause import gc_paused
 from alloctrace.traces.state import CHANGE_KINDS, MISSING, ColumnEvents, Replay, free_summary, infer_alignment
 
 CODE_OF = {k: code for code, k in enumerate(CHANGE_KINDS)}

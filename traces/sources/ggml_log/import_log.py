@@ -11,16 +11,16 @@ from typing import Iterator
 
 import zstandard
 
-from alloctrace.errors import UserError
-from alloctrace.gcpause import gc_paused
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.gcpause import gc_paused
 
-from .columns import EncodedGraph
+from ...columns import EncodedGraph
 from .graph_cache import RecoveryCache
-from .logio import LogReader, check_path
+from ...logio import LogReader, check_path
 from .parse_log import AbsurdNumber, LineMemo, own
-from .progress import Progress
+from ...progress import Progress
 from .recover import GENERATIONS, GallocrReplay, LegacyReplay
-from .schema import GraphRecord, TraceMeta
+from ...schema import GraphRecord, TraceMeta
 from .split import Draft, Features, Splitter
 from .split_memo import BodyMemo
 
@@ -154,7 +154,7 @@ def import_file(store, path, name: str | None = None, generation: str | None = N
                 progress: bool = False) -> str:
     """Import one log as one trace; returns its id. Nothing is stored if anything fails."""
     if _is_jsonl_export(path):
-        from .export import read_jsonl
+        from ...export import read_jsonl
 
         with LogReader(path) as reader:
             meta, graphs = read_jsonl(reader.lines())

@@ -1,0 +1,1 @@
+"""ggml AT_PRINTF logs of every generation: reader, splitter, memo, recovery."""
