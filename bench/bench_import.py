@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(os.environ.get("ALLOCTRACE_FIXTURES", ROOT.parent / "shared" / "fixtures" / "ggml-real"))
+FIXTURES = Path(os.environ.get("ALLOCTRACE_FIXTURES", ROOT / "tests" / "data" / "ggml-real"))
 DEFAULT = FIXTURES / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log"
 
 

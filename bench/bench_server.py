@@ -128,7 +128,7 @@ def upload_bench(url: str, store: Path, mb: int):
     """Upload a big log (a fixture repeated) and list the traces every 50 ms until it is stored;
     the uploaded trace is deleted again."""
     import threading
-    fixture = Path(os.environ.get("ALLOCTRACE_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+    fixture = Path(os.environ.get("ALLOCTRACE_FIXTURES", Path(__file__).resolve().parents[1] / "tests" / "data"
                                   / "ggml-real")) / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log"
     data = fixture.read_bytes()
     path = store / "bench-upload.log"

@@ -1,16 +1,14 @@
-import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(os.environ.get("ALLOCTRACE_FIXTURES", ROOT.parent / "shared" / "fixtures" / "ggml-real"))
+# real logs of ggml's allocator, generation by generation (README.md there lists their sizes)
+FIXTURES = Path(__file__).resolve().parent / "data" / "ggml-real"
 
 
 @pytest.fixture(scope="session")
 def fixtures() -> Path:
-    if not FIXTURES.is_dir():
-        pytest.fail(f"real ggml fixtures not found at {FIXTURES} (set ALLOCTRACE_FIXTURES)")
     return FIXTURES
 
 
