@@ -137,23 +137,14 @@ class Context:
 
     # --- writes -----------------------------------------------------------------------
     def import_file(self, path: Path, name: str | None, filename: str | None = None) -> list[dict]:
-        """Import one received log through the CLI's importer (LogImport -> encoded graphs -> one
-        store transaction); summaries of what was stored. Error messages name the client's
-        file, never the temp path."""
-        from alloctrace.traces.sources.ggml_log.import_log import LogImport
-        from alloctrace.traces.schema import TraceMeta
+        """Import one received file through the one entry point every face uses (traces.sources);
+        its graphs are read before the write transaction opens. Messages name the client's file."""
+        from alloctrace.traces.sources import import_file
         label = filename or "upload"
         try:
-            imp = LogImport(path)
-            with gc_paused():  # many small parsed objects, no cycles
-                # the stored form (compressed columns) is small: parse everything outside the write lock
-                records = list(imp.encoded())
-            meta = TraceMeta(name=name or label, source=f"upload:{label}", generation=imp.generation,
-                             profile=imp.generation, extra={"format": "at_printf"})
-            tid = self.write(lambda s: s.add_trace(meta, records))
+            return self.write(lambda s: import_file(s, path, name=name, filename=label, buffered=True))
         except UserError as e:
             raise UserError(str(e).replace(str(path), label)) from None
-        return [self.store.summary(tid)]
 
     def replay(self, params: dict) -> dict:
         """`alloctrace replay --store` in-process: both graphs stored as one trace."""

@@ -24,7 +24,7 @@ def seed_examples(store) -> list[str]:
         return []
     from alloctrace.traces.replay_run import run_replay
     from alloctrace.server.graphs import stored_ids
-    from alloctrace.traces.sources.ggml_log.import_log import import_paths
+    from alloctrace.traces.sources import import_paths
     ids: list[str] = []
     for profile in REPLAY_PROFILES:
         ids += stored_ids(run_replay(PRESET, profile, store=store, **REPLAY))

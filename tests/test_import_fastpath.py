@@ -9,7 +9,8 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces import logio
 from alloctrace.traces.columns import EncodedGraph, encode, pack
 from alloctrace.traces.sources.ggml_log.graph_cache import RecoveryCache
-from alloctrace.traces.sources.ggml_log.import_log import LogImport, detect_generation, import_paths
+from alloctrace.traces.sources.ggml_log.import_log import LogImport, detect_generation
+from alloctrace.traces.sources import import_paths
 from alloctrace.traces.logio import LogReader
 from alloctrace.traces.sources.ggml_log.parse_log import LineMemo, own, parse_line
 from alloctrace.traces.sources.ggml_log.recover import GENERATIONS, GallocrReplay, LegacyReplay

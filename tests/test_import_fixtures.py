@@ -5,7 +5,8 @@ import pytest
 import zstandard
 
 from alloctrace.allocator import render
-from alloctrace.traces.sources.ggml_log.import_log import LogImport, import_paths
+from alloctrace.traces.sources.ggml_log.import_log import LogImport
+from alloctrace.traces.sources import import_paths
 from alloctrace.traces.sources.ggml_log.recover import model_profile
 from alloctrace.traces.store import open_store
 
@@ -124,7 +125,8 @@ def test_generation_override_is_used(fixtures, store):
 def test_name_option_and_source(fixtures, store):
     [tid] = import_paths(store, [fixtures / "head-gallocr" / "harness_gallocr.AT.log"], name="my run")
     s = store.summary(tid)
-    assert (s["name"], s["source"]) == ("my run", "log:harness_gallocr.AT.log")
+    assert (s["name"], s["source"]) == ("my run", "ggml-log")
+    assert store.meta(tid).extra["file"] == "harness_gallocr.AT.log"
     assert store.list("MY R")[0]["id"] == tid and store.list("nothing-like-it") == []
 
 

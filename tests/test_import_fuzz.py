@@ -2,7 +2,7 @@
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.sources.ggml_log.import_log import import_paths
+from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store import open_store
 
 from conftest import FIXTURES

@@ -2,7 +2,8 @@
 import pytest
 
 from alloctrace.allocator.events import Event
-from alloctrace.traces.sources.ggml_log.import_log import LogImport, import_paths
+from alloctrace.traces.sources.ggml_log.import_log import LogImport
+from alloctrace.traces.sources import import_paths
 from alloctrace.traces.sources.ggml_log.parse_log import parse_line
 from alloctrace.traces.store import open_store
 

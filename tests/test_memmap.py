@@ -14,7 +14,7 @@ from alloctrace.allocator.events import Event
 from alloctrace.allocator.harness import graph_from_json, load
 from alloctrace.traces import memmap
 from alloctrace.traces.columns import encode, public_columns
-from alloctrace.traces.sources.ggml_log.import_log import import_paths
+from alloctrace.traces.sources import import_paths
 from alloctrace.traces.state import state_at, states_at
 from alloctrace.traces.store import open_store
 

@@ -15,7 +15,7 @@ import uvicorn
 from alloctrace.allocator.presets import PRESETS
 from alloctrace.traces.replay_run import run_replay
 from alloctrace.server.app import create_app
-from alloctrace.traces.sources.ggml_log.import_log import import_paths
+from alloctrace.traces.sources import import_paths
 from alloctrace.traces.state import state_at
 from alloctrace.traces.store import open_store
 
@@ -98,7 +98,7 @@ def test_every_fixture_log_uploads_like_the_cli_imports_it(client, fixtures, tmp
         [ref_id] = import_paths(reference, [path])
         want = reference.summary(ref_id)
         assert got["name"] == path.name
-        assert got["source"] == f"upload:{path.name}"
+        assert got["source"] == "ggml-log"
         assert got["generation"] == want["generation"]
         assert graphs_view(got) == graphs_view(want)
         assert client.get(f"/api/traces/{got['id']}").json() == got
@@ -222,7 +222,7 @@ def test_tensor_names_stay_data(client, fixtures, tmp_path):
 
 def test_uploads_are_named_by_form_or_file_never_by_path(client, fixtures):
     r = upload(client, fixtures / LEGACY_HARNESS, filename="../../etc/passwd.log").json()["traces"][0]
-    assert r["name"] == "passwd.log" and r["source"] == "upload:passwd.log"
+    assert r["name"] == "passwd.log" and r["source"] == "ggml-log"
 
 
 def test_twenty_concurrent_uploads_are_all_stored(live, fixtures):
@@ -437,3 +437,38 @@ def test_state_checkpoints_give_state_at_in_any_order(live, legacy, monkeypatch)
     for n in points:
         assert index.state(n) == state_at(events, n, capacity=12320), n
     assert len(index.checkpoints) == len(events) // 7 + 1
+
+
+@pytest.mark.parametrize("compress", [None, "gz"])
+def test_a_jsonl_export_round_trips_through_the_upload_endpoint(client, fixtures, tmp_path, compress):
+    """The upload takes every input the CLI's import takes: here our own JSON Lines export, plain or gzipped."""
+    import gzip
+    import io
+
+    from alloctrace.traces.export import export
+
+    src = open_store(tmp_path / "src")
+    [tid] = import_paths(src, [fixtures / "v2023-08-28-parseseq" / "harness_parseseq.AT.log"])
+    buf = io.StringIO()
+    export(src, tid, "jsonl", buf)
+    data = buf.getvalue().encode()
+    path = tmp_path / ("t.jsonl" + (".gz" if compress else ""))
+    path.write_bytes(gzip.compress(data) if compress else data)
+    r = upload(client, path, name="round trip")
+    assert r.status_code == 201, r.text
+    got = r.json()["traces"][0]
+    want = src.summary(tid)
+    assert got["name"] == "round trip" and got["id"] != tid
+    assert (got["source"], got["generation"], got["graphs"]) == (want["source"], want["generation"], want["graphs"])
+    n = want["graphs"][1]["n_events"]
+    page = client.get(f"/api/traces/{got['id']}/graphs/1/events", params={"limit": n}).json()["events"]
+    assert len(page) == n
+    assert [(e["kind"], e.get("tensor"), e.get("offset"), e.get("size")) for e in page] == \
+        [(e.kind, e.tensor, e.offset, e.size) for e in src.events(tid, 1)]
+
+
+def test_an_upload_no_source_reads_is_refused_naming_the_file(client, tmp_path):
+    bad = tmp_path / "notes.jsonl"
+    bad.write_text('{"type": "trace", "version": 1}\n')
+    r = upload(client, bad)
+    assert r.status_code == 400 and "notes.jsonl" in r.json()["detail"] and "header lacks" in r.json()["detail"]

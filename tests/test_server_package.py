@@ -53,7 +53,7 @@ def test_seed_examples_fills_an_empty_store_once(tmp_path, fixtures):
     assert all("llama2-70b" in t["tags"] for t in replays)
     old, new = (t["graphs"][1] for t in replays)
     assert old["oom"] is not None and new["oom"] is None  # the Aug 16 best fit runs out; Aug 28 fits
-    [log] = [t for t in traces.values() if t["source"].startswith("log:")]
+    [log] = [t for t in traces.values() if t["source"] == "ggml-log"]
     assert log["graphs"][1]["oom"] == {"tensor": "fc_b", "needed": 4096, "largest_available": 2064}
     shipped = example_logs()[0].read_bytes()
     assert shipped == (fixtures / "v2023-08-16-legacy" / "harness_plain.AT.log").read_bytes()

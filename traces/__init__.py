@@ -1,11 +1,11 @@
-"""Trace format, the SQLite store, importers for real logs, exporters (and diff).
+"""Trace format, the SQLite store, trace sources (sources/), exporters, state replay, diff.
 
-`import_paths(store, paths, name=None, generation=None, progress=False)` imports
-log files (plain, gzip or zstd) and returns the new trace ids.
+`import_paths(store, paths, name=None, progress=False, **options)` imports files
+(plain, gzip, zstd or xz) through `sources.import_file` and returns the new trace ids.
 """
 
 
-def import_paths(store, paths, name=None, generation=None, progress=False):
-    from .sources.ggml_log.import_log import import_paths as _import_paths
+def import_paths(store, paths, name=None, progress=False, **options):
+    from .sources import import_paths as _import_paths
 
-    return _import_paths(store, paths, name=name, generation=generation, progress=progress)
+    return _import_paths(store, paths, name=name, progress=progress, **options)

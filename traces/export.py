@@ -1,7 +1,7 @@
 """Exporters: JSON Lines (lossless), CSV of events, Chrome trace JSON (opens in Perfetto).
 
 JSON Lines layout (docs/trace-format.md): a `trace` header line, then per graph a
-`graph` line followed by one `event` line per event.
+`graph` line followed by one `event` line per event; sources/jsonl.py reads it back.
 """
 from __future__ import annotations
 
@@ -37,62 +37,6 @@ def write_jsonl(store, tid: str, out: IO[str]):
             d = ev.to_dict()
             d["type"] = "event"
             out.write(json.dumps(d) + "\n")
-
-
-def read_jsonl(lines) -> tuple[TraceMeta, Iterator[GraphRecord]]:
-    """A JSON Lines export as what `Store.add_trace` takes; graphs are read one at a time."""
-    numbered = enumerate(lines, 1)
-    meta = None
-    for n, line in numbered:
-        if line.strip():
-            d = _json(line, n)
-            if d.get("type") != "trace" or not isinstance(d.get("version"), int):
-                break
-            if d["version"] > FORMAT_VERSION:
-                raise UserError(f"trace format {d['version']} is newer than {FORMAT_VERSION}")
-            try:
-                meta = TraceMeta(name=d["name"], source=d["source"], generation=d["generation"],
-                                 profile=d.get("profile"), created=d.get("created"), tags=d.get("tags", []),
-                                 extra=d.get("extra", {}))
-            except KeyError as e:
-                raise UserError(f"line {n}: trace header lacks {e}") from None
-            break
-    if meta is None:
-        raise UserError("not an alloctrace JSON Lines trace (no trace header)")
-    return meta, _graphs(numbered)
-
-
-def _graphs(numbered) -> Iterator[GraphRecord]:
-    g = None
-    for n, line in numbered:
-        if not line.strip():
-            continue
-        d = _json(line, n)
-        t = d.pop("type", None)
-        try:
-            if t == "graph":
-                if g is not None:
-                    yield g
-                d.pop("n_events", None)
-                g = GraphRecord(events=[], **d)
-            elif t == "event" and g is not None:
-                g.events.append(Event(**d))
-            else:
-                raise ValueError(f"unexpected line type {t!r}")
-        except (ValueError, TypeError) as e:
-            raise UserError(f"line {n}: not an alloctrace JSON Lines trace ({e})") from None
-    if g is not None:
-        yield g
-
-
-def _json(line: str, n: int) -> dict:
-    try:
-        d = json.loads(line)
-    except ValueError as e:
-        raise UserError(f"line {n}: invalid JSON ({e.args[0][:60]})") from None
-    if not isinstance(d, dict):
-        raise UserError(f"line {n}: not an alloctrace JSON Lines record")
-    return d
 
 
 def write_csv(store, tid: str, out: IO[str]):

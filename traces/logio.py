@@ -1,12 +1,15 @@
-"""Open a log (plain, gzip or zstd) as a stream of text lines, memory bounded.
+"""Open an input (a path or a binary stream; plain, gzip, zstd or xz) decompressed, memory bounded.
 
-Bad input (missing paths, directories, empty or binary files, truncated
-compressed data) becomes a one-line UserError, never a traceback.
+`LogReader` hands out the decompressed bytes (`binary`, `head`) to whatever
+reads them, or text lines for text formats. Bad input (missing paths,
+directories, empty or binary files, truncated compressed data) becomes a
+one-line UserError, never a traceback.
 """
 from __future__ import annotations
 
 import gzip
 import io
+import lzma
 import os
 import zlib
 from pathlib import Path
@@ -21,13 +24,15 @@ SNIFF = 8192
 BLOCK = 1 << 20  # decoded characters read at a time
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+HEAD = 1 << 16  # decompressed bytes a source sees to recognise its format
 
 
 class _ZstdRaw(io.RawIOBase):
     """A raw stream over zstd frames that notices a truncated last frame."""
 
-    def __init__(self, fileobj):
-        self.f = fileobj
+    def __init__(self, fileobj, name):
+        self.f, self.name = fileobj, name
         self.dctx = zstandard.ZstdDecompressor()
         self.dobj = self.dctx.decompressobj()
         self.pending = b""
@@ -41,7 +46,7 @@ class _ZstdRaw(io.RawIOBase):
             chunk = self.f.read(1 << 20)
             if not chunk:
                 if not self.dobj.eof:
-                    raise UserError(f"{self.f.name}: truncated zstd data")
+                    raise UserError(f"{self.name}: truncated zstd data")
                 self.done = True
                 break
             try:
@@ -51,7 +56,7 @@ class _ZstdRaw(io.RawIOBase):
                     self.dobj = self.dctx.decompressobj()
                     out += self.dobj.decompress(rest)
             except zstandard.ZstdError as e:
-                raise UserError(f"{self.f.name}: corrupt zstd data ({e})") from None
+                raise UserError(f"{self.name}: corrupt zstd data ({e})") from None
             self.pending = out
         n = min(len(b), len(self.pending))
         b[:n] = self.pending[:n]
@@ -75,46 +80,104 @@ def check_path(path) -> Path:
     return p
 
 
-class LogReader:
-    """Iterates the decoded lines of one log file; `position` is how far into the file it has read."""
+class _Rewound(io.RawIOBase):
+    """A stream whose first bytes were read ahead (to look at them) and are handed out again."""
 
-    def __init__(self, path):
-        self.path = check_path(path)
-        self.size = self.path.stat().st_size
-        self.raw = open(self.path, "rb")
-        magic = self.raw.read(4)
-        self.raw.seek(0)
+    def __init__(self, head: bytes, rest):
+        self.pending, self.rest = head, rest
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        if not self.pending:
+            return self.rest.readinto(b) if hasattr(self.rest, "readinto") else _copy_into(b, self.rest.read(len(b)))
+        n = min(len(b), len(self.pending))
+        b[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+
+def _rewind(stream, read: bytes):
+    """`stream` as it was before `read` was read from it: seeked back when it can be, else replayed."""
+    try:
+        if stream.seekable():
+            stream.seek(-len(read), io.SEEK_CUR)
+            return stream
+    except (OSError, ValueError, AttributeError):
+        pass
+    return io.BufferedReader(_Rewound(read, stream), 1 << 16)
+
+
+def _copy_into(b, data: bytes) -> int:
+    b[:len(data)] = data
+    return len(data)
+
+
+class LogReader:
+    """The decompressed bytes of one input (`binary`, starting with `head`) or its text lines;
+    `position` is how far into the (compressed) input it has read, `size` its length if known."""
+
+    def __init__(self, src, label: str | None = None, text: bool = True):
+        if isinstance(src, (str, os.PathLike)):
+            self.path = check_path(src)
+            self.size = self.path.stat().st_size
+            self.file, self.owned = open(self.path, "rb"), True
+        else:
+            self.path = Path(label or getattr(src, "name", None) or "input")
+            self.file, self.owned = src, False
+            self.size = _remaining(src)
+        if label is not None:
+            self.path = Path(label)
+        raw = self.file
+        magic = raw.read(6)
+        raw = _rewind(raw, magic)
         if magic[:2] == GZIP_MAGIC:
             self.kind = "gzip"
-            binary = gzip.GzipFile(fileobj=self.raw, mode="rb")
-        elif magic == ZSTD_MAGIC:
+            binary = gzip.GzipFile(fileobj=raw, mode="rb")
+        elif magic[:4] == ZSTD_MAGIC:
             self.kind = "zstd"
-            binary = io.BufferedReader(_ZstdRaw(self.raw), 1 << 16)
+            binary = _ZstdRaw(raw, self.path)
+        elif magic == XZ_MAGIC:
+            self.kind = "xz"
+            binary = lzma.LZMAFile(raw, mode="rb")
         else:
             self.kind = "plain"
-            binary = self.raw
-        self.binary = binary
-        self._sniff()
-        self.text = io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline=None)
+            binary = raw
+        self._text = None
+        self.head = self._read_head(binary, text)
+        self.binary = _rewind(binary, self.head)
 
-    def _sniff(self):
-        """Refuse binary data early (random bytes, images, archives)."""
+    def _read_head(self, binary, text: bool) -> bytes:
+        """The first HEAD decompressed bytes; text inputs that are binary data are refused early."""
         try:
-            head = self.binary.peek(SNIFF)[:SNIFF] if hasattr(self.binary, "peek") else b""
-        except (EOFError, OSError, zlib.error) as e:
+            head = b""
+            while len(head) < HEAD:
+                got = binary.read(HEAD - len(head))
+                if not got:
+                    break
+                head += got
+        except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
             self.close()
             raise UserError(f"{self.path}: unreadable {self.kind} data ({_why(e)})") from None
-        if self.kind != "plain" and not head:
+        if not head:
             self.close()
-            raise UserError(f"{self.path}: empty {self.kind} data")
-        if b"\x00" in head or _mostly_undecodable(head):
+            raise UserError(f"{self.path}: empty {self.kind} data" if self.kind != "plain" else f"{self.path}: empty file")
+        if text and (b"\x00" in head[:SNIFF] or _mostly_undecodable(head[:SNIFF])):
             self.close()
             raise UserError(f"{self.path}: binary data, not a text log")
+        return head
+
+    @property
+    def text(self):
+        if self._text is None:
+            self._text = io.TextIOWrapper(self.binary, encoding="utf-8", errors="replace", newline=None)
+        return self._text
 
     @property
     def position(self) -> int:
         try:
-            return self.raw.tell()
+            return self.file.tell()
         except (OSError, ValueError):
             return 0
 
@@ -150,14 +213,19 @@ class LogReader:
                              for piece in (_pieces(line, True) if len(line) >= MAX_LINE else (line,))]
                 yield parts
                 del parts
-        except (EOFError, OSError, zlib.error) as e:
+        except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
             raise UserError(f"{self.path}: truncated or corrupt {self.kind} data ({_why(e)})") from None
         if carry:
             yield list(_pieces(carry, False)) if len(carry) > MAX_LINE else [carry]
 
     def close(self):
+        if not self.owned:  # the caller's stream stays open
+            if self._text is not None:
+                self._text.detach()
+                self._text = None
+            return
         try:
-            self.raw.close()
+            self.file.close()
         except OSError:
             pass
 
@@ -175,6 +243,17 @@ def _pieces(line: str, ended: bool) -> Iterator[str]:
         yield line[i:i + MAX_LINE]
     if ended and len(line) % MAX_LINE == 0:
         yield ""
+
+
+def _remaining(stream) -> int:
+    """Bytes left in a seekable stream (0 when it cannot tell)."""
+    try:
+        here = stream.tell()
+        end = stream.seek(0, io.SEEK_END)
+        stream.seek(here)
+        return end - here
+    except (OSError, ValueError, AttributeError):
+        return 0
 
 
 def _why(e: Exception) -> str:

@@ -10,15 +10,16 @@ from dataclasses import dataclass, field
 from alloctrace.allocator.events import Event
 
 FORMAT_VERSION = 1
-ROLES = ("measure", "eval", "reserve")
+ROLES = ("measure", "eval", "reserve")  # the ggml sources' graph roles
 
 
 @dataclass
 class GraphRecord:
-    """One allocator graph walk (one `####### graph` in a 2023 log, one plan in head)."""
+    """One unit of a trace: a ggml graph walk (one `####### graph` in a 2023 log, one plan in head),
+    or whatever unit another source has (for a CUDA caching allocator snapshot, one device)."""
 
     index: int
-    role: str  # measure | eval | reserve
+    role: str  # source-specific: ggml has measure | eval | reserve
     events: list[Event]
     max_size: int | None = None  # what ggml_allocr_alloc_graph returned (a running maximum, 2023)
     buffer_size: int | None = None  # the buffer it ran in (2023 real) / the backend buffer after it (head)
@@ -33,9 +34,12 @@ class GraphRecord:
 
 @dataclass
 class TraceMeta:
+    """What a trace is and where it came from. Only `name` and `source` mean the same for every
+    source; the rest is source-specific (a ggml trace has its allocator generation)."""
+
     name: str
-    source: str  # "log:<file name>", "replay", "upload:<file name>", ...
-    generation: str  # profile name of the allocator that produced it
+    source: str  # the source's name: "ggml-log", "jsonl" keeps the exported one, "replay", ...
+    generation: str | None = None  # ggml: profile name of the allocator that produced it
     profile: str | None = None
     created: str | None = None  # ISO 8601, set by the store when missing
     tags: list = field(default_factory=list)

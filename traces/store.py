@@ -156,7 +156,7 @@ class Store:
                 self.db.execute(
                     "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version)"
                     " VALUES (?,?,?,?,?,?,?,?,?)",
-                    (tid, meta.name, meta.source, meta.generation, meta.profile, created, json.dumps(meta.tags),
+                    (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
                      json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION))
                 for g in graphs:
                     self._add_graph(tid, g)
@@ -291,13 +291,13 @@ class Store:
                                 (tid,)).fetchone()
         if r is None:
             raise NotFound(f"no trace {tid!r}")
-        return TraceMeta(name=r[0], source=r[1], generation=r[2], profile=r[3], created=r[4], tags=json.loads(r[5]),
+        return TraceMeta(name=r[0], source=r[1], generation=r[2] or None, profile=r[3], created=r[4], tags=json.loads(r[5]),
                          extra=json.loads(r[6]))
 
 
 def _summary(row, graphs) -> dict:
     tid, name, source, generation, profile, created, tags = row
-    return {"id": tid, "name": name, "source": source, "generation": generation, "profile": profile,
+    return {"id": tid, "name": name, "source": source, "generation": generation or None, "profile": profile,
             "created": created, "tags": json.loads(tags),
             "graphs": [{"index": g[0], "role": g[1], "n_events": g[2], "max_size": g[3], "buffer_size": g[4],
                         "oom": None if g[5] is None else json.loads(g[5]),

@@ -23,15 +23,16 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.sources.ggml_log.import_log import check_generation, import_paths
+    from alloctrace.traces.sources import import_files
+    from alloctrace.traces.sources.ggml_log.import_log import check_generation
 
     check_generation(args.generation)
     store = open_store_from(args)
-    ids = import_paths(store, args.paths, name=args.name, generation=args.generation, progress=sys.stderr.isatty())
-    summaries = [store.summary(t) for t in ids]
+    summaries = import_files(store, args.paths, name=args.name, generation=args.generation,
+                             progress=sys.stderr.isatty())
     if args.json:
-        keys = ("id", "name", "source", "generation", "graphs")
-        print(json.dumps({"traces": [{k: s[k] for k in keys} for s in summaries]}, indent=1))
+        keys = ("id", "name", "source", "generation", "graphs", "report")
+        print(json.dumps({"traces": [{k: s[k] for k in keys if k in s} for s in summaries]}, indent=1))
     else:
         print(traces_table(summaries))
     return 0

@@ -1,1 +1,141 @@
-"""Where traces come from: one module (or sub-package) per source, one entry point."""
+"""Where traces come from: one module (or sub-package) per source behind one entry point.
+
+`import_file(store, src, name=..., filename=...)` is what every face calls (the
+CLI's `import`, the server's upload): it decompresses the input (logio), shows
+the first decompressed bytes to each registered source in turn, lets the first
+that recognises them read it, and stores what it read, one transaction per
+trace; if anything fails, nothing of the file stays stored.
+
+A source is a small object (see `Source`); register it with `register`. The
+ggml log reader is the fallback: it is asked last and refuses input without
+allocator lines with one clear error.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Iterable, Protocol
+
+from ..columns import EncodedGraph
+from ..errors import UserError
+from ..gcpause import gc_paused
+from ..logio import HEAD, LogReader, check_path
+from ..progress import Progress
+from ..schema import GraphRecord, TraceMeta
+
+
+@dataclass
+class ImportedTrace:
+    """What a source read: the trace's metadata and its graphs (consumed inside the store's transaction)."""
+
+    meta: TraceMeta  # meta.source is the source's name
+    graphs: Iterable[GraphRecord | EncodedGraph]
+    report: dict = field(default_factory=dict)  # source-specific facts for `import --json`
+
+
+class Source(Protocol):
+    name: str  # "ggml-log", "jsonl", ...
+
+    def sniff(self, head: bytes) -> bool:
+        """Does this source read input that starts with `head` (up to HEAD decompressed bytes)?"""
+
+    def read(self, stream: BinaryIO, *, filename: str, name: str | None) -> list[ImportedTrace]:
+        """The traces in `stream` (decompressed). Bad input raises UserError naming `filename`.
+        A source may take more keyword options (`progress`, its own); the entry point passes those
+        it declares."""
+
+
+_SOURCES: list[Source] = []
+
+
+def register(source: Source) -> Source:
+    """Add a source (asked before the ones registered earlier); a source of the same name is replaced."""
+    _SOURCES[:] = [source] + [s for s in _SOURCES if s.name != source.name]
+    return source
+
+
+def registered() -> list[Source]:
+    """The sources in the order they are asked: the registered ones, then the ggml log fallback."""
+    from .ggml_log import SOURCE as ggml_log
+    return [*_SOURCES, ggml_log]
+
+
+def source_for(head: bytes) -> Source:
+    for s in registered():
+        if s.sniff(head):
+            return s
+    raise UserError("no trace source recognises this input")  # unreachable: the fallback reads any text
+
+
+def import_file(store, src, *, name: str | None = None, filename: str | None = None, buffered: bool = False,
+                progress: bool = False, **options) -> list[dict]:
+    """Import one input (a path or a binary stream) as one or more traces; their summaries.
+
+    `filename` is what messages and metadata call the input (default: the path's name);
+    `buffered` reads every graph before the store's transaction opens (a server keeps slow
+    parsing out of the write lock); `options` go to the source when its `read` takes them
+    (e.g. `generation` for ggml logs)."""
+    label = filename or (Path(src).name if isinstance(src, (str, Path)) else getattr(src, "name", None) or "input")
+    done: list[str] = []
+    with LogReader(src, label=label, text=False) as reader:
+        source = source_for(reader.head)
+        bar = Progress(reader.size, label, enabled=None if progress else False)
+        wanted = dict(options, progress=lambda: bar.update(reader.position))
+        try:
+            with gc_paused():  # many small parsed objects, no cycles
+                traces = source.read(reader.binary, filename=label, name=name, **_accepted(source.read, wanted))
+                if buffered:
+                    for t in traces:
+                        t.graphs = list(t.graphs)
+            for t in traces:
+                done.append(store.add_trace(t.meta, t.graphs))
+        except BaseException:
+            for tid in done:
+                store.delete(tid)
+            raise
+        finally:
+            bar.close()
+    summaries = [store.summary(tid) for tid in done]
+    for s, t in zip(summaries, traces):
+        if t.report:
+            s["report"] = t.report
+    return summaries
+
+
+def import_files(store, paths, *, name: str | None = None, progress: bool = False, **options) -> list[dict]:
+    """Import files, each as its trace(s); all or nothing across files. The new traces' summaries
+    (with the source's `report` where it gave one)."""
+    paths = [check_path(p) for p in paths]
+    if not paths:
+        raise UserError("no files to import")
+    done: list[dict] = []
+    try:
+        for i, p in enumerate(paths):
+            label = name if name is None or len(paths) == 1 else f"{name} ({i + 1})"
+            done += import_file(store, p, name=label, progress=progress, **options)
+    except BaseException:
+        for s in done:
+            store.delete(s["id"])
+        raise
+    return done
+
+
+def import_paths(store, paths, *, name: str | None = None, progress: bool = False, **options) -> list[str]:
+    """`import_files`, answering the new trace ids."""
+    return [s["id"] for s in import_files(store, paths, name=name, progress=progress, **options)]
+
+
+def _accepted(fn, options: dict) -> dict:
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return options
+    return {k: v for k, v in options.items() if k in params}
+
+
+def _register_builtins():
+    from .jsonl import SOURCE as jsonl
+    register(jsonl)
+
+
+_register_builtins()

@@ -1,1 +1,6 @@
 """ggml AT_PRINTF logs of every generation: reader, splitter, memo, recovery."""
+from .import_log import GgmlLogSource, LogImport
+
+SOURCE = GgmlLogSource()
+
+__all__ = ["GgmlLogSource", "LogImport", "SOURCE"]

@@ -1,26 +1,23 @@
-"""Import AT_PRINTF logs into the store: read, split into graphs, recover, store atomically.
+"""Read ggml AT_PRINTF logs: lines in blocks, split into graph walks, recovered, encoded.
 
-`import_paths` is what the CLI and the HTTP server call; each file becomes one
-trace, and a failure on any file leaves the store as it was.
+`GgmlLogSource` is the `traces.sources` source for them (the fallback every
+text input reaches last); `LogImport` is one log as a stream of graphs.
 """
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import zstandard
 
-from alloctrace.traces.errors import UserError
-from alloctrace.traces.gcpause import gc_paused
-
 from ...columns import EncodedGraph
-from .graph_cache import RecoveryCache
-from ...logio import LogReader, check_path
-from .parse_log import AbsurdNumber, LineMemo, own
-from ...progress import Progress
-from .recover import GENERATIONS, GallocrReplay, LegacyReplay
+from ...errors import UserError
+from ...logio import LogReader
 from ...schema import GraphRecord, TraceMeta
+from .. import ImportedTrace
+from .graph_cache import RecoveryCache
+from .parse_log import AbsurdNumber, LineMemo, own
+from .recover import GENERATIONS, GallocrReplay, LegacyReplay
 from .split import Draft, Features, Splitter
 from .split_memo import BodyMemo
 
@@ -58,8 +55,11 @@ def check_generation(generation: str | None) -> str | None:
 class LogImport:
     """One log file as a stream of GraphRecords; `generation` is known after the first graph."""
 
-    def __init__(self, path, generation: str | None = None, progress: bool = False):
-        self.path = check_path(path)
+    def __init__(self, src, generation: str | None = None, progress: Callable[[], None] | None = None,
+                 label: str | None = None):
+        """`src` is a path or a decompressed binary stream; `label` names it in messages;
+        `progress()` is called after each block of lines."""
+        self.src, self.label = src, label
         self.generation = check_generation(generation)
         self.progress = progress
 
@@ -89,8 +89,8 @@ class LogImport:
 
         Lines are fed in bodies (the lines between `#######` lines), so a body the
         log repeats is split once (split_memo.py)."""
-        with LogReader(self.path) as reader, gc_paused():
-            bar = Progress(reader.size, self.path.name, enabled=None if self.progress else False)
+        with LogReader(self.src, label=self.label) as reader:
+            self.path = reader.path
             split = Splitter()
             parse = self.memo = LineMemo()
             self.features = split.features
@@ -113,15 +113,14 @@ class LogImport:
                     if len(body) > MAX_BODY:
                         yield from feed_body(body)
                         body = []
-                    bar.update(reader.position)
+                    if self.progress:
+                        self.progress()
                 yield from feed_body(body)
                 draft = split.finish()
                 if draft is not None:
                     yield draft
             except AbsurdNumber as e:
                 raise UserError(f"{self.path}:{bodies.lineno}: number out of range: {e}") from None
-            finally:
-                bar.close()
 
     def _replayer(self, features: Features):
         if self.generation is None:
@@ -150,48 +149,19 @@ def _numbered(rec: GraphRecord) -> GraphRecord:
     return rec
 
 
-def import_file(store, path, name: str | None = None, generation: str | None = None,
-                progress: bool = False) -> str:
-    """Import one log as one trace; returns its id. Nothing is stored if anything fails."""
-    if _is_jsonl_export(path):
-        from ...export import read_jsonl
+class GgmlLogSource:
+    """ggml-alloc AT_PRINTF logs of every generation (detected, or forced with `generation`)."""
 
-        with LogReader(path) as reader:
-            meta, graphs = read_jsonl(reader.lines())
-            if name:
-                meta.name = name
-            return store.add_trace(meta, graphs)
-    imp = LogImport(path, generation, progress)
-    records = imp.encoded()
-    first = next(records)  # raises the file's UserError, or "no trace lines"
-    p = Path(path)
-    meta = TraceMeta(name=name or p.name, source=f"log:{p.name}", generation=imp.generation,
-                     profile=imp.generation, extra={"format": "at_printf"})
-    return store.add_trace(meta, itertools.chain([first], records))
+    name = "ggml-log"
 
+    def sniff(self, head: bytes) -> bool:
+        return True  # the fallback: any text input is tried as a log ("no ggml-alloc trace lines" otherwise)
 
-def _is_jsonl_export(path) -> bool:
-    with LogReader(path) as reader:
-        for line in reader.lines():
-            if line.strip():
-                return line.lstrip().startswith('{"type": "trace"')
-    return False
-
-
-def import_paths(store, paths, name: str | None = None, generation: str | None = None,
-                 progress: bool = False) -> list[str]:
-    """Import each file (plain, gzip or zstd) as one trace; all or nothing across files."""
-    check_generation(generation)
-    paths = [check_path(p) for p in paths]
-    if not paths:
-        raise UserError("no files to import")
-    done: list[str] = []
-    try:
-        for i, p in enumerate(paths):
-            label = name if name is None or len(paths) == 1 else f"{name} ({i + 1})"
-            done.append(import_file(store, p, label, generation, progress))
-    except BaseException:
-        for tid in done:
-            store.delete(tid)
-        raise
-    return done
+    def read(self, stream, *, filename: str, name: str | None, generation: str | None = None,
+             progress: Callable[[], None] | None = None) -> list[ImportedTrace]:
+        imp = LogImport(stream, generation, progress, label=filename)
+        records = imp.encoded()
+        first = next(records)  # raises the file's UserError, or "no trace lines"
+        meta = TraceMeta(name=name or filename, source=self.name, generation=imp.generation,
+                         profile=imp.generation, extra={"format": "at_printf", "file": filename})
+        return [ImportedTrace(meta, itertools.chain([first], records))]
