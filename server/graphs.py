@@ -81,8 +81,8 @@ def stored_ids(result: dict) -> list[str]:
 
 
 def presets() -> dict:
-    """The model presets replay can run and the allocator profiles it accepts."""
+    """The model presets replay can run, the allocator profiles it accepts, and every generation."""
     from alloctrace.allocator.presets import PRESETS
-    from alloctrace.allocator.profiles import PROFILES
-    profiles = [name for name, p in PROFILES.items() if getattr(p, "family", None) == "legacy"]
-    return {"presets": [p.to_json() for p in PRESETS.values()], "profiles": profiles}
+    from alloctrace.allocator.profiles import PRESET_PROFILES, PROFILES
+    return {"presets": [p.to_json() for p in PRESETS.values()], "profiles": list(PRESET_PROFILES),
+            "generations": [p.to_json() for p in PROFILES.values()]}

@@ -13,7 +13,8 @@ from alloctrace.traces.sources.ggml_log.import_log import LogImport, detect_gene
 from alloctrace.traces.sources import import_paths
 from alloctrace.traces.logio import LogReader
 from alloctrace.traces.sources.ggml_log.parse_log import LineMemo, own, parse_line
-from alloctrace.traces.sources.ggml_log.recover import GENERATIONS, GallocrReplay, LegacyReplay
+from alloctrace.allocator.profiles import get_profile
+from alloctrace.traces.sources.ggml_log.recover import GallocrReplay, LegacyReplay
 from alloctrace.traces.schema import GraphRecord, TraceMeta
 from alloctrace.traces.sources.ggml_log.split import Splitter
 from alloctrace.traces.store import open_store
@@ -35,9 +36,9 @@ def plain_records(path):
         d = split.finish()
         if d is not None:
             drafts.append(d)
-    gen = detect_generation(split.features)
+    gen = detect_generation(split.features, drafts[0] if drafts else None)
     f = split.features
-    replay = LegacyReplay(gen, f.addr_block, f.addr) if GENERATIONS[gen] == "legacy" else GallocrReplay(gen)
+    replay = LegacyReplay(gen, f.addr_block, f.addr) if get_profile(gen).family == "legacy" else GallocrReplay(gen)
     for d in drafts:
         d.items = own(d.items)  # split items may be shared (blank-line Events)
     recs = [replay.graph(d) for d in drafts]

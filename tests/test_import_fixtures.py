@@ -4,10 +4,9 @@ import gzip
 import pytest
 import zstandard
 
-from alloctrace.allocator import render
+from alloctrace.allocator import get_profile, render
 from alloctrace.traces.sources.ggml_log.import_log import LogImport
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.sources.ggml_log.recover import model_profile
 from alloctrace.traces.store import open_store
 
 from conftest import allocator_lines
@@ -30,6 +29,22 @@ EXPECTED = {
     ("head-gallocr", "harness_gallocr.AT.log"):
         ("ggml-head", [("eval", 20512, 20512), ("eval", 41024, 41024), ("eval", 41024, 41024),
                        ("eval", 10272, 41024)], None),
+    # the README's "More generations" table: v3's CPU buffer type adds 64 bytes, the pre-chunk one nothing
+    ("v2024-02-11-gallocr-v3", "gpt-2-alloc_tiny_short.AT+DEBUG.log"):
+        ("ggml-2024-02", [("reserve", 147584, 147648)], None),
+    ("v2024-02-11-gallocr-v3", "gpt-2-backend_tiny_short.AT.log"):
+        ("ggml-2024-02", [("reserve", 1331328, 1331392)], None),
+    ("v2024-02-11-gallocr-v3", "gpt-2-sched_tiny_short.AT.log"): ("ggml-2024-02", [("reserve", 102400, 102464)], None),
+    ("v2025-09-23-prechunk", "gpt-2-alloc_tiny_short.AT.log"): ("ggml-2025-09", [("reserve", 147520, 147520)], None),
+    ("v2025-09-23-prechunk", "gpt-2-backend_tiny_short.AT.log"):
+        ("ggml-2025-09", [("reserve", 1331264, 1331264)], None),
+    # 2023-10-30: six graphs each (measure + five evals); the evals run in the buffer the measure sized
+    ("v2023-10-30-tallocr", "gpt-2-alloc_tiny_short.AT.log"):
+        ("ggml-2023-10", [("measure", 147536, None)] + [("eval", 77904, 147552)] * 5, None),
+    ("v2023-10-30-tallocr", "gpt-2-backend_tiny_short.AT.log"):
+        ("ggml-2023-10", [("measure", 1331392, None)] + [("eval", 28912, 1331392)] * 5, None),
+    ("v2023-10-30-tallocr", "gpt-2-backend2_tiny_short.AT.log"):
+        ("ggml-2023-10", [("measure", 102432, None)] + [("eval", 28672, 102432)] * 5, None),
 }
 
 
@@ -43,7 +58,12 @@ def test_every_fixture_log_is_covered(fixtures):
     assert logs == set(EXPECTED)
 
 
-@pytest.mark.parametrize("folder,name", sorted(EXPECTED))
+NOT_YET = {"v2023-10-30-tallocr"}  # graph boundaries without markers and heap-based measure runs: not read yet
+
+
+@pytest.mark.parametrize("folder,name", [
+    pytest.param(*k, marks=pytest.mark.xfail(strict=True, reason="2023-10-30 logs are not read size-exact yet"))
+    if k[0] in NOT_YET else k for k in sorted(EXPECTED)])
 def test_fixture_imports_with_readme_sizes(fixtures, store, folder, name):
     generation, graphs, oom = EXPECTED[(folder, name)]
     [tid] = import_paths(store, [fixtures / folder / name])
@@ -70,7 +90,7 @@ def test_imported_events_render_back_to_the_log(fixtures, folder, name):
     """Nothing the allocator printed is lost: the events render to the log's allocator lines."""
     imp = LogImport(fixtures / folder / name)
     events = [e for r in imp.records() for e in r.events]
-    assert render(events, model_profile(imp.generation)) == allocator_lines(fixtures / folder / name)
+    assert render(events, get_profile(imp.generation)) == allocator_lines(fixtures / folder / name)
 
 
 def test_recovered_offsets_match_the_model_run(fixtures):

@@ -117,7 +117,8 @@ def test_v3_log(tmp_path):
     imp = LogImport(write(tmp_path, V3_LOG))
     [g] = list(imp.records())
     assert imp.generation == "ggml-2024-02"
-    assert (g.role, g.consistent, g.max_size, g.buffer_size) == ("eval", True, 3072, 3072)
+    # v3's CPU buffer type allocates one alignment (64) more than gallocr asks for
+    assert (g.role, g.consistent, g.max_size, g.buffer_size) == ("eval", True, 3072, 3072 + 64)
     wrong = write(tmp_path, V3_LOG.replace("(512 bytes) - block 0, offset 0", "(512 bytes) - block 0, offset 64"), "w.log")
     assert [r.consistent for r in LogImport(wrong).records()] == [False]
 

@@ -75,7 +75,7 @@ def test_cli_json_and_exit_codes(capsys):
 @pytest.mark.parametrize("argv,msg", [
     (["--preset", "nope", "--profile", "ggml-2023-08-16"], "unknown preset"),
     (["--preset", "gpt2-tiny", "--profile", "ggml-1999"], "unknown profile"),
-    (["--preset", "gpt2-tiny", "--profile", "ggml-head"], "not a 2023"),
+    (["--preset", "gpt2-tiny", "--profile", "ggml-head"], "cannot run the presets"),
     (["--preset", "gpt2-tiny", "--profile", "ggml-2023-08-16", "--n-past", "200"], "exceeds n_ctx"),
     (["--preset", "gpt2-tiny", "--profile", "ggml-2023-08-16", "--eval-tokens", "0"], "eval_tokens"),
     (["--preset", "llama-7b", "--profile", "ggml-2023-08-16", "--hparam", "n_head=7"], "multiple of n_head"),

@@ -16,7 +16,7 @@ from alloctrace.allocator.layout import get_layout
 from alloctrace.allocator.legacy import LegacyAllocator
 from alloctrace.allocator.presets import Preset, family_of, get_preset, with_hparams
 from alloctrace.allocator.presets.space import AddressSpace
-from alloctrace.allocator.profiles import get_profile
+from alloctrace.allocator.profiles import get_profile, names as profile_names
 from alloctrace.traces.errors import UserError
 from alloctrace.metal_exec import ConcurrencyReport, find_concurrency, report
 from alloctrace.traces.schema import GraphRecord, TraceMeta, oom_of
@@ -110,9 +110,9 @@ def replay(preset, profile: str, n_ctx: int | None = None, n_batch: int | None =
         lay = get_layout(layout or ("macos-metal" if metal_concurrency else "linux"))
     except ValueError as e:
         raise UserError(str(e)) from None
-    if prof.family != "legacy":
-        raise UserError(f"profile {profile} is not a 2023 ggml_allocr generation; presets replay the programs "
-                        f"of Aug 2023 (ggml-2023-08-16, ggml-2023-08-22, ggml-2023-08-28)")
+    if not prof.presets:
+        raise UserError(f"profile {profile} cannot run the presets: they replay the programs of Aug 2023 "
+                        f"({profile_names(presets_only=True)})")
     fam = family_of(p)
     n_ctx = _positive("n_ctx", p.n_ctx if n_ctx is None else n_ctx)
     n_batch = _positive("n_batch", p.n_batch if n_batch is None else n_batch)
@@ -149,7 +149,7 @@ def replay(preset, profile: str, n_ctx: int | None = None, n_batch: int | None =
     else:
         e_run = Run("eval", e_tokens, e_past, real, 0, 0, [], base, size)
 
-    total = size + (fam.METADATA_BYTES.get(profile, 0) if hasattr(fam, "METADATA_BYTES") else 0)
+    total = size + (fam.metadata_bytes(prof) if hasattr(fam, "metadata_bytes") else 0)
     result = ReplayResult(p, profile, lay.name, m_run, e_run, seq, report(seq) if seq is not None else None, total)
     result.first_divergence = _first_divergence(result)
     return result

@@ -27,7 +27,7 @@ from . import llama
 # the family API: one llama.cpp sized and measured every architecture's graph the same way
 ALIGNMENT = llama.ALIGNMENT
 BUFFER_PAD = llama.BUFFER_PAD
-METADATA_BYTES = llama.METADATA_BYTES
+metadata_bytes = llama.metadata_bytes
 measure_shape = llama.measure_shape
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from alloctrace.allocator.build import Ctx
 from alloctrace.allocator.layout import Layout
+from alloctrace.allocator.profiles import DEFAULT_PROFILE, get_profile
 from alloctrace.allocator.tensor import TYPE_SIZE, Graph
 
 from .space import AddressSpace, place_consecutive, span
@@ -100,7 +101,7 @@ def build_graph(model: Gpt2Model, n_tokens: int, n_past: int, alloc, profile: st
     gf = Graph([], [])
     # ggml 854e4530's (and f03d74aa's) ggml_repeat returned `a` itself when the shapes already matched
     # (N == 1); ea9193f0 always made a REPEAT node
-    shortcut = profile in ("ggml-2023-08-16", "ggml-2023-08-22")
+    shortcut = get_profile(profile or DEFAULT_PROFILE).repeat_returns_same_shape
 
     def repeat(a, b):
         return a if shortcut and a.ne == b.ne else ctx.repeat(a, b)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from alloctrace.allocator.build import Ctx
 from alloctrace.allocator.layout import Layout
+from alloctrace.allocator.profiles import DEFAULT_PROFILE, get_profile
 from alloctrace.allocator.tensor import TYPE_SIZE, Graph
 
 from .space import AddressSpace, place_consecutive, span
@@ -24,7 +25,9 @@ BUFFER_PAD = 32  # alloc_size = measured max_size + tensor_alignment
 # ggml_tensor_overhead()*GGML_MAX_NODES + ggml_graph_overhead(): the graph metadata buffer that
 # llama.cpp counted in "compute buffer total size" (GGML_MAX_NAME went from 48 to 64 with GGUF,
 # between 854e4530 and f03d74aa: 16 more bytes per tensor, 4096 tensors)
-METADATA_BYTES = {"ggml-2023-08-16": 1_409_744, "ggml-2023-08-22": 1_475_280, "ggml-2023-08-28": 1_475_280}
+# (the numbers are the profiles' llama_metadata_bytes)
+def metadata_bytes(profile) -> int:
+    return get_profile(profile).llama_metadata_bytes
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ class LlamaModel:
 def new_model(hp: LlamaParams, n_ctx: int, profile: str, wtype: str = "f16") -> LlamaModel:
     """The model context (weights in load order) and the KV cache context (f16, as f16_kv=true)."""
     hp.check()
-    names = _NAMES["pre-gguf" if profile == "ggml-2023-08-16" else "gguf"]
+    names = _NAMES[get_profile(profile or DEFAULT_PROFILE).llama_names]
     ctx = Ctx(legacy=True)
 
     def w(key, il, type_, *ne):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from alloctrace.allocator.profiles import DEFAULT_PROFILE, names as profile_names
 from alloctrace.traces.errors import UserError
 
 EXIT_HAZARDS = 4
@@ -26,7 +27,8 @@ def register(subparsers):
     p.add_argument("trace_id", nargs="?", help="a stored trace to check (needs the trace store)")
     p.add_argument("--harness", metavar="JSON", help="a harness graph description (fixtures/ggml-real/*/harness_*.json)")
     p.add_argument("--preset", metavar="NAME", help="a model preset's graph (e.g. gpt2-tiny)")
-    p.add_argument("--profile", default="ggml-2023-08-28", help="allocator generation (default: %(default)s)")
+    p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"allocator generation: {profile_names()} "
+                                                              "(default: %(default)s)")
     p.add_argument("--parse-seq", action="store_true",
                    help="use the graph's parse_seq; its levels run concurrently, as Metal dispatched them")
     p.add_argument("--metal-concurrency", action="store_true",

@@ -4,20 +4,22 @@ from __future__ import annotations
 import json
 import sys
 
+from alloctrace.allocator.profiles import names as profile_names
+
 from ._common import add_store_arg, open_store_from, traces_table
 
 
 def register(subparsers):
-    p = subparsers.add_parser("import", help="import ggml-alloc logs (plain, .gz, .zst) into the trace store",
-                              description="Import ggml-alloc AT_PRINTF logs of any generation (detected "
-                                          "automatically) or alloctrace JSON Lines exports. Each file becomes "
-                                          "one trace; if any file fails, nothing is stored.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="log files")
+    p = subparsers.add_parser("import", help="import traces (ggml-alloc logs, exports; plain, .gz, .zst, .xz)",
+                              description="Import files of any trace source: ggml-alloc AT_PRINTF logs of any "
+                                          "generation (detected automatically), alloctrace JSON Lines exports, "
+                                          "... (the source is recognised from the content). Each file becomes "
+                                          "its trace(s); if any file fails, nothing is stored.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files to import")
     add_store_arg(p)
     p.add_argument("--name", help="trace name (default: the file name)")
     p.add_argument("--generation", metavar="G",
-                   help="allocator generation, overriding detection: ggml-2023-08-16, ggml-2023-08-22, "
-                        "ggml-2023-08-28, ggml-2023-10, ggml-2024-02, ggml-head")
+                   help=f"allocator generation of a ggml log, overriding detection: {profile_names()}")
     p.add_argument("--json", action="store_true", help="print the imported traces as JSON")
     p.set_defaults(func=run)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
 
 
@@ -12,7 +13,7 @@ def register(subparsers):
         description="Build the worst-case graph, measure it, size the buffer as the program did, then allocate "
                     "the eval graph in it. Exit 0 when the eval fits, 3 when an allocator ran out of space.")
     p.add_argument("--preset", required=True, help="preset name (see `alloctrace presets`)")
-    p.add_argument("--profile", required=True, help="allocator generation: ggml-2023-08-16, ggml-2023-08-22 or ggml-2023-08-28")
+    p.add_argument("--profile", required=True, help=f"allocator generation: {profile_names(presets_only=True)}")
     p.add_argument("--n-ctx", type=int, help="context size (default: the preset's)")
     p.add_argument("--n-batch", type=int, help="batch size (default: the program's)")
     p.add_argument("--eval-tokens", type=int, help="tokens in the eval graph (default: as measured)")

@@ -10,6 +10,9 @@ from typing import Callable, Iterator
 
 import zstandard
 
+from alloctrace.allocator.events import Event
+from alloctrace.allocator.profiles import PROFILES, names
+
 from ...columns import EncodedGraph
 from ...errors import UserError
 from ...logio import LogReader
@@ -17,7 +20,7 @@ from ...schema import GraphRecord, TraceMeta
 from .. import ImportedTrace
 from .graph_cache import RecoveryCache
 from .parse_log import AbsurdNumber, LineMemo, own
-from .recover import GENERATIONS, GallocrReplay, LegacyReplay
+from .recover import GallocrReplay, LegacyReplay
 from .split import Draft, Features, Splitter
 from .split_memo import BodyMemo
 
@@ -25,30 +28,33 @@ MAX_BODY = 1 << 16  # lines without a `#######` line that are fed at once
 HEADER = "#######"
 
 
-def detect_generation(f: Features) -> str:
-    """The generation a log's message formats and fingerprints point to."""
-    if f.chunk:
-        return "ggml-head"
-    if f.offset or f.parent_line:
-        return "ggml-2024-02"
-    if f.addr:
-        return "ggml-2023-10"
+def log_style(f: Features) -> str:
+    """How the log's allocating lines look (Profile.log_style)."""
+    return "chunk" if f.chunk else "offset" if (f.offset or f.parent_line) else "addr" if f.addr else "block"
+
+
+def detect_generation(f: Features, first: Draft | None = None) -> str:
+    """The generation (PROFILES row) a log's message style and fingerprints point to; `first` is the
+    log's first graph walk (its allocation sizes are padded to the generation's alignment)."""
+    sizes = [e.size for e in first.items if isinstance(e, Event) and e.kind == "alloc" and e.size] if first else []
+    rows = [p for p in PROFILES.values() if p.log_style == log_style(f)]
     for line in f.asserts:
-        if line == 131:
-            return "ggml-2023-08-16"
-        if line == 139:
-            return "ggml-2023-08-22"
-        if line in (140, 173, 174):
-            return "ggml-2023-08-28"
-        if line in (148, 116, 114):
-            return "ggml-2023-10"
-    # a fresh 2023-08-28 allocator has only its last block, so its first choice prints -1
-    return "ggml-2023-08-28" if f.first_block == -1 else "ggml-2023-08-16"
+        for p in rows:
+            if line in p.assert_lines:
+                return p.name
+    if len({p.alignment for p in rows}) > 1:  # the widest alignment every size is padded to
+        for p in sorted(rows, key=lambda p: -p.alignment):
+            if sizes and all(s % p.alignment == 0 for s in sizes):
+                return p.name
+        return rows[-1].name
+    # a fresh allocator with a last-block fallback has only its last block, so its first choice prints -1
+    skips_last = f.first_block == -1
+    return [p for p in rows if p.best_fit_skips_last == skips_last or len(rows) == 1][-1].name
 
 
 def check_generation(generation: str | None) -> str | None:
-    if generation is not None and generation not in GENERATIONS:
-        raise UserError(f"unknown generation {generation!r}; known: {', '.join(GENERATIONS)}")
+    if generation is not None and generation not in PROFILES:
+        raise UserError(f"unknown generation {generation!r}; known: {names()}")
     return generation
 
 
@@ -67,7 +73,7 @@ class LogImport:
         """The graphs with their events (every graph replayed)."""
         replay = None
         for draft in self._drafts():
-            replay = replay or self._replayer(self.features)
+            replay = replay or self._replayer(self.features, draft)
             draft.items = own(draft.items)
             yield _numbered(replay.graph(draft))
         if replay is None:
@@ -78,7 +84,7 @@ class LogImport:
         cache = None
         for draft in self._drafts():
             if cache is None:
-                cache = self.cache = RecoveryCache(self._replayer(self.features),
+                cache = self.cache = RecoveryCache(self._replayer(self.features, draft),
                                                    zstandard.ZstdCompressor(level=3).compress, self.memo)
             yield cache.graph(draft)
         if cache is None:
@@ -122,10 +128,10 @@ class LogImport:
             except AbsurdNumber as e:
                 raise UserError(f"{self.path}:{bodies.lineno}: number out of range: {e}") from None
 
-    def _replayer(self, features: Features):
+    def _replayer(self, features: Features, first: Draft):
         if self.generation is None:
-            self.generation = detect_generation(features)
-        if GENERATIONS[self.generation] == "legacy":
+            self.generation = detect_generation(features, first)
+        if PROFILES[self.generation].family == "legacy":
             return LegacyReplay(self.generation, features.addr_block, features.addr)
         return GallocrReplay(self.generation)
 

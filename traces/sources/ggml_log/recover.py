@@ -8,7 +8,6 @@ address, offset, chunk), the model's choice is compared with it: a graph is
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from dataclasses import replace
 
 from alloctrace.allocator.dyn_tallocr import DynOutOfSpace, DynTallocr
 from alloctrace.allocator.events import Event
@@ -18,24 +17,8 @@ from alloctrace.allocator.tallocr import MEASURE_BASE, MEASURE_SIZE, LegacyTallo
 from ...schema import GraphRecord, oom_of
 from .split import Draft
 
-GENERATIONS = {
-    "ggml-2023-08-16": "legacy",
-    "ggml-2023-08-22": "legacy",
-    "ggml-2023-08-28": "legacy",
-    "ggml-2023-10": "legacy",  # Oct 2023 - Jan 2024: the same allocator, messages with addresses
-    "ggml-2024-02": "gallocr",  # v3: one offset-based dyn_tallocr
-    "ggml-head": "gallocr",
-}
 MIB = 1024 * 1024
 REPLAYED = frozenset({"alloc", "free", "reuse", "oom"})
-
-
-def model_profile(generation: str):
-    if generation == "ggml-2023-10":
-        return replace(get_profile("ggml-2023-08-28"), name="ggml-2023-10", max_free_blocks=256, assert_line=0)
-    if generation == "ggml-2024-02":
-        return replace(get_profile("ggml-head"), name="ggml-2024-02")
-    return get_profile(generation)
 
 
 def ops_from_exec(events: list):
@@ -58,7 +41,7 @@ class LegacyReplay:
     """ggml_allocr lives: a measure allocator, then a real one reset before each eval."""
 
     def __init__(self, generation: str, addr_block: bool, has_addr: bool = False):
-        self.profile = model_profile(generation)
+        self.profile = get_profile(generation)
         self.has_addr = has_addr
         self.addr_block = addr_block  # the printed block is the one used, not -1 for the fallback
         self.t: LegacyTallocr | None = None
@@ -196,7 +179,7 @@ class GallocrReplay:
     """ggml_gallocr plans: the dyn_tallocr is reset for each plan; the buffer only grows."""
 
     def __init__(self, generation: str):
-        self.profile = model_profile(generation)
+        self.profile = get_profile(generation)
         self.chunk_sizes: list[int] | None = None
         self.index = 0
 
@@ -218,7 +201,8 @@ class GallocrReplay:
             if ev.kind == "buffer":
                 ev.size, ev.extra = after, {"from": before}
         rec = GraphRecord(index=self.index, role=role, events=events, max_size=sum(new),
-                          buffer_size=d.buffer_after if d.buffer_after is not None else after, consistent=ok)
+                          buffer_size=d.buffer_after if d.buffer_after is not None else after + self.profile.buffer_pad,
+                          consistent=ok)
         rec.oom = oom_summary(rec)
         self.index += 1
         return rec
