@@ -1,11 +1,10 @@
-"""Graphs from the JSON descriptions that ship beside real ggml logs (fixtures/ggml-real).
+"""Graphs from the JSON descriptions that ship beside real ggml logs (tests/data/ggml-real); the
+caller reads the file, this module only turns the parsed JSON into a Graph.
 
 Two flavours: the 2023 files describe one graph (`nodes`, `leafs`, `parse_seq`,
 `explicit_allocs_before_graph`, sizes); the head file holds a list `graphs`.
 """
 from __future__ import annotations
-
-import json
 
 from .layout import Layout, LAYOUTS, place_view_data
 from .tensor import VIEW_OPS_2023, Graph, Tensor
@@ -60,8 +59,3 @@ def graph_from_json(d: dict, layout: Layout | None = None, legacy: bool = True) 
     for t in nodes:
         place_view_data(t)
     return Graph(nodes, leafs)
-
-
-def load(path: str) -> dict:
-    with open(path) as f:
-        return json.load(f)

@@ -16,11 +16,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-import numpy as np
-
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.gcpause import gc_paused
 from alloctrace.traces import memmap
+from alloctrace.traces.columns import event_rows
+from alloctrace.traces.graph_info import graph_info
 from alloctrace.traces.store import NotFound
 
 
@@ -107,9 +107,8 @@ class Context:
                                                                        self.graph_info(trace_id, g)["capacity"]))
 
     def graph_info(self, trace_id: str, g: int) -> dict:
-        """The graph's summary row plus its oom event and real capacity."""
+        """The graph's summary row plus its oom event and real capacity (traces.graph_info)."""
         def build():
-            from alloctrace.server.graphs import capacity_of, failure_index
             summary = self.call(lambda s: s.summary(trace_id))
             rows = [r for r in summary.get("graphs", []) if r.get("index") == g]
             if not rows:
@@ -117,17 +116,7 @@ class Context:
                     rows = [summary["graphs"][g]]
                 else:
                     raise NotFound(f"trace {trace_id} has no graph {g}")
-            info = dict(rows[0])
-            cols = self.columns(trace_id, g)
-            info["n_events"] = len(cols["i"])
-            fail = failure_index(cols)
-            info["oom"] = None
-            if fail is not None:
-                e = self.event_rows(trace_id, g, [fail])[0]
-                info["oom"] = {"event": fail, "kind": e["kind"], "tensor": e.get("tensor"), "needed": e.get("needed"),
-                               "largest_available": e.get("largest"), "reason": e.get("reason")}
-            info["capacity"] = capacity_of(info, cols)
-            return info
+            return graph_info(rows[0], self.columns(trace_id, g))
         return self.info_cache.get((trace_id, g), build)
 
     def forget(self, trace_id: str):
@@ -153,23 +142,5 @@ class Context:
 
     # --- reads ------------------------------------------------------------------------
     def event_rows(self, trace_id: str, g: int, indices: list[int]) -> list[dict]:
-        """Event dicts (with their index `i`) from the cached columns: -1 in an integer column
-        means absent, except an alloc's `block`, where -1 is ggml's own "no block" answer."""
-        cols = self.columns(trace_id, g)
-        out = []
-        for i in indices:
-            row = {"i": i}
-            kind = cols["kind"][i]
-            for name, col in cols.items():
-                if name == "i":
-                    continue
-                v = col[i]
-                if isinstance(v, np.integer):
-                    v = int(v)
-                    if v == -1 and not (name == "block" and kind == "alloc"):
-                        continue
-                if v is None or v == {}:
-                    continue
-                row[name] = v
-            out.append(row)
-        return out
+        """Event dicts (with their index `i`) from the cached columns."""
+        return event_rows(self.columns(trace_id, g), indices)

@@ -46,30 +46,6 @@ def window(lt: memmap.Lifetimes, info: dict, x0, x1, y0, y1) -> tuple[int, int, 
     return win
 
 
-def memory_map(lt: memmap.Lifetimes, info: dict, win, max_shapes: int, max_points: int) -> dict:
-    shapes = memmap.window_shapes(lt, win, max_shapes)
-    series, bucket = memmap.window_series(lt, win[0], win[1], max_points)
-    return {"n_events": lt.n_events, "window": dict(zip(("x0", "x1", "y0", "y1"), win)),
-            "y_extent": lt.y_extent, "chunks": lt.chunks, **shapes,
-            "free_list": series, "free_list_bucket": bucket,
-            "max_size": info.get("max_size"), "buffer_size": info.get("buffer_size"), "oom": info.get("oom")}
-
-
-def failure_index(cols: dict) -> int | None:
-    """Index of the graph's first oom (or abort) event, if it failed."""
-    kind = cols["kind"]
-    hit = np.flatnonzero((kind == "oom") | (kind == "abort"))
-    return int(hit[0]) if len(hit) else None
-
-
-def capacity_of(record_summary: dict, cols: dict) -> int | None:
-    """A real 2023 buffer ends at its buffer_size; measure runs and head chunks are open-ended."""
-    chunked = "chunk" in cols and bool(np.any(cols["chunk"][cols["kind"] == "alloc"] >= 0))
-    if chunked or record_summary.get("role") == "measure":
-        return None
-    return record_summary.get("buffer_size")
-
-
 def stored_ids(result: dict) -> list[str]:
     """Trace ids a replay stored (its JSON names one per graph: measure and eval share a trace)."""
     ids = []

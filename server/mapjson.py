@@ -4,7 +4,8 @@ A view window is a few thousand shapes and free-list rows: building a dict per
 row and running the generic JSON encoder over them cost more than cutting and
 reducing the window itself. Rows are formatted from column lists with one
 template; strings (tensor and op names) go through json.dumps once per distinct
-name. The document parses to exactly what `graphs.memory_map` returns.
+name. The document parses to exactly the dict of the generic reductions (tests/test_server_mapjson.py
+builds that reference and compares).
 """
 from __future__ import annotations
 

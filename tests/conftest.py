@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -16,3 +17,9 @@ def allocator_lines(path: Path) -> list[str]:
     """A harness log without the harness program's own markers."""
     with open(path, newline="") as f:
         return [line.rstrip("\n") for line in f if not line.startswith("harness:")]
+
+
+def load_harness(path: Path) -> dict:
+    """A harness graph description (the JSON beside a harness log)."""
+    with open(path) as f:
+        return json.load(f)

@@ -2,7 +2,7 @@
 import pytest
 
 from alloctrace.allocator.build import Ctx
-from alloctrace.allocator.harness import load
+from conftest import load_harness
 
 
 def harness_block(ctx: Ctx, E=64, H=4, N=8):
@@ -74,9 +74,9 @@ def expected(d):
 @pytest.mark.parametrize("legacy", [True, False])
 def test_builder_reproduces_harness_graph(fixtures, legacy):
     if legacy:
-        d = load(fixtures / "v2023-08-16-legacy" / "harness_plain.json")
+        d = load_harness(fixtures / "v2023-08-16-legacy" / "harness_plain.json")
     else:
-        d = load(fixtures / "head-gallocr" / "harness_gallocr.json")["graphs"][0]
+        d = load_harness(fixtures / "head-gallocr" / "harness_gallocr.json")["graphs"][0]
         d = {"nodes": d["nodes"], "leafs": [l for l in d["leafs"]]}
     g = harness_block(Ctx(legacy=legacy))
     ours = [describe(t, g) for t in g.nodes + g.leafs]

@@ -2,7 +2,8 @@
 import pytest
 
 from alloctrace.allocator.build import Ctx
-from alloctrace.allocator.harness import graph_from_json, load
+from alloctrace.allocator.harness import graph_from_json
+from conftest import load_harness
 from alloctrace.allocator.presets import family_of, get_preset
 from alloctrace.metal_exec import MAX_CONCUR_2023, find_concurrency, report
 
@@ -49,7 +50,7 @@ def test_small_graph_levels_respect_dependencies():
 
 def test_levels_match_the_harness_fixture(fixtures):
     """The real harness computed the same levels (it listed each level in descending order)."""
-    d = load(fixtures / "v2023-08-28-parseseq" / "harness_parseseq.json")
+    d = load_harness(fixtures / "v2023-08-28-parseseq" / "harness_parseseq.json")
     ours = levels_of(find_concurrency(graph_from_json(d)))
     theirs = levels_of(d["parse_seq"])
     assert [sorted(lv) for lv in ours] == [sorted(lv) for lv in theirs]

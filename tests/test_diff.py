@@ -5,7 +5,8 @@ from collections import Counter
 import pytest
 
 from alloctrace.allocator import LAYOUTS, Gallocr, LegacyAllocator, get_profile
-from alloctrace.allocator.harness import graph_from_json, load
+from alloctrace.allocator.harness import graph_from_json
+from conftest import load_harness
 from alloctrace.traces import import_paths
 from alloctrace.traces.diff import TraceDiff, diff_graphs, diff_refs
 from alloctrace.traces.store import open_store
@@ -31,7 +32,7 @@ def first_logged_divergence(path):
 
 
 def model_runs(fixtures, folder, profile):
-    desc = load(fixtures / folder / "harness_plain.json")
+    desc = load_harness(fixtures / folder / "harness_plain.json")
     g, p = graph_from_json(desc), get_profile(profile)
     runs = []
     for alloc in (LegacyAllocator.measure(p, desc["alignment"]),
@@ -145,7 +146,7 @@ def test_reordered_graph_aligns_in_order(fixtures, store):
 
 
 def head_graph_events(fixtures, step):
-    desc = load(fixtures / "head-gallocr" / "harness_gallocr.json")
+    desc = load_harness(fixtures / "head-gallocr" / "harness_gallocr.json")
     gd = desc["graphs"][step]
     galloc = Gallocr(get_profile("ggml-head"), desc["alignment"])
     galloc.reserve(graph_from_json(gd, legacy=False))

@@ -2,7 +2,8 @@
 import pytest
 
 from alloctrace.allocator import LAYOUTS, Gallocr, LegacyAllocator, get_profile, render
-from alloctrace.allocator.harness import graph_from_json, load
+from alloctrace.allocator.harness import graph_from_json
+from conftest import load_harness
 
 from conftest import allocator_lines
 
@@ -29,7 +30,7 @@ def run_2023(desc, profile):
 
 @pytest.mark.parametrize("folder,name,profile", CASES_2023)
 def test_2023_harness_log_identical(fixtures, folder, name, profile):
-    desc = load(fixtures / folder / f"{name}.json")
+    desc = load_harness(fixtures / folder / f"{name}.json")
     p = get_profile(profile)
     measure, real = run_2023(desc, p)
     assert measure.t.max_size == desc["measure_max_size"]
@@ -41,7 +42,7 @@ def test_2023_harness_log_identical(fixtures, folder, name, profile):
 
 
 def test_legacy_failure_is_a_clean_oom_event(fixtures):
-    desc = load(fixtures / "v2023-08-16-legacy" / "harness_plain.json")
+    desc = load_harness(fixtures / "v2023-08-16-legacy" / "harness_plain.json")
     _, real = run_2023(desc, get_profile("ggml-2023-08-16"))
     oom = real.failed
     assert oom is not None and oom.kind == "oom"
@@ -50,14 +51,14 @@ def test_legacy_failure_is_a_clean_oom_event(fixtures):
 
 
 def test_fixed_allocator_fits_the_same_graph(fixtures):
-    desc = load(fixtures / "v2023-08-28-parseseq" / "harness_plain.json")
+    desc = load_harness(fixtures / "v2023-08-28-parseseq" / "harness_plain.json")
     _, real = run_2023(desc, get_profile("ggml-2023-08-28"))
     assert real.failed is None
     assert real.t.max_size == 12304
 
 
 def test_head_multi_graph_log_identical(fixtures):
-    desc = load(fixtures / "head-gallocr" / "harness_gallocr.json")
+    desc = load_harness(fixtures / "head-gallocr" / "harness_gallocr.json")
     p = get_profile("ggml-head")
     galloc = Gallocr(p, desc["alignment"])
     sizes = []

@@ -5,7 +5,8 @@ import random
 import pytest
 
 from alloctrace.allocator import KINDS, LegacyAllocator, get_profile, render
-from alloctrace.allocator.harness import graph_from_json, load
+from alloctrace.allocator.harness import graph_from_json
+from conftest import load_harness
 from alloctrace.allocator.tensor import Graph, Tensor
 from alloctrace.cli import main
 from alloctrace.metal_exec.hazards import (CONCURRENT_OVERLAP, OVERWRITE_LIVE, STALE_READ, IntervalMap, check)
@@ -26,7 +27,7 @@ CLEAN = [
 
 
 def plans_for(fixtures, name, profile, parse_seq=False, **kw):
-    return harness_plans(load(fixtures / name), profile, parse_seq, **kw)
+    return harness_plans(load_harness(fixtures / name), profile, parse_seq, **kw)
 
 
 @pytest.mark.parametrize("buffer_size", [None, GENEROUS])
@@ -44,7 +45,7 @@ def test_plans_of_every_profile_have_no_hazards(fixtures, name, profile, parse_s
 def test_pure_reorder_parse_seq_is_serially_safe(fixtures):
     """08-16 applied parse_seq as a reorder with immediate frees: fine when nodes run one at a time."""
     plan = plans_for(fixtures, PARSESEQ, "ggml-2023-08-16", True, concurrent=False, buffer_size=GENEROUS)[0]
-    assert [i for step in plan.steps() for i in step] == [i for i in load(fixtures / PARSESEQ)["parse_seq"] if i >= 0]
+    assert [i for step in plan.steps() for i in step] == [i for i in load_harness(fixtures / PARSESEQ)["parse_seq"] if i >= 0]
     assert check(plan) == []
 
 
@@ -69,7 +70,7 @@ def test_immediate_frees_race_inside_a_concurrent_level(fixtures):
 
 def test_the_race_is_the_allocators_doing(fixtures):
     """The writer's block was freed by a node of the same level, before the level's barrier."""
-    desc = load(fixtures / PARSESEQ)
+    desc = load_harness(fixtures / PARSESEQ)
     g = graph_from_json(desc)
     alloc = LegacyAllocator.real(get_profile("ggml-2023-08-16"), 0x10000, GENEROUS, 16)
     for name in desc["explicit_allocs_before_graph"]:

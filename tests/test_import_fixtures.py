@@ -96,9 +96,10 @@ def test_imported_events_render_back_to_the_log(fixtures, folder, name):
 def test_recovered_offsets_match_the_model_run(fixtures):
     """2023 logs print no offsets; the replay recovers the ones the model computes from the graph."""
     from alloctrace.allocator import LegacyAllocator, get_profile
-    from alloctrace.allocator.harness import graph_from_json, load
+    from alloctrace.allocator.harness import graph_from_json
+    from conftest import load_harness
 
-    desc = load(fixtures / "v2023-08-28-parseseq" / "harness_plain.json")
+    desc = load_harness(fixtures / "v2023-08-28-parseseq" / "harness_plain.json")
     g, p = graph_from_json(desc), get_profile("ggml-2023-08-28")
     m = LegacyAllocator.measure(p, desc["alignment"])
     for n in desc["explicit_allocs_before_graph"]:

@@ -6,12 +6,12 @@ from alloctrace.traces.store import open_store
 
 from test_fidelity_harness import CASES_2023, run_2023
 from alloctrace.allocator import get_profile
-from alloctrace.allocator.harness import load
+from conftest import load_harness
 
 
 @pytest.mark.parametrize("folder,name,profile", CASES_2023)
 def test_alloc_ops_match_the_model(fixtures, tmp_path, folder, name, profile):
-    desc = load(fixtures / folder / f"{name}.json")
+    desc = load_harness(fixtures / folder / f"{name}.json")
     runs = run_2023(desc, get_profile(profile))
     store = open_store(tmp_path / "s")
     try:

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from alloctrace.allocator import Gallocr, get_profile
 from alloctrace.allocator.events import Event
-from alloctrace.allocator.harness import graph_from_json, load
+from alloctrace.allocator.harness import graph_from_json
+from conftest import load_harness
 from alloctrace.traces import memmap
 from alloctrace.traces.columns import encode, public_columns
 from alloctrace.traces.sources import import_paths
@@ -95,7 +96,7 @@ def test_lifetimes_match_the_replayed_state_on_every_real_log(imported):
 
 
 def test_head_lifetimes_follow_reuse_and_realloc(fixtures):
-    desc = load(fixtures / "head-gallocr" / "harness_gallocr.json")
+    desc = load_harness(fixtures / "head-gallocr" / "harness_gallocr.json")
     galloc = Gallocr(get_profile("ggml-head"), desc["alignment"])
     for gd in desc["graphs"]:
         galloc.alloc_graph(graph_from_json(gd, legacy=False), graph_index=gd["step"])

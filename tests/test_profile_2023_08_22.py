@@ -4,7 +4,8 @@ That generation fixed the 70B out-of-space failure and still freed tensors
 while Metal ran their readers' level concurrently: the race PR #2757 fixed.
 """
 from alloctrace.allocator import LegacyAllocator, get_profile
-from alloctrace.allocator.harness import graph_from_json, load
+from alloctrace.allocator.harness import graph_from_json
+from conftest import load_harness
 from alloctrace.traces.replay_run import replay
 from alloctrace.metal_exec.execute import run
 from alloctrace.metal_exec.hazards import CONCURRENT_OVERLAP, check
@@ -28,7 +29,7 @@ def test_70b_metal_replay_fits_with_the_fallback():
 
 def test_harness_levels_race_in_the_programs_own_buffer(fixtures):
     """In the harness's real buffer, 08-22 hands bytes freed inside a level to a sibling of their reader."""
-    desc = load(fixtures / PARSESEQ)
+    desc = load_harness(fixtures / PARSESEQ)
     plan = harness_plans(desc, "ggml-2023-08-22", True)[0]
     assert plan.concurrent
     hazards = check(plan)
@@ -45,7 +46,7 @@ def test_harness_levels_race_in_the_programs_own_buffer(fixtures):
 def test_serial_walk_is_08_28s_until_the_silent_return(fixtures):
     """Without parse_seq, 08-22 chooses blocks as 08-28 does; but it still has the silent return in
     allocate_node that PR #2757's second commit removed: a refused view parent leaves the node unallocated."""
-    desc = load(fixtures / "v2023-08-28-parseseq/harness_plain.json")
+    desc = load_harness(fixtures / "v2023-08-28-parseseq/harness_plain.json")
     g = graph_from_json(desc)
     a = LegacyAllocator.measure(get_profile("ggml-2023-08-22"), 16)
     b = LegacyAllocator.measure(get_profile("ggml-2023-08-28"), 16)

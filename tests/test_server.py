@@ -369,9 +369,10 @@ def test_presets_endpoint_lists_every_preset(client):
     r = client.get("/api/presets").json()
     assert [p["name"] for p in r["presets"]] == list(PRESETS)
     from alloctrace.allocator.profiles import PROFILES
-    legacy = [name for name, prof in PROFILES.items() if prof.family == "legacy"]
-    assert r["profiles"] == legacy  # replay runs the 2023 allocator only; head profiles are left out
-    assert {"ggml-2023-08-16", "ggml-2023-08-28"} <= set(legacy) and "ggml-head" not in legacy
+    # replay runs the programs of Aug 2023 only; the later allocators are listed as generations
+    assert r["profiles"] == ["ggml-2023-08-16", "ggml-2023-08-22", "ggml-2023-08-28"]
+    assert [g["name"] for g in r["generations"]] == list(PROFILES)
+    assert {"ggml-2023-10", "ggml-2024-02", "ggml-2025-09", "ggml-head"} <= set(PROFILES)
 
 
 def test_replay_endpoint_stores_both_graphs(client):

@@ -4,14 +4,15 @@ import re
 import pytest
 
 from alloctrace.allocator import LAYOUTS, Event, Gallocr, LegacyAllocator, get_profile
-from alloctrace.allocator.harness import graph_from_json, load
+from alloctrace.allocator.harness import graph_from_json
+from conftest import load_harness
 from alloctrace.traces.state import Replay, free_summary, state_at, states_at, stranding
 
 LEGACY = [("v2023-08-16-legacy", "ggml-2023-08-16"), ("v2023-08-28-parseseq", "ggml-2023-08-28")]
 
 
 def real_run(fixtures, folder, profile):
-    desc = load(fixtures / folder / "harness_plain.json")
+    desc = load_harness(fixtures / folder / "harness_plain.json")
     g = graph_from_json(desc)
     alloc = LegacyAllocator.real(get_profile(profile), LAYOUTS["linux"].buffer_base, desc["real_buffer_size"],
                                  desc["alignment"])
@@ -66,7 +67,7 @@ def test_state_at_bounds_and_the_empty_start(fixtures):
 
 
 def test_measure_tail_is_endless_and_live_bytes_peak_at_max_size(fixtures):
-    desc = load(fixtures / "v2023-08-16-legacy" / "harness_plain.json")
+    desc = load_harness(fixtures / "v2023-08-16-legacy" / "harness_plain.json")
     g = graph_from_json(desc)
     m = LegacyAllocator.measure(get_profile("ggml-2023-08-16"), desc["alignment"])
     for name in desc["explicit_allocs_before_graph"]:
@@ -82,7 +83,7 @@ def test_measure_tail_is_endless_and_live_bytes_peak_at_max_size(fixtures):
 
 def test_head_replay_matches_the_dynamic_allocator(fixtures):
     """Head frees print unpadded sizes and reuse frees a parent's tail: the replay must still agree."""
-    desc = load(fixtures / "head-gallocr" / "harness_gallocr.json")
+    desc = load_harness(fixtures / "head-gallocr" / "harness_gallocr.json")
     p = get_profile("ggml-head")
     galloc = Gallocr(p, desc["alignment"])
     for gd in desc["graphs"]:

@@ -120,6 +120,28 @@ def public_columns(n: int, cols: dict[str, np.ndarray], table: list[str]) -> dic
     return out
 
 
+def event_rows(cols: dict[str, np.ndarray], indices) -> list[dict]:
+    """Event dicts (with their index `i`) from `public_columns`: -1 in an integer column means
+    absent, except an alloc's `block`, where -1 is ggml's own "no block" answer."""
+    out = []
+    for i in indices:
+        row = {"i": i}
+        kind = cols["kind"][i]
+        for name, col in cols.items():
+            if name == "i":
+                continue
+            v = col[i]
+            if isinstance(v, np.integer):
+                v = int(v)
+                if v == -1 and not (name == "block" and kind == "alloc"):
+                    continue
+            if v is None or v == {}:
+                continue
+            row[name] = v
+        out.append(row)
+    return out
+
+
 @dataclass
 class EncodedGraph:
     """A graph already in its stored form (compressed columns and string table), for

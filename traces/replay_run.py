@@ -18,7 +18,9 @@ from alloctrace.allocator.presets import Preset, family_of, get_preset, with_hpa
 from alloctrace.allocator.presets.space import AddressSpace
 from alloctrace.allocator.profiles import get_profile, names as profile_names
 from alloctrace.traces.errors import UserError
+from alloctrace.allocator.tensor import Graph
 from alloctrace.metal_exec import ConcurrencyReport, find_concurrency, report
+from alloctrace.metal_exec.plan import Plan, plan_from_legacy
 from alloctrace.traces.schema import GraphRecord, TraceMeta, oom_of
 
 EXIT_OOM = 3  # the replay ran and an allocator failed
@@ -210,3 +212,38 @@ def run_replay(preset, profile: str, n_ctx: int | None = None, n_batch: int | No
     if store is not None:
         store_result(r, store)
     return r.to_json()
+
+
+# --- plans for model presets, for the hazard checker and the executor (metal_exec) --------------
+def _op_params(graph: Graph, n_past: int) -> dict:
+    """Scalar parameters the Tensor model does not carry: the 2023 graphs' n_past for mask and rope."""
+    return {t.name: {"n_past": n_past} for t in graph.nodes if t.op in ("DIAG_MASK_INF", "ROPE")}
+
+
+def preset_plans(name: str, profile_name: str, metal_concurrency: bool = False, serial: bool = False,
+                 hparams: dict | None = None, buffer_size: int | None = None, n_ctx: int | None = None,
+                 eval_shape: tuple | None = None, layout: str | None = None,
+                 expect_max_size: int | None = None) -> list[Plan]:
+    """The eval graph of a preset, planned as the program did (`replay` above: measure the worst case,
+    with Metal's parse_seq when asked, then the eval graph in a buffer of max_size plus padding).
+
+    eval_shape is (n_tokens, n_past) of the eval graph (default: the measured shape);
+    expect_max_size makes a rebuilt run prove it matches a stored one."""
+    e_tokens, e_past = eval_shape or (None, None)
+    try:
+        r = replay(name, profile_name, n_ctx=n_ctx, eval_tokens=e_tokens, n_past=e_past,
+                   metal_concurrency=metal_concurrency, layout=layout, hparams=hparams, buffer_size=buffer_size)
+    except UserError as e:
+        raise ValueError(str(e)) from None
+    if r.measure.alloc.failed:
+        raise ValueError(f"the {profile_name} measure walk failed on {name}: {r.measure.alloc.failed.kind}")
+    if expect_max_size is not None and r.eval.max_size != expect_max_size:
+        raise ValueError(f"rebuilding {name} gives max_size {r.eval.max_size}, the stored run had {expect_max_size}")
+    concurrent = False if serial else None
+    run = r.eval if r.eval.alloc.failed is None else r.measure
+    plan = plan_from_legacy(run.graph, run.alloc, r.parse_seq, concurrent, graph_index=0 if run is r.measure else 1)
+    if run is r.measure:
+        failed = r.eval.alloc.failed
+        plan.note = f"the real allocation failed ({failed.kind} at {failed.tensor}); checking the measure plan"
+    plan.params = _op_params(plan.graph, run.n_past)
+    return [plan]

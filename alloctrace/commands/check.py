@@ -81,7 +81,7 @@ def _hparams(items) -> dict:
 def _preset_plans(args):
     """The eval graph of a model preset, planned as the program did (measure, then the real buffer)."""
     try:
-        from alloctrace.metal_exec.plan import preset_plans
+        from alloctrace.traces.replay_run import preset_plans
     except ImportError:
         raise UserError("checking presets is not available in this build; use --harness") from None
     try:
@@ -95,7 +95,7 @@ def _trace_plans(args):
     """A stored replay trace: its preset run is rebuilt and must reproduce the stored eval max_size.
 
     Traces imported from logs keep events, not tensor shapes and sources, so they cannot be checked."""
-    from alloctrace.metal_exec.plan import preset_plans
+    from alloctrace.traces.replay_run import preset_plans
     from alloctrace.traces.store import open_store
 
     store = open_store(args.store)
