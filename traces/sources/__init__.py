@@ -13,37 +13,15 @@ allocator lines with one clear error.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterable, Protocol
 
-from ..columns import EncodedGraph
 from ..errors import UserError
 from ..gcpause import gc_paused
-from ..logio import HEAD, LogReader, check_path
+from ..logio import LogReader, check_path
 from ..progress import Progress
-from ..schema import GraphRecord, TraceMeta
+from .base import ImportedTrace, Source
 
-
-@dataclass
-class ImportedTrace:
-    """What a source read: the trace's metadata and its graphs (consumed inside the store's transaction)."""
-
-    meta: TraceMeta  # meta.source is the source's name
-    graphs: Iterable[GraphRecord | EncodedGraph]
-    report: dict = field(default_factory=dict)  # source-specific facts for `import --json`
-
-
-class Source(Protocol):
-    name: str  # "ggml-log", "jsonl", ...
-
-    def sniff(self, head: bytes) -> bool:
-        """Does this source read input that starts with `head` (up to HEAD decompressed bytes)?"""
-
-    def read(self, stream: BinaryIO, *, filename: str, name: str | None) -> list[ImportedTrace]:
-        """The traces in `stream` (decompressed). Bad input raises UserError naming `filename`.
-        A source may take more keyword options (`progress`, its own); the entry point passes those
-        it declares."""
+__all__ = ["ImportedTrace", "Source", "import_file", "import_files", "import_paths", "register", "registered"]
 
 
 _SOURCES: list[Source] = []

@@ -10,7 +10,7 @@ from alloctrace.allocator.events import Event
 from ..errors import UserError
 from ..logio import LogReader
 from ..schema import FORMAT_VERSION, GraphRecord, TraceMeta
-from . import ImportedTrace
+from .base import ImportedTrace
 
 HEADER = re.compile(rb'\A\s*\{\s*"type"\s*:\s*"trace"')
 

@@ -17,7 +17,7 @@ from ...columns import EncodedGraph
 from ...errors import UserError
 from ...logio import LogReader
 from ...schema import GraphRecord, TraceMeta
-from .. import ImportedTrace
+from ..base import ImportedTrace
 from .graph_cache import RecoveryCache
 from .parse_log import AbsurdNumber, LineMemo, own
 from .recover import GallocrReplay, LegacyReplay
