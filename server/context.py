@@ -89,22 +89,15 @@ class Context:
 
     # --- per-graph caches -------------------------------------------------------------
     def columns(self, trace_id: str, g: int) -> dict:
-        def load():
-            with gc_paused():  # a million decoded strings, no cycles
-                return self.call(lambda s: s.columns(trace_id, g))
-        return self.columns_cache.get((trace_id, g), load)
+        return _cached(self.columns_cache, (trace_id, g), lambda: self.call(lambda s: s.columns(trace_id, g)))
 
     def lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes:
-        def build():
-            cols = self.columns(trace_id, g)
-            with gc_paused():
-                return memmap.extract(cols)
-        return self.lifetimes_cache.get((trace_id, g), build)
+        return _cached(self.lifetimes_cache, (trace_id, g), lambda: memmap.extract(self.columns(trace_id, g)))
 
     def state_index(self, trace_id: str, g: int):
         from alloctrace.traces.state_index import StateIndex
-        return self.states_cache.get((trace_id, g), lambda: StateIndex(self.columns(trace_id, g),
-                                                                       self.graph_info(trace_id, g)["capacity"]))
+        return _cached(self.states_cache, (trace_id, g),
+                       lambda: StateIndex(self.columns(trace_id, g), self.graph_info(trace_id, g)["capacity"]))
 
     def graph_info(self, trace_id: str, g: int) -> dict:
         """The graph's summary row plus its oom event and real capacity (traces.graph_info)."""
@@ -144,3 +137,11 @@ class Context:
     def event_rows(self, trace_id: str, g: int, indices: list[int]) -> list[dict]:
         """Event dicts (with their index `i`) from the cached columns."""
         return event_rows(self.columns(trace_id, g), indices)
+
+
+def _cached(cache, key, build):
+    """A cached per-graph answer; building one makes a million small objects, no cycles."""
+    def paused():
+        with gc_paused():
+            return build()
+    return cache.get(key, paused)

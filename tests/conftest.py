@@ -23,3 +23,21 @@ def load_harness(path: Path) -> dict:
     """A harness graph description (the JSON beside a harness log)."""
     with open(path) as f:
         return json.load(f)
+
+
+def log_records(imp) -> list:
+    """A LogImport's graphs recovered one by one, with no recovery cache: the plain reference the
+    importer's cached path (`LogImport.encoded`) must match. Each event learns its graph index."""
+    from alloctrace.traces.sources.ggml_log.parse_log import own
+
+    replay, out = None, []
+    for draft in imp._drafts():
+        replay = replay or imp._replayer(imp.features, draft)
+        draft.items = own(draft.items)
+        rec = replay.graph(draft)
+        for ev in rec.events:
+            ev.graph = rec.index
+        out.append(rec)
+    if replay is None:
+        raise AssertionError("no graphs")
+    return out

@@ -9,7 +9,7 @@ from alloctrace.traces.sources.ggml_log.import_log import LogImport
 from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store import open_store
 
-from conftest import allocator_lines
+from conftest import allocator_lines, log_records
 
 # (folder, file) -> (generation, [(role, max_size, buffer_size)], oom of the last graph)
 GPT2_SHORT = [("measure", 102480, None)] + [("eval", 45136, 102496)] * 5
@@ -82,14 +82,14 @@ def test_head_buffer_sizes_match_the_harness_lines(fixtures, tmp_path):
     text = (fixtures / "head-gallocr" / "harness_gallocr.AT.log").read_text()
     p = tmp_path / "h.log"
     p.write_text("\n".join(l for l in text.splitlines() if "buffer size =" not in l) + "\n")
-    assert [r.buffer_size for r in LogImport(p).records()] == [20512, 41024, 41024, 41024]
+    assert [r.buffer_size for r in log_records(LogImport(p))] == [20512, 41024, 41024, 41024]
 
 
 @pytest.mark.parametrize("folder,name", [k for k in sorted(EXPECTED) if k[1].startswith("harness")])
 def test_imported_events_render_back_to_the_log(fixtures, folder, name):
     """Nothing the allocator printed is lost: the events render to the log's allocator lines."""
     imp = LogImport(fixtures / folder / name)
-    events = [e for r in imp.records() for e in r.events]
+    events = [e for r in log_records(imp) for e in r.events]
     assert render(events, get_profile(imp.generation)) == allocator_lines(fixtures / folder / name)
 
 
@@ -106,7 +106,7 @@ def test_recovered_offsets_match_the_model_run(fixtures):
         m.alloc_tensor(g.by_name(n))
     m.alloc_graph(g)
     model = [(e.tensor, e.offset) for e in m.events if e.kind in ("alloc", "free")]
-    first = next(LogImport(fixtures / "v2023-08-28-parseseq" / "harness_plain.AT.log").records())
+    first = log_records(LogImport(fixtures / "v2023-08-28-parseseq" / "harness_plain.AT.log"))[0]
     ours = [(e.tensor, e.offset) for e in first.events if e.kind in ("alloc", "free")]
     assert ours == model
 
@@ -153,7 +153,7 @@ def test_name_option_and_source(fixtures, store):
 
 def test_glued_program_output_and_unnamed_tensors(fixtures):
     """`...lazy dogggml_allocr_alloc: allocating  (16 bytes)`: the allocation is read, its empty name kept."""
-    recs = list(LogImport(fixtures / "v2023-08-16-legacy" / "gpt-2_tiny_short.AT.log").records())
+    recs = log_records(LogImport(fixtures / "v2023-08-16-legacy" / "gpt-2_tiny_short.AT.log"))
     explicit = [e for e in recs[2].events[:3]]
     assert [(e.kind, e.tensor, e.size) for e in explicit] == [("alloc", "", 16)] * 3
     assert recs[2].events[3].kind == "graph"

@@ -1,6 +1,7 @@
 """Message formats of every generation, graph splitting and allocator lives."""
 import pytest
 
+from conftest import log_records
 from alloctrace.allocator.events import Event
 from alloctrace.traces.sources.ggml_log.import_log import LogImport
 from alloctrace.traces.sources import import_paths
@@ -104,23 +105,23 @@ parent b: 0 children, 0 views, allocated: 1
 
 def test_address_era_log(tmp_path):
     imp = LogImport(write(tmp_path, ADDR_LOG))
-    [g] = list(imp.records())
+    [g] = log_records(imp)
     assert imp.generation == "ggml-2023-10"
     assert g.consistent is True and g.max_size == 3072
     assert [(e.tensor, e.offset) for e in g.events if e.kind in ("alloc", "free")] == \
         [("a", 0), ("b", 1024), ("a", 0), ("c", 0)]
     bad = write(tmp_path, ADDR_LOG.replace("0x7f0000001000\nexec: MUL", "0x7f0000002000\nexec: MUL"), "bad.log")
-    assert [r.consistent for r in LogImport(bad).records()] == [False]
+    assert [r.consistent for r in log_records(LogImport(bad))] == [False]
 
 
 def test_v3_log(tmp_path):
     imp = LogImport(write(tmp_path, V3_LOG))
-    [g] = list(imp.records())
+    [g] = log_records(imp)
     assert imp.generation == "ggml-2024-02"
     # v3's CPU buffer type allocates one alignment (64) more than gallocr asks for
     assert (g.role, g.consistent, g.max_size, g.buffer_size) == ("eval", True, 3072, 3072 + 64)
     wrong = write(tmp_path, V3_LOG.replace("(512 bytes) - block 0, offset 0", "(512 bytes) - block 0, offset 64"), "w.log")
-    assert [r.consistent for r in LogImport(wrong).records()] == [False]
+    assert [r.consistent for r in log_records(LogImport(wrong))] == [False]
 
 
 def test_generation_is_detected_from_the_first_choice(tmp_path):
@@ -131,14 +132,14 @@ def test_generation_is_detected_from_the_first_choice(tmp_path):
 
 def _gen(tmp_path, text):
     imp = LogImport(write(tmp_path, text))
-    list(imp.records())
+    log_records(imp)
     return imp.generation
 
 
 def test_repeated_program_runs_start_new_allocator_lives(fixtures, tmp_path):
     """A log holding two runs of the 2023 gpt-2 program: measure, 5 evals, measure, 5 evals."""
     raw = (fixtures / "v2023-08-16-legacy" / "gpt-2_tiny_short.AT.log").read_text()
-    recs = list(LogImport(write(tmp_path, raw + raw)).records())
+    recs = log_records(LogImport(write(tmp_path, raw + raw)))
     assert [(r.role, r.max_size, r.buffer_size) for r in recs] == \
         ([("measure", 102480, None)] + [("eval", 45136, 102496)] * 5) * 2
     assert all(r.consistent for r in recs)
@@ -148,7 +149,7 @@ def test_repeated_program_runs_start_new_allocator_lives(fixtures, tmp_path):
 
 def test_head_reserve_passes_split_on_program_output(fixtures, tmp_path):
     raw = (fixtures / "head-gallocr" / "gpt-2-alloc_tiny_short.AT.log").read_text()
-    recs = list(LogImport(write(tmp_path, raw + raw)).records())
+    recs = log_records(LogImport(write(tmp_path, raw + raw)))
     assert [(r.role, r.buffer_size, r.consistent) for r in recs] == [("reserve", 147520, True)] * 2
 
 

@@ -14,7 +14,6 @@ import numpy as np
 
 from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.gcpause import without_gc
 
 FIELDS = [f.name for f in fields(Event)]
 STR_FIELDS = ("kind", "tensor", "op", "parent", "view_src", "reason")
@@ -33,7 +32,6 @@ def narrowest(name: str, lo: int, hi: int):
     raise UserError(f"event field {name} out of range ({lo if lo <= info.min else hi})")
 
 
-@without_gc
 def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
     """(arrays by field name, string table) for one graph's events."""
     n = len(events)
@@ -75,7 +73,6 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
     return cols, list(table)
 
 
-@without_gc
 def decode_events(n: int, cols: dict[str, np.ndarray], table: list[str]) -> list[Event]:
     """The exact events `encode` was given."""
     lists = []
@@ -95,7 +92,6 @@ def decode_events(n: int, cols: dict[str, np.ndarray], table: list[str]) -> list
     return [Event(*row) for row in zip(*lists)] if n else []
 
 
-@without_gc
 def public_columns(n: int, cols: dict[str, np.ndarray], table: list[str]) -> dict[str, np.ndarray]:
     """Columns for analysis: int64 with -1 for missing, object arrays for strings, lists and dicts."""
     out: dict[str, np.ndarray] = {"i": np.arange(n, dtype=np.int64)}

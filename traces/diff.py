@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from alloctrace.traces.align import KIND_NAMES, NONE, align
+from alloctrace.traces.gcpause import without_gc
 from alloctrace.traces.diff_side import Cursor, Side, make_side, summary
 from alloctrace.traces.state import free_summary, stranding
 
@@ -296,6 +297,7 @@ def _deltas(a: Side, b: Side, sa: dict, sb: dict, ia, ib) -> dict:
     return out
 
 
+@without_gc  # the diff's entry point: many small live records, no cycles
 def diff_graphs(events_a, events_b, meta_a=None, meta_b=None) -> DiffResult:
     """Diff two graphs' event lists. `meta_*` (a GraphRecord or a dict) may give `label`, `role`,
     `max_size`, `buffer_size` (a real 2023 buffer's end), `capacity` and `alignment`."""

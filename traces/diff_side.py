@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from alloctrace.traces.gcpause import gc_paused
 from alloctrace.traces.align import NONE, SCANNED, Placements, placements
 from alloctrace.traces.state import CHANGE_KINDS, Replay, as_events
 
@@ -89,9 +88,8 @@ class Cursor:
         if end > j:
             p = self.side.placements
             rows = m[j:end]
-            with gc_paused():  # many small live records, no cycles
-                r.apply_changes(rows[:, 1].tolist(), rows[:, 2].tolist(), rows[:, 3].tolist(), rows[:, 4].tolist(),
-                                p.mutation_names[j:end], lambda k: p.mutation_links.get(j + k, (None, None)))
+            r.apply_changes(rows[:, 1].tolist(), rows[:, 2].tolist(), rows[:, 3].tolist(), rows[:, 4].tolist(),
+                            p.mutation_names[j:end], lambda k: p.mutation_links.get(j + k, (None, None)))
             self.j = end
         if n > r.n:
             r.n = n

@@ -25,6 +25,7 @@ import zstandard
 
 from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.gcpause import without_gc
 
 from .columns import EncodedGraph, decode_events, encode, pack, public_columns
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
@@ -256,6 +257,11 @@ class Store:
                 graphs.setdefault(r[0], []).append(r[1:])
         return [_summary(r, graphs.get(r[0], [])) for r in rows]
 
+    @without_gc  # decoding a graph makes a million small objects, no cycles (also for events, graph)
+    def _decoded(self, tid: str, g: int, decode):
+        row, cols, table = self._raw(tid, g)
+        return row, decode(row[2], cols, table)
+
     def _raw(self, tid: str, g: int):
         tid = self._id(tid)
         with self._snapshot() as db:
@@ -270,17 +276,15 @@ class Store:
         return row, cols, table
 
     def events(self, tid: str, graph_index: int) -> list[Event]:
-        row, cols, table = self._raw(tid, graph_index)
-        return decode_events(row[2], cols, table)
+        return self._decoded(tid, graph_index, decode_events)[1]
 
     def columns(self, tid: str, graph_index: int) -> dict[str, np.ndarray]:
-        row, cols, table = self._raw(tid, graph_index)
-        return public_columns(row[2], cols, table)
+        return self._decoded(tid, graph_index, public_columns)[1]
 
     def graph(self, tid: str, graph_index: int) -> GraphRecord:
-        row, cols, table = self._raw(tid, graph_index)
+        row, events = self._decoded(tid, graph_index, decode_events)
         idx, role, n, max_size, buffer_size, oom, consistent, extra, _ = row
-        return GraphRecord(index=idx, role=role, events=decode_events(n, cols, table), max_size=max_size,
+        return GraphRecord(index=idx, role=role, events=events, max_size=max_size,
                            buffer_size=buffer_size, oom=None if oom is None else json.loads(oom),
                            consistent=None if consistent is None else bool(consistent), extra=json.loads(extra))
 

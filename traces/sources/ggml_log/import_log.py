@@ -16,10 +16,10 @@ from alloctrace.allocator.profiles import PROFILES, names
 from ...columns import EncodedGraph
 from ...errors import UserError
 from ...logio import LogReader
-from ...schema import GraphRecord, TraceMeta
+from ...schema import TraceMeta
 from ..base import ImportedTrace
 from .graph_cache import RecoveryCache
-from .parse_log import AbsurdNumber, LineMemo, own
+from .parse_log import AbsurdNumber, LineMemo
 from .recover import GallocrReplay, LegacyReplay
 from .split import Draft, Features, Splitter
 from .split_memo import BodyMemo
@@ -59,7 +59,7 @@ def check_generation(generation: str | None) -> str | None:
 
 
 class LogImport:
-    """One log file as a stream of GraphRecords; `generation` is known after the first graph."""
+    """One log file as a stream of encoded graphs; `generation` is known after the first graph."""
 
     def __init__(self, src, generation: str | None = None, progress: Callable[[], None] | None = None,
                  label: str | None = None):
@@ -68,16 +68,6 @@ class LogImport:
         self.src, self.label = src, label
         self.generation = check_generation(generation)
         self.progress = progress
-
-    def records(self) -> Iterator[GraphRecord]:
-        """The graphs with their events (every graph replayed)."""
-        replay = None
-        for draft in self._drafts():
-            replay = replay or self._replayer(self.features, draft)
-            draft.items = own(draft.items)
-            yield _numbered(replay.graph(draft))
-        if replay is None:
-            raise UserError(f"{self.path}: no ggml-alloc trace lines found")
 
     def encoded(self) -> Iterator[EncodedGraph]:
         """The graphs in their stored form; identical graphs are recovered once (graph_cache.py)."""
@@ -147,12 +137,6 @@ def _header_lines(block: list[str]) -> list[int]:
         at = pos + 1
         pos = text.find("\n" + HEADER, at)
     return found
-
-
-def _numbered(rec: GraphRecord) -> GraphRecord:
-    for ev in rec.events:
-        ev.graph = rec.index
-    return rec
 
 
 class GgmlLogSource:

@@ -45,6 +45,10 @@ class Splitter:
     """Items in drafts may be shared between drafts (parsed lines, blank-line Events):
     copy them with parse_log.own before changing them."""
 
+    # what feeding a line reads and writes besides the open draft, the features and `pending`
+    # (split_memo.py keys on these; a new attribute that feeding depends on belongs here)
+    FEED_STATE = ("gap", "prev_alloc_line", "exec_since_blank")
+
     def __init__(self):
         self.cur: Draft | None = None
         self.pending: dict = {}

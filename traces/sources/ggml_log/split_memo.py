@@ -15,12 +15,20 @@ Splitter's `live` set is left alone on hits: with graph headers it is never read
 """
 from __future__ import annotations
 
+from dataclasses import fields
+from operator import attrgetter
 from typing import Iterator
 
 from .parse_log import LineMemo
-from .split import Draft, Splitter
+from .split import Draft, Features, Splitter
 
 UNREMEMBERED = ("graph", "data_addr")  # items that reach back into earlier items or drafts
+# the state a body's outcome depends on, from the dataclasses themselves (a new field joins the key)
+DRAFT_STATE = tuple(f.name for f in fields(Draft) if f.name != "items")
+FEATURE_DELTAS = ("n_alloc_lines", "asserts")  # counted and appended to: remembered as what a body added
+FEATURE_STATE = tuple(f.name for f in fields(Features) if f.name not in FEATURE_DELTAS)
+_draft_state, _feature_state = attrgetter(*DRAFT_STATE), attrgetter(*FEATURE_STATE)
+_splitter_state = attrgetter(*Splitter.FEED_STATE)
 
 
 class BodyMemo:
@@ -34,16 +42,16 @@ class BodyMemo:
         self.hits = self.misses = 0
 
     def _state(self) -> tuple:
-        sp, c, f = self.split, self.split.cur, self.split.features
-        return (c.n_exec, c.measure_before, c.compute_after, c.buffer_before, c.buffer_after, c.alignment, c.vm_base,
-                tuple(sp.pending.items()), sp.gap, sp.prev_alloc_line, sp.exec_since_blank,
-                f.chunk, f.offset, f.addr, f.addr_block, f.parent_line, f.first_block)
+        sp = self.split
+        return (_draft_state(sp.cur), _feature_state(sp.features), _splitter_state(sp), tuple(sp.pending.items()))
 
     def _set_state(self, state: tuple):
-        sp, c, f = self.split, self.split.cur, self.split.features
-        (c.n_exec, c.measure_before, c.compute_after, c.buffer_before, c.buffer_after, c.alignment, c.vm_base,
-         pending, sp.gap, sp.prev_alloc_line, sp.exec_since_blank,
-         f.chunk, f.offset, f.addr, f.addr_block, f.parent_line, f.first_block) = state
+        sp = self.split
+        draft, features, splitter, pending = state
+        for obj, names, values in ((sp.cur, DRAFT_STATE, draft), (sp.features, FEATURE_STATE, features),
+                                   (sp, Splitter.FEED_STATE, splitter)):
+            for name, value in zip(names, values):
+                setattr(obj, name, value)
         sp.pending = dict(pending)
 
     def feed(self, lines: list[str]) -> Iterator[Draft]:
