@@ -42,6 +42,7 @@ class Profile:
     other_assert_lines: tuple = ()  # later builds of the same allocator whose assert line moved
     graph_markers: bool = True  # `####### graph` lines separate the graph walks
     buffer_pad: int = 0  # bytes the CPU buffer type adds to the size gallocr asks for (v3: one alignment)
+    reserve_fn: str = "ggml_gallocr_reserve_n"  # the function that prints "reallocating ... buffer"
     # --- what the model presets need (the programs of that time) ---
     presets: bool = False  # `alloctrace replay` can run the Aug 2023 programs under it
     llama_names: str = "gguf"  # llama.cpp's tensor names: "pre-gguf" before Aug 21 2023, then "gguf"
@@ -108,6 +109,7 @@ PROFILES = {
             name="ggml-head", commit="d99724f2b141fed9e1a9f402213506c081433465", family="gallocr",
             best_fit_skips_last=True, parse_seq="none", inplace_ops=INPLACE_HEAD, max_free_blocks=256,
             view_parent_returns=False, assert_line=0, alignment=32, log_style="chunk",
+            reserve_fn="ggml_gallocr_reserve_n_impl",
             description="ggml 0.15.3 gallocr: chunked dynamic allocator, reuse factor, outputs kept",
         ),
     ]

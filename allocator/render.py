@@ -69,10 +69,17 @@ def render_legacy(ev: Event, profile: Profile, assert_path: str) -> list[str]:
 
 def render_head(ev: Event, profile: Profile, assert_path: str) -> list[str]:
     k = ev.kind
+    chunked = profile.log_style == "chunk"  # v3 and the pre-chunk gallocr print plain offsets
     if k == "alloc":
+        if not chunked:
+            return [f"ggml_dyn_tallocr_alloc: allocating {ev.tensor} ({ev.size} bytes) - block {ev.block}, "
+                    f"offset {ev.offset}"]
         return [f"ggml_dyn_tallocr_alloc: allocating {ev.tensor} ({ev.size} bytes) - block {ev.block}, "
                 f"offset {ev.offset}, chunk {ev.chunk}"]
     if k == "free":
+        if not chunked:
+            return [f"ggml_dyn_tallocr_free_tensor: freeing {ev.tensor} at {ev.offset} ({ev.size} bytes) - "
+                    f"n_free_blocks = {ev.n_free_before}"]
         return [f"ggml_gallocr_free_node: freeing {ev.tensor} at {{chunk={ev.chunk}, offset={ev.offset}}} "
                 f"({ev.size} bytes) - n_free_blocks = {ev.n_free_before}"]
     if k == "exec":
@@ -95,7 +102,7 @@ def render_head(ev: Event, profile: Profile, assert_path: str) -> list[str]:
         return [f"ggml_gallocr_needs_realloc: {ev.reason}", "ggml_gallocr_alloc_graph: reallocating buffers automatically"]
     if k == "buffer":
         mib = 1024.0 * 1024.0
-        return [f"ggml_gallocr_reserve_n_impl: reallocating {ev.reason} buffer from size "
+        return [f"{profile.reserve_fn}: reallocating {ev.reason} buffer from size "
                 f"{ev.extra['from'] / mib:.2f} MiB to {ev.size / mib:.2f} MiB"]
     if k == "oom":
         return [f"ggml_dyn_tallocr_alloc: not enough space in the buffer to allocate {ev.needed} bytes, "

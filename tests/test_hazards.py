@@ -23,6 +23,8 @@ CLEAN = [
     (PARSESEQ, "ggml-2023-08-16", False), (PARSESEQ, "ggml-2023-08-28", False), (PARSESEQ, "ggml-head", False),
     (PARSESEQ, "ggml-2023-08-28", True),  # parse_seq levels run concurrently, frees wait for barriers
     (HEAD, "ggml-head", False),
+    # every generation row runs the model: the later rows on the harness graphs too
+    (PLAIN, "ggml-2023-10", False), (HEAD, "ggml-2024-02", False), (HEAD, "ggml-2025-09", False),
 ]
 
 
@@ -234,3 +236,12 @@ def test_cli_bad_input_is_one_line(fixtures, tmp_path, capsys):
     lines = err.strip().splitlines()
     assert len(lines) == 4 and all(line.startswith("alloctrace: error: ") for line in lines)
     assert "Traceback" not in err
+
+
+def test_the_prechunk_model_decides_like_head_in_one_chunk(fixtures):
+    """The fixtures README: the pre-chunk gallocr's decisions equal the chunked head's when one chunk holds
+    everything; the model under each profile places every tensor of the head harness graphs alike."""
+    def placements(profile):
+        return [sorted((t.name, r) for t, r in plan.ranges.items() if r is not None)
+                for plan in plans_for(fixtures, HEAD, profile)]
+    assert placements("ggml-2025-09") == placements("ggml-head")

@@ -4,7 +4,8 @@ import gzip
 import pytest
 import zstandard
 
-from alloctrace.allocator import get_profile, render
+from alloctrace.allocator import Event, get_profile, render
+from alloctrace.traces.sources.ggml_log.parse_log import BLANK, parse_line
 from alloctrace.traces.sources.ggml_log.import_log import LogImport
 from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store import open_store
@@ -157,3 +158,28 @@ def test_glued_program_output_and_unnamed_tensors(fixtures):
     explicit = [e for e in recs[2].events[:3]]
     assert [(e.kind, e.tensor, e.size) for e in explicit] == [("alloc", "", 16)] * 3
     assert recs[2].events[3].kind == "graph"
+
+
+def strip_blank_ends(lines: list[str]) -> list[str]:
+    while lines and not lines[0]:
+        lines = lines[1:]
+    while lines and not lines[-1]:
+        lines = lines[:-1]
+    return lines
+
+
+@pytest.mark.parametrize("folder,name", [k for k in sorted(EXPECTED) if k[0].startswith(("v2024", "v2025"))])
+def test_v3_and_prechunk_events_render_back_to_the_log(fixtures, folder, name):
+    """The model's renderer of the generation prints exactly the log's allocator lines (program output
+    and debug lines left out) from the imported events: nothing lost, the message style is the generation's."""
+    path = fixtures / folder / name
+    imp = LogImport(path)
+    events = [e for r in log_records(imp) for e in r.events]
+    want = []
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            item = parse_line(line)
+            if type(item) is Event or item is BLANK or (type(item) is tuple and item[0] == "buffer"):
+                want.append(line)
+    assert strip_blank_ends(render(events, get_profile(imp.generation))) == strip_blank_ends(want)
