@@ -77,6 +77,12 @@ ALIGNMENT = re.compile(r"\balignment[ =](\d+)\b")
 MAX_SCAN = 4096  # allocator text is short and sits at a line's end; longer lines are cut from the left
 
 
+def _glued(line: str, m, ev: Event):
+    """`ev`, or ("glued", ev) when program output precedes the allocator text on its line: output the
+    program printed between two graph walks (logs without graph markers are split there)."""
+    return ("glued", ev) if m.start() and not line[:m.start()].isspace() else ev
+
+
 def parse_line(line: str):
     """The item one log line stands for (see the module docstring)."""
     if not line or line == "\r":
@@ -91,9 +97,10 @@ def parse_line(line: str):
         m = ALLOC.search(line)
         if m:
             name, size, block, addr, off, chunk = m.groups()
-            return Event("alloc", tensor=name, size=num(size), block=None if block is None else num(block),
-                         addr=ptr(addr), offset=None if off is None else num(off),
-                         chunk=None if chunk is None else num(chunk))
+            return _glued(line, m, Event("alloc", tensor=name, size=num(size),
+                                         block=None if block is None else num(block), addr=ptr(addr),
+                                         offset=None if off is None else num(off),
+                                         chunk=None if chunk is None else num(chunk)))
     if "freeing " in line:
         m = FREE.search(line)
         if m:
@@ -103,7 +110,7 @@ def parse_line(line: str):
                 ev.chunk, ev.offset = num(hchunk), num(hoff)
             elif off is not None:
                 ev.offset = num(off)
-            return ev
+            return _glued(line, m, ev)
         m = FREE_EXTRA.search(line)
         if m:
             return Event("free_extra", size=num(m.group(1)), parent=m.group(2), tensor=m.group(3))
@@ -114,7 +121,8 @@ def parse_line(line: str):
         m = EXEC.search(line)
         if m:
             srcs = m.group(3)
-            return Event("exec", op=m.group(1), tensor=m.group(2), srcs=srcs.split(", ") if srcs else [])
+            return _glued(line, m, Event("exec", op=m.group(1), tensor=m.group(2),
+                                         srcs=srcs.split(", ") if srcs else []))
     if "children, " in line:
         m = PARENT.search(line)
         if m:
@@ -264,8 +272,9 @@ class LineMemo:
             if len(self.memo) >= self.LIMIT:
                 self._start()
             self.memo[line] = item
-            if type(item) is Event:
-                self.keys[id(item)] = self.number(item_key(item))
+            ev = item[1] if type(item) is tuple and item[0] == "glued" else item
+            if type(ev) is Event:
+                self.keys[id(ev)] = self.number(item_key(ev))
         return item
 
 

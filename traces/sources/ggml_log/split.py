@@ -39,6 +39,7 @@ class Features:
     first_block: int | None = None
     asserts: list = field(default_factory=list)
     n_alloc_lines: int = 0
+    setup_allocs: int = 0  # allocations of the program's set-up, not of a graph walk (see Splitter.setup_at)
 
 
 class Splitter:
@@ -47,7 +48,7 @@ class Splitter:
 
     # what feeding a line reads and writes besides the open draft, the features and `pending`
     # (split_memo.py keys on these; a new attribute that feeding depends on belongs here)
-    FEED_STATE = ("gap", "prev_alloc_line", "exec_since_blank")
+    FEED_STATE = ("gap", "prev_alloc_line", "exec_since_blank", "setup_at")
 
     def __init__(self):
         self.cur: Draft | None = None
@@ -59,6 +60,10 @@ class Splitter:
         self.exec_since_blank = 0
         self.live: set = set()  # (chunk, offset or addr) of logged live allocations in the current walk
         self.last_alloc: Event | None = None
+        # logs without graph markers: allocations followed by program output before any walk started are
+        # the program's own set-up (weights, KV cache, inputs in buffers of their own), not a graph's:
+        # how many items of the open draft they are, dropped when the walk starts
+        self.setup_at: int | None = None
 
     def _new(self, items=None) -> Draft | None:
         """Open the next draft (taking the pending hints); returns the one it ends, if any."""
@@ -76,6 +81,11 @@ class Splitter:
         if type(item) is Event:
             return self._event(item)
         kind = item[0]
+        if kind == "glued":  # program output, then allocator text on the same line
+            started = self.cur is not None and self.cur.n_exec > 0
+            self.gap = self.gap or started
+            done = self._new() if started and not self.headers_seen else None
+            return self._event(item[1]) or done
         if item is BLANK:
             if self.cur is not None and self.prev_alloc_line:
                 self.cur.items.append(BARRIER if self.exec_since_blank > 1 else STEP)
@@ -108,6 +118,8 @@ class Splitter:
                 self.cur.items.append(Event("abort", reason="out of free blocks"))
             return None
         # program output and the hints it carries
+        if not started and not self.headers_seen and self.cur is not None and self.cur.items:
+            self.setup_at = len(self.cur.items)
         if kind == "compute_buffer" and started:
             self.cur.compute_after = True
         elif kind == "measure_next":
@@ -136,6 +148,7 @@ class Splitter:
 
     def _header(self, item) -> Draft | None:
         self.headers_seen = True
+        self.setup_at = None
         ev = Event("graph", extra={"g": item[1], "n": item[2]})
         if self.cur is None or self.cur.n_exec == 0:
             if self.cur is None:
@@ -188,6 +201,10 @@ class Splitter:
                 done = self._new()
         elif k == "exec":
             self.exec_since_blank += 1
+            if self.setup_at is not None and self.cur is not None and self.cur.n_exec == 0:
+                setup, self.cur.items = self.cur.items[:self.setup_at], self.cur.items[self.setup_at:]
+                f.setup_allocs += sum(1 for e in setup if type(e) is Event and e.kind == "alloc")
+            self.setup_at = None
         elif k == "parent":
             f.parent_line = True
         if self.cur is None:
