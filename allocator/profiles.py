@@ -43,6 +43,9 @@ class Profile:
     graph_markers: bool = True  # `####### graph` lines separate the graph walks
     buffer_pad: int = 0  # bytes the CPU buffer type adds to the size gallocr asks for (v3: one alignment)
     reserve_fn: str = "ggml_gallocr_reserve_n"  # the function that prints "reallocating ... buffer"
+    alignments: tuple = (32, 16)  # alignments programs of the time used, widest first (a log's sizes tell which)
+    backend_alignment: int = 0  # the CPU backend buffer's alignment (0: no backends yet); such buffers are
+    #                             allocated at the measured size, plain ones one alignment larger
     # --- what the model presets need (the programs of that time) ---
     presets: bool = False  # `alloctrace replay` can run the Aug 2023 programs under it
     llama_names: str = "gguf"  # llama.cpp's tensor names: "pre-gguf" before Aug 21 2023, then "gguf"
@@ -87,7 +90,7 @@ PROFILES = {
             name="ggml-2023-10", commit="08d748b2", family="legacy",
             best_fit_skips_last=True, parse_seq="barrier", inplace_ops=INPLACE_2023, max_free_blocks=256,
             view_parent_returns=False, assert_line=148, other_assert_lines=(116, 114), log_style="addr",
-            graph_markers=False,
+            graph_markers=False, alignments=(64, 32, 16), backend_alignment=64,
             description="Oct 2023 - Jan 2024: the first ggml_tallocr / ggml_gallocr split (the scheduler); the "
                         "same free-block rules, messages with heap addresses, no graph markers",
         ),

@@ -59,12 +59,14 @@ def test_every_fixture_log_is_covered(fixtures):
     assert logs == set(EXPECTED)
 
 
-NOT_YET = {"v2023-10-30-tallocr"}  # graph boundaries without markers and heap-based measure runs: not read yet
+# The scheduler's measure buffer is a small heap block whose base (and so the padding to its first 64-byte
+# aligned address, which ggml counts in max_size) the log never prints: the import reads 32 bytes less.
+BASE_NOT_LOGGED = {("v2023-10-30-tallocr", "gpt-2-backend2_tiny_short.AT.log")}
 
 
 @pytest.mark.parametrize("folder,name", [
-    pytest.param(*k, marks=pytest.mark.xfail(strict=True, reason="2023-10-30 logs are not read size-exact yet"))
-    if k[0] in NOT_YET else k for k in sorted(EXPECTED)])
+    pytest.param(*k, marks=pytest.mark.xfail(strict=True, reason="the measure buffer's heap base is not logged"))
+    if k in BASE_NOT_LOGGED else k for k in sorted(EXPECTED)])
 def test_fixture_imports_with_readme_sizes(fixtures, store, folder, name):
     generation, graphs, oom = EXPECTED[(folder, name)]
     [tid] = import_paths(store, [fixtures / folder / name])
@@ -183,3 +185,17 @@ def test_v3_and_prechunk_events_render_back_to_the_log(fixtures, folder, name):
             if type(item) is Event or item is BLANK or (type(item) is tuple and item[0] == "buffer"):
                 want.append(line)
     assert strip_blank_ends(render(events, get_profile(imp.generation))) == strip_blank_ends(want)
+
+
+@pytest.mark.parametrize("name,setup", [("gpt-2-backend_tiny_short.AT.log", 28), ("gpt-2-backend2_tiny_short.AT.log", 30),
+                                        ("gpt-2-alloc_tiny_short.AT.log", 0)])
+def test_unmarked_logs_leave_the_programs_own_buffers_out(fixtures, store, name, setup):
+    """2023-10-30 logs have no graph markers and the backend programs first allocate their weights (and the
+    scheduler's KV cache and inputs) in buffers of their own: those are not graph walks."""
+    path = fixtures / "v2023-10-30-tallocr" / name
+    weights = sum(1 for line in open(path) if "allocating model/" in line)
+    assert weights == setup  # the weights (and KV cache) the program printed before its first graph
+    [tid] = import_paths(store, [path])
+    assert all(not (e.tensor or "").startswith("model/") for g in store.summary(tid)["graphs"]
+               for e in store.events(tid, g["index"]) if e.kind == "alloc")
+    assert store.meta(tid).extra.get("setup_allocations", 0) >= setup

@@ -76,8 +76,7 @@ def assert_matches_state(events, lt: memmap.Lifetimes):
 @pytest.fixture(scope="module")
 def imported(fixtures, tmp_path_factory):
     store = open_store(tmp_path_factory.mktemp("memmap-store"))
-    # the 2023-10-30 logs are not read size-exact yet (test_import_fixtures marks them xfail)
-    ids = import_paths(store, sorted(p for p in fixtures.rglob("*.log") if p.parent.name != "v2023-10-30-tallocr"))
+    ids = import_paths(store, sorted(fixtures.rglob("*.log")))
     return store, ids
 
 

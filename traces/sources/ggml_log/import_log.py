@@ -152,6 +152,9 @@ class GgmlLogSource:
         imp = LogImport(stream, generation, progress, label=filename)
         records = imp.encoded()
         first = next(records)  # raises the file's UserError, or "no trace lines"
+        extra = {"format": "at_printf", "file": filename}
+        if imp.features.setup_allocs:  # the program's own buffers (weights, KV cache), before any graph walk
+            extra["setup_allocations"] = imp.features.setup_allocs
         meta = TraceMeta(name=name or filename, source=self.name, generation=imp.generation,
-                         profile=imp.generation, extra={"format": "at_printf", "file": filename})
+                         profile=imp.generation, extra=extra)
         return [ImportedTrace(meta, itertools.chain([first], records))]

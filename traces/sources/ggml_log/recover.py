@@ -60,7 +60,8 @@ class LegacyReplay:
             self.life, self.buffer = "measure", None
         elif self.life != "real" or d.buffer_before is not None:  # a new real allocator
             align = d.alignment or self.measure_align
-            self.buffer = d.buffer_before or (self.measure_max + align if self.measure_max else None)
+            pad = 0 if align == self.profile.backend_alignment else align
+            self.buffer = d.buffer_before or (self.measure_max + pad if self.measure_max else None)
             self.t = LegacyTallocr(self.profile, base or 0, self.buffer or MEASURE_SIZE, align)
             self.life = "real"
         else:
@@ -69,14 +70,27 @@ class LegacyReplay:
         ops_from_exec(events)
         rec = GraphRecord(index=self.index, role=role, events=events, buffer_size=self.buffer)
         rec.consistent = self._replay(events)
-        rec.max_size = self.t.max_size
+        rec.max_size = self.t.max_size + self._base_padding()
         rec.oom = oom_summary(rec)
         if role == "measure":
-            self.measure_max = self.t.max_size
+            self.measure_max = rec.max_size
             sizes = [e.size for e in d.items if isinstance(e, Event) and e.kind == "alloc"]
-            self.measure_align = d.alignment or (32 if sizes and all(s % 32 == 0 for s in sizes) else 16)
+            self.measure_align = d.alignment or next(
+                (a for a in self.profile.alignments if sizes and all(s % a == 0 for s in sizes)), 16)
         self.index += 1
         return rec
+
+    def _base_padding(self) -> int:
+        """Bytes between a heap buffer's base and its first aligned address, which ggml counts in max_size.
+
+        Logs of pointers show the aligned start only. glibc serves big buffers from mmap, 16 bytes past a
+        page start: an aligned start just past such a base is taken to be one (a small heap buffer's base
+        is not in the log; it is taken as aligned)."""
+        if self.shift is None:
+            return 0
+        start = self.t.base + self.shift
+        pad = (start - 16) % 4096
+        return pad if 0 < pad < self.t.alignment else 0
 
     def state(self) -> tuple:
         """Everything `graph` reads besides the draft (see RecoveryCache)."""
@@ -97,6 +111,7 @@ class LegacyReplay:
 
     def _replay(self, items) -> bool:
         self.ok, self.pending_oom, self.oom_tensor = True, None, None
+        self.shift = None  # logged address - model address (logs that print pointers of their own heap)
         self.live: dict[str, deque] = defaultdict(deque)
         step, replayed = self._step, REPLAYED
         for ev in items:
@@ -128,8 +143,13 @@ class LegacyReplay:
             ev.n_free, ev.largest_free, ev.total_free = t.summary()
         elif k == "free":
             addr = _take(self.live, ev.tensor, ev.size)
-            if addr is None:
-                addr = ev.addr
+            if ev.addr is not None:
+                if addr is None:  # a name the walk handed on (view parents): the logged pointer says where
+                    addr = ev.addr - (self.shift or 0)
+                elif self.shift is None:
+                    self.shift = ev.addr - addr
+                elif ev.addr - addr != self.shift:
+                    self.ok = False
             if addr is None or ev.n_free_before != len(t.sizes):
                 self.ok = False
             if addr is not None:
