@@ -32,7 +32,7 @@ measure_shape = llama.measure_shape
 
 
 @dataclass(frozen=True)
-class FalconParams:
+class FalconParams(llama.Heads):
     n_vocab: int = 65024
     n_embd: int = 4544
     n_head: int = 71
@@ -41,24 +41,13 @@ class FalconParams:
     n_ff: int = 18176
     attn_norm_2: int = 0  # 1: a second LayerNorm feeds QKV (Falcon-40B's ln_attn / ln_mlp)
 
-    @property
-    def n_embd_head(self) -> int:
-        return self.n_embd // self.n_head
-
-    @property
-    def n_embd_gqa(self) -> int:
-        return self.n_embd_head * self.n_head_kv
-
     def check(self):
         for k, v in vars(self).items():
             if k != "attn_norm_2" and v <= 0:
                 raise ValueError(f"{k} must be positive, got {v}")
         if self.attn_norm_2 not in (0, 1):
             raise ValueError(f"attn_norm_2 must be 0 or 1, got {self.attn_norm_2}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
-        if self.n_head % self.n_head_kv:
-            raise ValueError(f"n_head {self.n_head} is not a multiple of n_head_kv {self.n_head_kv}")
+        self.check_heads()
 
 
 # GGUF tensor names (llama.cpp LLM_TENSOR_NAMES for LLM_ARCH_FALCON)
@@ -114,10 +103,7 @@ def new_model(hp: FalconParams, n_ctx: int, profile: str = "", wtype: str = "f16
         layer["w3"] = w(n["w3"], wtype, E, F)
         layers.append(layer)
         weights.extend(layer.values())
-    n_elements = G * n_ctx * hp.n_layer
-    kv_ctx = Ctx(legacy=True)
-    cache_k = kv_ctx.set_name(kv_ctx.new_tensor_1d("f16", n_elements), "cache_k")
-    cache_v = kv_ctx.set_name(kv_ctx.new_tensor_1d("f16", n_elements), "cache_v")
+    cache_k, cache_v = llama.kv_cache(G, n_ctx, hp.n_layer)
     return FalconModel(hp, n_ctx, glob, layers, cache_k, cache_v, weights, ff_waits_for_attn)
 
 

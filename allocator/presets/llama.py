@@ -30,14 +30,8 @@ def metadata_bytes(profile) -> int:
     return get_profile(profile).llama_metadata_bytes
 
 
-@dataclass(frozen=True)
-class LlamaParams:
-    n_vocab: int = 32000
-    n_embd: int = 4096
-    n_head: int = 32
-    n_head_kv: int = 32
-    n_layer: int = 32
-    n_ff: int = 11008
+class Heads:
+    """n_embd split into n_head heads, n_head_kv of them for K and V (grouped-query attention)."""
 
     @property
     def n_embd_head(self) -> int:
@@ -47,14 +41,35 @@ class LlamaParams:
     def n_embd_gqa(self) -> int:
         return self.n_embd_head * self.n_head_kv
 
-    def check(self):
-        for k, v in vars(self).items():
-            if v <= 0:
-                raise ValueError(f"{k} must be positive, got {v}")
+    def check_heads(self):
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
         if self.n_head % self.n_head_kv:
             raise ValueError(f"n_head {self.n_head} is not a multiple of n_head_kv {self.n_head_kv}")
+
+
+def kv_cache(n_embd_gqa: int, n_ctx: int, n_layer: int) -> tuple:
+    """llama.cpp's KV cache: two f16 1-D tensors in a context of their own (f16_kv=true)."""
+    n_elements = n_embd_gqa * n_ctx * n_layer
+    ctx = Ctx(legacy=True)
+    return (ctx.set_name(ctx.new_tensor_1d("f16", n_elements), "cache_k"),
+            ctx.set_name(ctx.new_tensor_1d("f16", n_elements), "cache_v"))
+
+
+@dataclass(frozen=True)
+class LlamaParams(Heads):
+    n_vocab: int = 32000
+    n_embd: int = 4096
+    n_head: int = 32
+    n_head_kv: int = 32
+    n_layer: int = 32
+    n_ff: int = 11008
+
+    def check(self):
+        for k, v in vars(self).items():
+            if v <= 0:
+                raise ValueError(f"{k} must be positive, got {v}")
+        self.check_heads()
 
 
 # tensor names: the pre-GGUF loader named tensors after the .pth keys, GGUF after its own scheme
@@ -115,10 +130,7 @@ def new_model(hp: LlamaParams, n_ctx: int, profile: str, wtype: str = "f16") -> 
         }
         layers.append(layer)
         weights.extend(layer.values())
-    n_elements = G * n_ctx * hp.n_layer
-    kv_ctx = Ctx(legacy=True)
-    cache_k = kv_ctx.set_name(kv_ctx.new_tensor_1d("f16", n_elements), "cache_k")
-    cache_v = kv_ctx.set_name(kv_ctx.new_tensor_1d("f16", n_elements), "cache_v")
+    cache_k, cache_v = kv_cache(G, n_ctx, hp.n_layer)
     return LlamaModel(hp, n_ctx, glob, layers, cache_k, cache_v, weights)
 
 
