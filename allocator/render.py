@@ -41,9 +41,14 @@ def _reuse(ev: Event) -> str:
 
 def render_legacy(ev: Event, profile: Profile, assert_path: str) -> list[str]:
     k = ev.kind
+    tallocr = profile.log_style == "addr"  # Oct 2023: ggml_tallocr's functions, frees at their pointer
     if k == "alloc":
-        return [f"ggml_allocr_alloc: allocating {ev.tensor} ({ev.size} bytes) - block {ev.block}"]
+        fn = "ggml_tallocr_alloc" if tallocr else "ggml_allocr_alloc"
+        return [f"{fn}: allocating {ev.tensor} ({ev.size} bytes) - block {ev.block}"]
     if k == "free":
+        if tallocr:
+            return [f"ggml_tallocr_free_tensor: freeing {ev.tensor} at {c_pointer(ev.addr)} ({ev.size} bytes) - "
+                    f"n_free_blocks = {ev.n_free_before}"]
         return [f"ggml_allocator_free_tensor: freeing {ev.tensor} ({ev.size} bytes) - n_free_blocks = {ev.n_free_before}"]
     if k == "exec":
         return [_exec_2023(ev)]

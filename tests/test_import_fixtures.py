@@ -199,3 +199,26 @@ def test_unmarked_logs_leave_the_programs_own_buffers_out(fixtures, store, name,
     assert all(not (e.tensor or "").startswith("model/") for g in store.summary(tid)["graphs"]
                for e in store.events(tid, g["index"]) if e.kind == "alloc")
     assert store.meta(tid).extra.get("setup_allocations", 0) >= setup
+
+
+@pytest.mark.parametrize("name", ["gpt-2-alloc_tiny_short.AT.log", "gpt-2-backend_tiny_short.AT.log",
+                                  "gpt-2-backend2_tiny_short.AT.log"])
+def test_tallocr_events_render_back_to_the_log(fixtures, name):
+    """Oct 2023: the renderer prints the log's allocator lines (ggml_tallocr's functions, frees at their
+    heap pointers) from the imported events, the program's set-up allocations aside; blank lines are
+    left out on both sides (the program's output between walks leaves extra ones)."""
+    path = fixtures / "v2023-10-30-tallocr" / name
+    imp = LogImport(path)
+    events = [e for r in log_records(imp) for e in r.events]
+    want = []
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            item = parse_line(line)
+            if type(item) is tuple and item[0] == "glued":  # the program's text before the allocator's
+                item = item[1]
+                line = line[line.index("exec:" if item.kind == "exec" else "ggml_"):]
+            if type(item) is Event:
+                want.append(line)
+    assert [line for line in render(events, get_profile(imp.generation)) if line] == \
+        want[imp.features.setup_allocs:]

@@ -54,7 +54,8 @@ def import_file(store, src, *, name: str | None = None, filename: str | None = N
     `buffered` reads every graph before the store's transaction opens (a server keeps slow
     parsing out of the write lock); `options` go to the source when its `read` takes them
     (e.g. `generation` for ggml logs)."""
-    label = filename or (Path(src).name if isinstance(src, (str, Path)) else getattr(src, "name", None) or "input")
+    named = src if isinstance(src, (str, Path)) else getattr(src, "name", None)
+    label = filename or (Path(named).name if isinstance(named, (str, Path)) else "input")
     done: list[str] = []
     with LogReader(src, label=label, text=False) as reader:
         source = source_for(reader.head)
