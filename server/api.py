@@ -15,6 +15,9 @@ from pydantic import BaseModel, Field
 from alloctrace.allocator.events import KINDS
 from alloctrace.traces.errors import UserError
 from alloctrace.server import graphs, upload
+from alloctrace.traces import memmap
+from alloctrace.traces.graph_info import events_page
+from alloctrace.traces.state_index import state_json
 from alloctrace.server.context import Context
 from alloctrace.server.mapjson import memory_map_json
 
@@ -86,9 +89,7 @@ def get_events(request: Request, trace_id: TraceId, g: GraphIndex,
     if kind is not None and kind not in KINDS:
         raise UserError(f"unknown event kind {kind!r} (one of {', '.join(KINDS)})")
     c = ctx(request)
-    cols = c.columns(trace_id, g)
-    return JSONResponse(graphs.events_page(cols, lambda idx: c.event_rows(trace_id, g, idx), start, limit,
-                                           kind, tensor))
+    return JSONResponse(events_page(c.columns(trace_id, g), start, limit, kind, tensor))
 
 
 @router.get("/traces/{trace_id}/graphs/{g}/memory-map", summary="Tensor lifetimes in a view window")
@@ -102,7 +103,7 @@ def get_memory_map(request: Request, trace_id: TraceId, g: GraphIndex,
     c = ctx(request)
     info = c.graph_info(trace_id, g)
     lt = c.lifetimes(trace_id, g)
-    win = graphs.window(lt, info, x0, x1, y0, y1)
+    win = memmap.window(lt, info, x0, x1, y0, y1)
     # traces never change once stored, so a view asked for again (a dashboard opening) is rendered once
     body = c.map_cache.get((trace_id, g, win, max_shapes, max_points),
                            lambda: memory_map_json(lt, info, win, max_shapes, max_points))
@@ -117,7 +118,7 @@ def get_state(request: Request, trace_id: TraceId, g: GraphIndex,
     if event > info["n_events"]:
         raise UserError(f"event {event} is out of range (0..{info['n_events']})")
     nxt = c.event_rows(trace_id, g, [event])[0] if event < info["n_events"] else None
-    return JSONResponse(graphs.state_json(c.state_index(trace_id, g), event, nxt))
+    return JSONResponse(state_json(c.state_index(trace_id, g), event, nxt))
 
 
 @router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")

@@ -427,7 +427,7 @@ def test_gzip_and_zstd_uploads_import_like_plain(client, fixtures, tmp_path, leg
 def test_state_checkpoints_give_state_at_in_any_order(live, legacy, monkeypatch):
     import random
 
-    from alloctrace.server.graphs import StateIndex
+    from alloctrace.traces.state_index import StateIndex
     store = live.app.state.ctx.store
     tid = legacy["id"]
     events = store.events(tid, 1)

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from alloctrace.allocator.events import Event
-from alloctrace.server import graphs
 from alloctrace.server.mapjson import memory_map_json
 from alloctrace.traces import memmap
 from test_memmap import columns_of, synthetic_events
@@ -74,5 +73,5 @@ def test_narrow_windows_find_what_a_full_scan_finds(lt):
 def test_a_graph_without_lifetimes_encodes():
     lt0 = memmap.extract(columns_of([Event("view", tensor="v", offset=0)]))
     info = {"max_size": None, "buffer_size": None, "oom": None}
-    win = graphs.window(lt0, info, None, None, None, None)
+    win = memmap.window(lt0, info, None, None, None, None)
     assert json.loads(memory_map_json(lt0, info, win, 10, 10)) == memory_map(lt0, info, win, 10, 10)

@@ -1,4 +1,4 @@
-"""Facts about one stored graph that every view needs: where it failed and how much room it had."""
+"""Facts about one stored graph that every view needs: where it failed, how much room it had, its events."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,3 +33,23 @@ def graph_info(row: dict, cols: dict) -> dict:
                        "largest_available": e.get("largest"), "reason": e.get("reason")}
     info["capacity"] = capacity_of(info, cols)
     return info
+
+
+def events_page(cols: dict, start: int, limit: int, kind: str | None, tensor: str | None) -> dict:
+    """Events [start, start+limit) of those matching the filters, each with its index `i`."""
+    n = len(cols["i"])
+    mask = None
+    if kind is not None:
+        mask = cols["kind"] == kind
+    if tensor is not None:
+        m = cols["tensor"] == tensor
+        mask = m if mask is None else mask & m
+    if mask is None:
+        total = n
+        idx = np.arange(min(start, n), min(start + limit, n))
+    else:
+        hits = np.flatnonzero(mask)
+        total = len(hits)
+        idx = hits[start:start + limit]
+    return {"total": int(total), "start": start, "limit": limit, "kind": kind, "tensor": tensor,
+            "events": event_rows(cols, idx.tolist())}

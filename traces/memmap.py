@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import UserError
+
 MISSING = -1
 GRID = 1024  # finest bucket grid per axis: about one cell per screen pixel
 
@@ -396,3 +398,16 @@ class LRU:
         with self._lock:
             for k in [k for k in self._items if k[0] == trace_id]:
                 del self._items[k]
+
+
+def window(lt: Lifetimes, info: dict, x0, x1, y0, y1) -> tuple[int, int, int, int]:
+    """The view window with defaults filled in: the whole graph, up to the highest byte any
+    tensor, max_size or buffer_size reaches."""
+    top = max(lt.y_extent, info.get("max_size") or 0, info.get("buffer_size") or 0, 1)
+    win = (0 if x0 is None else x0, max(lt.n_events, 1) if x1 is None else x1,
+           0 if y0 is None else y0, top if y1 is None else y1)
+    if win[1] <= win[0]:
+        raise UserError(f"empty event range: x1 ({win[1]}) must be above x0 ({win[0]})")
+    if win[3] <= win[2]:
+        raise UserError(f"empty address range: y1 ({win[3]}) must be above y0 ({win[2]})")
+    return win
