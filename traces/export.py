@@ -13,7 +13,7 @@ from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
 
 from .columns import FIELDS
-from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
+from .schema import FORMAT_VERSION, GraphRecord
 
 FORMATS = ("jsonl", "csv", "chrome")
 
