@@ -222,3 +222,14 @@ def test_tallocr_events_render_back_to_the_log(fixtures, name):
                 want.append(line)
     assert [line for line in render(events, get_profile(imp.generation)) if line] == \
         want[imp.features.setup_allocs:]
+
+
+def test_the_prechunk_log_decides_like_head(fixtures):
+    """The README: the pre-chunk gallocr's gpt-2-alloc decisions equal the chunked head's (one chunk), which is
+    why ggml-2025-09 runs on the head walk (allocator/gallocr.py) with its own profile row."""
+    def decisions(folder):
+        imp = LogImport(fixtures / folder / "gpt-2-alloc_tiny_short.AT.log")
+        return [(e.kind, e.tensor, e.size, e.offset, e.block) for r in log_records(imp) for e in r.events
+                if e.kind in ("alloc", "free", "reuse")]
+    prechunk, head = decisions("v2025-09-23-prechunk"), decisions("head-gallocr")
+    assert len(prechunk) > 100 and prechunk == head
