@@ -29,9 +29,10 @@ class DiffResult:
     aligned: dict
     anomalies: list = field(default_factory=list)
     first_choice_divergence: dict | None = None  # the first differing block/chunk/kind, offsets ignored
+    size_attribution: dict | None = None  # the high-water delta by family (explain.py), for stored graphs
 
     def to_json(self) -> dict:
-        return {"first_divergence": self.first_divergence,
+        return {"first_divergence": self.first_divergence, "size_attribution": self.size_attribution,
                 "first_choice_divergence": self.first_choice_divergence,
                 "first_free_list_divergence": self.first_free_list_divergence,
                 "a": self.a, "b": self.b, "deltas": self.deltas, "aligned": self.aligned,
@@ -348,7 +349,11 @@ def _load(store, trace_id, g: int, rows: dict):
 def _pair(store, ta, x, rows_a, tb, y, rows_b) -> DiffResult:
     events_a, meta_a = _load(store, ta, x, rows_a)
     events_b, meta_b = _load(store, tb, y, rows_b)
-    return diff_graphs(events_a, events_b, meta_a, meta_b)
+    result = diff_graphs(events_a, events_b, meta_a, meta_b)
+    from alloctrace.traces.explain import stored_attribution
+
+    result.size_attribution = stored_attribution(store, (ta, x, events_a, meta_a), (tb, y, events_b, meta_b))
+    return result
 
 
 def diff_refs(store, ref_a: str, ref_b: str):
