@@ -54,12 +54,13 @@ def parse_values(text: str | None, name: str) -> list[int | None]:
     return out
 
 
-def sweep_points(preset: str, profiles: list[str], n_ctx: list, n_batch: list) -> list[tuple]:
-    combos = list(product(profiles, n_ctx, n_batch))
+def sweep_points(profiles: list[str], n_ctx: list, n_batch: list, max_points: int = MAX_POINTS) -> list[tuple]:
     if not profiles:
-        raise UserError("a sweep needs at least one --profile")
-    if len(combos) > MAX_POINTS:
-        raise UserError(f"a sweep is limited to {MAX_POINTS} points, this one has {len(combos)}")
+        raise UserError("a sweep needs at least one profile")
+    n = len(profiles) * len(n_ctx) * len(n_batch)
+    if n > max_points:
+        raise UserError(f"a sweep is limited to {max_points} points, this one has {n}")
+    combos = list(product(profiles, n_ctx, n_batch))
     return combos
 
 
@@ -90,9 +91,9 @@ def run_point(preset, profile: str, n_ctx, n_batch, metal_concurrency: bool = Fa
 
 
 def sweep(preset: str, profiles: list[str], n_ctx: list, n_batch: list, metal_concurrency: bool = False,
-          progress=None) -> dict:
+          progress=None, max_points: int = MAX_POINTS) -> dict:
     """{"points": [...], "oom_onset": [{"profile", "n_ctx", "n_batch"}...]}; `progress(done, total)`."""
-    combos = sweep_points(preset, profiles, n_ctx, n_batch)
+    combos = sweep_points(profiles, n_ctx, n_batch, max_points)
     points = []
     for i, (prof, ctx, batch) in enumerate(combos):
         points.append(run_point(preset, prof, ctx, batch, metal_concurrency))
