@@ -327,8 +327,10 @@ def diff_graphs(events_a, events_b, meta_a=None, meta_b=None) -> DiffResult:
     aligned = {"count": len(ia), "a": na, "b": nb, "fraction": len(ia) / max(na, nb, 1),
                "fraction_a": len(ia) / max(na, 1), "fraction_b": len(ia) / max(nb, 1)}
     anomalies = [f"{side.label}: {x}" for side, cur in ((a, cur_a), (b, cur_b)) for x in cur.replay.free.anomalies]
+    from alloctrace.traces.explain import graphs_attribution
+
     return DiffResult(first, free_list, sum_a, sum_b, _deltas(a, b, sum_a, sum_b, ia, ib), aligned, anomalies[:20],
-                      choice)
+                      choice, graphs_attribution(events_a, events_b, meta_a, meta_b))
 
 
 # --- stored traces ------------------------------------------------------------------------
@@ -342,6 +344,7 @@ def _load(store, trace_id, g: int, rows: dict):
     """A graph's events as the store's columns (no Event objects), and its metadata."""
     meta = dict(rows.get(g) or {})
     meta["label"] = f"{trace_id}:{g} {meta.get('role') or ''}".strip()
+    meta["source"] = store.meta(trace_id).source if hasattr(store, "meta") else None  # whose peak rules apply
     events = store.columns(trace_id, g) if hasattr(store, "columns") else store.events(trace_id, g)
     return events, meta
 
@@ -349,11 +352,7 @@ def _load(store, trace_id, g: int, rows: dict):
 def _pair(store, ta, x, rows_a, tb, y, rows_b) -> DiffResult:
     events_a, meta_a = _load(store, ta, x, rows_a)
     events_b, meta_b = _load(store, tb, y, rows_b)
-    result = diff_graphs(events_a, events_b, meta_a, meta_b)
-    from alloctrace.traces.explain import stored_attribution
-
-    result.size_attribution = stored_attribution(store, (ta, x, events_a, meta_a), (tb, y, events_b, meta_b))
-    return result
+    return diff_graphs(events_a, events_b, meta_a, meta_b)
 
 
 def diff_refs(store, ref_a: str, ref_b: str):

@@ -295,13 +295,13 @@ def size_attribution(a: GraphPeak, b: GraphPeak) -> dict:
     return out
 
 
-def stored_attribution(store, side_a: tuple, side_b: tuple) -> dict:
-    """size_attribution of two stored graphs; each side is (trace id, graph, events or columns,
-    summary row), each peak computed by its own trace's source."""
+def graphs_attribution(events_a, events_b, meta_a=None, meta_b=None) -> dict:
+    """size_attribution of two graphs (events or store columns); `meta_*` (a dict or a GraphRecord)
+    may name the trace's `source`, whose peak rules then apply, and the graph's row fields."""
     peaks = []
-    for tid, g, events, row in (side_a, side_b):
-        source = store.meta(tid).source if hasattr(store, "meta") else None
-        peaks.append(peak_fn(source)(_columns(events), row or {}))
+    for events, meta in ((events_a, meta_a), (events_b, meta_b)):
+        row = meta if isinstance(meta, dict) else (meta.summary() if hasattr(meta, "summary") else {})
+        peaks.append(peak_fn(row.get("source"))(_columns(events), row))
     return size_attribution(*peaks)
 
 
