@@ -1,6 +1,6 @@
 // Sweep view: compute buffer size against the swept parameter, one line per profile (and batch when
 // both are swept); hover shows the dominant families, failing points are red crosses.
-import { api, el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, topNav, pick } from "/static/common.js";
+import { api, el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, topNav, pick, opColor } from "/static/common.js";
 import { plotText, byteTicks } from "/static/memmap.js";
 
 topNav("replay");
@@ -44,10 +44,11 @@ function draw(ring) {
     if (!groups.has(g)) groups.set(g, []);
     groups.get(g).push(p);
   }
-  const traces = [...groups.entries()].map(([name, ps]) => ({
+  const traces = [...groups.entries()].map(([name, ps], k) => ({
     type: "scatter", mode: "lines+markers", name: plotText(name), x: ps.map((p) => p[key]), y: ps.map((p) => p.max_size),
+    line: { color: opColor(`sweep:${name}`), dash: ["solid", "dash", "dot", "dashdot"][k % 4], width: 2 },
     marker: { size: ps.map((p) => (p.oom ? 13 : 9)), symbol: ps.map((p) => (p.oom ? "x" : "circle")),
-      color: ps.map((p) => (p.oom ? "#c0352b" : undefined)),
+      color: ps.map((p) => (p.oom ? "#c0352b" : opColor(`sweep:${name}`))),
       line: { width: ps.map((p) => (ring && p.top_families[0] && p.top_families[0].family === ring ? 3 : 0)), color: RING } },
     customdata: ps.map((p) => [fmtBytes(p.max_size), exactBytes(p.max_size), plotText(famText(p)), p.oom ? "out of space" : "fits"]),
     hovertemplate: `${key} %{x}: %{customdata[0]} (%{customdata[1]}), %{customdata[3]}<br>dominant: %{customdata[2]}<extra>%{fullData.name}</extra>`,

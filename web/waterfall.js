@@ -2,7 +2,7 @@
 // moved and one for fragmentation, with the table of both peaks side by side. Clicking a family
 // (bar or row) outlines its step and selects its row.
 import { el, clear, bytesEl, fmtBytes, exactBytes } from "/static/common.js";
-import { plotText } from "/static/memmap.js";
+import { plotText, byteTicks } from "/static/memmap.js";
 
 const signed = (n) => `${n > 0 ? "+" : n < 0 ? "−" : "±"}${fmtBytes(Math.abs(n))}`;
 
@@ -27,8 +27,12 @@ export async function waterfall(box, att, la = "a", lb = "b") {
   box.append(chart);
   const layout = {
     margin: { l: 70, r: 10, t: 10, b: 90 }, showlegend: false, xaxis: { type: "category", tickangle: -30 },
-    yaxis: { title: { text: "bytes" }, tickformat: "~s" }, shapes: [],
+    yaxis: { title: { text: "high-water mark" } }, shapes: [],
   };
+  let lo = att.a_bytes, hi = att.a_bytes, run = att.a_bytes;
+  for (const s of steps.slice(1, -1)) { run += s.value; lo = Math.min(lo, run); hi = Math.max(hi, run); }
+  const t = byteTicks(0, Math.max(hi, att.b_bytes) * 1.05, 5);
+  Object.assign(layout.yaxis, { range: [0, Math.max(hi, att.b_bytes) * 1.05], tickvals: t.tickvals, ticktext: t.ticktext });
   await Plotly.react(chart, [{
     type: "waterfall", x: steps.map((s) => plotText(s.x)), y: steps.map((s) => s.value), measure: steps.map((s) => s.measure),
     customdata: steps.map((s) => [s.family ?? "", s.measure === "relative" ? `${signed(s.value)} (${exactBytes(s.value)})` : `${fmtBytes(s.value)} (${exactBytes(s.value)})`]),
@@ -49,7 +53,7 @@ export async function waterfall(box, att, la = "a", lb = "b") {
   tbody.append(el("tr", { class: "total" }, el("td", {}, el("strong", {}, "high-water mark")), el("td", { class: "num", title: exactBytes(att.a_bytes) }, fmtBytes(att.a_bytes)),
     el("td", { class: "num", title: exactBytes(att.b_bytes) }, fmtBytes(att.b_bytes)), el("td", { class: "num", title: exactBytes(att.delta) }, signed(att.delta))));
   const table = el("table", { class: "data plain-head", id: "attribution-table" },
-    el("thead", {}, el("tr", {}, el("th", {}, "family"), el("th", { class: "num" }, la), el("th", { class: "num" }, lb), el("th", { class: "num" }, "b − a"))), tbody);
+    el("thead", {}, el("tr", {}, el("th", {}, "family"), el("th", { class: "num", title: la }, "a"), el("th", { class: "num", title: lb }, "b"), el("th", { class: "num" }, "b − a"))), tbody);
 
   function select(family) {
     box.dataset.selected = family;
