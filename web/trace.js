@@ -100,6 +100,9 @@ async function main() {
       pickEvent(i);
     } else if (map.oom && map.oom.event !== undefined && map.oom.event !== null) pickEvent(map.oom.event);
   } catch (e) { showError($("map"), e); }
-  peakPanel($("peak"), id, gs.index, { map, onEvent: (i) => { if (map) map.focus(i, 60); pickEvent(i); } });
+  peakPanel($("peak"), id, gs.index, { map, onEvent: (i) => {
+    if (map) { map.focus(i, 60); $("map").scrollIntoView({ behavior: "smooth", block: "start" }); }
+    pickEvent(i);
+  } });
 }
 main();
