@@ -249,3 +249,25 @@ def test_attribution_identity_on_synthetic_peaks():
     att = size_attribution(a, b)
     _check_sums(att)
     assert att["a_bytes"] == 96 and att["b_bytes"] == 144 and att["fragmentation_delta"] == 0
+
+
+def test_real_llama_cpp_ubatch_8_against_64_is_the_attention_scores(tmp_path):
+    """Current llama.cpp without flash attention: the worst-case graph peaks when kq-0 is placed, and kq is
+    n_ctx x n_ubatch x n_head f32 (the tracker's 'KQ is n_ctx * n_ubatch * n_head * 4 bytes')."""
+    n_ctx, n_head, n_embd = 512, 8, 256
+    s = open_store(tmp_path)
+    small, big = import_paths(s, [DATA / "llama-tiny_c512_ub8.head.AT.log.gz",
+                                  DATA / "llama-tiny_c512_ub64.head.AT.log.gz"])
+    for tid, ub in ((small, 8), (big, 64)):
+        p = peak_json(s, f"{tid}:0")
+        assert p["peak"]["bytes"] == s.summary(tid)["graphs"][0]["buffer_size"]  # head: the buffer is the mark
+        assert p["peak"]["tensor"] == "kq-0"
+        top = p["families"][0]
+        assert top["family"] == "kq" and top["bytes"] == n_ctx * ub * n_head * F32 and top["first_node"] == "kq-0"
+        fams = {f["family"]: f["bytes"] for f in p["families"]}
+        assert fams["attn_inp_kq_mask"] == n_ctx * ub * F32 and fams["Qcur"] == n_embd * ub * F32
+    att = diff_refs(s, f"{small}:0", f"{big}:0").to_json()["size_attribution"]
+    _check_sums(att)
+    assert att["families"][0] == {"family": "kq", "a": n_ctx * 8 * n_head * F32, "b": n_ctx * 64 * n_head * F32,
+                                  "delta": n_ctx * 56 * n_head * F32, "status": "both"}
+    s.close()
