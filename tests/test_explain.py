@@ -137,6 +137,8 @@ def test_cli_peak_and_diff_json(store, capsys):
     assert set(att) >= {"a_bytes", "b_bytes", "delta", "families", "fragmentation_delta"}
     main(["diff", a, b, "--store", str(store.path.parent)])
     assert "SIZE ATTRIBUTION" in capsys.readouterr().out
+    assert main(["peak", f"{LONG}:0", "--store", str(store.path.parent), "--json"]) == 0  # a log file, imported
+    assert json.loads(capsys.readouterr().out)["families"] == out["families"]
     assert main(["peak", "nothere", "--store", str(store.path.parent)]) == 3
     assert capsys.readouterr().err.startswith("alloctrace: error: ")
 
@@ -271,3 +273,27 @@ def test_real_llama_cpp_ubatch_8_against_64_is_the_attention_scores(tmp_path):
     assert att["families"][0] == {"family": "kq", "a": n_ctx * 8 * n_head * F32, "b": n_ctx * 64 * n_head * F32,
                                   "delta": n_ctx * 56 * n_head * F32, "status": "both"}
     s.close()
+
+
+def test_chunks_give_one_buffer_each_and_a_replan_starts_over():
+    from alloctrace.allocator.events import Event
+
+    ev = [Event("alloc", tensor="old-0", op="ADD", size=4096, offset=0, chunk=0),  # before the re-plan: ignored
+          Event("realloc"),
+          Event("alloc", tensor="a-0", op="ADD", size=64, offset=0, chunk=0),
+          Event("alloc", tensor="b-0", op="MUL", size=32, offset=64, chunk=0),
+          Event("free", tensor="a-0", size=64, offset=0, chunk=0),
+          Event("alloc", tensor="c-1 (view)", op="MUL_MAT", size=128, offset=0, chunk=1),
+          Event("alloc", tensor="node_7", op="SOFT_MAX", size=16, offset=128, chunk=1)]
+    p = ggml_peak(ev).to_json()
+    assert [b["chunk"] for b in p["buffers"]] == [0, 1]
+    c0, c1 = p["buffers"]
+    assert c0["peak"] == {"event": 3, "bytes": 96, "tensor": "b-0", "live_bytes": 96}
+    assert c1["peak"]["bytes"] == 144 and c1["peak"]["tensor"] == "node_7"
+    assert [f["family"] for f in c1["families"]] == ["c", "SOFT_MAX"]
+    # the graph: both marks added, families summed over both chunks (chunk 0 at its peak keeps a and b)
+    assert p["peak"]["bytes"] == 240 and p["peak"]["event"] == c1["peak"]["event"]
+    assert {f["family"]: f["bytes"] for f in p["families"]} == {"c": 128, "a": 64, "b": 32, "SOFT_MAX": 16}
+    assert p["fragmentation"] == {"free_below_peak": 0, "largest_hole": 0}
+    empty = ggml_peak([Event("graph")]).to_json()
+    assert empty["peak"]["event"] is None and empty["families"] == [] and empty["peak"]["bytes"] == 0

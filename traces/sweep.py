@@ -15,6 +15,7 @@ from alloctrace.errors import UserError
 
 MAX_POINTS = 256
 MAX_VALUES = 64  # per swept parameter
+MAX_VALUE = 1 << 22  # n_ctx / n_batch: far beyond any model, small enough to keep sizes in int64
 TOP_FAMILIES = 5
 
 
@@ -46,8 +47,8 @@ def parse_values(text: str | None, name: str) -> list[int | None]:
     out = []
     for part in str(text).split(","):
         part = part.strip()
-        if not part.isdigit() or int(part) < 1:
-            raise UserError(f"{name} wants positive integers separated by commas, got {text!r}")
+        if not part.isdigit() or not 1 <= int(part) <= MAX_VALUE:
+            raise UserError(f"{name} wants integers from 1 to {MAX_VALUE} separated by commas, got {text!r}")
         out.append(int(part))
     if len(out) > MAX_VALUES:
         raise UserError(f"{name}: at most {MAX_VALUES} values, got {len(out)}")
