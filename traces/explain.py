@@ -17,7 +17,7 @@ peak computation with `register_peak(source, fn)`; ggml's is the default.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -101,7 +101,6 @@ class GraphPeak:
     buffers: list[dict]  # [{"chunk", "moment": Moment, "tensor": what set the mark}]
     n_events: int
     failure: dict | None = None  # the first out-of-space event, with what filled the buffer then
-    notes: list = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
@@ -146,8 +145,6 @@ class GraphPeak:
             out["tensors_total"] = len(live)
         out["failure"] = self.failure
         out["n_events"] = self.n_events
-        if self.notes:
-            out["notes"] = self.notes
         return out
 
 
