@@ -121,6 +121,24 @@ def get_state(request: Request, trace_id: TraceId, g: GraphIndex,
     return JSONResponse(state_json(c.state_index(trace_id, g), event, nxt))
 
 
+@router.get("/traces/{trace_id}/graphs/{g}/peak", summary="What is live at a graph's high-water mark, by family")
+def get_peak(request: Request, trace_id: TraceId, g: GraphIndex):
+    from alloctrace.traces.explain import peak_json
+    return JSONResponse(ctx(request).call(lambda s: peak_json(s, f"{trace_id}:{g}")))
+
+
+@router.get("/sweep", summary="Replay a preset once per (profile, n_ctx, n_batch): buffer size per point")
+def get_sweep(preset: Annotated[str, Query(max_length=100)],
+              profile: Annotated[str, Query(max_length=400, description="comma-separated profiles")],
+              n_ctx: Annotated[str | None, Query(max_length=400, description="comma-separated")] = None,
+              n_batch: Annotated[str | None, Query(max_length=400, description="comma-separated")] = None,
+              metal_concurrency: bool = False):
+    from alloctrace.traces.sweep import parse_values, sweep
+    profiles = [p.strip() for p in profile.split(",") if p.strip()]
+    return sweep(preset, profiles, parse_values(n_ctx, "n_ctx"), parse_values(n_batch, "n_batch"),
+                 metal_concurrency, max_points=64)
+
+
 @router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")
 def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotated[str, Query(pattern=REF)]):
     from alloctrace.traces.diff import diff_refs

@@ -24,7 +24,7 @@ from alloctrace.server.context import Context
 from alloctrace.server.upload import UploadError
 
 COOKIE = "alloctrace_token"
-PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html"}
+PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html"}
 
 
 def _not_found_type():

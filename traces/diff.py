@@ -30,9 +30,10 @@ class DiffResult:
     aligned: dict
     anomalies: list = field(default_factory=list)
     first_choice_divergence: dict | None = None  # the first differing block/chunk/kind, offsets ignored
+    size_attribution: dict | None = None  # the high-water delta by family (explain.py), for stored graphs
 
     def to_json(self) -> dict:
-        return {"first_divergence": self.first_divergence,
+        return {"first_divergence": self.first_divergence, "size_attribution": self.size_attribution,
                 "first_choice_divergence": self.first_choice_divergence,
                 "first_free_list_divergence": self.first_free_list_divergence,
                 "a": self.a, "b": self.b, "deltas": self.deltas, "aligned": self.aligned,
@@ -328,8 +329,10 @@ def diff_graphs(events_a, events_b, meta_a=None, meta_b=None) -> DiffResult:
     aligned = {"count": len(ia), "a": na, "b": nb, "fraction": len(ia) / max(na, nb, 1),
                "fraction_a": len(ia) / max(na, 1), "fraction_b": len(ia) / max(nb, 1)}
     anomalies = [f"{side.label}: {x}" for side, cur in ((a, cur_a), (b, cur_b)) for x in cur.replay.free.anomalies]
+    from alloctrace.traces.explain import graphs_attribution
+
     return DiffResult(first, free_list, sum_a, sum_b, _deltas(a, b, sum_a, sum_b, ia, ib), aligned, anomalies[:20],
-                      choice)
+                      choice, graphs_attribution(events_a, events_b, meta_a, meta_b))
 
 
 # --- stored traces ------------------------------------------------------------------------
@@ -343,6 +346,7 @@ def _load(store, trace_id, g: int, rows: dict):
     """A graph's events as the store's columns (no Event objects), and its metadata."""
     meta = dict(rows.get(g) or {})
     meta["label"] = f"{trace_id}:{g} {meta.get('role') or ''}".strip()
+    meta["source"] = store.meta(trace_id).source if hasattr(store, "meta") else None  # whose peak rules apply
     events = store.columns(trace_id, g) if hasattr(store, "columns") else store.events(trace_id, g)
     return events, meta
 

@@ -3,6 +3,7 @@
 import { api, el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, topNav, showError, enc, parseRef, pick } from "/static/common.js";
 import { MemoryMap, plotText } from "/static/memmap.js";
 import { oomCard } from "/static/cards.js";
+import { waterfall } from "/static/waterfall.js";
 
 topNav("diff");
 const $ = (x) => document.getElementById(x);
@@ -99,6 +100,7 @@ async function main() {
 
   const d = diff.first_divergence;
   divergenceCard(d, diff.first_free_list_divergence, [refA, refB]);
+  waterfall($("attribution"), diff.size_attribution, la, lb);
   for (const [side, label] of [[A, la], [B, lb]]) {
     if (side.oom) $("ooms").append(oomCard({ ...side.oom, separating: (side.oom.stranded_by || []).flatMap((g) => g.live || []) }, `${label} ran out of space at event ${fmtInt(side.oom.event)}`));
   }

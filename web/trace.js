@@ -4,6 +4,7 @@ import { MemoryMap } from "/static/memmap.js";
 import { EventTable } from "/static/events-table.js";
 import { drawState } from "/static/statebar.js";
 import { oomCard } from "/static/cards.js";
+import { peakPanel } from "/static/peak.js";
 
 topNav("trace");
 const id = decodeURIComponent(location.pathname.replace(/^\/traces\//, "").replace(/\/$/, ""));
@@ -99,5 +100,9 @@ async function main() {
       pickEvent(i);
     } else if (map.oom && map.oom.event !== undefined && map.oom.event !== null) pickEvent(map.oom.event);
   } catch (e) { showError($("map"), e); }
+  peakPanel($("peak"), id, gs.index, { map, onEvent: (i) => {
+    if (map) { map.focus(i, 60); $("map").scrollIntoView({ behavior: "smooth", block: "start" }); }
+    pickEvent(i);
+  } });
 }
 main();

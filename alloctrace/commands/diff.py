@@ -112,6 +112,10 @@ def report_lines(d) -> list[str]:
                       ("reuses", "inplace reuses"), ("frees", "frees"), ("events", "events")):
         rows.append([name, _size(a[key]), _size(b[key]), f"{d.deltas[key]:+,}"])
     out += ["", "SUMMARY", _indent(table(rows))]
+    if d.size_attribution:
+        from alloctrace.traces.explain import attribution_lines
+
+        out += ["", "SIZE ATTRIBUTION (high-water mark by family at each peak)"] + attribution_lines(d.size_attribution)
     out += _delta_table("OFFSETS THAT DIFFER MOST", d.deltas["offsets"])
     out += _delta_table("SIZES THAT DIFFER MOST", d.deltas["sizes"])
     if d.deltas["reuse"]:

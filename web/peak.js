@@ -1,0 +1,110 @@
+// Peak panel (trace page): what is live at the graph's high-water mark, by family: a stacked bar,
+// a sortable table, and a click on a family outlines its tensors on the memory map and jumps to the peak.
+import { api, el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, graphBase, opColor, showError } from "/static/common.js";
+import { plotText } from "/static/memmap.js";
+
+const HIGHLIGHT = "#d0021b";
+const FREE = "#c9ced8";
+
+/** A sortable table: `cols` = [{key, label, num, cell(row)}]; returns {table, select(key)}. */
+function sortableTable(id, cols, rows, onPick) {
+  let sortKey = "bytes", desc = true, selected = null;
+  const tbody = el("tbody");
+  const heads = cols.map((c) => el("th", { class: c.num ? "num sortable" : "sortable", dataset: { key: c.key }, role: "button",
+    tabindex: "0", title: "sort", onclick: () => { desc = sortKey === c.key ? !desc : !!c.num; sortKey = c.key; render(); } }, c.label));
+  const render = () => {
+    const sorted = [...rows].sort((a, b) => {
+      const x = a[sortKey], y = b[sortKey];
+      const r = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+      return desc ? -r : r;
+    });
+    clear(tbody);
+    for (const r of sorted) {
+      tbody.append(el("tr", { class: r.family === selected ? "selected" : null, dataset: { family: r.family },
+        onclick: () => onPick(r.family) }, cols.map((c) => c.cell(r))));
+    }
+    for (const h of heads) h.setAttribute("aria-sort", h.dataset.key === sortKey ? (desc ? "descending" : "ascending") : "none");
+  };
+  render();
+  const table = el("table", { class: "data plain-head", id }, el("thead", {}, el("tr", {}, heads)), tbody);
+  return { table, select: (f) => { selected = f; render(); } };
+}
+
+const bytesCell = (n) => el("td", { class: "num", title: exactBytes(n) }, fmtBytes(n));
+
+/** Draw the panel into `box`; `map` is the page's MemoryMap, `onEvent(i)` selects an event on the page. */
+export async function peakPanel(box, id, g, { map, onEvent } = {}) {
+  let p;
+  try { p = await api(`${graphBase(id, g)}/peak`); } catch (e) { showError(box, e); return null; }
+  clear(box);
+  const pk = p.peak || {}, fr = p.fragmentation || {};
+  if (pk.event === null || pk.event === undefined) {
+    box.append(el("p", { class: "empty" }, "Nothing was allocated in this graph."));
+    return p;
+  }
+  box.append(el("p", { id: "peak-summary" }, "High-water mark ", bytesEl(pk.bytes), ` set at event ${fmtInt(pk.event)} by `,
+    el("span", { class: "tensor" }, pk.tensor || "(unnamed)"), "; ", bytesEl(pk.live_bytes), " live in ",
+    `${fmtInt((p.families || []).length)} families.`));
+  box.append(el("p", { id: "peak-fragmentation", class: "hint" }, "Fragmentation: ", bytesEl(fr.free_below_peak),
+    " free below the high-water mark, largest hole ", bytesEl(fr.largest_hole), "."));
+  if (p.failure) {
+    const f = p.failure;
+    box.append(el("p", { id: "peak-failure", class: "error" }, `Out of space at event ${fmtInt(f.event)}: ${f.tensor || "(unnamed)"} needed `,
+      bytesEl(f.needed), "; ", bytesEl(f.free), " free in all, largest hole ", bytesEl(f.largest_hole), "."));
+  }
+
+  // one horizontal bar: a segment per family (largest first), then the free bytes below the mark
+  const fams = p.families || [];
+  const chart = el("div", { id: "peak-bar", class: "chart", style: "height:150px;min-height:150px" });
+  box.append(chart);
+  const traces = fams.map((f) => ({
+    type: "bar", orientation: "h", y: ["peak"], x: [f.bytes], name: plotText(f.family), marker: { color: opColor(f.family) },
+    customdata: [[f.family, exactBytes(f.bytes), (f.share * 100).toFixed(1), f.tensors]],
+    hovertemplate: "%{customdata[0]}: %{customdata[1]} (%{customdata[2]}%), %{customdata[3]} tensors<extra></extra>",
+  }));
+  traces.push({ type: "bar", orientation: "h", y: ["peak"], x: [fr.free_below_peak || 0], name: "free (fragmentation)",
+    marker: { color: FREE }, customdata: [["free below the mark", exactBytes(fr.free_below_peak || 0)]],
+    hovertemplate: "%{customdata[0]}: %{customdata[1]}<extra></extra>" });
+  const ticks = [];
+  for (let v = 1; v <= pk.bytes; v *= 2) ticks.push(v);
+  const tv = ticks.filter((_, i) => i >= ticks.length - 5);
+  await Plotly.react(chart, traces, {
+    barmode: "stack", margin: { l: 50, r: 10, t: 10, b: 40 }, showlegend: true, legend: { orientation: "h", y: -0.5 },
+    xaxis: { range: [0, pk.bytes], tickvals: [0, ...tv], ticktext: ["0", ...tv.map(fmtBytes)] }, yaxis: { showticklabels: false },
+  }, { displaylogo: false, responsive: true });
+
+  const status = el("p", { id: "peak-selection", class: "hint", role: "status" }, "Click a family to outline its tensors on the memory map.");
+  const cols = [
+    { key: "family", label: "family", cell: (r) => el("td", { class: "tensor" }, el("span", { class: "swatch", style: `background:${opColor(r.family)}` }), " ", r.family) },
+    { key: "tensors", label: "tensors", num: true, cell: (r) => el("td", { class: "num" }, fmtInt(r.tensors)) },
+    { key: "bytes", label: "bytes", num: true, cell: (r) => bytesCell(r.bytes) },
+    { key: "share", label: "share", num: true, cell: (r) => el("td", { class: "num" }, `${(r.share * 100).toFixed(1)}%`) },
+    { key: "first_node", label: "first node", cell: (r) => el("td", { class: "tensor" }, r.first_node || "(unnamed)") },
+    { key: "last_node", label: "last node", cell: (r) => el("td", { class: "tensor" }, r.last_node || "(unnamed)") },
+  ];
+  const select = (family) => {
+    tbl.select(family);
+    box.dataset.selected = family;
+    const mine = (p.tensors || []).filter((t) => t.family === family);
+    const total = mine.reduce((a, t) => a + t.bytes, 0);
+    clear(status).append(`${family}: ${fmtInt(mine.length)} tensor${mine.length === 1 ? "" : "s"}, `, bytesEl(total),
+      ` live at event ${fmtInt(pk.event)}, outlined on the memory map.`);
+    if (map) {
+      map.extraShapes = mine.map((t) => ({ type: "rect", xref: "x", yref: "y", x0: t.start + map.shift, x1: t.end + map.shift,
+        y0: t.y0, y1: t.y0 + t.bytes, line: { color: HIGHLIGHT, width: 2.5 }, fillcolor: "rgba(208,2,27,0.12)", name: `peak:${family}` }));
+      map.extraShapes.push({ type: "line", xref: "x", yref: "paper", x0: pk.event + map.shift, x1: pk.event + map.shift, y0: 0, y1: 1,
+        line: { color: HIGHLIGHT, width: 1, dash: "dash" }, name: "peak" });
+      Plotly.relayout(map.div, { shapes: map.layout(true).shapes });
+    }
+    if (onEvent) onEvent(pk.event);
+  };
+  const tbl = sortableTable("peak-table", cols, fams, select);
+  chart.on("plotly_click", (ev) => {
+    const pt = ev && ev.points && ev.points[0];
+    const fam = pt && pt.customdata && pt.customdata[0];
+    if (fam && fams.some((f) => f.family === fam)) select(fam);
+  });
+  box.append(status, el("div", { class: "table-scroll" }, tbl.table));
+  box.dataset.ready = "1";
+  return p;
+}
