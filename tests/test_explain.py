@@ -12,12 +12,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from alloctrace.allocator.presets import get_preset
-from alloctrace.allocator.replay import replay, store_result
+from alloctrace.traces.replay_run import replay, store_result
 from alloctrace.cli import main
 from alloctrace.server.app import create_app
 from alloctrace.traces.diff import diff_refs
 from alloctrace.traces.explain import family_of, ggml_peak, peak_json, register_peak, size_attribution, PEAK_SOURCES
-from alloctrace.traces.import_log import import_paths
+from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store import open_store
 from alloctrace.traces.sweep import sweep
 
@@ -112,11 +112,11 @@ def test_another_source_plugs_in_its_own_peak(store):
         seen.append(row["index"])
         return ggml_peak(cols)
 
-    register_peak("log", fake)
+    register_peak("ggml-log", fake)
     try:
         peak_json(store, f"{store.ids['long']}:0")
     finally:
-        PEAK_SOURCES.pop("log")
+        PEAK_SOURCES.pop("ggml-log")
     assert seen == [0]
 
 

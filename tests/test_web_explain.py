@@ -13,9 +13,9 @@ import httpx
 import pytest
 import uvicorn
 
-from alloctrace.allocator.replay import replay, store_result
+from alloctrace.traces.replay_run import replay, store_result
 from alloctrace.server.app import create_app
-from alloctrace.traces.import_log import import_paths
+from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store import open_store
 
 playwright_api = pytest.importorskip("playwright.sync_api")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 
 MAX_POINTS = 256
 MAX_VALUES = 64  # per swept parameter
@@ -67,7 +67,7 @@ def sweep_points(profiles: list[str], n_ctx: list, n_batch: list, max_points: in
 
 def run_point(preset, profile: str, n_ctx, n_batch, metal_concurrency: bool = False) -> SweepPoint:
     from alloctrace.allocator.presets import get_preset
-    from alloctrace.allocator.replay import replay
+    from alloctrace.traces.replay_run import replay
     from alloctrace.traces.explain import ggml_peak
     from alloctrace.traces.schema import oom_of
 

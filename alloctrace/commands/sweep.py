@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from alloctrace.errors import UserError
+from alloctrace.traces.errors import UserError
 
 
 def register(subparsers):
