@@ -8,9 +8,11 @@ from ._common import add_store_arg, open_store_from, traces_table
 
 
 def register(subparsers):
-    p = subparsers.add_parser("import", help="import ggml-alloc logs (plain, .gz, .zst) into the trace store",
+    p = subparsers.add_parser("import", help="import ggml-alloc logs or PyTorch memory snapshots (plain, .gz, .zst) into the trace store",
                               description="Import ggml-alloc AT_PRINTF logs of any generation (detected "
-                                          "automatically) or alloctrace JSON Lines exports. Each file becomes "
+                                          "automatically), alloctrace JSON Lines exports or PyTorch CUDA memory snapshots "
+                                          "(torch.cuda.memory._dump_snapshot pickles, read without running "
+                                          "pickle code). Each file becomes "
                                           "one trace; if any file fails, nothing is stored.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="log files")
     add_store_arg(p)
@@ -25,13 +27,26 @@ def register(subparsers):
 def run(args) -> int:
     from alloctrace.traces.import_log import check_generation, import_paths
 
+    from alloctrace.traces.torch.source import import_snapshots, is_snapshot_file
+    from alloctrace.traces.torch.store import torch_summary
+
     check_generation(args.generation)
     store = open_store_from(args)
-    ids = import_paths(store, args.paths, name=args.name, generation=args.generation, progress=sys.stderr.isatty())
+    snapshots = [p for p in args.paths if is_snapshot_file(p)]  # PyTorch memory snapshots
+    logs = [p for p in args.paths if p not in snapshots]
+    ids = import_snapshots(store, snapshots, name=args.name)
+    try:
+        ids += import_paths(store, logs, name=args.name, generation=args.generation,
+                            progress=sys.stderr.isatty()) if logs else []
+    except BaseException:
+        for t in ids:
+            store.delete(t)
+        raise
     summaries = [store.summary(t) for t in ids]
     if args.json:
         keys = ("id", "name", "source", "generation", "graphs")
-        print(json.dumps({"traces": [{k: s[k] for k in keys} for s in summaries]}, indent=1))
+        print(json.dumps({"traces": [torch_summary(store, s["id"]) if s["source"] == "torch"
+                                     else {k: s[k] for k in keys} for s in summaries]}, indent=1))
     else:
         print(traces_table(summaries))
     return 0

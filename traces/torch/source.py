@@ -1,0 +1,227 @@
+"""The "torch" trace source: a snapshot pickle -> one trace, one graph row (role "device") per device.
+
+Each device row holds the trace entries as columns (columns.py), the stack
+table, the segments and blocks at snapshot time and the annotations, all as
+named numpy blobs beside one string table; `extra` holds the allocator settings
+and the replayed peaks. Peaks come from the trace itself: Σalloc − Σfree_requested
+(requested bytes) and Σsegment_alloc/map − Σsegment_free/unmap (reserved bytes).
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import lzma
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import zstandard
+
+from alloctrace.errors import UserError
+from alloctrace.gcpause import gc_paused
+from alloctrace.traces.columns import EncodedGraph
+from alloctrace.traces.schema import TraceMeta
+
+from .columns import (ALLOC, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP,
+                      DeviceData, split_devices)
+from .state import AllocatorState, compare_with_snapshot
+from .unpickle import DEFAULT_MAX_BYTES, SnapshotError, load_plain
+
+NAME = "torch"
+GENERATION = "torch-cuda-caching"
+ROLE = "device"
+
+try:  # the seam's own dataclass when this tree has it
+    from alloctrace.traces.sources import ImportedTrace  # type: ignore
+except ImportError:
+    @dataclass
+    class ImportedTrace:  # same fields as the seam's
+        meta: TraceMeta
+        graphs: list
+        report: dict = field(default_factory=dict)
+
+
+def max_bytes() -> int:
+    """Cap on decompressed pickle bytes ($ALLOCTRACE_TORCH_MAX_BYTES, default 4 GiB)."""
+    v = os.environ.get("ALLOCTRACE_TORCH_MAX_BYTES")
+    return int(v) if v and v.isdigit() else DEFAULT_MAX_BYTES
+
+
+def sniff(head: bytes) -> bool:
+    """A pickle (protocol 2+) whose top-level dict starts with a snapshot's keys."""
+    return head[:1] == b"\x80" and (b"segments" in head[:256] or b"device_traces" in head[:256])
+
+
+class TorchSource:
+    name = NAME
+
+    def sniff(self, head: bytes) -> bool:
+        return sniff(head)
+
+    def read(self, stream: BinaryIO, *, filename: str, name: str | None) -> list[ImportedTrace]:
+        return [read_snapshot(stream, filename=filename, name=name)]
+
+
+SOURCE = TorchSource()
+
+
+def read_snapshot(stream: BinaryIO, *, filename: str, name: str | None = None, limit: int | None = None,
+                  zc=None) -> ImportedTrace:
+    """One snapshot stream (decompressed) as one trace ready for the store."""
+    label = Path(filename).name or "snapshot"
+    with gc_paused():  # millions of plain objects, no cycles
+        snap = load_plain(stream, label=label, max_bytes=limit or max_bytes())
+        try:
+            devices, table = split_devices(snap)
+        except SnapshotError as e:
+            raise SnapshotError(f"{label}: {e}") from None
+        del snap
+    zc = zc or zstandard.ZstdCompressor(level=3)
+    strings = zc.compress(_json(table))
+    graphs, report = [], []
+    for dev in devices:
+        facts = device_facts(dev)
+        graphs.append(_encoded(dev, facts, strings, zc))
+        report.append(facts["report"])
+    meta = TraceMeta(name=name or label, source=NAME, generation=GENERATION,
+                     extra={"format": "torch-snapshot", "file": label, "devices": len(devices)})
+    return ImportedTrace(meta=meta, graphs=graphs, report={"devices": report})
+
+
+def _json(table) -> bytes:
+    import json
+    return json.dumps(table).encode()
+
+
+def curves(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(requested bytes, reserved bytes) after each entry."""
+    a, size = cols["action"], cols["size"]
+    req = np.where(a == ALLOC, size, 0) - np.where(a == FREE_REQUESTED, size, 0)
+    res = (np.where((a == SEGMENT_ALLOC) | (a == SEGMENT_MAP), size, 0)
+           - np.where((a == SEGMENT_FREE) | (a == SEGMENT_UNMAP), size, 0))
+    return np.cumsum(req), np.cumsum(res)
+
+
+def _peak(curve: np.ndarray) -> tuple[int, int | None]:
+    if not len(curve) or curve.max() <= 0:
+        return 0, None
+    k = int(np.argmax(curve))
+    return int(curve[k]), k
+
+
+def device_facts(dev: DeviceData) -> dict:
+    """Peaks, the OOM and the rebuilt-state check of one device: the graph row's fields and extra."""
+    cols, tables = dev.cols, dev.tables
+    req, res = curves(cols)
+    peak_req, at_req = _peak(req)
+    peak_res, at_res = _peak(res)
+    settings = dev.extra.get("allocator_settings") or {}
+    split = settings.get("max_split_size") if isinstance(settings.get("max_split_size"), int) else None
+    state = AllocatorState(cols, split)
+    oom = None
+    ooms = np.flatnonzero(cols["action"] == OOM)
+    if len(ooms):
+        k = int(ooms[0])
+        t = state.apply(k).totals()
+        oom = {"event": k, "requested": int(cols["size"][k]), "allocated": t["allocated"],
+               "reserved": t["reserved"], "cached": t["cached"],
+               "device_free": int(cols["device_free"][k]) if "device_free" in cols else None,
+               "stream": int(cols["stream"][k]), "n_ooms": len(ooms)}
+    state.apply(dev.n_events)
+    problems = compare_with_snapshot(state, tables)
+    seg_total = int(tables["seg_total"].sum())
+    extra = {**dev.extra, "peak_requested": peak_req, "peak_requested_event": at_req, "peak_reserved": peak_res,
+             "peak_reserved_event": at_res, "reserved_at_snapshot": seg_total,
+             "allocated_at_snapshot": int(tables["blk_size"][tables["blk_state"] <= 1].sum()),
+             "n_segments": len(tables["seg_address"]), "n_blocks": len(tables["blk_address"]),
+             "n_stacks": len(tables["stack_offsets"]) - 1,
+             "trace_matches_snapshot": not problems and not state.mismatches,
+             "state_problems": (state.mismatches[:5] + [{"problem": p} for p in problems[:5]])}
+    consistency = cuda_model_check(dev)
+    report = {"device": dev.device, "n_events": dev.n_events, "peak_requested": peak_req, "peak_reserved": peak_res,
+              "oom": None if oom is None else {k: oom[k] for k in ("requested", "allocated", "reserved")}}
+    if consistency is not None:
+        report["consistent"] = consistency.get("consistent")
+        if consistency.get("first_mismatch") is not None:
+            report["first_mismatch"] = consistency["first_mismatch"]
+        extra["first_mismatch"] = consistency.get("first_mismatch")
+    return {"extra": extra, "oom": oom, "consistent": None if consistency is None else consistency.get("consistent"),
+            "report": report}
+
+
+def cuda_model_check(dev: DeviceData) -> dict | None:
+    """Hook for the caching-allocator model: `alloctrace.allocator.cuda_caching.check_device(columns, info)`
+    replays the device and answers {"consistent": bool, "first_mismatch": dict | None}. None until it exists."""
+    try:
+        from alloctrace.allocator import cuda_caching  # type: ignore
+    except ImportError:
+        return None
+    check = getattr(cuda_caching, "check_device", None)
+    if check is None:
+        return None
+    from .store import info_from
+    return check(dict(dev.cols), info_from(dev.extra, dev.tables))
+
+
+def _encoded(dev: DeviceData, facts: dict, strings: bytes, zc) -> EncodedGraph:
+    blobs = [(name, arr.dtype.str, zc.compress(np.ascontiguousarray(arr).tobytes()))
+             for name, arr in {**dev.cols, **dev.tables}.items()]
+    extra = facts["extra"]
+    return EncodedGraph(index=dev.device, role=ROLE, n_events=dev.n_events, max_size=extra["peak_requested"],
+                        buffer_size=extra["peak_reserved"], oom=facts["oom"], consistent=facts["consistent"],
+                        strings=strings, blobs=blobs, extra=extra)
+
+
+# --- files -------------------------------------------------------------------------------
+GZIP_MAGIC, ZSTD_MAGIC, XZ_MAGIC = b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"\xfd7zXZ\x00"
+
+
+def open_decompressed(path) -> BinaryIO:
+    """The file's bytes, decompressed by its magic number (gzip, zstd, xz or none)."""
+    f = open(path, "rb")
+    head = f.read(6)
+    f.seek(0)
+    if head.startswith(GZIP_MAGIC):
+        return gzip.GzipFile(fileobj=f)
+    if head.startswith(ZSTD_MAGIC):
+        return zstandard.ZstdDecompressor().stream_reader(f, closefd=True)
+    if head.startswith(XZ_MAGIC):
+        return lzma.LZMAFile(f)
+    return f
+
+
+def is_snapshot_file(path) -> bool:
+    """Does this file (maybe compressed) look like a snapshot pickle?"""
+    try:
+        with open_decompressed(path) as f:
+            return sniff(f.read(256))
+    except (OSError, EOFError, zstandard.ZstdError, lzma.LZMAError):
+        return False
+
+
+def import_snapshot(store, path, name: str | None = None, label: str | None = None) -> str:
+    """Read a snapshot file completely, then store it in one transaction; the new trace id."""
+    p = Path(path)
+    label = label or p.name
+    try:
+        with open_decompressed(p) as f:
+            imported = read_snapshot(f, filename=label, name=name)
+    except OSError as e:
+        raise UserError(f"{label}: cannot read ({e.strerror or e})") from None
+    return store.add_trace(imported.meta, imported.graphs)
+
+
+def import_snapshots(store, paths, name: str | None = None) -> list[str]:
+    """Import each snapshot file as one trace; all or nothing across files."""
+    done: list[str] = []
+    try:
+        for i, p in enumerate(paths):
+            label = name if name is None or len(paths) == 1 else f"{name} ({i + 1})"
+            done.append(import_snapshot(store, p, label))
+    except BaseException:
+        for tid in done:
+            store.delete(tid)
+        raise
+    return done
