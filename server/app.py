@@ -21,6 +21,7 @@ from alloctrace.errors import UserError
 from alloctrace.server import paths
 from alloctrace.server.api import TRACE_ID, router
 from alloctrace.server.context import Context
+from alloctrace.server.torch_api import router as torch_router
 from alloctrace.server.upload import UploadError
 
 COOKIE = "alloctrace_token"
@@ -98,6 +99,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     app.state.ctx = ctx
     app.state.web_dir = web
     app.include_router(router)
+    app.include_router(torch_router)  # PyTorch memory snapshots
     _errors(app)
     _pages(app, web)
     if token:

@@ -143,6 +143,11 @@ class Context:
         from alloctrace.traces.import_log import LogImport
         from alloctrace.traces.schema import TraceMeta
         label = filename or "upload"
+        from alloctrace.traces.torch.source import is_snapshot_file, open_decompressed, read_snapshot
+        if is_snapshot_file(path):  # a PyTorch memory snapshot: parsed fully, then one transaction
+            with open_decompressed(path) as f:
+                t = read_snapshot(f, filename=label, name=name or label)
+            return [self.store.summary(self.write(lambda s: s.add_trace(t.meta, t.graphs)))]
         try:
             imp = LogImport(path)
             with gc_paused():  # many small parsed objects, no cycles
