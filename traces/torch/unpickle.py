@@ -22,12 +22,14 @@ class SnapshotError(UserError):
 
 
 class _Refusing(pickle.Unpickler):
+    label = "pickle"
+
     def find_class(self, module, name):
-        raise SnapshotError(f"pickle refers to {module}.{name}: refused (a memory snapshot holds only plain "
+        raise SnapshotError(f"{self.label}: pickle refers to {module}.{name}: refused (a memory snapshot holds only plain "
                             "dicts, lists, tuples, strings and numbers; this pickle would run code)")
 
     def persistent_load(self, pid):
-        raise SnapshotError("pickle uses persistent ids: refused (not a plain memory snapshot)")
+        raise SnapshotError(f"{self.label}: pickle uses persistent ids: refused (not a plain memory snapshot)")
 
 
 class CappedReader(io.RawIOBase):
@@ -53,7 +55,9 @@ def load_plain(stream, *, label: str = "pickle", max_bytes: int = DEFAULT_MAX_BY
     """The object a pickle stream describes, built from plain containers and scalars only."""
     reader = io.BufferedReader(CappedReader(stream, max_bytes, label), buffer_size=1 << 20)
     try:
-        return _Refusing(reader).load()
+        unpickler = _Refusing(reader)
+        unpickler.label = label
+        return unpickler.load()
     except SnapshotError:
         raise
     except (pickle.UnpicklingError, EOFError) as e:
