@@ -51,20 +51,19 @@ class StackTable:
         self.stack_ids: dict[tuple, int] = {}
         self.stacks: list[tuple[int, ...]] = []
         self._frame_by_obj: dict[int, int] = {}
-        self._stack_by_obj: dict[int, int] = {}
+        self._stack_by_obj: dict[tuple, int] = {}  # frame object ids -> stack id
 
     def stack(self, frames) -> int:
         """Stack id of a frame list (-1 for none or empty)."""
-        sid = self._stack_by_obj.get(id(frames))
-        if sid is not None:
-            return sid
         if not frames:
-            sid = -1
             if frames is not None and type(frames) is not list:
                 raise SnapshotError(f"frames: expected a list, found {type(frames).__name__}")
-        else:
-            if type(frames) is not list:
-                raise SnapshotError(f"frames: expected a list, found {type(frames).__name__}")
+            return -1
+        if type(frames) is not list:
+            raise SnapshotError(f"frames: expected a list, found {type(frames).__name__}")
+        ids = tuple(map(id, frames))  # the frame objects stay alive with the snapshot, so ids are stable
+        sid = self._stack_by_obj.get(ids)
+        if sid is None:
             key = tuple(self._frame(f) for f in frames)
             sid = self.stack_ids.get(key)
             if sid is None:
@@ -72,7 +71,7 @@ class StackTable:
                     raise SnapshotError(f"more than {MAX_STACKS:,} distinct stacks")
                 sid = self.stack_ids[key] = len(self.stacks)
                 self.stacks.append(key)
-        self._stack_by_obj[id(frames)] = sid
+            self._stack_by_obj[ids] = sid
         return sid
 
     def _frame(self, f) -> int:
@@ -170,44 +169,56 @@ def split_devices(snapshot) -> tuple[list[DeviceData], list[str]]:
 
 
 def _entries(entries: list, d: int, strings: Strings, stacks: StackTable) -> dict[str, np.ndarray]:
-    n = len(entries)
-    action, addr, size, stream, time_us, stack, meta, compile_ = ([] for _ in range(8))
-    free_at: dict[int, int] = {}
-    code, meta_code, stack_of = ACTION_CODE, strings.code, stacks.stack
-    meta_of: dict = {"": -1, None: -1}
-    i = 0
     try:
-        for i, e in enumerate(entries):
-            a = code[e["action"]]
-            action.append(a)
-            addr.append(e.get("addr", -1))
-            size.append(e["size"])
-            stream.append(e.get("stream", 0))
-            time_us.append(e.get("time_us", 0))
-            stack.append(stack_of(e.get("frames")))
-            m = e.get("user_metadata")
-            c = meta_of.get(m)
-            if c is None:
-                c = meta_of[m] = meta_code(m)
-            meta.append(c)
-            cc = e.get("compile_context")
-            c = meta_of.get(cc)
-            if c is None:
-                c = meta_of[cc] = meta_code(cc)
-            compile_.append(c)
-            if a == OOM:
-                free_at[i] = e.get("device_free", -1)
-    except SnapshotError as err:
-        raise SnapshotError(f"device_traces[{d}][{i}]: {err}") from None
-    except KeyError as err:
-        raise SnapshotError(f"device_traces[{d}][{i}]: missing or unknown {err}") from None
-    except (TypeError, AttributeError) as err:
-        raise SnapshotError(f"device_traces[{d}][{i}]: not a trace entry ({err})") from None
+        return _entry_columns(entries, d, strings, stacks)
+    except (SnapshotError, KeyError, TypeError, AttributeError):
+        _locate_bad_entry(entries, d, strings, stacks)  # names the entry; raises
+        raise
+
+
+def _locate_bad_entry(entries: list, d: int, strings: Strings, stacks: StackTable):
+    """Re-read the entries one by one to say which one is bad (only after the fast path failed)."""
+    for i, e in enumerate(entries):
+        try:
+            if type(e) is not dict:
+                raise SnapshotError(f"expected a dict, found {type(e).__name__}")
+            ACTION_CODE[e["action"]]
+            e["size"]
+            stacks.stack(e.get("frames"))
+            for k in ("user_metadata", "compile_context"):
+                if e.get(k):
+                    strings.code(e[k])
+        except SnapshotError as err:
+            raise SnapshotError(f"device_traces[{d}][{i}]: {err}") from None
+        except KeyError as err:
+            raise SnapshotError(f"device_traces[{d}][{i}]: missing or unknown {err}") from None
+        except TypeError as err:
+            raise SnapshotError(f"device_traces[{d}][{i}]: not a trace entry ({err})") from None
+
+
+def _codes(values: list, strings: Strings) -> np.ndarray:
+    """String codes of values (empty or missing: -1), each distinct value looked up once."""
+    known = {v: (-1 if v in ("", None) else strings.code(v)) for v in set(values)}
+    return np.array([known[v] for v in values], dtype=np.int32)
+
+
+def _entry_columns(entries: list, d: int, strings: Strings, stacks: StackTable) -> dict[str, np.ndarray]:
+    """One pass per field in comprehensions (no per-entry Python frames beyond the stack lookup)."""
+    n = len(entries)
+    code, stack_of = ACTION_CODE, stacks.stack
+    action = np.array([code[e["action"]] for e in entries], dtype=np.int8)
+    addr = [e.get("addr", -1) for e in entries]
+    size = [e["size"] for e in entries]
+    stream = [e.get("stream", 0) for e in entries]
+    time_us = [e.get("time_us", 0) for e in entries]
+    stack = np.array([stack_of(e.get("frames")) for e in entries], dtype=np.int32)
+    meta = _codes([e.get("user_metadata") for e in entries], strings)
+    compile_ = _codes([e.get("compile_context") for e in entries], strings)
+    free_at = {int(i): entries[i].get("device_free", -1) for i in np.flatnonzero(action == OOM)}
     where = f"device_traces[{d}]"
-    cols = {"action": np.array(action, dtype=np.int8), "addr": _ints(f"{where} addr", addr),
-            "size": _ints(f"{where} size", size), "stream": _ints(f"{where} stream", stream),
-            "time_us": _ints(f"{where} time_us", time_us), "stack": np.array(stack, dtype=np.int32),
-            "meta": np.array(meta, dtype=np.int32), "compile": np.array(compile_, dtype=np.int32)}
+    cols = {"action": action, "addr": _ints(f"{where} addr", addr), "size": _ints(f"{where} size", size),
+            "stream": _ints(f"{where} stream", stream), "time_us": _ints(f"{where} time_us", time_us),
+            "stack": stack, "meta": meta, "compile": compile_}
     if (cols["size"] < 0).any():
         raise SnapshotError(f"{where}: negative size at entry {int(np.argmax(cols['size'] < 0))}")
     if free_at:

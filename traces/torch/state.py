@@ -12,8 +12,6 @@ snapshot's own segments (`compare_with_snapshot`).
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from .columns import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
@@ -24,27 +22,34 @@ SMALL_SIZE = 1 << 20  # requests up to this come from the small pool
 ALLOCATED, PENDING, FREE = "allocated", "pending_free", "free"
 
 
-@dataclass
 class Block:
-    addr: int
-    size: int
-    state: str = FREE
-    requested: int = 0
-    event: int = -1  # the alloc entry that made it
+    """A block of a segment; blocks of one segment form a doubly linked list by address, as in the allocator."""
+
+    __slots__ = ("addr", "size", "state", "requested", "event", "seg", "prev", "next")
+
+    def __init__(self, addr, size, seg, state=FREE, requested=0, event=-1):
+        self.addr, self.size, self.seg, self.state, self.requested, self.event = addr, size, seg, state, requested, event
+        self.prev = self.next = None
 
 
-@dataclass
 class Segment:
-    addr: int
-    size: int
-    stream: int
-    event: int
-    small: bool | None = None  # known once something is allocated in it
-    blocks: list[Block] = field(default_factory=list)
+    __slots__ = ("addr", "size", "stream", "event", "small", "head")
+
+    def __init__(self, addr, size, stream, event, small=None):
+        self.addr, self.size, self.stream, self.event, self.small = addr, size, stream, event, small
+        self.head: Block | None = None
 
     @property
     def end(self) -> int:
         return self.addr + self.size
+
+    @property
+    def blocks(self) -> list[Block]:
+        out, b = [], self.head
+        while b is not None:
+            out.append(b)
+            b = b.next
+        return out
 
 
 def round_size(size: int) -> int:
@@ -52,34 +57,56 @@ def round_size(size: int) -> int:
 
 
 class AllocatorState:
-    """Segments by address; `apply(k)` moves forward to "after entries 0..k-1"."""
+    """Segments by address; `apply(k)` moves forward to "after entries 0..k-1".
+
+    Free blocks are found by their start address and live blocks by theirs, so each entry costs a few
+    dictionary operations (the allocator hands out a free block's start; a free names a block's start)."""
 
     def __init__(self, cols: dict[str, np.ndarray], max_split_size: int | None = None):
-        self.action = cols["action"]
-        self.addr, self.size, self.stream = cols["addr"], cols["size"], cols["stream"]
+        self.cols = cols
         self.max_split = max_split_size if max_split_size and max_split_size > 0 else None
         self.segments: dict[int, Segment] = {}
-        self.starts: list[int] = []
+        self.free_at: dict[int, Block] = {}
+        self.live: dict[int, Block] = {}
         self.at = 0
         self.mismatches: list[dict] = []
+
+    def clone(self) -> "AllocatorState":
+        other = AllocatorState(self.cols, self.max_split)
+        other.at, other.mismatches = self.at, list(self.mismatches)
+        for seg in self.segments.values():
+            s = other.segments[seg.addr] = Segment(seg.addr, seg.size, seg.stream, seg.event, seg.small)
+            prev = None
+            for b in seg.blocks:
+                c = Block(b.addr, b.size, s, b.state, b.requested, b.event)
+                c.prev = prev
+                if prev is None:
+                    s.head = c
+                else:
+                    prev.next = c
+                prev = c
+                (other.free_at if c.state == FREE else other.live)[c.addr] = c
+        return other
 
     def apply(self, k: int) -> "AllocatorState":
         if k < self.at:
             raise ValueError("AllocatorState only moves forward")
-        act, addr, size, stream = (self.action[self.at:k].tolist(), self.addr[self.at:k].tolist(),
-                                   self.size[self.at:k].tolist(), self.stream[self.at:k].tolist())
-        for j, (a, ad, sz, st) in enumerate(zip(act, addr, size, stream)):
-            i = self.at + j
+        c = self.cols
+        lo = self.at
+        act, addr, size, stream = (c["action"][lo:k].tolist(), c["addr"][lo:k].tolist(), c["size"][lo:k].tolist(),
+                                   c["stream"][lo:k].tolist())
+        alloc, mark, free, new_seg, drop = self._alloc, self._mark, self._free, self._new_segment, self._drop_segment
+        for i, a, ad, sz, st in zip(range(lo, k), act, addr, size, stream):
             if a == ALLOC:
-                self._alloc(i, ad, sz)
+                alloc(i, ad, sz)
             elif a == FREE_REQUESTED:
-                self._mark(i, ad, PENDING)
+                mark(i, ad)
             elif a == FREE_COMPLETED:
-                self._free(i, ad)
+                free(i, ad)
             elif a == SEGMENT_ALLOC:
-                self._new_segment(i, ad, sz, st)
+                new_seg(i, ad, sz, st)
             elif a == SEGMENT_FREE:
-                self._drop_segment(i, ad)
+                drop(i, ad)
             elif a == SEGMENT_MAP:
                 self._map(i, ad, sz, st)
             elif a == SEGMENT_UNMAP:
@@ -89,18 +116,21 @@ class AllocatorState:
 
     # --- segments -----------------------------------------------------------------------
     def _new_segment(self, i, addr, size, stream):
-        seg = Segment(addr, size, stream, i, blocks=[Block(addr, size)])
-        self.segments[addr] = seg
-        bisect.insort(self.starts, addr)
+        seg = self.segments[addr] = Segment(addr, size, stream, i)
+        seg.head = self.free_at[addr] = Block(addr, size, seg)
+        return seg
 
     def _drop_segment(self, i, addr):
         seg = self.segments.pop(addr, None)
         if seg is None:
             self._note(i, "segment_free of an unknown segment", addr)
             return
-        self.starts.remove(addr)
-        if any(b.state != FREE for b in seg.blocks):
-            self._note(i, "segment_free of a segment with live blocks", addr)
+        for b in seg.blocks:
+            if b.state != FREE:
+                self._note(i, "segment_free of a segment with live blocks", addr)
+                self.live.pop(b.addr, None)
+            else:
+                self.free_at.pop(b.addr, None)
 
     def _map(self, i, addr, size, stream):
         seg = self._segment_at(addr - 1) if addr else None
@@ -112,7 +142,8 @@ class AllocatorState:
         if last.state == FREE:
             last.size += size
         else:
-            seg.blocks.append(Block(addr, size))
+            b = self.free_at[addr] = Block(addr, size, seg)
+            b.prev, last.next = last, b
 
     def _unmap(self, i, addr, size):
         seg = self._segment_at(addr)
@@ -122,80 +153,108 @@ class AllocatorState:
         end = addr + size
         keep = []
         for b in seg.blocks:
+            (self.free_at if b.state == FREE else self.live).pop(b.addr, None)
             if b.addr + b.size <= addr or b.addr >= end:
                 keep.append(b)
                 continue
             if b.state != FREE:
                 self._note(i, "segment_unmap over live blocks", addr)
             if b.addr < addr:
-                keep.append(Block(b.addr, addr - b.addr))
+                keep.append(Block(b.addr, addr - b.addr, seg))
             if b.addr + b.size > end:
-                keep.append(Block(end, b.addr + b.size - end))
+                keep.append(Block(end, b.addr + b.size - end, seg))
         del self.segments[seg.addr]
-        self.starts.remove(seg.addr)
         for part in _contiguous(keep):  # what is left may be two separate ranges
-            s = Segment(part[0].addr, sum(b.size for b in part), seg.stream, seg.event, seg.small, part)
-            self.segments[s.addr] = s
-            bisect.insort(self.starts, s.addr)
+            s = self.segments[part[0].addr] = Segment(part[0].addr, sum(b.size for b in part), seg.stream, seg.event,
+                                                      seg.small)
+            prev = None
+            for b in part:
+                b.seg, b.prev, b.next = s, prev, None
+                if prev is None:
+                    s.head = b
+                else:
+                    prev.next = b
+                prev = b
+                (self.free_at if b.state == FREE else self.live)[b.addr] = b
 
     def _segment_at(self, addr) -> Segment | None:
-        k = bisect.bisect_right(self.starts, addr) - 1
+        starts = sorted(self.segments)
+        k = bisect.bisect_right(starts, addr) - 1
         if k < 0:
             return None
-        seg = self.segments[self.starts[k]]
+        seg = self.segments[starts[k]]
         return seg if addr < seg.end else None
 
     # --- blocks -------------------------------------------------------------------------
     def _alloc(self, i, addr, size):
-        seg = self._segment_at(addr)
-        if seg is None:
-            self._note(i, "alloc outside any segment", addr)
-            return
+        b = self.free_at.pop(addr, None)
+        if b is None:  # not the start of a free block: not where the allocator would put it
+            b = self._carve(i, addr)
+            if b is None:
+                return
+        seg = b.seg
         if seg.small is None:
             seg.small = size <= SMALL_SIZE
-        k, b = _block_at(seg, addr)
-        if b.state != FREE:
-            self._note(i, "alloc over a live block", addr)
-        if b.addr < addr:  # not where the allocator would put it; keep the gap free
-            seg.blocks.insert(k, Block(b.addr, addr - b.addr))
-            b.size -= addr - b.addr
-            b.addr = addr
-            k += 1
         rounded = round_size(size)
         rest = b.size - rounded
         if rest < 0:
             self._note(i, "alloc larger than the free block it lands in", addr)
-        elif self._splits(seg, rounded, rest):
-            seg.blocks.insert(k + 1, Block(addr + rounded, rest))
-            b.size = rounded
+        elif (rest >= MIN_BLOCK) if seg.small else (rest > SMALL_SIZE and (self.max_split is None
+                                                                            or rounded < self.max_split)):
+            r = self.free_at[addr + rounded] = Block(addr + rounded, rest, seg)
+            r.prev, r.next = b, b.next
+            if b.next is not None:
+                b.next.prev = r
+            b.next, b.size = r, rounded
         b.state, b.requested, b.event = ALLOCATED, size, i
+        self.live[addr] = b
 
-    def _splits(self, seg: Segment, rounded: int, rest: int) -> bool:
-        if seg.small:
-            return rest >= MIN_BLOCK
-        return rest > SMALL_SIZE and (self.max_split is None or rounded < self.max_split)
-
-    def _mark(self, i, addr, state):
+    def _carve(self, i, addr) -> Block | None:
+        """The free block holding addr, split so that one starts at addr (after noting the mismatch)."""
         seg = self._segment_at(addr)
-        found = _block_at(seg, addr) if seg else None
-        if found is None or found[1].addr != addr or found[1].state == FREE:
-            self._note(i, "free of an address with no live block", addr)
+        hit = next((b for b in seg.blocks if b.addr <= addr < b.addr + b.size), None) if seg else None
+        if hit is None or hit.state != FREE:
+            self._note(i, "alloc outside any free block", addr)
             return None
-        found[1].state = state
-        return seg, found[0]
+        self._note(i, "alloc inside a free block, not at its start", addr)
+        del self.free_at[hit.addr]
+        b = Block(addr, hit.addr + hit.size - addr, seg)
+        hit.size = addr - hit.addr
+        b.prev, b.next = hit, hit.next
+        if hit.next is not None:
+            hit.next.prev = b
+        hit.next = b
+        self.free_at[hit.addr] = hit
+        return b
+
+    def _mark(self, i, addr):
+        b = self.live.get(addr)
+        if b is None:
+            self._note(i, "free of an address with no live block", addr)
+        else:
+            b.state = PENDING
 
     def _free(self, i, addr):
-        hit = self._mark(i, addr, FREE)
-        if hit is None:
+        b = self.live.pop(addr, None)
+        if b is None:
+            self._note(i, "free of an address with no live block", addr)
             return
-        seg, k = hit
-        blocks = seg.blocks
-        b = blocks[k]
-        b.requested, b.event = 0, -1
-        if k + 1 < len(blocks) and blocks[k + 1].state == FREE:
-            b.size += blocks.pop(k + 1).size
-        if k > 0 and blocks[k - 1].state == FREE:
-            blocks[k - 1].size += blocks.pop(k).size
+        b.state, b.requested, b.event = FREE, 0, -1
+        n = b.next
+        if n is not None and n.state == FREE:
+            del self.free_at[n.addr]
+            b.size += n.size
+            b.next = n.next
+            if n.next is not None:
+                n.next.prev = b
+        p = b.prev
+        if p is not None and p.state == FREE:
+            p.size += b.size
+            p.next = b.next
+            if b.next is not None:
+                b.next.prev = p
+        else:
+            self.free_at[b.addr] = b
 
     def _note(self, i, what, addr):
         if len(self.mismatches) < 100:
@@ -203,31 +262,22 @@ class AllocatorState:
 
     # --- reading ------------------------------------------------------------------------
     def ordered(self) -> list[Segment]:
-        return [self.segments[a] for a in self.starts]
+        return [self.segments[a] for a in sorted(self.segments)]
 
     def totals(self) -> dict:
         """Reserved, allocated (block bytes), requested, pending and the largest free block per pool."""
-        out = {"reserved": 0, "allocated": 0, "requested": 0, "pending_free": 0, "segments": len(self.starts),
-               "largest_free": {"small": 0, "large": 0}}
-        for seg in self.segments.values():
-            out["reserved"] += seg.size
-            pool = "small" if seg.small else "large"
-            for b in seg.blocks:
-                if b.state == FREE:
-                    out["largest_free"][pool] = max(out["largest_free"][pool], b.size)
-                else:
-                    out["allocated"] += b.size
-                    out["requested"] += b.requested
-                    if b.state == PENDING:
-                        out["pending_free"] += b.size
+        out = {"reserved": sum(s.size for s in self.segments.values()), "allocated": 0, "requested": 0,
+               "pending_free": 0, "segments": len(self.segments), "largest_free": {"small": 0, "large": 0}}
+        for b in self.live.values():
+            out["allocated"] += b.size
+            out["requested"] += b.requested
+            if b.state == PENDING:
+                out["pending_free"] += b.size
+        for b in self.free_at.values():
+            pool = "small" if b.seg.small else "large"
+            out["largest_free"][pool] = max(out["largest_free"][pool], b.size)
         out["cached"] = out["reserved"] - out["allocated"]
         return out
-
-
-def _block_at(seg: Segment, addr: int):
-    starts = [b.addr for b in seg.blocks]
-    k = bisect.bisect_right(starts, addr) - 1
-    return (k, seg.blocks[k]) if k >= 0 else (0, seg.blocks[0])
 
 
 def _contiguous(blocks: list[Block]) -> list[list[Block]]:

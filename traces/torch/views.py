@@ -8,7 +8,6 @@ default), innermost first, as the snapshot records frames.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -215,12 +214,12 @@ class StateIndex:
         k = max(0, min(k, self.dev.n))
         if self.cursor is None or self.cursor.at > k:
             base = max(c for c in self.checkpoints if c <= k)
-            self.cursor = copy.deepcopy(self.checkpoints[base])
+            self.cursor = self.checkpoints[base].clone()
         while self.cursor.at < k:
             step = min(k, (self.cursor.at // CHECKPOINT_EVERY + 1) * CHECKPOINT_EVERY)
             self.cursor.apply(step)
             if step % CHECKPOINT_EVERY == 0 and step not in self.checkpoints:
-                self.checkpoints[step] = copy.deepcopy(self.cursor)
+                self.checkpoints[step] = self.cursor.clone()
         return self.cursor
 
 
