@@ -19,6 +19,7 @@ from .columns import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGM
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20  # requests up to this come from the small pool
+SMALL_BUFFER = 2 << 20  # the small pool's segment size; large-pool segments never have it
 ALLOCATED, PENDING, FREE = "allocated", "pending_free", "free"
 
 
@@ -104,7 +105,7 @@ class AllocatorState:
             elif a == FREE_COMPLETED:
                 free(i, ad)
             elif a == SEGMENT_ALLOC:
-                new_seg(i, ad, sz, st)
+                new_seg(i, ad, sz, st, sz == SMALL_BUFFER)
             elif a == SEGMENT_FREE:
                 drop(i, ad)
             elif a == SEGMENT_MAP:
@@ -115,8 +116,8 @@ class AllocatorState:
         return self
 
     # --- segments -----------------------------------------------------------------------
-    def _new_segment(self, i, addr, size, stream):
-        seg = self.segments[addr] = Segment(addr, size, stream, i)
+    def _new_segment(self, i, addr, size, stream, small=None):
+        seg = self.segments[addr] = Segment(addr, size, stream, i, small)
         seg.head = self.free_at[addr] = Block(addr, size, seg)
         return seg
 

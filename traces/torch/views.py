@@ -247,7 +247,7 @@ def state(dev: Device, index: StateIndex, k: int, skip=DEFAULT_SKIP, max_blocks:
                            "alloc": b.event if b.event >= 0 else None,
                            "site": dev.label(int(dev.cols["stack"][b.event]), b.event, skip) if b.event >= 0 else None})
         segments.append({"address": seg.addr, "size": seg.size, "stream": seg.stream,
-                         "pool": "small" if seg.small else ("large" if seg.small is False else "unused"),
+                         "pool": "small" if seg.small else "large",
                          "blocks": blocks})
     return {"event": st.at, "n_events": dev.n, "totals": st.totals(), "segments": segments,
             "truncated": n_blocks >= max_blocks, "next": entry(dev, st.at, skip)}
