@@ -64,6 +64,12 @@ def test_timeline_bands_stack_like_the_official_viewer(store):
     # the drawn total is the envelope of requested bytes, so the peak survives sampling
     assert max(t["allocated_max"]) == sidecar("gpt2_train_bs8")["memory_stats_subset"]["requested_bytes.all.peak"]
     assert max(t["reserved_max"]) == sidecar("gpt2_train_bs8")["ground_truth"]["max_memory_reserved"]
+    for x0, x1 in ((100, 200), (5000, 5003), (len(es) - 10, len(es))):  # zoomed windows: same stacking
+        z = views.timeline(dev(store, "gpt2_train_bs8"), x0, x1, max_bands=30)
+        for b in z["bands"]:
+            assert x0 <= b["x"][0] and b["x"][-1] < x1
+            for x, base in zip(b["x"], b["base"]):
+                assert base == sum(zz for s, e, zz in life if s < b["alloc"] and s <= x < e)
     names = {a["name"] for a in t["annotations"] if a["kind"] == "annotation"}
     assert {"forward", "backward", "optimizer_step"} <= names
     assert {a["name"] for a in t["annotations"] if a["kind"] == "metadata"} >= {"step0:forward"}

@@ -303,9 +303,8 @@ def timeline(dev: Device, x0: int | None = None, x1: int | None = None, max_poin
         before = int(req[s]) - z  # live bytes allocated before this one, at its alloc
         a, b = np.searchsorted(free_at, [s, hi], side="right")
         older = free_start[a:b] < s
-        cum = np.cumsum(np.where(older, free_size[a:b], 0))
-        at = np.searchsorted(free_at[a:b], xs, side="right")
-        base = before - np.where(at > 0, cum[np.maximum(at - 1, 0)], 0)
+        cum = np.concatenate(([0], np.cumsum(np.where(older, free_size[a:b], 0))))
+        base = before - cum[np.searchsorted(free_at[a:b], xs, side="right")]
         out["bands"].append({"alloc": s, "free": e if e < n else None, "size": z, "x": xs.tolist(),
                              "base": base.tolist(), "site": dev.label(int(al.stack[r]), s, skip),
                              "meta": dev.meta_text(int(al.meta[r]))})
