@@ -4,7 +4,8 @@ Each repetition copies every entry dict and its frame list (as torch writes them
 lists, shared frame dicts), shifting the timestamps, so the pickle looks like one long recording.
 Prints, each measured in a fresh process: plain `pickle.load` (the floor), alloctrace's restricted
 read into columns, and the full import into a store; wall time and peak RSS, and their ratios to
-pickle.load (goals: time <= 3x, RSS <= 1.5x).
+pickle.load (goals: time <= 3x, RSS <= 1.5x). CPU seconds (whole process, interpreter start
+included) are the steadier figure on a busy machine.
 Usage: python bench/bench_torch.py [--entries 1000000] [--fixture tests/data/torch/gpt2_train_bs8.pickle.gz]
 """
 from __future__ import annotations
@@ -53,8 +54,8 @@ PROBES = {
 
 def measure(code: str, path: Path) -> dict:
     prog = (f"import resource, time, gc, json; P = {str(path)!r}; t = time.perf_counter(); {code}; "
-            "w = time.perf_counter() - t; "
-            "print(json.dumps({'wall_s': w, 'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))")
+            "w = time.perf_counter() - t; u = resource.getrusage(resource.RUSAGE_SELF); "
+            "print(json.dumps({'wall_s': w, 'cpu_s': u.ru_utime + u.ru_stime, 'rss_mb': u.ru_maxrss / 1024}))")
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, check=True)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -74,7 +75,8 @@ def main(argv=None) -> int:
         for label, code in PROBES.items():
             m = measure(code, path)
             base = base or m
-            print(f"{label:>20}: {m['wall_s']:6.2f} s ({m['wall_s'] / base['wall_s']:.2f}x)   "
+            print(f"{label:>20}: {m['wall_s']:6.2f} s wall ({m['wall_s'] / base['wall_s']:.2f}x), "
+                  f"{m['cpu_s']:6.2f} s CPU ({m['cpu_s'] / base['cpu_s']:.2f}x)   "
                   f"peak RSS {m['rss_mb']:7.0f} MB ({m['rss_mb'] / base['rss_mb']:.2f}x)")
     return 0
 
