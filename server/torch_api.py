@@ -61,6 +61,14 @@ def _store(request: Request):
     return request.app.state.ctx.store
 
 
+def is_torch_trace(store, tid: str) -> bool:
+    """Is this stored trace a PyTorch snapshot (False for unknown ids: their page says so itself)?"""
+    try:
+        return store.meta(tid).source == "torch"
+    except UserError:
+        return False
+
+
 def _check_id(tid: str) -> str:
     import re
     if not re.fullmatch(TRACE_ID.strip("^$"), tid):

@@ -112,3 +112,6 @@ def test_views_answer_and_bad_requests_are_4xx(app):
     assert app.get(f"/api/torch/traces/{app.ggml}/devices/0/peak").status_code == 400
     assert app.get("/api/torch/diff?a=zz&b=yy").status_code == 422
     assert app.get("/torch").status_code == 200
+    r = app.get(f"/traces/{tid}", follow_redirects=False)  # the generic trace page sends snapshots here
+    assert r.status_code == 307 and r.headers["location"] == f"/torch?id={tid}"
+    assert app.get(f"/traces/{app.ggml}", follow_redirects=False).status_code == 200
