@@ -6,7 +6,7 @@ Prints, each measured in a fresh process: plain `pickle.load` (the floor), alloc
 read into columns, and the full import into a store; wall time and peak RSS, and their ratios to
 pickle.load (goals: time <= 3x, RSS <= 1.5x). CPU seconds (whole process, interpreter start
 included) are the steadier figure on a busy machine.
-Usage: python bench/bench_torch.py [--entries 1000000] [--fixture tests/data/torch/gpt2_train_bs8.pickle.gz]
+Usage: python bench/bench_torch.py [--entries 1000000] [--deepen 3] [--fixture tests/data/torch/gpt2_train_bs8.pickle.gz]
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "tests" / "data" / "torch" / "gpt2_train_bs8.pickle.gz"
 
 
-def build(src: Path, dst: Path, entries: int) -> int:
+def build(src: Path, dst: Path, entries: int, deepen: int = 1) -> int:
     snap = pickle.loads(gzip.decompress(src.read_bytes()))  # our own fixture: trusted
     trace = snap["device_traces"][0]
     span = trace[-1]["time_us"] - trace[0]["time_us"] + 1
@@ -34,7 +34,7 @@ def build(src: Path, dst: Path, entries: int) -> int:
             c = dict(e)
             c["time_us"] = e["time_us"] + r * span
             if "frames" in e:
-                c["frames"] = list(e["frames"])
+                c["frames"] = list(e["frames"]) * deepen
             out.append(c)
     snap["device_traces"][0] = out[:entries]
     with open(dst, "wb") as f:
@@ -64,11 +64,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--entries", type=int, default=1_000_000)
     ap.add_argument("--fixture", type=Path, default=DEFAULT)
+    ap.add_argument("--deepen", type=int, default=1,
+                    help="repeat each stack's frames this many times (3 gives ~20 frames per entry, like a real "
+                         "1M-entry, 145 MB snapshot)")
     ap.add_argument("--keep", type=Path, help="write the synthetic pickle here and keep it")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         path = args.keep or Path(tmp) / "big.pickle"
-        n = build(args.fixture, path, args.entries)
+        n = build(args.fixture, path, args.entries, args.deepen)
         size = path.stat().st_size
         print(f"synthetic snapshot: {n:,} entries, {size / 1e6:.0f} MB ({args.fixture.name} repeated)")
         base = None

@@ -218,7 +218,7 @@ async function showState(k) {
 async function diff(a, b) {
   $("diff").hidden = false;
   const d = await api(`/api/torch/diff?a=${enc(a)}&b=${enc(b)}`);
-  $("title").textContent = `Diff: ${a} → ${b}`;
+  $("title").textContent = `Diff: ${d.a.name} (A) → ${d.b.name} (B)`;
   clear($("facts")).append(fact("A peak requested", bytes(d.a.peak_requested)), fact("B peak requested", bytes(d.b.peak_requested)),
     fact("Δ requested", bytes(d.delta_requested)), fact("A peak reserved", bytes(d.a.peak_reserved)),
     fact("B peak reserved", bytes(d.b.peak_reserved)), fact("Δ reserved", bytes(d.reserved.delta_peak_reserved)));
@@ -232,8 +232,8 @@ async function diff(a, b) {
   $("align-note").textContent = `${int(al.paired)} allocations paired by stack and occurrence (${al.same_sequence ? "the same call-site sequence" : "first divergence at allocation " + int(al.first_divergence)}${al.in_order ? ", in order" : ""}); ${int(al.only_a)} only in A, ${int(al.only_b)} only in B; ${int(al.same_size)} same size, ${int(al.grew)} grew, ${int(al.shrank)} shrank${al.size_ratio && al.size_ratio.median !== null ? `; median size ratio B/A ${al.size_ratio.median.toFixed(2)}` : ""}.`;
   if (al.sequence) {
     await Plotly.react($("sequence"), [
-      { x: al.sequence.index, y: al.sequence.a_bytes, name: `A ${a}`, type: "scatter", mode: "lines", line: { shape: "hv" } },
-      { x: al.sequence.index, y: al.sequence.b_bytes, name: `B ${b}`, type: "scatter", mode: "lines", line: { shape: "hv" } }],
+      { x: al.sequence.index, y: al.sequence.a_bytes, name: `A ${d.a.name}`, type: "scatter", mode: "lines", line: { shape: "hv" } },
+      { x: al.sequence.index, y: al.sequence.b_bytes, name: `B ${d.b.name}`, type: "scatter", mode: "lines", line: { shape: "hv" } }],
     { margin: { l: 70, r: 20, t: 10, b: 40 }, xaxis: { title: "aligned allocation (A's order)" }, yaxis: { title: "bytes per bucket" } }, { displaylogo: false, responsive: true });
     $("sequence").dataset.ready = "1";
   }

@@ -34,7 +34,7 @@ def run(args) -> int:
     store = open_store_from(args)
     snapshots = [p for p in args.paths if is_snapshot_file(p)]  # PyTorch memory snapshots
     logs = [p for p in args.paths if p not in snapshots]
-    ids = import_snapshots(store, snapshots, name=args.name)
+    ids = import_snapshots(store, snapshots, name=args.name, progress=sys.stderr.isatty())
     try:
         ids += import_paths(store, logs, name=args.name, generation=args.generation,
                             progress=sys.stderr.isatty()) if logs else []

@@ -103,7 +103,7 @@ def diff(a: Device, b: Device, skip=DEFAULT_SKIP, top: int = 40, max_points: int
 
 
 def _side(dev: Device, p: dict) -> dict:
-    return {"trace_id": dev.trace_id, "device": dev.device, "n_events": dev.n, "peak_requested": p["peak_requested"],
+    return {"trace_id": dev.trace_id, "name": dev.name, "device": dev.device, "n_events": dev.n, "peak_requested": p["peak_requested"],
             "peak_reserved": p["peak_reserved"], "peak_event": p["event"]}
 
 

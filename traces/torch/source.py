@@ -178,11 +178,32 @@ def _encoded(dev: DeviceData, facts: dict, strings: bytes, zc) -> EncodedGraph:
 GZIP_MAGIC, ZSTD_MAGIC, XZ_MAGIC = b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"\xfd7zXZ\x00"
 
 
-def open_decompressed(path) -> BinaryIO:
+class _Watched(io.RawIOBase):
+    """A raw file that reports how far it has been read (for a progress bar)."""
+
+    def __init__(self, f, bar):
+        self.f, self.bar = f, bar
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        n = self.f.readinto(b)
+        self.bar.update(self.f.tell())
+        return n
+
+    def close(self):
+        self.f.close()
+        super().close()
+
+
+def open_decompressed(path, bar=None) -> BinaryIO:
     """The file's bytes, decompressed by its magic number (gzip, zstd, xz or none)."""
     f = open(path, "rb")
     head = f.read(6)
     f.seek(0)
+    if bar is not None:
+        f = io.BufferedReader(_Watched(f, bar), buffer_size=1 << 20)
     if head.startswith(GZIP_MAGIC):
         return gzip.GzipFile(fileobj=f)
     if head.startswith(ZSTD_MAGIC):
@@ -201,25 +222,31 @@ def is_snapshot_file(path) -> bool:
         return False
 
 
-def import_snapshot(store, path, name: str | None = None, label: str | None = None) -> str:
+def import_snapshot(store, path, name: str | None = None, label: str | None = None, progress: bool = False) -> str:
     """Read a snapshot file completely, then store it in one transaction; the new trace id."""
+    from alloctrace.traces.progress import Progress
+
     p = Path(path)
     label = label or p.name
+    bar = Progress(p.stat().st_size, label, enabled=progress) if progress else None
     try:
-        with open_decompressed(p) as f:
+        with open_decompressed(p, bar) as f:
             imported = read_snapshot(f, filename=label, name=name)
     except OSError as e:
         raise UserError(f"{label}: cannot read ({e.strerror or e})") from None
+    finally:
+        if bar is not None:
+            bar.close()
     return store.add_trace(imported.meta, imported.graphs)
 
 
-def import_snapshots(store, paths, name: str | None = None) -> list[str]:
+def import_snapshots(store, paths, name: str | None = None, progress: bool = False) -> list[str]:
     """Import each snapshot file as one trace; all or nothing across files."""
     done: list[str] = []
     try:
         for i, p in enumerate(paths):
             label = name if name is None or len(paths) == 1 else f"{name} ({i + 1})"
-            done.append(import_snapshot(store, p, label))
+            done.append(import_snapshot(store, p, label, progress=progress))
     except BaseException:
         for tid in done:
             store.delete(tid)

@@ -43,6 +43,7 @@ class Device:
     cols: dict
     strings: list
     extra: dict
+    name: str = ""
     _cache: dict = field(default_factory=dict)
 
     @property
@@ -134,7 +135,7 @@ def _short(filename: str) -> str:
 def load_device(store, trace_id: str, device: int) -> Device:
     cols, strings, extra = device_tables(store, trace_id, device)
     tid = store._id(trace_id)
-    return Device(tid, device, cols, strings, extra)
+    return Device(tid, device, cols, strings, extra, store.meta(tid).name)
 
 
 # --- peak ----------------------------------------------------------------------------------
