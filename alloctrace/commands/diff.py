@@ -49,7 +49,8 @@ def resolve_ref(store, ref: str, imported: dict) -> str:
     path, graph = found
     key = str(path.resolve())
     if key not in imported:
-        imported[key] = import_paths(store, [path])[0]
+        from alloctrace.traces.torch.source import import_snapshot, is_snapshot_file
+        imported[key] = (import_snapshot(store, path) if is_snapshot_file(path) else import_paths(store, [path])[0])
     return imported[key] if graph is None else f"{imported[key]}:{graph}"
 
 
@@ -59,6 +60,9 @@ def run(args) -> int:
     store = open_store_from(args)
     imported: dict = {}
     ref_a, ref_b = resolve_ref(store, args.a, imported), resolve_ref(store, args.b, imported)
+    from ._torch_report import diff_snapshots, is_torch
+    if is_torch(store, ref_a) or is_torch(store, ref_b):  # PyTorch memory snapshots
+        return diff_snapshots(store, ref_a, ref_b, args.json)
     result = diff_refs(store, ref_a, ref_b)
     if args.json:
         print(json.dumps(result.to_json(), indent=1))

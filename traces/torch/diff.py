@@ -78,7 +78,7 @@ def diff(a: Device, b: Device, skip=DEFAULT_SKIP, top: int = 40, max_points: int
     rows.sort(key=lambda r: (-abs(r["delta"]), -r["b_bytes"], r["site"]))
     if len(rows) > top:
         rest = rows[top:]
-        rows = rows[:top] + [{"site": f"({len(rest)} other call sites)",
+        rows = rows[:top] + [{"site": f"({len(rest)} other call site{'s' if len(rest) > 1 else ''})",
                               **{k: sum(r[k] for r in rest) for k in ("a_bytes", "b_bytes", "delta", "a_count",
                                                                       "b_count")}}]
     al = align(a, b, skip)

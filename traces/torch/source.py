@@ -82,7 +82,7 @@ def read_snapshot(stream: BinaryIO, *, filename: str, name: str | None = None, l
     strings = zc.compress(_json(table))
     graphs, report = [], []
     for dev in devices:
-        facts = device_facts(dev)
+        facts = device_facts(dev, table)
         graphs.append(_encoded(dev, facts, strings, zc))
         report.append(facts["report"])
     meta = TraceMeta(name=name or label, source=NAME, generation=GENERATION,
@@ -111,7 +111,7 @@ def _peak(curve: np.ndarray) -> tuple[int, int | None]:
     return int(curve[k]), k
 
 
-def device_facts(dev: DeviceData) -> dict:
+def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
     """Peaks, the OOM and the rebuilt-state check of one device: the graph row's fields and extra."""
     cols, tables = dev.cols, dev.tables
     req, res = curves(cols)
@@ -139,7 +139,7 @@ def device_facts(dev: DeviceData) -> dict:
              "n_stacks": len(tables["stack_offsets"]) - 1,
              "trace_matches_snapshot": not problems and not state.mismatches,
              "state_problems": (state.mismatches[:5] + [{"problem": p} for p in problems[:5]])}
-    consistency = cuda_model_check(dev)
+    consistency = cuda_model_check(dev, strings)
     report = {"device": dev.device, "n_events": dev.n_events, "peak_requested": peak_req, "peak_reserved": peak_res,
               "oom": None if oom is None else {k: oom[k] for k in ("requested", "allocated", "reserved")}}
     if consistency is not None:
@@ -147,22 +147,36 @@ def device_facts(dev: DeviceData) -> dict:
         if consistency.get("first_mismatch") is not None:
             report["first_mismatch"] = consistency["first_mismatch"]
         extra["first_mismatch"] = consistency.get("first_mismatch")
+        if consistency.get("model_error"):
+            extra["model_error"] = report["model_error"] = consistency["model_error"]
     return {"extra": extra, "oom": oom, "consistent": None if consistency is None else consistency.get("consistent"),
             "report": report}
 
 
-def cuda_model_check(dev: DeviceData) -> dict | None:
-    """Hook for the caching-allocator model: `alloctrace.allocator.cuda_caching.check_device(columns, info)`
-    replays the device and answers {"consistent": bool, "first_mismatch": dict | None}. None until it exists."""
+def cuda_model_check(dev: DeviceData, strings: list[str] | None = None) -> dict | None:
+    """The hook for the caching-allocator model, called when `alloctrace.allocator.cuda_caching` exists:
+    `check_device(columns, info) -> {"consistent": bool, "first_mismatch": dict | None}`, with `columns` as
+    `store.device_columns` returns them and `info` as `store.device_info` (before the row is stored). None
+    while there is no model; a model that fails is reported (`model_error`), never an import failure."""
     try:
-        from alloctrace.allocator import cuda_caching  # type: ignore
+        from alloctrace.allocator import cuda_caching  # type: ignore[attr-defined]
     except ImportError:
         return None
     check = getattr(cuda_caching, "check_device", None)
     if check is None:
         return None
     from .store import info_from
-    return check(dict(dev.cols), info_from(dev.extra, dev.tables))
+    cols = dict(dev.cols)
+    cols.setdefault("device_free", np.full(dev.n_events, -1, dtype=np.int64))
+    info = info_from(dev.extra, dev.tables, strings)
+    info["n_events"] = dev.n_events
+    try:
+        out = check(cols, info)
+    except UserError:
+        raise
+    except Exception as e:  # the model's own bug: say so, keep the import
+        return {"consistent": None, "first_mismatch": None, "model_error": f"{type(e).__name__}: {e}"[:300]}
+    return {"consistent": bool(out.get("consistent")), "first_mismatch": out.get("first_mismatch")}
 
 
 def _encoded(dev: DeviceData, facts: dict, strings: bytes, zc) -> EncodedGraph:

@@ -87,16 +87,28 @@ def devices_of(store, trace_id: str) -> list[int]:
     return [g["index"] for g in store.summary(trace_id)["graphs"] if g["role"] == "device"]
 
 
+def _extras(store, tid: str) -> dict[int, dict]:
+    with store._lock:
+        rows = store.db.execute("SELECT idx, extra FROM graphs WHERE trace_id=?", (tid,)).fetchall()
+    return {idx: json.loads(extra) for idx, extra in rows}
+
+
 def torch_summary(store, trace_id: str) -> dict:
     """The `import --json` shape of one stored torch trace."""
     s = store.summary(trace_id)
+    extras = _extras(store, s["id"])
     devices = []
     for g in s["graphs"]:
         oom = g["oom"]
         d = {"device": g["index"], "n_events": g["n_events"], "peak_requested": g["max_size"],
              "peak_reserved": g["buffer_size"],
              "oom": None if oom is None else {k: oom[k] for k in ("requested", "allocated", "reserved")}}
-        if g["consistent"] is not None:
+        ex = extras.get(g["index"], {})
+        if g["consistent"] is not None or "model_error" in ex:
             d["consistent"] = g["consistent"]
+            if ex.get("first_mismatch") is not None:
+                d["first_mismatch"] = ex["first_mismatch"]
+            if ex.get("model_error"):
+                d["model_error"] = ex["model_error"]
         devices.append(d)
     return {"id": s["id"], "name": s["name"], "source": s["source"], "devices": devices}

@@ -160,7 +160,7 @@ def by_call_site(dev: Device, rows: np.ndarray, event: int, skip=DEFAULT_SKIP, t
     rest = ranked[top:]
     if rest:
         b = sum(g[0] for _, g in rest)
-        out.append({"site": f"({len(rest)} other call sites)", "bytes": b, "share": b / total if total else 0.0,
+        out.append({"site": f"({len(rest)} other call site{'s' if len(rest) > 1 else ''})", "bytes": b, "share": b / total if total else 0.0,
                     "count": sum(g[1] for _, g in rest), "stack": []})
     return out
 
