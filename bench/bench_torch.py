@@ -60,6 +60,43 @@ def measure(code: str, path: Path) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def first_picture(path: Path) -> None:
+    """Import the snapshot, serve it, and time Chromium from opening /torch?id= to the drawn timeline."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+    from playwright.sync_api import sync_playwright
+
+    from alloctrace.server.app import create_app
+    from alloctrace.traces.store import open_store
+    from alloctrace.traces.torch.source import import_snapshot
+
+    with tempfile.TemporaryDirectory() as store_dir:
+        tid = import_snapshot(open_store(store_dir), path)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        srv = uvicorn.Server(uvicorn.Config(create_app(store_dir=store_dir), host="127.0.0.1", port=port,
+                                            log_level="warning"))
+        threading.Thread(target=srv.run, daemon=True).start()
+        while not srv.started:
+            time.sleep(0.05)
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
+                                  args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            for run in ("cold (server builds its caches)", "warm"):
+                page = b.new_page(viewport={"width": 1400, "height": 1000})
+                t = time.perf_counter()
+                page.goto(f"http://127.0.0.1:{port}/torch?id={tid}")
+                page.wait_for_selector("#timeline[data-ready='1']", timeout=120_000)
+                print(f"{'first picture, ' + run:>44}: {time.perf_counter() - t:5.2f} s")
+                page.close()
+            b.close()
+        srv.should_exit = True
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--entries", type=int, default=1_000_000)
@@ -67,6 +104,7 @@ def main(argv=None) -> int:
     ap.add_argument("--deepen", type=int, default=1,
                     help="repeat each stack's frames this many times (3 gives ~20 frames per entry, like a real "
                          "1M-entry, 145 MB snapshot)")
+    ap.add_argument("--browser", action="store_true", help="also time the dashboard's first picture in Chromium")
     ap.add_argument("--keep", type=Path, help="write the synthetic pickle here and keep it")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,6 +119,8 @@ def main(argv=None) -> int:
             print(f"{label:>20}: {m['wall_s']:6.2f} s wall ({m['wall_s'] / base['wall_s']:.2f}x), "
                   f"{m['cpu_s']:6.2f} s CPU ({m['cpu_s'] / base['cpu_s']:.2f}x)   "
                   f"peak RSS {m['rss_mb']:7.0f} MB ({m['rss_mb'] / base['rss_mb']:.2f}x)")
+        if args.browser:
+            first_picture(path)
     return 0
 
 

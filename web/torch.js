@@ -6,7 +6,10 @@ const enc = encodeURIComponent;
 const params = new URLSearchParams(location.search);
 
 async function api(path, init) {
-  const r = await fetch(path, init);
+  const pre = window.__torchPrefetch || {};
+  const early = !init && pre[path];
+  if (early) delete pre[path];
+  const r = early ? await early : await fetch(path, init);
   let body = null;
   try { body = await r.json(); } catch (_) { body = null; }
   if (!r.ok) throw new Error((body && typeof body.detail === "string") ? body.detail : `${r.status} ${r.statusText}`);

@@ -14,7 +14,7 @@ import pickle
 
 from alloctrace.errors import UserError
 
-DEFAULT_MAX_BYTES = 4 << 30  # decompressed pickle bytes read at most
+DEFAULT_MAX_BYTES = 2 << 30  # decompressed pickle bytes read at most (memory: about 5-6x this)
 
 
 class SnapshotError(UserError):
