@@ -217,4 +217,5 @@ def torch_page(request: Request):
     web = request.app.state.web_dir
     if web is None or not (web / "torch.html").is_file():
         return JSONResponse({"detail": "page torch.html is not installed"}, status_code=404)
-    return FileResponse(web / "torch.html", media_type="text/html; charset=utf-8", headers={"Cache-Control": "no-cache"})
+    return FileResponse(web / "torch.html", media_type="text/html; charset=utf-8",
+                        headers={"Cache-Control": "no-cache"})

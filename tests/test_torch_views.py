@@ -150,6 +150,13 @@ def test_oom_card(store):
     assert sum(g["bytes"] for g in card["holders"]) == card["requested_live"]
     assert card["cached"] == card["reserved"] - card["allocated"]
     assert card["site"] == "forward (transformers/activations.py:66)"  # the traceback's innermost model line
+    # README: 11 segment_free, 2 retries: the cache (11 small segments) was emptied and the retry got its
+    # segment; the next request failed with nothing left to release
+    (flush,) = card["cache_releases"]
+    frees = [i for i, e in enumerate(es) if e["action"] == "segment_free"]
+    assert (flush["first"], flush["end"], flush["segments"]) == (frees[0], frees[-1] + 1, len(frees)) == \
+        (frees[0], frees[0] + 11, 11)
+    assert flush["bytes"] == sum(es[i]["size"] for i in frees) and flush["then"] == "segment_alloc"
     assert views.oom_card(dev(store, "gpt2_train_bs8"), views.StateIndex(dev(store, "gpt2_train_bs8"))) is None
 
 

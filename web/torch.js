@@ -172,6 +172,7 @@ async function oom() {
       fact("largest free block (large pool)", bytes(card.largest_free.large)),
       fact("largest free block (small pool)", bytes(card.largest_free.small)),
       fact("device free", card.device_free === null ? "–" : bytes(card.device_free)),
+      ...card.cache_releases.slice(-1).map((r) => fact("cache emptied before", `${r.segments} segments, ${fmtBytes(r.bytes)} at entries ${r.first}–${r.end - 1}`)),
       ...(card.meta ? [fact("metadata", card.meta)] : [])),
     el("p", {}, "Failing request from ", el("code", {}, card.site)),
     el("h2", {}, "Who held the memory"),

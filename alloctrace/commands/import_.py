@@ -8,12 +8,13 @@ from ._common import add_store_arg, open_store_from, traces_table
 
 
 def register(subparsers):
-    p = subparsers.add_parser("import", help="import ggml-alloc logs or PyTorch memory snapshots (plain, .gz, .zst) into the trace store",
+    p = subparsers.add_parser("import", help="import ggml-alloc logs or PyTorch memory snapshots (plain, .gz, "
+                                             ".zst) into the trace store",
                               description="Import ggml-alloc AT_PRINTF logs of any generation (detected "
-                                          "automatically), alloctrace JSON Lines exports or PyTorch CUDA memory snapshots "
-                                          "(torch.cuda.memory._dump_snapshot pickles, read without running "
-                                          "pickle code). Each file becomes "
-                                          "one trace; if any file fails, nothing is stored.")
+                                          "automatically), alloctrace JSON Lines exports or PyTorch CUDA memory "
+                                          "snapshots (torch.cuda.memory._dump_snapshot pickles, read without "
+                                          "running pickle code). Each file becomes one trace; if any file fails, "
+                                          "nothing is stored.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="log files")
     add_store_arg(p)
     p.add_argument("--name", help="trace name (default: the file name)")

@@ -78,7 +78,8 @@ def diff(a: Device, b: Device, skip=DEFAULT_SKIP, top: int = 40, max_points: int
     rows.sort(key=lambda r: (-abs(r["delta"]), -r["b_bytes"], r["site"]))
     if len(rows) > top:
         rest = rows[top:]
-        rows = rows[:top] + [{"site": f"({len(rest)} other call site{'s' if len(rest) > 1 else ''})",
+        label = f"({len(rest)} other call site{'s' if len(rest) > 1 else ''})"
+        rows = rows[:top] + [{"site": label,
                               **{k: sum(r[k] for r in rest) for k in ("a_bytes", "b_bytes", "delta", "a_count",
                                                                       "b_count")}}]
     al = align(a, b, skip)
@@ -103,8 +104,8 @@ def diff(a: Device, b: Device, skip=DEFAULT_SKIP, top: int = 40, max_points: int
 
 
 def _side(dev: Device, p: dict) -> dict:
-    return {"trace_id": dev.trace_id, "name": dev.name, "device": dev.device, "n_events": dev.n, "peak_requested": p["peak_requested"],
-            "peak_reserved": p["peak_reserved"], "peak_event": p["event"]}
+    return {"trace_id": dev.trace_id, "name": dev.name, "device": dev.device, "n_events": dev.n,
+            "peak_requested": p["peak_requested"], "peak_reserved": p["peak_reserved"], "peak_event": p["event"]}
 
 
 def _decompose(a: Device, b: Device, ka: int, kb: int, al: dict, skip) -> dict:

@@ -29,7 +29,8 @@ class Block:
     __slots__ = ("addr", "size", "state", "requested", "event", "seg", "prev", "next")
 
     def __init__(self, addr, size, seg, state=FREE, requested=0, event=-1):
-        self.addr, self.size, self.seg, self.state, self.requested, self.event = addr, size, seg, state, requested, event
+        self.addr, self.size, self.seg = addr, size, seg
+        self.state, self.requested, self.event = state, requested, event
         self.prev = self.next = None
 
 

@@ -25,8 +25,8 @@ class _Refusing(pickle.Unpickler):
     label = "pickle"
 
     def find_class(self, module, name):
-        raise SnapshotError(f"{self.label}: pickle refers to {module}.{name}: refused (a memory snapshot holds only plain "
-                            "dicts, lists, tuples, strings and numbers; this pickle would run code)")
+        raise SnapshotError(f"{self.label}: pickle refers to {module}.{name}: refused (a memory snapshot holds "
+                            "only plain dicts, lists, tuples, strings and numbers; this pickle would run code)")
 
     def persistent_load(self, pid):
         raise SnapshotError(f"{self.label}: pickle uses persistent ids: refused (not a plain memory snapshot)")

@@ -90,7 +90,8 @@ class Device:
         if key not in self._cache:
             fr = self.frames(stack)
             pick = next((f for f in fr if not any(p in f["filename"] for p in skip)), fr[0] if fr else None)
-            self._cache[key] = NO_STACK if pick is None else f"{pick['name']} ({_short(pick['filename'])}:{pick['line']})"
+            self._cache[key] = (NO_STACK if pick is None
+                                else f"{pick['name']} ({_short(pick['filename'])}:{pick['line']})")
         return self._cache[key]
 
     def meta_text(self, code: int) -> str:
@@ -160,8 +161,8 @@ def by_call_site(dev: Device, rows: np.ndarray, event: int, skip=DEFAULT_SKIP, t
     rest = ranked[top:]
     if rest:
         b = sum(g[0] for _, g in rest)
-        out.append({"site": f"({len(rest)} other call site{'s' if len(rest) > 1 else ''})", "bytes": b, "share": b / total if total else 0.0,
-                    "count": sum(g[1] for _, g in rest), "stack": []})
+        out.append({"site": f"({len(rest)} other call site{'s' if len(rest) > 1 else ''})", "bytes": b,
+                    "share": b / total if total else 0.0, "count": sum(g[1] for _, g in rest), "stack": []})
     return out
 
 
@@ -184,19 +185,29 @@ def oom_card(dev: Device, index: "StateIndex", skip=DEFAULT_SKIP, which: int = 0
         return None
     k = int(ooms[min(which, len(ooms) - 1)])
     t = index.at(k).totals()
-    a = dev.cols["action"]
-    released, j = 0, k - 1
-    while j >= 0 and a[j] == SEGMENT_FREE:
-        released, j = released + 1, j - 1
     stack = int(dev.cols["stack"][k])
     free = dev.cols.get("device_free")
     return {"event": k, "n_ooms": len(ooms), "requested": int(dev.cols["size"][k]),
             "stream": int(dev.cols["stream"][k]), "allocated": t["allocated"], "requested_live": t["requested"],
             "reserved": t["reserved"], "cached": t["cached"], "largest_free": t["largest_free"],
             "device_free": None if free is None else int(free[k]),
-            "segments_released_before": released, "site": dev.label(stack, k, skip), "stack": dev.frames(stack),
+            "cache_releases": cache_releases(dev, k), "site": dev.label(stack, k, skip), "stack": dev.frames(stack),
             "meta": dev.meta_text(int(dev.cols["meta"][k])),
             "holders": by_call_site(dev, live_at(dev, k), k, skip, top=15)}
+
+
+def cache_releases(dev: Device, k: int, last: int = 5) -> list[dict]:
+    """The last runs of consecutive segment_free entries before entry k: the allocator emptying its cache to
+    retry a failed cudaMalloc (or an explicit empty_cache()), with what came right after each run."""
+    a = dev.cols["action"][:k]
+    sf = a == SEGMENT_FREE
+    starts = np.flatnonzero(sf & ~np.r_[False, sf[:-1]])
+    ends = np.flatnonzero(sf & ~np.r_[sf[1:], False]) + 1
+    out = []
+    for s, e in list(zip(starts.tolist(), ends.tolist()))[-last:]:
+        out.append({"first": s, "end": e, "segments": e - s, "bytes": int(dev.cols["size"][s:e].sum()),
+                    "then": ACTIONS[int(dev.cols["action"][e])] if e < dev.n else None})
+    return out
 
 
 # --- state ---------------------------------------------------------------------------------
