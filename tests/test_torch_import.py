@@ -231,3 +231,18 @@ def test_decompressed_size_is_capped(tmp_path, capsys, store_dir, monkeypatch):
     rc, out, err = cli(capsys, "import", p, "--store", store_dir)
     assert rc == 2 and "more than 100,000 bytes" in err and err.count("\n") == 1
     assert listing(store_dir) == []
+
+
+def test_sniff_knows_snapshots_from_other_input():
+    from alloctrace.traces.torch.source import SOURCE
+    for name in NAMES:
+        assert SOURCE.sniff(raw(name)[:65536])
+    for proto in (2, 3, 5):
+        assert SOURCE.sniff(pickle.dumps({"segments": [], "device_traces": []}, protocol=proto))
+    assert not SOURCE.sniff(pickle.dumps([1, 2, 3], protocol=4))
+    assert not SOURCE.sniff(b"ggml_allocr_alloc: allocating node_0 (4096 bytes)\n" * 10)
+    assert not SOURCE.sniff(b"")
+    (imported,) = SOURCE.read(io.BytesIO(raw("oom")), filename="/tmp/x/oom.pickle", name=None)
+    assert imported.meta.source == "torch" and imported.meta.name == "oom.pickle"
+    assert [d["peak_reserved"] for d in imported.report["devices"]] == \
+        [sidecar("oom")["ground_truth"]["max_memory_reserved"]]

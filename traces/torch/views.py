@@ -121,8 +121,19 @@ class Device:
         s = self.site(stack, skip)
         if s != NO_STACK:
             return s
-        inside = [iv for iv in self.annotation_intervals() if iv[0] <= event < iv[1]]
-        return f"{NO_STACK} in {min(inside, key=lambda iv: iv[1] - iv[0])[2]}" if inside else s
+        k = int(self.innermost_annotation()[event]) if 0 <= event < self.n else -1
+        return f"{NO_STACK} in {self.annotation_intervals()[k][2]}" if k >= 0 else s
+
+    def innermost_annotation(self) -> np.ndarray:
+        """Per entry, the index of the narrowest annotation interval around it (-1: none): intervals are
+        painted widest first, so narrower (inner) ones overwrite."""
+        if "inner" not in self._cache:
+            inner = np.full(self.n, -1, dtype=np.int32)
+            ivs = self.annotation_intervals()
+            for k in sorted(range(len(ivs)), key=lambda k: ivs[k][0] - ivs[k][1]):
+                inner[ivs[k][0]:ivs[k][1]] = k
+            self._cache["inner"] = inner
+        return self._cache["inner"]
 
 
 def _short(filename: str) -> str:
