@@ -140,7 +140,8 @@ def get_summary(request: Request, trace_id: TraceId):
         ex = dev.extra
         d.update({k: ex.get(k) for k in ("peak_requested_event", "peak_reserved_event", "reserved_at_snapshot",
                                          "allocated_at_snapshot", "n_segments", "n_blocks", "n_stacks",
-                                         "trace_matches_snapshot", "allocator_settings")})
+                                         "trace_matches_snapshot", "trace_complete", "baseline_requested",
+                                         "baseline_reserved", "allocator_settings")})
         ooms = [int(i) for i in (dev.cols["action"] == OOM).nonzero()[0][:10]]
         d["oom_events"] = ooms
     return out

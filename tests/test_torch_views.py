@@ -226,3 +226,34 @@ def test_expandable_segments_and_two_devices(tmp_path):
     assert info["peak_reserved"] == 40 * mib and info["peak_requested"] == 32 * mib
     assert info["trace_matches_snapshot"] is True and info["state_problems"] == []
     assert device_columns(s, tid, 1)["action"].tolist() == [5, 0, 5, 0, 1, 2, 6]
+
+
+def test_a_trace_that_wrapped_keeps_absolute_levels(tmp_path, store):
+    """Drop the first 3,000 entries (as max_entries would): the snapshot's own totals give back what existed
+    before, so peaks within the kept part and the peak's attribution still add up."""
+    snap = pickle.loads(gzip.decompress((DATA / "gpt2_train_bs8.pickle.gz").read_bytes()))
+    full = snap["device_traces"][0]
+    snap["device_traces"][0] = full[3000:]
+    p = tmp_path / "wrapped.pickle"
+    p.write_bytes(pickle.dumps(snap, protocol=4))
+    s = open_store(tmp_path / "s")
+    tid = import_snapshot(s, p)
+    info = device_info(s, tid, 0)
+    sign = {"alloc": 1, "free_requested": -1}
+    level, levels = 0, []
+    for e in full:
+        level += sign.get(e["action"], 0) * e["size"]
+        levels.append(level)
+    assert info["trace_complete"] is False
+    assert info["baseline_requested"] == levels[2999]
+    assert info["peak_requested"] == max(levels[3000:])
+    d = views.load_device(s, tid, 0)
+    p = views.peak(d, top=1000)
+    assert sum(g["bytes"] for g in p["by_call_site"]) == p["peak_requested"]
+    assert any(g["site"] == views.PREEXISTING for g in p["by_call_site"])
+    full_dev = dev(store, "gpt2_train_bs8")
+    out = diff(full_dev, d)
+    assert out["decomposition"]["total"] == out["delta_requested"] == sum(r["delta"] for r in out["by_call_site"])
+    for name in ("gpt2_train_bs8", "oom", "fragmentation"):  # complete recordings: nothing before
+        ex = dev(store, name).extra
+        assert (ex["baseline_requested"], ex["baseline_reserved"], ex["trace_complete"]) == (0, 0, True)

@@ -103,6 +103,7 @@ async function single(id, d) {
     fact("peak requested", bytes(dev.peak_requested)), fact("peak reserved", bytes(dev.peak_reserved)),
     fact("segments at snapshot", int(dev.n_segments)), fact("stacks", int(dev.n_stacks)),
     fact("rebuilt state = snapshot", dev.trace_matches_snapshot ? "yes" : "NO"),
+    ...(dev.trace_complete === false ? [fact("trace", "wrapped or began late")] : []),
     ...(sum.devices.length > 1 ? [fact("devices", el("span", {}, sum.devices.map((x) =>
       el("a", { href: `/torch?id=${enc(id)}&device=${x.device}`, style: "margin-right:8px" }, String(x.device)))))] : []));
   $("state-event").max = dev.n_events;

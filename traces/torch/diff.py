@@ -109,7 +109,8 @@ def _side(dev: Device, p: dict) -> dict:
 
 
 def _decompose(a: Device, b: Device, ka: int, kb: int, al: dict, skip) -> dict:
-    """Δ peak = resized (paired, live at both peaks) + only_b (live at B's peak only) − only_a."""
+    """Δ peak = resized (paired, live at both peaks) + only_b (live at B's peak only) − only_a
+    (+ the change in bytes allocated before either trace began, 0 for complete traces)."""
     live_a, live_b = live_at(a, ka), live_at(b, kb)
     in_a = np.zeros(len(a.allocations().start), dtype=bool)
     in_a[live_a] = True
@@ -123,11 +124,15 @@ def _decompose(a: Device, b: Device, ka: int, kb: int, al: dict, skip) -> dict:
     za, zb = a.allocations().size, b.allocations().size
     resized = int(zb[both_b].sum() - za[both_a].sum())
     plus, minus = int(zb[only_b].sum()), int(za[only_a].sum())
+    # live bytes neither trace saw allocated (a trace that wrapped or began late): the rest of each peak
+    pre_a = int(a.curves()[0][ka]) - int(za[live_a].sum()) if a.n else 0
+    pre_b = int(b.curves()[0][kb]) - int(zb[live_b].sum()) if b.n else 0
     return {"resized": {"bytes": resized, "count": int(both.sum()),
                         "changed": int((zb[both_b] != za[both_a]).sum())},
             "only_b": {"bytes": plus, "count": len(only_b), "top_sites": _top_sites(b, only_b, skip)},
             "only_a": {"bytes": minus, "count": len(only_a), "top_sites": _top_sites(a, only_a, skip)},
-            "total": resized + plus - minus}
+            "before_trace": {"a": pre_a, "b": pre_b, "bytes": pre_b - pre_a},
+            "total": resized + plus - minus + pre_b - pre_a}
 
 
 def _top_sites(dev: Device, rows: np.ndarray, skip, n: int = 5) -> list[dict]:

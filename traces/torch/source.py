@@ -95,13 +95,23 @@ def _json(table) -> bytes:
     return json.dumps(table).encode()
 
 
-def curves(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(requested bytes, reserved bytes) after each entry."""
+def curves(cols: dict[str, np.ndarray], baseline: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, np.ndarray]:
+    """(requested bytes, reserved bytes) after each entry, on top of what existed before the trace began."""
     a, size = cols["action"], cols["size"]
     req = np.where(a == ALLOC, size, 0) - np.where(a == FREE_REQUESTED, size, 0)
     res = (np.where((a == SEGMENT_ALLOC) | (a == SEGMENT_MAP), size, 0)
            - np.where((a == SEGMENT_FREE) | (a == SEGMENT_UNMAP), size, 0))
-    return np.cumsum(req), np.cumsum(res)
+    return np.cumsum(req) + baseline[0], np.cumsum(res) + baseline[1]
+
+
+def baselines(cols: dict[str, np.ndarray], tables: dict[str, np.ndarray]) -> tuple[int, int]:
+    """Requested and reserved bytes that existed before the first entry: the snapshot's own totals at its end
+    less what the trace adds up to. (0, 0) when recording began with an empty allocator; more when the trace
+    wrapped (max_entries) or began late."""
+    req, res = curves(cols)
+    live = int(tables["blk_requested"][tables["blk_state"] == 0].sum())
+    return (live - (int(req[-1]) if len(req) else 0),
+            int(tables["seg_total"].sum()) - (int(res[-1]) if len(res) else 0))
 
 
 def _peak(curve: np.ndarray) -> tuple[int, int | None]:
@@ -114,7 +124,8 @@ def _peak(curve: np.ndarray) -> tuple[int, int | None]:
 def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
     """Peaks, the OOM and the rebuilt-state check of one device: the graph row's fields and extra."""
     cols, tables = dev.cols, dev.tables
-    req, res = curves(cols)
+    base = baselines(cols, tables)
+    req, res = curves(cols, base)
     peak_req, at_req = _peak(req)
     peak_res, at_res = _peak(res)
     settings = dev.extra.get("allocator_settings") or {}
@@ -125,8 +136,9 @@ def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
     if len(ooms):
         k = int(ooms[0])
         t = state.apply(k).totals()
+        reserved = int(res[k])  # the oom entry itself changes nothing
         oom = {"event": k, "requested": int(cols["size"][k]), "allocated": t["allocated"],
-               "reserved": t["reserved"], "cached": t["cached"],
+               "reserved": reserved, "cached": reserved - t["allocated"],
                "device_free": int(cols["device_free"][k]) if "device_free" in cols else None,
                "stream": int(cols["stream"][k]), "n_ooms": len(ooms)}
     state.apply(dev.n_events)
@@ -134,6 +146,7 @@ def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
     seg_total = int(tables["seg_total"].sum())
     extra = {**dev.extra, "peak_requested": peak_req, "peak_requested_event": at_req, "peak_reserved": peak_res,
              "peak_reserved_event": at_res, "reserved_at_snapshot": seg_total,
+             "baseline_requested": base[0], "baseline_reserved": base[1], "trace_complete": base == (0, 0),
              "allocated_at_snapshot": int(tables["blk_size"][tables["blk_state"] <= 1].sum()),
              "n_segments": len(tables["seg_address"]), "n_blocks": len(tables["blk_address"]),
              "n_stacks": len(tables["stack_offsets"]) - 1,

@@ -20,6 +20,7 @@ from .store import device_tables
 DEFAULT_SKIP = ("site-packages/torch/", "dist-packages/torch/", "site-packages\\torch\\", "<frozen ",
                 "<built-in", "<string>")  # frames whose file name contains one of these are torch's own
 NO_STACK = "(no Python stack)"
+PREEXISTING = "(allocated before the trace began)"
 CHECKPOINT_EVERY = 20_000
 MAX_BLOCKS = 20_000
 
@@ -53,7 +54,8 @@ class Device:
     # --- derived columns, computed once ---------------------------------------------------
     def curves(self) -> tuple[np.ndarray, np.ndarray]:
         if "curves" not in self._cache:
-            self._cache["curves"] = curves(self.cols)
+            base = (self.extra.get("baseline_requested", 0), self.extra.get("baseline_reserved", 0))
+            self._cache["curves"] = curves(self.cols, base)
         return self._cache["curves"]
 
     def allocations(self) -> Allocations:
@@ -165,6 +167,9 @@ def by_call_site(dev: Device, rows: np.ndarray, event: int, skip=DEFAULT_SKIP, t
         g = groups.setdefault(dev.label(stack, start, skip), [0, 0, stack])
         g[0] += size
         g[1] += 1
+    before = int(dev.curves()[0][event]) - sum(g[0] for g in groups.values()) if dev.n else 0
+    if before:  # live bytes the trace never saw allocated (it wrapped or began late)
+        groups[PREEXISTING] = [before, 0, -1]
     total = sum(g[0] for g in groups.values())
     ranked = sorted(groups.items(), key=lambda kv: (-kv[1][0], kv[0]))
     out = [{"site": site, "bytes": b, "share": b / total if total else 0.0, "count": c,
