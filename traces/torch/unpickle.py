@@ -14,6 +14,7 @@ import pickle
 
 from alloctrace.errors import UserError
 
+CHUNK = 16 << 20  # larger reads are done piece by piece
 DEFAULT_MAX_BYTES = 2 << 30  # decompressed pickle bytes read at most (memory: about 5-6x this)
 
 
@@ -51,9 +52,56 @@ class CappedReader(io.RawIOBase):
         return len(data)
 
 
+class BoundedInput:
+    """What the unpickler reads from: a request for more bytes than the cap leaves (a frame or a string
+    declaring gigabytes in a few bytes of pickle) fails before anything is allocated for it."""
+
+    def __init__(self, stream, limit: int, label: str):
+        self.f = io.BufferedReader(CappedReader(stream, limit, label), buffer_size=1 << 20)
+        self.limit, self.label, self.n = limit, label, 0
+
+    def _check(self, n: int) -> None:
+        if n > self.limit - self.n:
+            raise SnapshotError(f"{self.label}: the pickle asks for {n:,} bytes at offset {self.n:,}, beyond the "
+                                f"limit of {self.limit:,} (ALLOCTRACE_TORCH_MAX_BYTES)")
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = self.limit - self.n + 1
+        self._check(n)
+        if n <= CHUNK:
+            data = self.f.read(n)
+        else:  # in pieces, so memory follows the bytes that really arrive, not the size declared
+            parts, left = [], n
+            while left > 0:
+                part = self.f.read(min(left, CHUNK))
+                if not part:
+                    break
+                parts.append(part)
+                left -= len(part)
+            data = b"".join(parts)
+        self.n += len(data)
+        return data
+
+    def readinto(self, b) -> int:
+        self._check(len(b))
+        k = self.f.readinto(b)
+        self.n += k
+        return k
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self.f.readline(self.limit - self.n + 1 if size is None or size < 0 else size)
+        self.n += len(line)
+        self._check(0)
+        return line
+
+    def peek(self, n: int = 0) -> bytes:
+        return self.f.peek(n)
+
+
 def load_plain(stream, *, label: str = "pickle", max_bytes: int = DEFAULT_MAX_BYTES):
     """The object a pickle stream describes, built from plain containers and scalars only."""
-    reader = io.BufferedReader(CappedReader(stream, max_bytes, label), buffer_size=1 << 20)
+    reader = BoundedInput(stream, max_bytes, label)
     try:
         unpickler = _Refusing(reader)
         unpickler.label = label
