@@ -171,9 +171,9 @@ def split_devices(snapshot) -> tuple[list[DeviceData], list[str]]:
 def _entries(entries: list, d: int, strings: Strings, stacks: StackTable) -> dict[str, np.ndarray]:
     try:
         return _entry_columns(entries, d, strings, stacks)
-    except (SnapshotError, KeyError, TypeError, AttributeError):
-        _locate_bad_entry(entries, d, strings, stacks)  # names the entry; raises
-        raise
+    except (SnapshotError, KeyError, TypeError, AttributeError) as err:
+        _locate_bad_entry(entries, d, strings, stacks)  # names the entry when it can
+        raise SnapshotError(f"device_traces[{d}]: malformed entries ({err})") from None
 
 
 def _locate_bad_entry(entries: list, d: int, strings: Strings, stacks: StackTable):
@@ -186,7 +186,7 @@ def _locate_bad_entry(entries: list, d: int, strings: Strings, stacks: StackTabl
             e["size"]
             stacks.stack(e.get("frames"))
             for k in ("user_metadata", "compile_context"):
-                if e.get(k):
+                if e.get(k) not in ("", None):
                     strings.code(e[k])
         except SnapshotError as err:
             raise SnapshotError(f"device_traces[{d}][{i}]: {err}") from None
