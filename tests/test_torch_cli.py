@@ -77,3 +77,23 @@ def test_the_caching_allocator_model_hook(capsys, tmp_path, monkeypatch):
     rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
     (d,) = json.loads(out)["traces"][0]["devices"]
     assert rc == 0 and d["consistent"] is None and "model bug" in d["model_error"]
+
+
+def test_state_at_the_oom(capsys, tmp_path):
+    rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
+    tid = json.loads(out)["traces"][0]["id"]
+    rc, out, err = cli(capsys, "state", tid, "--event", "oom", "--json", "--store", tmp_path)
+    assert rc == 0, err
+    st = json.loads(out)
+    truth = sidecar("oom")["ground_truth"]
+    assert st["next"]["action"] == "oom" and st["oom"]["event"] == st["event"]
+    assert (st["totals"]["reserved"], st["totals"]["allocated"]) == (truth["memory_reserved"],
+                                                                     truth["memory_allocated"])
+    # the request could not fit: it is larger than every free block of the large pool
+    assert st["oom"]["requested"] > st["totals"]["largest_free"]["large"]
+    rc, out, err = cli(capsys, "state", tid, "--event", "oom", "--store", tmp_path)
+    assert rc == 0 and "the cache was emptied: 11 segments" in out
+    rc, out, err = cli(capsys, "state", f"{tid}:0", "--event", "0", "--json", "--store", tmp_path)
+    assert json.loads(out)["segments"] == []
+    rc, out, err = cli(capsys, "state", tid, "--event", "x", "--store", tmp_path)
+    assert rc == 2 and err.startswith("alloctrace: error: --event")
