@@ -257,3 +257,16 @@ def test_a_trace_that_wrapped_keeps_absolute_levels(tmp_path, store):
     for name in ("gpt2_train_bs8", "oom", "fragmentation"):  # complete recordings: nothing before
         ex = dev(store, name).extra
         assert (ex["baseline_requested"], ex["baseline_reserved"], ex["trace_complete"]) == (0, 0, True)
+
+
+def test_a_snapshot_whose_segments_disagree_with_its_trace_keeps_the_trace_levels(tmp_path):
+    mib = 1 << 20
+    trace = [{"action": "segment_alloc", "addr": 1 << 30, "size": 20 * mib, "stream": 0, "time_us": 1},
+             {"action": "alloc", "addr": 1 << 30, "size": 12 * mib, "stream": 0, "time_us": 2}]
+    p = tmp_path / "x.pickle"
+    p.write_bytes(pickle.dumps({"segments": [], "device_traces": [trace]}))
+    s = open_store(tmp_path / "s")
+    info = device_info(s, import_snapshot(s, p), 0)
+    assert (info["peak_requested"], info["peak_reserved"]) == (12 * mib, 20 * mib)
+    assert (info["baseline_requested"], info["baseline_reserved"]) == (0, 0)
+    assert info["trace_matches_snapshot"] is False  # the rebuilt state has a segment the snapshot lacks

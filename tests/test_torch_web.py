@@ -141,3 +141,45 @@ def test_home_lists_snapshots_and_links_a_diff(server, page):
     page.click("#diff-form button")
     page.wait_for_selector("body[data-loaded='1']", timeout=30000)
     assert "a=" in page.url and "b=" in page.url
+
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+def test_upload_through_the_page_and_hostile_names_stay_text(server, page, tmp_path):
+    """A snapshot whose frames, metadata and annotations are HTML: uploaded through the page, shown as text."""
+    import pickle
+    f = [{"name": HOSTILE, "filename": HOSTILE + ".py", "line": 1}]
+    mib = 1 << 20
+    entries = [{"action": "segment_alloc", "addr": 1 << 30, "size": 20 * mib, "stream": 0, "time_us": 1, "frames": f,
+                "user_metadata": HOSTILE},
+               {"action": "alloc", "addr": 1 << 30, "size": 12 * mib, "stream": 0, "time_us": 2, "frames": f,
+                "user_metadata": HOSTILE},
+               {"action": "oom", "size": 64 * mib, "device_free": 0, "stream": 0, "time_us": 3, "frames": f,
+                "user_metadata": HOSTILE}]
+    seg = {"device": 0, "address": 1 << 30, "total_size": 20 * mib, "allocated_size": 12 * mib,
+           "active_size": 12 * mib, "requested_size": 12 * mib, "stream": 0, "segment_type": "large",
+           "segment_pool_id": (0, 0), "is_expandable": False, "frames": f,
+           "blocks": [{"address": 1 << 30, "size": 12 * mib, "requested_size": 12 * mib, "state": "active_allocated",
+                       "frames": f},
+                      {"address": (1 << 30) + 12 * mib, "size": 8 * mib, "requested_size": 0, "state": "inactive",
+                       "frames": []}]}
+    snap = {"segments": [seg], "device_traces": [entries], "allocator_settings": {},
+            "external_annotations": [{"stage": "START", "name": HOSTILE, "device": 0, "time_us": 1},
+                                     {"stage": "END", "name": HOSTILE, "device": 0, "time_us": 3}]}
+    p = tmp_path / f"{HOSTILE}.pickle"
+    p.write_bytes(pickle.dumps(snap))
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(f"{server['base']}/torch")
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    page.set_input_files("#upload-file", str(p))
+    page.click("#upload-form button")
+    page.wait_for_url("**/torch?id=*", timeout=30000)
+    page.wait_for_selector("#timeline[data-ready='1']", timeout=30000)
+    page.wait_for_selector("#oom")
+    assert HOSTILE in page.inner_text("#oom") and HOSTILE in page.inner_text("#peak-table")
+    assert "rebuilt state = snapshot\nyes" in page.inner_text("#facts").lower()
+    page.hover("#timeline .nsewdrag", position={"x": 300, "y": 200})
+    assert page.locator("img[src='x']").count() == 0 and dialogs == []
+    shot(page, "hostile")

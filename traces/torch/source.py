@@ -110,8 +110,9 @@ def baselines(cols: dict[str, np.ndarray], tables: dict[str, np.ndarray]) -> tup
     wrapped (max_entries) or began late."""
     req, res = curves(cols)
     live = int(tables["blk_requested"][tables["blk_state"] == 0].sum())
-    return (live - (int(req[-1]) if len(req) else 0),
-            int(tables["seg_total"].sum()) - (int(res[-1]) if len(res) else 0))
+    # less than the trace's own total means the snapshot's segments disagree with it: trust the trace
+    return (max(0, live - (int(req[-1]) if len(req) else 0)),
+            max(0, int(tables["seg_total"].sum()) - (int(res[-1]) if len(res) else 0)))
 
 
 def _peak(curve: np.ndarray) -> tuple[int, int | None]:
@@ -124,7 +125,7 @@ def _peak(curve: np.ndarray) -> tuple[int, int | None]:
 def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
     """Peaks, the OOM and the rebuilt-state check of one device: the graph row's fields and extra."""
     cols, tables = dev.cols, dev.tables
-    base = baselines(cols, tables)
+    base = baselines(cols, tables)  # (0, 0) for a trace that saw everything
     req, res = curves(cols, base)
     peak_req, at_req = _peak(req)
     peak_res, at_res = _peak(res)
