@@ -9,7 +9,6 @@ import random
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import zstandard
 

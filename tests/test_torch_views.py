@@ -5,7 +5,6 @@ import pickle
 import random
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from alloctrace.traces.store import open_store

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import lzma
 import os
 from dataclasses import dataclass, field
@@ -79,7 +80,7 @@ def read_snapshot(stream: BinaryIO, *, filename: str, name: str | None = None, l
             raise SnapshotError(f"{label}: {e}") from None
         del snap
     zc = zc or zstandard.ZstdCompressor(level=3)
-    strings = zc.compress(_json(table))
+    strings = zc.compress(json.dumps(table).encode())
     graphs, report = [], []
     for dev in devices:
         facts = device_facts(dev, table)
@@ -88,11 +89,6 @@ def read_snapshot(stream: BinaryIO, *, filename: str, name: str | None = None, l
     meta = TraceMeta(name=name or label, source=NAME, generation=GENERATION,
                      extra={"format": "torch-snapshot", "file": label, "devices": len(devices)})
     return ImportedTrace(meta=meta, graphs=graphs, report={"devices": report})
-
-
-def _json(table) -> bytes:
-    import json
-    return json.dumps(table).encode()
 
 
 def curves(cols: dict[str, np.ndarray], baseline: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, np.ndarray]:
