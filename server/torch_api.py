@@ -192,11 +192,12 @@ def get_oom(request: Request, trace_id: TraceId, d: Device, skip: Skip = None,
 
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/entries", summary="A page of trace entries")
 def get_entries(request: Request, trace_id: TraceId, d: Device, start: Annotated[int, Query(ge=0)] = 0,
-                limit: Annotated[int, Query(ge=1, le=2000)] = 100, skip: Skip = None):
+                limit: Annotated[int, Query(ge=1, le=2000)] = 100, skip: Skip = None,
+                frames: Annotated[bool, Query(description="include each entry's stack")] = False):
     from alloctrace.traces.torch.views import entry
     dev = _device(request, trace_id, d)
     sk = _skip(skip)
-    rows = [entry(dev, k, sk) for k in range(min(start, dev.n), min(start + limit, dev.n))]
+    rows = [entry(dev, k, sk, frames) for k in range(min(start, dev.n), min(start + limit, dev.n))]
     return {"total": dev.n, "start": start, "entries": rows}
 
 

@@ -183,3 +183,16 @@ def test_upload_through_the_page_and_hostile_names_stay_text(server, page, tmp_p
     page.hover("#timeline .nsewdrag", position={"x": 300, "y": 200})
     assert page.locator("img[src='x']").count() == 0 and dialogs == []
     shot(page, "hostile")
+
+
+def test_clicking_a_band_shows_its_stack(server, page):
+    page.goto(f"{server['base']}/torch?id={server['oom']}")
+    page.wait_for_selector("#timeline[data-ready='1']", timeout=30000)
+    alloc = page.evaluate("""() => { const d = document.getElementById('timeline');
+        const i = d.data.findIndex(t => t.customdata);
+        d.emit('plotly_click', {points: [{x: d.data[i].x[0], data: d.data[i]}]});
+        return d.data[i].customdata[0]; }""")
+    page.wait_for_selector("#allocation h2")
+    assert f"entry {alloc:,}" in page.inner_text("#allocation h2")
+    assert page.locator("#allocation li").count() >= 1  # the stack, innermost first
+    page.wait_for_selector(f"#segments[data-event='{alloc + 1}']", timeout=30000)

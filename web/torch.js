@@ -130,7 +130,7 @@ async function timeline(x0, x1) {
     const top = b.base.map((v) => v + b.size);
     traces.push({ x: b.x.concat(b.x.slice().reverse()), y: b.base.concat(top.reverse()), type: "scatter", mode: "lines",
       fill: "toself", fillcolor: color(b.site), line: { width: 0.5, color: "rgba(255,255,255,0.6)" }, showlegend: false,
-      hoveron: "fills", name: "", text: `${fmtBytes(b.size)} · entries ${b.alloc}–${b.free ?? "end"} · ${b.site}${b.meta ? " · " + b.meta : ""}`, hoverinfo: "text" });
+      hoveron: "fills", name: "", customdata: [b.alloc], text: `${fmtBytes(b.size)} · entries ${b.alloc}–${b.free ?? "end"} · ${b.site}${b.meta ? " · " + b.meta : ""}`, hoverinfo: "text" });
   }
   const shapes = [], annotations = [];
   t.annotations.forEach((a, i) => {
@@ -156,8 +156,24 @@ async function timeline(x0, x1) {
       if (ev["xaxis.range[0]"] !== undefined) timeline(ev["xaxis.range[0]"], ev["xaxis.range[1]"]).catch((e) => status(e.message, true));
       else if (ev["xaxis.autorange"]) timeline().catch((e) => status(e.message, true));
     });
-    div.on("plotly_click", (ev) => { if (ev.points && ev.points.length) showState(Math.round(ev.points[0].x) + 1); });
+    div.on("plotly_click", (ev) => {
+      if (!ev.points || !ev.points.length) return;
+      const pt = ev.points[0], band = pt.data.customdata;
+      if (band) showAllocation(band[0]).catch((e) => status(e.message, true));
+      showState(Math.round(band ? band[0] : pt.x) + 1);
+    });
   }
+}
+
+async function showAllocation(k) {
+  const { entries } = await api(`${base()}/entries?start=${k}&limit=1&frames=true${view.skip === null ? "" : "&" + skipQ()}`);
+  const e = entries[0];
+  const box = clear($("allocation"));
+  box.hidden = false;
+  box.append(el("h2", {}, `Allocation at entry ${int(e.i)}: ${fmtBytes(e.size)}`),
+    el("p", {}, `${e.site}${e.meta ? " · " + e.meta : ""} · address 0x${e.addr.toString(16)} · stream ${e.stream}`),
+    e.frames.length ? el("ol", { class: "mono" }, e.frames.map((f) => el("li", {}, `${f.name}  ${f.filename}:${f.line}`)))
+      : el("p", { class: "hint" }, "No Python frames (made on the autograd thread)."));
 }
 
 async function oom() {

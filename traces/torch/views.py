@@ -251,14 +251,17 @@ class StateIndex:
         return self.cursor
 
 
-def entry(dev: Device, k: int, skip=DEFAULT_SKIP) -> dict | None:
+def entry(dev: Device, k: int, skip=DEFAULT_SKIP, frames: bool = False) -> dict | None:
     if not 0 <= k < dev.n:
         return None
     c = dev.cols
     stack = int(c["stack"][k])
-    return {"i": k, "action": ACTIONS[int(c["action"][k])], "addr": int(c["addr"][k]), "size": int(c["size"][k]),
-            "stream": int(c["stream"][k]), "time_us": int(c["time_us"][k]),
-            "meta": dev.meta_text(int(c["meta"][k])), "site": dev.label(stack, k, skip)}
+    out = {"i": k, "action": ACTIONS[int(c["action"][k])], "addr": int(c["addr"][k]), "size": int(c["size"][k]),
+           "stream": int(c["stream"][k]), "time_us": int(c["time_us"][k]),
+           "meta": dev.meta_text(int(c["meta"][k])), "site": dev.label(stack, k, skip)}
+    if frames:
+        out["frames"] = dev.frames(stack)
+    return out
 
 
 def state(dev: Device, index: StateIndex, k: int, skip=DEFAULT_SKIP, max_blocks: int = MAX_BLOCKS) -> dict:
