@@ -14,13 +14,14 @@ from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from alloctrace.traces.errors import UserError
 from alloctrace.server import paths
 from alloctrace.server.api import TRACE_ID, router
 from alloctrace.server.context import Context
+from alloctrace.server.torch_api import is_torch_trace as torch_page_for, router as torch_router
 from alloctrace.server.upload import UploadError
 
 COOKIE = "alloctrace_token"
@@ -98,6 +99,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     app.state.ctx = ctx
     app.state.web_dir = web
     app.include_router(router)
+    app.include_router(torch_router)  # PyTorch memory snapshots
     _errors(app)
     _pages(app, web)
     if token:
@@ -144,10 +146,12 @@ def _pages(app: FastAPI, web: Path | None):
         app.add_api_route(route, (lambda f: lambda: page(f))(file), methods=["GET"], include_in_schema=False)
 
     @app.get("/traces/{trace_id}", include_in_schema=False)
-    def trace_page(trace_id: str):
+    def trace_page(trace_id: str, request: Request):
         import re
         if not re.fullmatch(TRACE_ID.strip("^$"), trace_id):
             return JSONResponse({"detail": "not a trace id"}, status_code=404)
+        if torch_page_for(request.app.state.ctx.store, trace_id):  # PyTorch snapshots have their own page
+            return RedirectResponse(f"/torch?id={trace_id}", status_code=307)
         return page("trace.html")
 
     @app.get("/vendor/plotly.min.js", include_in_schema=False)

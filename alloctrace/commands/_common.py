@@ -24,6 +24,8 @@ def _size(v) -> str:
 def _oom(o) -> str:
     if not o:
         return "-"
+    if "needed" not in o:  # a PyTorch snapshot's OOM
+        return f"requested {o.get('requested', 0):,} with {o.get('reserved', 0):,} reserved"
     return f"{o.get('tensor') or '?'} needed {o['needed']:,} > {o['largest_available']:,}"
 
 

@@ -59,6 +59,9 @@ def run(args) -> int:
     store = open_store_from(args)
     imported: dict = {}
     ref_a, ref_b = resolve_ref(store, args.a, imported), resolve_ref(store, args.b, imported)
+    from ._torch_report import diff_snapshots, is_torch
+    if is_torch(store, ref_a) or is_torch(store, ref_b):  # PyTorch memory snapshots
+        return diff_snapshots(store, ref_a, ref_b, args.json)
     result = diff_refs(store, ref_a, ref_b)
     if args.json:
         print(json.dumps(result.to_json(), indent=1))

@@ -27,6 +27,9 @@ def run(args) -> int:
 
     store = open_store_from(args)
     tid = store.resolve(args.id.partition(":")[0])[0]
+    if store.meta(tid).source == "torch":
+        raise UserError(f"trace {tid} is a PyTorch snapshot: export covers allocator event traces; see "
+                        "`alloctrace peak`, `alloctrace diff` and the dashboard's /torch page")
     if not args.output:
         export(store, tid, args.format, sys.stdout)
         return 0

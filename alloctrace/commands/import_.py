@@ -1,4 +1,4 @@
-"""`alloctrace import`: store real ggml AT_PRINTF logs (or JSON Lines exports) as traces."""
+"""`alloctrace import`: store ggml AT_PRINTF logs, JSON Lines exports, recordings or PyTorch snapshots as traces."""
 from __future__ import annotations
 
 import json
@@ -10,10 +10,11 @@ from ._common import add_store_arg, open_store_from, traces_table
 
 
 def register(subparsers):
-    p = subparsers.add_parser("import", help="import traces (ggml-alloc logs, exports; plain, .gz, .zst, .xz)",
+    p = subparsers.add_parser("import", help="import traces (ggml-alloc logs, exports, PyTorch snapshots; plain, .gz, .zst, .xz)",
                               description="Import files of any trace source: ggml-alloc AT_PRINTF logs of any "
                                           "generation (detected automatically), alloctrace JSON Lines exports, "
-                                          "... (the source is recognised from the content). Each file becomes "
+                                          "PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot "
+                                          "pickles, read without running pickle code) (the source is recognised from the content). Each file becomes "
                                           "its trace(s); if any file fails, nothing is stored.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files to import")
     add_store_arg(p)
@@ -33,8 +34,18 @@ def run(args) -> int:
     summaries = import_files(store, args.paths, name=args.name, generation=args.generation,
                              progress=sys.stderr.isatty())
     if args.json:
-        keys = ("id", "name", "source", "generation", "graphs", "report")
-        print(json.dumps({"traces": [{k: s[k] for k in keys if k in s} for s in summaries]}, indent=1))
+        print(json.dumps({"traces": [import_json(s) for s in summaries]}, indent=1))
     else:
         print(traces_table(summaries))
     return 0
+
+
+def import_json(summary: dict) -> dict:
+    """A stored trace as `import --json` prints it: a source's own report (e.g. a snapshot's devices)
+    stands in for the generic generation and graph rows."""
+    out = {k: summary[k] for k in ("id", "name", "source")}
+    if summary.get("report"):
+        out.update(summary["report"])
+    else:
+        out.update(generation=summary["generation"], graphs=summary["graphs"])
+    return out

@@ -1,7 +1,10 @@
-"""`alloctrace peak REF`: what is live at a graph's high-water mark, by family, and the holes below it."""
+"""`alloctrace peak REF`: what is live at a graph's high-water mark, by family, and the holes below it;
+for a PyTorch snapshot, the live allocations at its peak by call site."""
 from __future__ import annotations
 
 import json
+
+from alloctrace.traces.errors import UserError
 
 from ._common import add_store_arg, open_store_from
 
@@ -16,6 +19,12 @@ def register(subparsers):
     add_store_arg(p)
     p.add_argument("--json", action="store_true", help="print the peak as JSON")
     p.add_argument("--tensors", action="store_true", help="also list every tensor live at the peak")
+    torch = p.add_argument_group("PyTorch snapshots")
+    torch.add_argument("--device", type=int, default=None, help="only this device (default: all)")
+    torch.add_argument("--skip", metavar="PARTS", default=None,
+                       help="comma-separated file-name parts of frames that are not call sites "
+                            "(default: torch's own files)")
+    torch.add_argument("--top", type=int, default=20, help="call sites listed (the rest are summed up)")
     p.set_defaults(func=run)
 
 
@@ -26,6 +35,9 @@ def run(args) -> int:
 
     store = open_store_from(args)
     ref = resolve_ref(store, args.ref, {})
+    summary = store.summary(ref)
+    if summary["source"] == "torch":
+        return torch_peak(args, store, summary)
     out = peak_json(store, ref)
     if args.json:
         if not args.tensors:
@@ -72,3 +84,28 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
                   str(t["start"]), str(t["end"])] for t in p["tensors"]]
         lines += ["", "LIVE TENSORS"] + ["  " + line for line in text_table(rows)]
     return lines
+
+
+def torch_peak(args, store, summary: dict) -> int:
+    """A snapshot's peak per device: the live allocations grouped by their first frame outside torch."""
+    from alloctrace.traces.torch.views import DEFAULT_SKIP, load_device, peak
+
+    from ._common import table
+
+    skip = DEFAULT_SKIP if args.skip is None else tuple(p for p in args.skip.split(",") if p)
+    devices = [g["index"] for g in summary["graphs"] if args.device is None or g["index"] == args.device]
+    if not devices:
+        raise UserError(f"trace {summary['id']} has no device {args.device}")
+    peaks = [peak(load_device(store, summary["id"], d), skip, max(args.top, 1)) for d in devices]
+    if args.json:
+        print(json.dumps({"id": summary["id"], "name": summary["name"], "source": "torch", "devices": peaks},
+                         indent=1))
+        return 0
+    for p in peaks:
+        print(f"device {p['device']}: peak requested {p['peak_requested']:,} B at entry {p['event']}, "
+              f"peak reserved {p['peak_reserved']:,} B, {p['live_allocations']:,} live allocations")
+        rows = [["BYTES", "SHARE", "COUNT", "CALL SITE"]]
+        rows += [[f"{g['bytes']:,}", f"{g['share'] * 100:.1f}%", str(g["count"]), g["site"]]
+                 for g in p["by_call_site"]]
+        print(table(rows))
+    return 0

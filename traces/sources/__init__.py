@@ -113,8 +113,10 @@ def _accepted(fn, options: dict) -> dict:
 
 
 def _register_builtins():
+    from ..torch.source import SOURCE as torch
     from .jsonl import SOURCE as jsonl
     register(jsonl)
+    register(torch)
 
 
 _register_builtins()

@@ -1,0 +1,74 @@
+"""`alloctrace state`: a PyTorch snapshot's allocator state at any entry (segments, blocks, fragmentation)."""
+from __future__ import annotations
+
+import json
+
+from alloctrace.traces.errors import UserError
+
+from ._common import add_store_arg, open_store_from, table
+
+
+def register(subparsers):
+    p = subparsers.add_parser("state", help="a PyTorch snapshot's allocator state at an entry (or at its OOM)",
+                              description="Segments and blocks after the first N trace entries, rebuilt from the "
+                                          "trace: reserved, allocated, reserved - allocated, the largest free "
+                                          "block per pool, and the most fragmented segments. --event oom also "
+                                          "prints the OOM card.")
+    p.add_argument("ref", metavar="ID[:DEVICE]", help="trace id (a unique prefix is enough), device 0 by default")
+    p.add_argument("--event", default="end", metavar="N|peak|oom|end",
+                   help="entries applied: a number, the requested-bytes peak, the first OOM, or the end (default)")
+    add_store_arg(p)
+    p.add_argument("--top", type=int, default=15, help="segments listed (most free bytes first)")
+    p.add_argument("--json", action="store_true", help="print JSON (every segment and block)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from alloctrace.traces.torch.views import StateIndex, load_device, oom_card, state
+
+    store = open_store_from(args)
+    tid, g = store.resolve(args.ref)
+    if store.meta(tid).source != "torch":
+        raise UserError(f"trace {tid} is not a PyTorch snapshot; allocator state of ggml graphs is in the "
+                        "dashboard and the API")
+    dev = load_device(store, tid, 0 if g is None else g)
+    index = StateIndex(dev)
+    card = None
+    if args.event == "oom":
+        card = oom_card(dev, index)
+        if card is None:
+            raise UserError(f"trace {tid} device {dev.device} has no OOM")
+        k = card["event"]
+    elif args.event == "peak":
+        k = int(dev.extra.get("peak_requested_event") or 0) + 1
+    elif args.event == "end":
+        k = dev.n
+    elif args.event.isdigit() and int(args.event) <= dev.n:
+        k = int(args.event)
+    else:
+        raise UserError(f"--event: expected 0..{dev.n}, peak, oom or end, not {args.event!r}")
+    st = state(dev, index, k)
+    if args.json:
+        print(json.dumps({**st, "oom": card}, indent=1))
+        return 0
+    t = st["totals"]
+    nxt = st["next"]
+    print(f"after entry {k:,} of {dev.n:,}" + (f" (next: {nxt['action']} {nxt['size']:,} B, {nxt['site']})"
+                                                 if nxt else ""))
+    print(f"reserved {t['reserved']:,}  allocated {t['allocated']:,}  requested {t['requested']:,}  "
+          f"reserved - allocated {t['cached']:,}  pending free {t['pending_free']:,}")
+    print(f"largest free block: large pool {t['largest_free']['large']:,}, small pool {t['largest_free']['small']:,}"
+          f"; {t['segments']:,} segments")
+    if card:
+        print(f"OOM at entry {card['event']:,}: requested {card['requested']:,} B from {card['site']}")
+        for r in card["cache_releases"][-1:]:
+            print(f"  before it the cache was emptied: {r['segments']} segments ({r['bytes']:,} B) at entries "
+                  f"{r['first']:,}-{r['end'] - 1:,}, then {r['then']}")
+    rows = [["SEGMENT", "POOL", "SIZE", "ALLOCATED", "FREE", "LARGEST FREE", "BLOCKS"]]
+    segs = sorted(st["segments"], key=lambda s: -sum(b["size"] for b in s["blocks"] if b["state"] == "free"))
+    for s in segs[:max(args.top, 0)]:
+        free = [b["size"] for b in s["blocks"] if b["state"] == "free"]
+        rows.append([f"{s['address']:#x}", s["pool"], f"{s['size']:,}", f"{s['size'] - sum(free):,}",
+                     f"{sum(free):,}", f"{max(free, default=0):,}", str(len(s["blocks"]))])
+    print(table(rows))
+    return 0

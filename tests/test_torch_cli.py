@@ -1,0 +1,99 @@
+"""The CLI around PyTorch snapshots: diff (files or ids), export refusing, and the caching-allocator model hook."""
+import json
+import sys
+import types
+from pathlib import Path
+
+from alloctrace.cli import main
+
+DATA = Path(__file__).resolve().parent / "data" / "torch"
+
+
+def cli(capsys, *args):
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def sidecar(name):
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+def test_diff_of_two_snapshot_files(capsys, tmp_path):
+    a, b = DATA / "gpt2_train_bs8.pickle.gz", DATA / "gpt2_train_bs16.pickle.gz"
+    rc, out, err = cli(capsys, "diff", a, b, "--json", "--store", tmp_path)
+    assert rc == 1, err  # diff(1): they differ
+    ids = [t["id"] for t in json.loads(cli(capsys, "list", "--json", "--store", tmp_path)[1])["traces"]]
+    assert len(ids) == 2  # each file imported once
+    d = json.loads(out)
+    delta = (sidecar("gpt2_train_bs16")["memory_stats_subset"]["requested_bytes.all.peak"]
+             - sidecar("gpt2_train_bs8")["memory_stats_subset"]["requested_bytes.all.peak"])
+    assert d["delta_requested"] == delta == sum(r["delta"] for r in d["by_call_site"])
+    rc, out, err = cli(capsys, "diff", a, b, "--store", tmp_path)
+    assert rc == 1 and f"({delta:+,})" in out and "same call-site sequence" in out
+    rc, out, err = cli(capsys, "diff", ids[0], f"{ids[0]}:0", "--store", tmp_path)
+    assert rc == 0 and "(+0)" in out
+
+
+def test_export_refuses_a_snapshot_in_one_line(capsys, tmp_path):
+    rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
+    tid = json.loads(out)["traces"][0]["id"]
+    rc, out, err = cli(capsys, "export", tid, "--format", "jsonl", "--store", tmp_path)
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "PyTorch snapshot" in err
+    rc, out, err = cli(capsys, "show", tid, "--store", tmp_path)
+    assert rc == 0 and "requested 50,331,648" in out
+
+
+def test_the_caching_allocator_model_hook(capsys, tmp_path, monkeypatch):
+    """A stand-in model: what it answers lands in `import --json`, and what it was given is the stored form."""
+    seen = {}
+
+    def check_device(columns, info):
+        seen.update(columns=columns, info=info)
+        return {"consistent": False, "first_mismatch": {"event": 7, "model": 1, "trace": 2}}
+
+    fake = types.ModuleType("alloctrace.allocator.cuda_caching")
+    fake.check_device = check_device
+    monkeypatch.setitem(sys.modules, "alloctrace.allocator.cuda_caching", fake)
+    rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
+    assert rc == 0, err
+    (d,) = json.loads(out)["traces"][0]["devices"]
+    assert d["consistent"] is False and d["first_mismatch"] == {"event": 7, "model": 1, "trace": 2}
+    from alloctrace.traces.store import open_store
+    from alloctrace.traces.torch.store import device_columns, device_info
+    s = open_store(tmp_path)
+    tid = json.loads(out)["traces"][0]["id"]
+    stored = device_columns(s, tid, 0)
+    assert set(seen["columns"]) == set(stored)
+    assert all((seen["columns"][k] == stored[k]).all() for k in stored)
+    assert seen["info"]["allocator_settings"] == device_info(s, tid, 0)["allocator_settings"]
+    assert seen["info"]["strings"] == device_info(s, tid, 0)["strings"]
+    assert device_info(s, tid, 0)["consistent"] is False
+
+    def broken(columns, info):
+        raise RuntimeError("model bug")
+
+    fake.check_device = broken
+    rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
+    (d,) = json.loads(out)["traces"][0]["devices"]
+    assert rc == 0 and d["consistent"] is None and "model bug" in d["model_error"]
+
+
+def test_state_at_the_oom(capsys, tmp_path):
+    rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
+    tid = json.loads(out)["traces"][0]["id"]
+    rc, out, err = cli(capsys, "state", tid, "--event", "oom", "--json", "--store", tmp_path)
+    assert rc == 0, err
+    st = json.loads(out)
+    truth = sidecar("oom")["ground_truth"]
+    assert st["next"]["action"] == "oom" and st["oom"]["event"] == st["event"]
+    assert (st["totals"]["reserved"], st["totals"]["allocated"]) == (truth["memory_reserved"],
+                                                                     truth["memory_allocated"])
+    # the request could not fit: it is larger than every free block of the large pool
+    assert st["oom"]["requested"] > st["totals"]["largest_free"]["large"]
+    rc, out, err = cli(capsys, "state", tid, "--event", "oom", "--store", tmp_path)
+    assert rc == 0 and "the cache was emptied: 11 segments" in out
+    rc, out, err = cli(capsys, "state", f"{tid}:0", "--event", "0", "--json", "--store", tmp_path)
+    assert json.loads(out)["segments"] == []
+    rc, out, err = cli(capsys, "state", tid, "--event", "x", "--store", tmp_path)
+    assert rc == 2 and err.startswith("alloctrace: error: --event")

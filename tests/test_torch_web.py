@@ -1,0 +1,198 @@
+"""The PyTorch snapshot page in a real headless Chromium against a real server: the timeline, the state view at
+the OOM, and the diff of the batch-8/16 pair. Screenshots go to test-artifacts/ (gitignored)."""
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from alloctrace.server.app import create_app
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data" / "torch"
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--no-first-run", "--disable-sync"]
+
+
+def sidecar(name):
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    store_dir = tmp_path_factory.mktemp("store")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(create_app(store_dir=store_dir), host="127.0.0.1", port=port,
+                                        log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the test server did not start"
+        time.sleep(0.05)
+    base = f"http://127.0.0.1:{port}"
+    ids = {}
+    for name in ("oom", "gpt2_train_bs8", "gpt2_train_bs16"):
+        with open(DATA / f"{name}.pickle.gz", "rb") as f:
+            r = httpx.post(f"{base}/api/torch/traces", files={"file": (f"{name}.pickle.gz", f)}, timeout=60)
+        assert r.status_code == 201, r.text
+        ids[name] = r.json()["traces"][0]["id"]
+    yield {"base": base, **ids}
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert Path(CHROMIUM).exists(), f"Chromium not found at {CHROMIUM}"
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    errors = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    ctx.close()
+    assert errors == [], f"JavaScript errors: {errors}"
+
+
+def shot(page, name):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"torch-{name}.png"), full_page=True)
+
+
+def test_timeline_draws_bands_and_zooms_with_a_new_level_of_detail(server, page):
+    page.goto(f"{server['base']}/torch?id={server['gpt2_train_bs8']}")
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    page.wait_for_selector("#timeline[data-ready='1']")
+    n = sidecar("gpt2_train_bs8")["snapshot_analysis"]["trace_entries_per_device"][0]
+    assert page.get_attribute("#timeline", "data-x1") == str(n)
+    bands = int(page.get_attribute("#timeline", "data-bands"))
+    assert 0 < bands <= 120
+    # the drawn total reaches the recorded peak of requested bytes
+    top = page.evaluate("Math.max(...document.getElementById('timeline').data[0].y)")
+    assert top == sidecar("gpt2_train_bs8")["memory_stats_subset"]["requested_bytes.all.peak"]
+    # annotations appear as bands with their names
+    names = page.evaluate("document.getElementById('timeline').layout.annotations.map(a => a.text)")
+    assert {"forward", "backward"} <= set(names)
+    shot(page, "timeline")
+    # zooming asks the server for that window only
+    page.evaluate("Plotly.relayout('timeline', {'xaxis.range[0]': 1000, 'xaxis.range[1]': 2000})")
+    page.wait_for_selector("#timeline[data-x0='1000'][data-x1='2000']", timeout=30000)
+    grid = page.evaluate("document.getElementById('timeline').data[0].x")
+    assert grid[0] == 1000 and grid[-1] < 2000
+    # the peak table adds up to the peak
+    rows = page.locator("#peak-table tbody tr")
+    assert rows.count() >= 3
+
+
+def test_state_view_at_the_oom(server, page):
+    page.goto(f"{server['base']}/torch?id={server['oom']}&view=oom")
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    card = page.locator("#oom")
+    truth = sidecar("oom")
+    assert "Out of memory" in card.inner_text()
+    assert card.locator("text=48.0 MiB").count() >= 1  # "Tried to allocate 48.00 MiB"
+    n = truth["snapshot_analysis"]["trace_entries_per_device"][0]
+    oom_at = n - 1  # the OOM is the last entry of this trace
+    page.wait_for_selector(f"#segments[data-event='{oom_at}']", timeout=30000)
+    assert page.get_attribute("#segments", "data-segments") == str(truth["snapshot_analysis"]["n_segments"])
+    totals = page.inner_text("#state-totals")
+    assert "408 MiB" in totals  # reserved − allocated, as torch's message says: 408.08 MiB
+    shot(page, "state-oom")
+    page.click("#state-end")  # the snapshot: one entry later than the OOM
+    page.wait_for_function(f"document.getElementById('segments').dataset.event !== '{oom_at}'")
+
+
+def test_diff_of_batch_8_and_16(server, page):
+    page.goto(f"{server['base']}/torch?a={server['gpt2_train_bs8']}&b={server['gpt2_train_bs16']}")
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    page.wait_for_selector("#sequence[data-ready='1']")
+    delta = (sidecar("gpt2_train_bs16")["memory_stats_subset"]["requested_bytes.all.peak"]
+             - sidecar("gpt2_train_bs8")["memory_stats_subset"]["requested_bytes.all.peak"])
+    titles = page.eval_on_selector_all("#diff-sites tbody tr td:nth-child(3) span[title]",
+                                       "els => els.map(e => e.title)")
+    assert sum(int(t.split()[0].replace(",", "")) for t in titles) == delta
+    assert "the same call-site sequence" in page.inner_text("#align-note")
+    assert "3,651 allocations paired" in page.inner_text("#align-note")
+    shot(page, "diff")
+
+
+def test_home_lists_snapshots_and_links_a_diff(server, page):
+    page.goto(f"{server['base']}/torch")
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    assert page.locator("#list tbody tr").count() == 3
+    page.click("#diff-form button")
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    assert "a=" in page.url and "b=" in page.url
+
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+def test_upload_through_the_page_and_hostile_names_stay_text(server, page, tmp_path):
+    """A snapshot whose frames, metadata and annotations are HTML: uploaded through the page, shown as text."""
+    import pickle
+    f = [{"name": HOSTILE, "filename": HOSTILE + ".py", "line": 1}]
+    mib = 1 << 20
+    entries = [{"action": "segment_alloc", "addr": 1 << 30, "size": 20 * mib, "stream": 0, "time_us": 1, "frames": f,
+                "user_metadata": HOSTILE},
+               {"action": "alloc", "addr": 1 << 30, "size": 12 * mib, "stream": 0, "time_us": 2, "frames": f,
+                "user_metadata": HOSTILE},
+               {"action": "oom", "size": 64 * mib, "device_free": 0, "stream": 0, "time_us": 3, "frames": f,
+                "user_metadata": HOSTILE}]
+    seg = {"device": 0, "address": 1 << 30, "total_size": 20 * mib, "allocated_size": 12 * mib,
+           "active_size": 12 * mib, "requested_size": 12 * mib, "stream": 0, "segment_type": "large",
+           "segment_pool_id": (0, 0), "is_expandable": False, "frames": f,
+           "blocks": [{"address": 1 << 30, "size": 12 * mib, "requested_size": 12 * mib, "state": "active_allocated",
+                       "frames": f},
+                      {"address": (1 << 30) + 12 * mib, "size": 8 * mib, "requested_size": 0, "state": "inactive",
+                       "frames": []}]}
+    snap = {"segments": [seg], "device_traces": [entries], "allocator_settings": {},
+            "external_annotations": [{"stage": "START", "name": HOSTILE, "device": 0, "time_us": 1},
+                                     {"stage": "END", "name": HOSTILE, "device": 0, "time_us": 3}]}
+    p = tmp_path / f"{HOSTILE}.pickle"
+    p.write_bytes(pickle.dumps(snap))
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(f"{server['base']}/torch")
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    page.set_input_files("#upload-file", str(p))
+    page.click("#upload-form button")
+    page.wait_for_url("**/torch?id=*", timeout=30000)
+    page.wait_for_selector("#timeline[data-ready='1']", timeout=30000)
+    page.wait_for_selector("#oom")
+    assert HOSTILE in page.inner_text("#oom") and HOSTILE in page.inner_text("#peak-table")
+    assert "rebuilt state = snapshot\nyes" in page.inner_text("#facts").lower()
+    page.hover("#timeline .nsewdrag", position={"x": 300, "y": 200})
+    assert page.locator("img[src='x']").count() == 0 and dialogs == []
+    shot(page, "hostile")
+
+
+def test_clicking_a_band_shows_its_stack(server, page):
+    page.goto(f"{server['base']}/torch?id={server['oom']}")
+    page.wait_for_selector("#timeline[data-ready='1']", timeout=30000)
+    alloc = page.evaluate("""() => { const d = document.getElementById('timeline');
+        const i = d.data.findIndex(t => t.customdata);
+        d.emit('plotly_click', {points: [{x: d.data[i].x[0], data: d.data[i]}]});
+        return d.data[i].customdata[0]; }""")
+    page.wait_for_selector("#allocation h2")
+    assert f"entry {alloc:,}" in page.inner_text("#allocation h2")
+    assert page.locator("#allocation li").count() >= 1  # the stack, innermost first
+    page.wait_for_selector(f"#segments[data-event='{alloc + 1}']", timeout=30000)

@@ -1,0 +1,187 @@
+"""The "torch" trace source: a snapshot pickle -> one trace, one graph row (role "device") per device.
+
+Each device row holds the trace entries as columns (columns.py), the stack
+table, the segments and blocks at snapshot time and the annotations, all as
+named numpy blobs beside one string table; `extra` holds the allocator settings
+and the replayed peaks. Peaks come from the trace itself: Σalloc − Σfree_requested
+(requested bytes) and Σsegment_alloc/map − Σsegment_free/unmap (reserved bytes).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import zstandard
+
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.gcpause import gc_paused
+from alloctrace.traces.columns import EncodedGraph
+from alloctrace.traces.schema import TraceMeta
+from alloctrace.traces.sources.base import ImportedTrace
+
+from .columns import (ALLOC, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP,
+                      DeviceData, split_devices)
+from .state import AllocatorState, compare_with_snapshot
+from .unpickle import DEFAULT_MAX_BYTES, SnapshotError, load_plain
+
+NAME = "torch"
+GENERATION = "torch-cuda-caching"
+ROLE = "device"
+
+
+
+def max_bytes() -> int:
+    """Cap on decompressed pickle bytes ($ALLOCTRACE_TORCH_MAX_BYTES, default 2 GiB)."""
+    v = os.environ.get("ALLOCTRACE_TORCH_MAX_BYTES")
+    return int(v) if v and v.isdigit() else DEFAULT_MAX_BYTES
+
+
+def sniff(head: bytes) -> bool:
+    """A pickle (protocol 2+) whose top-level dict starts with a snapshot's keys."""
+    return head[:1] == b"\x80" and (b"segments" in head[:256] or b"device_traces" in head[:256])
+
+
+class TorchSource:
+    name = NAME
+
+    def sniff(self, head: bytes) -> bool:
+        return sniff(head)
+
+    def read(self, stream: BinaryIO, *, filename: str, name: str | None) -> list[ImportedTrace]:
+        return [read_snapshot(stream, filename=filename, name=name)]
+
+
+SOURCE = TorchSource()
+
+
+def read_snapshot(stream: BinaryIO, *, filename: str, name: str | None = None, limit: int | None = None,
+                  zc=None) -> ImportedTrace:
+    """One snapshot stream (decompressed) as one trace ready for the store."""
+    label = Path(filename).name or "snapshot"
+    with gc_paused():  # millions of plain objects, no cycles
+        snap = load_plain(stream, label=label, max_bytes=limit or max_bytes())
+        try:
+            devices, table = split_devices(snap)
+        except SnapshotError as e:
+            raise SnapshotError(f"{label}: {e}") from None
+        del snap
+    zc = zc or zstandard.ZstdCompressor(level=3)
+    strings = zc.compress(json.dumps(table).encode())
+    graphs, report = [], []
+    for dev in devices:
+        facts = device_facts(dev, table)
+        graphs.append(_encoded(dev, facts, strings, zc))
+        report.append(facts["report"])
+    meta = TraceMeta(name=name or label, source=NAME, generation=GENERATION,
+                     extra={"format": "torch-snapshot", "file": label, "devices": len(devices)})
+    return ImportedTrace(meta=meta, graphs=graphs, report={"devices": report})
+
+
+def curves(cols: dict[str, np.ndarray], baseline: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, np.ndarray]:
+    """(requested bytes, reserved bytes) after each entry, on top of what existed before the trace began."""
+    a, size = cols["action"], cols["size"]
+    req = np.where(a == ALLOC, size, 0) - np.where(a == FREE_REQUESTED, size, 0)
+    res = (np.where((a == SEGMENT_ALLOC) | (a == SEGMENT_MAP), size, 0)
+           - np.where((a == SEGMENT_FREE) | (a == SEGMENT_UNMAP), size, 0))
+    return np.cumsum(req) + baseline[0], np.cumsum(res) + baseline[1]
+
+
+def baselines(cols: dict[str, np.ndarray], tables: dict[str, np.ndarray]) -> tuple[int, int]:
+    """Requested and reserved bytes that existed before the first entry: the snapshot's own totals at its end
+    less what the trace adds up to. (0, 0) when recording began with an empty allocator; more when the trace
+    wrapped (max_entries) or began late."""
+    req, res = curves(cols)
+    live = int(tables["blk_requested"][tables["blk_state"] == 0].sum())
+    # less than the trace's own total means the snapshot's segments disagree with it: trust the trace
+    return (max(0, live - (int(req[-1]) if len(req) else 0)),
+            max(0, int(tables["seg_total"].sum()) - (int(res[-1]) if len(res) else 0)))
+
+
+def _peak(curve: np.ndarray) -> tuple[int, int | None]:
+    if not len(curve) or curve.max() <= 0:
+        return 0, None
+    k = int(np.argmax(curve))
+    return int(curve[k]), k
+
+
+def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
+    """Peaks, the OOM and the rebuilt-state check of one device: the graph row's fields and extra."""
+    cols, tables = dev.cols, dev.tables
+    base = baselines(cols, tables)  # (0, 0) for a trace that saw everything
+    req, res = curves(cols, base)
+    peak_req, at_req = _peak(req)
+    peak_res, at_res = _peak(res)
+    settings = dev.extra.get("allocator_settings") or {}
+    split = settings.get("max_split_size") if isinstance(settings.get("max_split_size"), int) else None
+    state = AllocatorState(cols, split)
+    oom = None
+    ooms = np.flatnonzero(cols["action"] == OOM)
+    if len(ooms):
+        k = int(ooms[0])
+        t = state.apply(k).totals()
+        reserved = int(res[k])  # the oom entry itself changes nothing
+        oom = {"event": k, "requested": int(cols["size"][k]), "allocated": t["allocated"],
+               "reserved": reserved, "cached": reserved - t["allocated"],
+               "device_free": int(cols["device_free"][k]) if "device_free" in cols else None,
+               "stream": int(cols["stream"][k]), "n_ooms": len(ooms)}
+    state.apply(dev.n_events)
+    problems = compare_with_snapshot(state, tables)
+    seg_total = int(tables["seg_total"].sum())
+    extra = {**dev.extra, "peak_requested": peak_req, "peak_requested_event": at_req, "peak_reserved": peak_res,
+             "peak_reserved_event": at_res, "reserved_at_snapshot": seg_total,
+             "baseline_requested": base[0], "baseline_reserved": base[1], "trace_complete": base == (0, 0),
+             "allocated_at_snapshot": int(tables["blk_size"][tables["blk_state"] <= 1].sum()),
+             "n_segments": len(tables["seg_address"]), "n_blocks": len(tables["blk_address"]),
+             "n_stacks": len(tables["stack_offsets"]) - 1,
+             "trace_matches_snapshot": not problems and not state.mismatches,
+             "state_problems": (state.mismatches[:5] + [{"problem": p} for p in problems[:5]])}
+    consistency = cuda_model_check(dev, strings)
+    report = {"device": dev.device, "n_events": dev.n_events, "peak_requested": peak_req, "peak_reserved": peak_res,
+              "oom": None if oom is None else {k: oom[k] for k in ("requested", "allocated", "reserved")}}
+    if consistency is not None:
+        report["consistent"] = consistency.get("consistent")
+        if consistency.get("first_mismatch") is not None:
+            report["first_mismatch"] = consistency["first_mismatch"]
+        extra["first_mismatch"] = consistency.get("first_mismatch")
+        if consistency.get("model_error"):
+            extra["model_error"] = report["model_error"] = consistency["model_error"]
+    return {"extra": extra, "oom": oom, "consistent": None if consistency is None else consistency.get("consistent"),
+            "report": report}
+
+
+def cuda_model_check(dev: DeviceData, strings: list[str] | None = None) -> dict | None:
+    """The hook for the caching-allocator model, called when `alloctrace.allocator.cuda_caching` exists:
+    `check_device(columns, info) -> {"consistent": bool, "first_mismatch": dict | None}`, with `columns` as
+    `store.device_columns` returns them and `info` as `store.device_info` (before the row is stored). None
+    while there is no model; a model that fails is reported (`model_error`), never an import failure."""
+    try:
+        from alloctrace.allocator import cuda_caching  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    check = getattr(cuda_caching, "check_device", None)
+    if check is None:
+        return None
+    from .store import info_from
+    cols = dict(dev.cols)
+    cols.setdefault("device_free", np.full(dev.n_events, -1, dtype=np.int64))
+    info = info_from(dev.extra, dev.tables, strings)
+    info["n_events"] = dev.n_events
+    try:
+        out = check(cols, info)
+    except UserError:
+        raise
+    except Exception as e:  # the model's own bug: say so, keep the import
+        return {"consistent": None, "first_mismatch": None, "model_error": f"{type(e).__name__}: {e}"[:300]}
+    return {"consistent": bool(out.get("consistent")), "first_mismatch": out.get("first_mismatch")}
+
+
+def _encoded(dev: DeviceData, facts: dict, strings: bytes, zc) -> EncodedGraph:
+    blobs = [(name, arr.dtype.str, zc.compress(np.ascontiguousarray(arr).tobytes()))
+             for name, arr in {**dev.cols, **dev.tables}.items()]
+    extra = facts["extra"]
+    return EncodedGraph(index=dev.device, role=ROLE, n_events=dev.n_events, max_size=extra["peak_requested"],
+                        buffer_size=extra["peak_reserved"], oom=facts["oom"], consistent=facts["consistent"],
+                        strings=strings, blobs=blobs, extra=extra)
