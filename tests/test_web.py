@@ -137,10 +137,12 @@ def test_upload_through_the_page_lists_the_trace(server, page, fixtures):
     assert len(stored) == 1 and len(stored[0]["graphs"]) == 2
     # the fixed allocator fits: measure max_size 12,304 bytes (fixtures README), no OOM badge
     assert row.locator(".badge.ok").count() == 1 and row.locator(".badge.oom").count() == 0
-    assert row.locator(".bytes").get_attribute("title") == "12,304 bytes"
+    assert row.locator(".bytes").get_attribute("title") == "12,304 B"
     assert row.locator("a.open-diff").get_attribute("href") == f"/diff?a={stored[0]['id']}%3A0&b={stored[0]['id']}%3A1"
     legacy_row = page.locator(f"#trace-table tr[data-id='{server['legacy']}']")
-    assert "OOM in graph 1" in legacy_row.locator(".badge.oom").inner_text()
+    badge = legacy_row.locator(".badge.oom")
+    assert badge.inner_text() == "OOM in graph 1"
+    assert badge.get_attribute("href") == f"/traces/{server['legacy']}?g=1"  # the failing graph
     shot(page, "home")
 
 
@@ -164,18 +166,21 @@ def test_trace_view_draws_the_map_free_list_and_oom(server, page):
     assert drawn_rectangles(page) == len(mm["shapes"]) > 10
     names = page.evaluate("document.getElementById('map').data.map(t => t.name)")
     assert "largest free block" in names and "free blocks (count)" in names
-    assert any(n.startswith("max_size") for n in names) and any(n.startswith("buffer size") for n in names)
+    assert any(n.startswith("allocator max_size") for n in names) and any(n.startswith("buffer size") for n in names)
     notes = page.evaluate("document.getElementById('map').layout.annotations.map(a => a.text)")
-    assert any("out of space" in n and "fc_b" in n for n in notes)
+    assert any("out of space at event 118" in n and "fc_b" in n for n in notes)
+    # exact bytes where the difference matters (fixtures README: needed 4096, largest block available 2064)
+    page.wait_for_selector("#oom-card h2:has-text('at event')")
     card = page.inner_text("#oom-card")
-    assert "not enough space: needed 4.00 KiB, largest free block 2.02 KiB" in card
-    assert page.get_attribute("#oom-card .big .bytes", "title") == "4,096 bytes"
+    assert "fc_b needed 4.00 KiB (4,096 B); the largest free block was 2.02 KiB (2,064 B)." in card
+    assert f"Short by 1.98 KiB ({4096 - 2064:,} B) in one block." in card
     # the failing event is selected in the table and its state drawn as an address bar
     page.wait_for_selector("#event-table tr.selected")
     assert page.inner_text("#event-table tr.selected td:nth-child(2)") == "oom"
     page.wait_for_function("document.getElementById('state').data && document.getElementById('state').data.length == 2")
     oom_at = selected_event(page)
-    state = api(server, f"/api/traces/{tid}/graphs/1/state?event={oom_at + 1}")
+    # the state the allocator saw before the failing event: events 0..oom_at-1 applied
+    state = api(server, f"/api/traces/{tid}/graphs/1/state?event={oom_at}")
     bars = page.evaluate("document.getElementById('state').data.map(t => t.x.length)")
     assert bars == [len(state["live"]), len(state["free_blocks"])]
     shot(page, "trace")
@@ -234,15 +239,28 @@ def test_diff_view_names_the_divergence_and_explains_the_oom(server, page):
     page.wait_for_selector("body[data-maps-ready='1']", timeout=30000)
     diff = api(server, f"/api/diff?a={tid}:0&b={tid}:1")
     first = diff["first_divergence"]
-    assert page.inner_text("#divergence-words") == first["words"]
-    assert first["words"].startswith(f"diverges at event {first['event_a']}")
+    a, b = first["a"], first["b"]
+    # the headline states the request and both choices, with exact block sizes
+    assert page.inner_text("#divergence-words") == (
+        f"{first['tensor']} asked for 2.00 KiB ({a['size']:,} B). a (measure) took block {a['block']}, 4.00 KiB ({a['block_size']:,} B), "
+        f"at offset {a['offset']:,}; b (eval) took block {b['block']}, 3.02 KiB ({b['block_size']:,} B), at offset {b['offset']:,}.")
+    reasoning = page.inner_text("#divergence-reasoning")
+    assert "Best fit takes the smallest free block that holds the request" in reasoning
+    assert "the smallest block that holds 2.00 KiB" in reasoning
+    assert f"The free lists were the same except the last block: the endless last block in a (measure), 3.02 KiB ({b['block_size']:,} B) in b (eval)." in reasoning
     for sel, x in (("#map-a", first["event_a"]), ("#map-b", first["event_a"])):
         notes = page.evaluate(f"document.querySelector('{sel}').layout.annotations.map(a => [a.text, a.x])")
-        assert [f"first divergence: {first['tensor']}", x] in notes
-    # the legacy real run fails (fixtures README: needed 4096, largest block available 2064)
+        assert [f"first divergence: {first['tensor']} (event {first['event_a']})", x] in notes
+    # the free-lists card places itself after the divergence instead of seeming to contradict it
+    ffl = diff["first_free_list_divergence"]
+    assert ffl["event_a"] > first["event_a"]
+    assert f"This follows from the divergence at event {first['event_a']}" in page.inner_text("#free-lists-card")
+    # the legacy real run fails (fixtures README: needed 4096, largest block available 2064), numbered as on
+    # the trace page (its oom event)
     card = page.inner_text("#ooms")
-    assert "not enough space: needed 4.00 KiB, largest free block 2.02 KiB" in card
-    assert "fc_b" in card
+    oom_event = api(server, f"/api/traces/{tid}/graphs/1/events?kind=oom")["events"][0]["i"]
+    assert f"b (eval) ran out of space at event {oom_event}" in card
+    assert "fc_b needed 4.00 KiB (4,096 B); the largest free block was 2.02 KiB (2,064 B)." in card
     assert page.inner_text("#decisions-table tbody tr:first-child td:nth-child(2)") == first["tensor"]
     page.click("#jump")
     page.wait_for_function(f"""() => {{ const r = document.getElementById('map-a')._fullLayout.xaxis.range;
@@ -261,6 +279,11 @@ def test_diff_view_names_the_divergence_and_explains_the_oom(server, page):
 def test_replay_form_lands_in_the_diff_view(server, page):
     page.goto(server["base"] + "/replay")
     page.wait_for_selector("#preset option[value='gpt2-tiny']", state="attached")
+    # the defaults reproduce the seed: llama2-70b, ggml-2023-08-16, Metal's order
+    assert [page.input_value(s) for s in ("#preset", "#profile", "#metal")] == ["llama2-70b", "ggml-2023-08-16", "true"]
+    page.fill("#n_ctx", "0")
+    page.click("#run")
+    assert page.inner_text("#replay-status") == "Context (n_ctx): must be a whole number ≥ 1, not “0”"
     page.select_option("#preset", "gpt2-tiny")
     page.select_option("#profile", "ggml-2023-08-16")
     page.fill("#n_ctx", "128")

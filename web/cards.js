@@ -43,8 +43,8 @@ function choiceText(c) {
   const k = chosenIndex(c);
   const chosen = (c.freeBlocks || [])[k];
   const size = chosen ? chosen.size : c.block_size ?? null;
-  const which = c.block < 0 ? `the last block (block ${k}; ggml logs it as block -1)` : `block ${k}`;
-  return `took ${which} (${size === null ? "endless" : bothBytes(size)}) at offset ${fmtInt(c.offset)}`;
+  const which = c.block < 0 ? `the last block (block ${k}, logged as block -1)` : `block ${k}`;
+  return `took ${which}, ${size === null ? "endless" : bothBytes(size)}, at offset ${fmtInt(c.offset)}`;
 }
 
 /** The index of the chosen block in the free list (ggml logs the last-block fallback as -1). */
