@@ -185,7 +185,10 @@ def test_state_endpoint_is_state_at(client, live, legacy):
     for n in (0, 40, len(events) - 1, len(events)):
         got = client.get(f"/api/traces/{tid}/graphs/1/state", params={"event": n}).json()
         want = state_at(events, n, capacity=12320)
-        assert got["live"] == want["live"]
+        assert [{k: v for k, v in t.items() if k != "op"} for t in got["live"]] == want["live"]
+        # each live tensor carries the op of the event that placed it (the dashboard colours by it)
+        placed_by = {e.tensor: e.op for e in events[:n] if e.kind in ("alloc", "reuse")}
+        assert [t.get("op") for t in got["live"]] == [placed_by[t["tensor"]] for t in got["live"]]
         assert [(b["offset"], b["size"], b["chunk"]) for b in got["free_blocks"]] == \
             [tuple(b) for b in want["free_blocks"]]
     at_oom = client.get(f"/api/traces/{tid}/graphs/1/state", params={"event": len(events) - 1}).json()

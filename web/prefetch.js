@@ -8,9 +8,9 @@
   var graph = function (id, g) { return "/api/traces/" + enc(id) + "/graphs/" + enc(g); };
   var m = location.pathname.match(/^\/traces\/([^/]+)\/?$/);
   if (m) {
-    var id = decodeURIComponent(m[1]), g = q.get("g");
-    urls = ["/api/traces/" + enc(id)];
-    if (g !== null) urls.push(graph(id, g) + "/memory-map?max_shapes=" + shapes, graph(id, g) + "/events?start=0&limit=200");
+    var id = decodeURIComponent(m[1]), g = q.get("g") || "0";  // the page opens graph 0 when none is named
+    urls = ["/api/traces/" + enc(id), graph(id, g) + "/memory-map?max_shapes=" + shapes,
+      graph(id, g) + "/events?start=0&limit=200"];
   } else if (location.pathname === "/diff") {
     var ref = function (r) { var i = (r || "").lastIndexOf(":"); return i > 0 ? [r.slice(0, i), Number(r.slice(i + 1))] : null; };
     var a = ref(q.get("a")), b = ref(q.get("b"));
