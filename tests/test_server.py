@@ -337,14 +337,17 @@ def test_serve_refuses_a_public_address_without_token(capsys, monkeypatch):
     assert "token" in err and err.count("\n") == 1
 
 
-def test_pages_static_and_plotly(client, legacy):
+def test_pages_static_and_plotly(client, live, legacy):
     import plotly
     web = Path(__file__).resolve().parent.parent / "web"
     for route, file in [("/", "index.html"), (f"/traces/{legacy['id']}", "trace.html"), ("/diff", "diff.html"),
                         ("/replay", "replay.html")]:
         r = client.get(route)
-        if (web / file).is_file():
-            assert r.status_code == 200 and r.content == (web / file).read_bytes()
+        if (web / file).is_file():  # the page, its asset URLs versioned (tests/test_server_assets.py)
+            version = live.app.state.assets.version
+            assert r.status_code == 200
+            assert r.text == (web / file).read_text().replace('"/static/', f'"/static/{version}/').replace(
+                '"/vendor/plotly.min.js"', f'"/vendor/{plotly.__version__}/plotly.min.js"')
         else:
             assert r.status_code == 404
     for asset in sorted(web.glob("*.js"))[:3] + sorted(web.glob("*.css"))[:1]:

@@ -1,6 +1,6 @@
 // Explanation cards: why an allocation failed, where two runs part and why best fit chose differently.
 // Byte counts that decide an outcome are written out exactly (a 2,080 B gap must not round away).
-import { el, fmtInt, fmtBytes, bothBytes, exactEl, tensorLabel } from "/static/common.js";
+import { el, fmtInt, fmtBytes, bothBytes, exactEl, tensorLabel } from "./common.js";
 
 /**
  * oom: {tensor, needed, largest, total_free?, free_blocks?: FreeBlock[], separating?: [{tensor, op, offset, size}]}

@@ -1,7 +1,7 @@
 // Shared by every page: DOM building that never turns data into markup, units, the op palette, the page
 // header and navigation, Plotly's config and theme, loading indicators, view state in the URL, and upload
 // by dropping a file anywhere. API calls live in api.js.
-import { uploadTrace } from "/static/api.js";
+import { uploadTrace } from "./api.js";
 
 /** Build an element; children that are strings become text nodes (never parsed as HTML). */
 export function el(tag, attrs = {}, ...children) {

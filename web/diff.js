@@ -1,10 +1,10 @@
 // Diff view: two graphs' memory maps on one aligned axis, the first divergence with best fit's reasoning,
 // out-of-space explanations and the table of differing decisions. The shared zoom lives in the URL.
-import { diff as getDiff, getTrace, oomEvent } from "/static/api.js";
+import { diff as getDiff, getTrace, oomEvent } from "./api.js";
 import { $, el, clear, fmtBytes, exactBytes, fmtInt, topNav, showError, enc, parseRef, loading, loaded, urlParam,
-  setUrlParams, tensorLabel, plotTheme } from "/static/common.js";
-import { MemoryMap, plotText } from "/static/memmap.js";
-import { oomCard, divergenceCard, freeListsCard } from "/static/cards.js";
+  setUrlParams, tensorLabel, plotTheme } from "./common.js";
+import { MemoryMap, plotText } from "./memmap.js";
+import { oomCard, divergenceCard, freeListsCard } from "./cards.js";
 
 topNav("diff");
 const refA = parseRef(urlParam("a")), refB = parseRef(urlParam("b"));

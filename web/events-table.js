@@ -1,7 +1,7 @@
 // The event table: paged from the server, keyboard navigable (arrows, j/k, PageUp/Down, Home/End) from
 // anywhere on the page, linked to the map through onSelect / select(i).
-import { events } from "/static/api.js";
-import { el, clear, fmtBytes, exactBytes, fmtInt, loading, loaded, tensorLabel } from "/static/common.js";
+import { events } from "./api.js";
+import { el, clear, fmtBytes, exactBytes, fmtInt, loading, loaded, tensorLabel } from "./common.js";
 
 const PAGE = 200;
 const KIND_CLASS = (k) => `badge kind kind-${String(k).replace(/[^a-z_]/g, "")}`;

@@ -1,6 +1,6 @@
 // Home: the stored traces, and upload by drag and drop (anywhere on the page) or file picker with progress.
-import { listTraces, deleteTrace, uploadTrace } from "/static/api.js";
-import { $, el, clear, bytesEl, fmtInt, topNav, showError, enc, loading, loaded, exactBytes, words } from "/static/common.js";
+import { listTraces, deleteTrace, uploadTrace } from "./api.js";
+import { $, el, clear, bytesEl, fmtInt, topNav, showError, enc, loading, loaded, exactBytes, words } from "./common.js";
 
 topNav("home", { onStored: (stored) => { $("upload-status").textContent = storedText(stored); $("upload-name").value = ""; load(); },
   uploadName: () => $("upload-name").value.trim() || null });

@@ -1,8 +1,8 @@
 // The memory map: x = event index, y = byte offset, one rectangle per tensor lifetime.
 // Rectangles are filled polygons, one trace per op (null-separated); zoom and pan re-fetch detail for the
 // visible range from the server. The lower panel is the free list over time.
-import { memoryMap, oomEvent } from "/static/api.js";
-import { el, fmtBytes, exactBytes, bothBytes, fmtInt, opColor, nameColor, plotConfig, plotTheme, tensorLabel } from "/static/common.js";
+import { memoryMap, oomEvent } from "./api.js";
+import { el, fmtBytes, exactBytes, bothBytes, fmtInt, opColor, nameColor, plotConfig, plotTheme, tensorLabel } from "./common.js";
 
 /** Text for Plotly labels: Plotly reads a few tags and entities, so escape everything. */
 export function plotText(s) {

@@ -1,7 +1,7 @@
 // Replay view: pick a preset, profile and sizes, run the replay, land in the diff of measure vs eval.
 // The defaults reproduce llama.cpp PR #2627's failure: llama2-70b, ggml-2023-08-16, Metal's order.
-import { presets as getPresets, replay } from "/static/api.js";
-import { $, el, clear, exactEl, topNav, enc, urlParam } from "/static/common.js";
+import { presets as getPresets, replay } from "./api.js";
+import { $, el, clear, exactEl, topNav, enc, urlParam } from "./common.js";
 
 topNav("replay");
 const DEFAULTS = { preset: "llama2-70b", profile: "ggml-2023-08-16", metal: "true" };

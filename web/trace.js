@@ -1,12 +1,12 @@
 // Trace view: one graph's memory map, free list, events and allocator state, all linked. The view (graph,
 // zoom, selected event, tensor search) lives in the URL, so a link reopens the same picture.
-import { getTrace, state, url } from "/static/api.js";
+import { getTrace, state, url } from "./api.js";
 import { $, el, clear, bytesEl, exactEl, fmtInt, topNav, showError, enc, loading, loaded, urlParam, setUrlParams,
-  tensorLabel, exactBytes, fmtBytes, words } from "/static/common.js";
-import { MemoryMap, nameMatcher } from "/static/memmap.js";
-import { EventTable } from "/static/events-table.js";
-import { drawState } from "/static/statebar.js";
-import { oomCard } from "/static/cards.js";
+  tensorLabel, exactBytes, fmtBytes, words } from "./common.js";
+import { MemoryMap, nameMatcher } from "./memmap.js";
+import { EventTable } from "./events-table.js";
+import { drawState } from "./statebar.js";
+import { oomCard } from "./cards.js";
 
 topNav("trace");
 const id = decodeURIComponent(location.pathname.replace(/^\/traces\//, "").replace(/\/$/, ""));
