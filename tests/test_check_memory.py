@@ -58,3 +58,18 @@ def test_memory_cap_needs_numeric_and_a_size(capsys):
     with pytest.raises(SystemExit) as e:
         main(["check", "--preset", "gpt2-tiny", "--numeric", "--max-memory", "lots"])
     assert e.value.code == 2
+
+
+def test_a_numeric_run_shows_progress_on_a_terminal():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TTY_COMPATIBLE": "1", "COLUMNS": "100"}  # rich draws its bar as on a terminal
+    res = subprocess.run([sys.executable, "-m", "alloctrace", "check", "--preset", "gpt2-tiny", "--numeric"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    plan = preset_plans("gpt2-tiny", "ggml-2023-08-28")[0]
+    total = 2 * len(plan.graph.nodes)
+    assert "numeric run, graph 1" in res.stderr and f"{total}/{total}" in res.stderr
+    assert "numeric run equals the reference" in res.stdout

@@ -11,7 +11,9 @@ preset run is rebuilt from the trace's description and must reproduce it.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import re
 
 from alloctrace.errors import UserError
 
@@ -22,9 +24,7 @@ UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb":
 
 
 def _size_arg(text: str) -> int:
-    import argparse
-    import re
-
+    """'2G', '512M', '1.5GiB' or plain bytes."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"bad size {text!r} (want e.g. 2G, 512M or bytes)")
