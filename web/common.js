@@ -195,8 +195,3 @@ function installDropUpload(onStored, uploadName) {
     }
   });
 }
-
-export const KIND_WORDS = {
-  alloc: "allocated", free: "freed", reuse: "reused parent", oom: "out of space", abort: "aborted",
-  view: "view", exec: "exec", input: "input", output: "output", graph: "graph start",
-};

@@ -1,7 +1,7 @@
 // The allocator state just before one event, drawn as an address bar: live tensors (coloured by op, as on the
 // map) and free blocks (hatched grey) by offset; the selected event's own placement is outlined on top.
 import { state } from "./api.js";
-import { el, clear, fmtBytes, fmtInt, opColor, nameColor, plotConfig, plotTheme, bytesEl, tensorLabel, FREE_COLOR, FREE_FILL } from "./common.js";
+import { clear, fmtBytes, fmtInt, opColor, nameColor, plotConfig, plotTheme, bytesEl, tensorLabel, FREE_COLOR, FREE_FILL } from "./common.js";
 import { plotText, byteTicks } from "./memmap.js";
 
 /**

@@ -1,7 +1,7 @@
 // Trace view: one graph's memory map, free list, events and allocator state, all linked. The view (graph,
 // zoom, selected event, tensor search) lives in the URL, so a link reopens the same picture.
 import { getTrace, state, url } from "./api.js";
-import { $, el, clear, bytesEl, exactEl, fmtInt, topNav, showError, enc, loading, loaded, urlParam, setUrlParams,
+import { $, el, clear, exactEl, fmtInt, topNav, showError, enc, loading, loaded, urlParam, setUrlParams,
   tensorLabel, exactBytes, fmtBytes, words } from "./common.js";
 import { MemoryMap, nameMatcher } from "./memmap.js";
 import { EventTable } from "./events-table.js";
