@@ -271,6 +271,13 @@ def test_diff_view_names_the_divergence_and_explains_the_oom(server, page):
     for sel, x in (("#map-a", first["event_a"]), ("#map-b", first["event_a"])):
         notes = page.evaluate(f"document.querySelector('{sel}').layout.annotations.map(a => [a.text, a.x])")
         assert [f"first divergence: {first['tensor']} (event {first['event_a']})", x] in notes
+    # what best fit searched in each run: the free lists before the divergent event, the choice outlined
+    for side, ev in (("a", first["event_a"]), ("b", first["event_b"])):
+        page.wait_for_selector(f"#state-{side}[data-event='{ev}']")
+        free = page.evaluate(f"document.getElementById('state-{side}').data[1].base")
+        assert free == [o for o, _, _ in first[side]["free_blocks"]]
+        outline = page.evaluate(f"document.getElementById('state-{side}').layout.shapes[0]")
+        assert outline["x0"] == first[side]["offset"] and outline["x1"] == first[side]["offset"] + first[side]["size"]
     # the free-lists card places itself after the divergence instead of seeming to contradict it
     ffl = diff["first_free_list_divergence"]
     assert ffl["event_a"] > first["event_a"]

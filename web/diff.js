@@ -5,6 +5,7 @@ import { $, el, clear, fmtBytes, exactBytes, fmtInt, topNav, showError, enc, par
   setUrlParams, tensorLabel, plotTheme } from "./common.js";
 import { MemoryMap, plotText } from "./memmap.js";
 import { oomCard, divergenceCard, freeListsCard } from "./cards.js";
+import { drawState } from "./statebar.js";
 
 topNav("diff");
 const refA = parseRef(urlParam("a")), refB = parseRef(urlParam("b"));
@@ -95,6 +96,17 @@ async function main() {
       el("a", { href: `/traces/${enc(refA.id)}?g=${refA.g}&event=${ea}`, id: "open-a" }, `open a at event ${fmtInt(ea)}`), " · ",
       el("a", { href: `/traces/${enc(refB.id)}?g=${refB.g}&event=${eb}`, id: "open-b" }, `open b at event ${fmtInt(eb)}`));
     $("divergence").append(divergenceCard(d, la, lb, links));
+    // what best fit saw in each run just before the divergent placement, on one byte axis
+    const top = Math.max(ga.buffer_size || 0, gb.buffer_size || 0, ga.max_size || 0, gb.max_size || 0);
+    const seen = el("section", { class: "panel", id: "divergence-states" },
+      el("h2", {}, `The allocator state before event ${fmtInt(ea)}${eb !== ea ? ` / ${fmtInt(eb)}` : ""} (what best fit searched)`));
+    for (const [key, label, ref, ev, choice] of [["a", la, refA, ea, d.a], ["b", lb, refB, eb, d.b]]) {
+      const box = el("div", { id: `state-${key}`, class: "chart bar" }), note = el("p", { class: "legend-note" });
+      seen.append(el("h3", {}, label), box, note);
+      loading(note, "Loading the allocator state…");
+      drawState(box, note, ref, ev, top, { ...choice, tensor: d.tensor }).catch((e) => showError(note, e)).finally(() => loaded(note));
+    }
+    $("divergence").append(seen);
   } else {
     $("divergence").append(el("section", { class: "card fits", id: "no-divergence" }, el("h2", {}, "No divergence"),
       el("p", {}, "Both runs made the same placement decisions, tensor for tensor.")));
