@@ -6,13 +6,14 @@ ids and diff refs are checked against patterns before they reach the store.
 from __future__ import annotations
 
 import io
+import tempfile
 from typing import Annotated
 
 import numpy as np
 
 from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from alloctrace.allocator.events import KINDS
@@ -145,13 +146,29 @@ EXPORT_TYPES = {"jsonl": ("application/x-ndjson", "jsonl"), "csv": ("text/csv", 
 def get_export(request: Request, trace_id: TraceId,
                format: Annotated[str, Query(pattern="^(jsonl|csv|chrome)$",
                                             description="jsonl, csv or chrome (opens in Perfetto)")] = "chrome"):
+    """Written to a temporary file first (a big trace never sits in memory whole), then streamed."""
     from alloctrace.traces.export import export
 
-    out = io.StringIO()
-    ctx(request).call(lambda s: export(s, trace_id, format, out))
+    tmp = tempfile.TemporaryFile()
+    try:
+        text = io.TextIOWrapper(tmp, encoding="utf-8", newline="")
+        ctx(request).call(lambda s: export(s, trace_id, format, text))
+        text.flush()
+        text.detach()
+        size = tmp.tell()
+        tmp.seek(0)
+    except BaseException:
+        tmp.close()
+        raise
+
+    def chunks():
+        with tmp:
+            while block := tmp.read(1 << 20):
+                yield block
+
     media, suffix = EXPORT_TYPES[format]
-    return Response(out.getvalue(), media_type=media,
-                    headers={"Content-Disposition": f'attachment; filename="trace-{trace_id}.{suffix}"'})
+    return StreamingResponse(chunks(), media_type=media, headers={
+        "Content-Length": str(size), "Content-Disposition": f'attachment; filename="trace-{trace_id}.{suffix}"'})
 
 
 @router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")

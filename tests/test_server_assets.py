@@ -64,3 +64,4 @@ def test_only_web_files_are_served(client):
     for url in ("/static/../server/app.py", "/static/%2e%2e/pyproject.toml", f"/static/{version}/nope.js",
                 "/static/0000000000/common.js/x", "/vendor/0.0.0/plotly.min.js"):
         assert client.get(url).status_code == 404, url
+
