@@ -66,6 +66,29 @@ def run(cmd, cwd, env, **kw):
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, **kw)
 
 
+def test_every_package_of_the_tree_is_installed(installed, tmp_path):
+    """Each folder with an __init__.py under a mapped folder is a package of the install (found by discovery,
+    not a list), and web/ ships inside the server package."""
+    import tomllib
+
+    src, env = installed
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    mapping = {"alloctrace": "alloctrace", **mapping}
+    want, tracked = [], set(tree_files())
+    for name, folder in mapping.items():
+        for init in sorted((ROOT / folder).rglob("__init__.py")):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            if "tests" not in rel and init.relative_to(ROOT).as_posix() in tracked:
+                want.append(".".join((name, *rel)))
+    assert "alloctrace.commands" in want and "alloctrace.allocator.presets" in want
+    probe = ("import importlib.util, json, sys; "
+             "print(json.dumps([n for n in sys.argv[1:] if importlib.util.find_spec(n) is None]))")
+    res = run(["python", "-c", probe, *want], tmp_path, env)
+    assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr
+    web = run(["python", "-c", "from alloctrace.server import paths; print(paths.find_web_dir())"], tmp_path, env)
+    assert Path(web.stdout.strip(), "trace.html").is_file() and "site-packages" in web.stdout
+
+
 def test_every_command_has_help(installed):
     src, env = installed
     res = run(["alloctrace", "no-such-command"], src, env)
