@@ -377,6 +377,8 @@ def test_a_graph_shows_its_own_high_water_beside_the_running_max(server, page):
     top = page.evaluate("document.getElementById('map')._fullLayout.yaxis.range[1]")
     assert 206_848 <= top < 1.1 * 206_848
     assert "running maximum over every graph measured" in page.inner_text("#map-note")
+    # its events carry no free-list facts, so there is no empty free-list panel
+    assert "largest free block" not in page.evaluate("document.getElementById('map').data.map(t => t.name)")
     # an unnamed tensor gets a readable label from its op and offset
     page.wait_for_selector("#event-table td.tensor")
     assert "(unnamed MUL result at 204,800)" in page.locator("#event-table td.tensor").all_inner_texts()

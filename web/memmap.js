@@ -82,7 +82,8 @@ export class MemoryMap {
   apply(data) {
     this.rects = data.shapes;
     this.reduced = data.reduced;
-    if (data.freeList.length) this.freeList = data.freeList;
+    // the free-list panel only when the events carry free-list facts (synthetic or reduced logs may not)
+    if (data.freeList.some((r) => r.largest_free !== null && r.largest_free !== undefined)) this.freeList = data.freeList;
   }
 
   yTop() {
@@ -227,7 +228,14 @@ export class MemoryMap {
         line: { color: theme.accent, width: 1.5, dash: "dot" }, name: "selected" });
     }
     const axis = { gridcolor: theme.grid, zeroline: false, color: theme.muted };
+    const freeAxes = fl ? {
+      yaxis2: { ...axis, title: { text: "largest free", font: { size: 11 } }, domain: [0, 0.24], rangemode: "tozero",
+        range: [0, flMax * 1.1], tickvals: flTicks.tickvals, ticktext: flTicks.ticktext, fixedrange: true },
+      yaxis3: { ...axis, title: { text: "free blocks", font: { size: 11 } }, overlaying: "y2", side: "right",
+        rangemode: "tozero", showgrid: false, fixedrange: true, tickformat: ",d", dtick: nMax <= 6 ? 1 : undefined },
+    } : {};  // no keys at all without a free list: Plotly reads an undefined axis key as an axis
     return {
+      ...freeAxes,
       title: this.opts.title ? { text: plotText(this.opts.title), x: 0.01, font: { size: 14 } } : undefined,
       margin: { l: 78, r: 230, t: this.opts.title ? 52 : 30, b: 44 },
       paper_bgcolor: theme.paper, plot_bgcolor: theme.plot, font: { family: "system-ui, sans-serif", size: 12, color: theme.ink },
@@ -238,10 +246,6 @@ export class MemoryMap {
         tickformat: ",d", dtick: this.nEvents <= 12 ? 1 : undefined },
       yaxis: { ...axis, title: { text: "offset in buffer" }, domain: fl ? [0.32, 1] : [0, 1], range: yr,
         tickvals: ticks.tickvals, ticktext: ticks.ticktext, fixedrange: false },
-      yaxis2: fl ? { ...axis, title: { text: "largest free", font: { size: 11 } }, domain: [0, 0.24], rangemode: "tozero",
-        range: [0, flMax * 1.1], tickvals: flTicks.tickvals, ticktext: flTicks.ticktext, fixedrange: true } : undefined,
-      yaxis3: fl ? { ...axis, title: { text: "free blocks", font: { size: 11 } }, overlaying: "y2", side: "right",
-        rangemode: "tozero", showgrid: false, fixedrange: true, tickformat: ",d", dtick: nMax <= 6 ? 1 : undefined } : undefined,
       shapes, annotations,
     };
   }
