@@ -122,13 +122,15 @@ class Reference:
     outputs: dict  # node -> its value after it ran
 
 
-def reference_run(graph, params: dict | None = None, seed: int = 0) -> Reference:
+def reference_run(graph, params: dict | None = None, seed: int = 0, on_node=None) -> Reference:
     """Private memory, graph order: what every node should read and produce."""
     params = params or {}
     mem = Memory(graph)
     _fill_leafs(mem, graph, seed)
     ref = Reference({}, {})
     for node in graph.nodes:
+        if on_node:
+            on_node()
         if not writes(node):
             continue
         ins = [mem.load(s) if s is not None else None for s in _slot_inputs(node)]
@@ -205,13 +207,57 @@ class WriteLog:
         return "<never written>" if self.current.gaps(*r) else None
 
 
-def run(plan: Plan, order: str = "adversarial", seed: int = 0, params: dict | None = None) -> ExecResult:
-    """Execute the plan on one arena; compare every read and every output with the reference."""
+def _elements(t) -> int:
+    n = 1
+    for d in t.ne:
+        n *= max(d, 0)
+    return n
+
+
+def _dense_bytes(t) -> int:
+    """Bytes of a dense copy of t's elements (what `Memory.load` returns)."""
+    return _elements(t) * np.dtype(DTYPES.get(t.type, np.uint8)).itemsize
+
+
+WORK_COPIES = 4
+
+
+def estimate_bytes(plan: Plan) -> int:
+    """Memory a numeric run of the plan allocates at its peak, before any of it is allocated.
+
+    The reference keeps a copy of every node's inputs and output; the planned run then holds private
+    memory for every root tensor (weights, KV cache) and the arena, while kernels compute one node in
+    float64 (a kernel holds up to WORK_COPIES float64 copies of its operands at once: softmax's shifted,
+    exponentiated and normalized values). The reference's own private memory is freed before the planned run's is made, so the
+    peak is the kept copies, one set of private memory, the arena and the largest node's float64 work.
+    """
+    graph = plan.graph
+    private: dict = {}
+    for t in graph.tensors():
+        root, off = root_of(t)
+        private[root] = max(private.get(root, 0), off + extent(t))
+    arena = max([plan.buffer_size] + [r[1] for r in plan.ranges.values() if r is not None])
+    kept, work = 0, 0
+    for node in graph.nodes:
+        if not writes(node):
+            continue
+        srcs = read_srcs(node)
+        kept += sum(map(_dense_bytes, srcs)) + _dense_bytes(node)
+        work = max(work, WORK_COPIES * 8 * (sum(map(_elements, srcs)) + _elements(node)))
+    return sum(private.values()) + arena + kept + work
+
+
+def run(plan: Plan, order: str = "adversarial", seed: int = 0, params: dict | None = None,
+        on_node=None) -> ExecResult:
+    """Execute the plan on one arena; compare every read and every output with the reference.
+
+    on_node() is called once per node of the reference run and once per node of the planned run
+    (2 * n_nodes calls), for progress bars."""
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; known: {', '.join(ORDERS)}")
     params = {**plan.params, **(params or {})}
     graph = plan.graph
-    ref = reference_run(graph, params, seed)
+    ref = reference_run(graph, params, seed, on_node)
     mem = Memory(graph, plan)
     log = WriteLog()
 
@@ -234,6 +280,8 @@ def run(plan: Plan, order: str = "adversarial", seed: int = 0, params: dict | No
         for i in level_order(plan, step, order, rng):
             node = graph.nodes[i]
             result.order.append(i)
+            if on_node:
+                on_node()
             if not writes(node):
                 continue
             ins = []

@@ -5,11 +5,15 @@ ids and diff refs are checked against patterns before they reach the store.
 """
 from __future__ import annotations
 
+import io
+import tempfile
 from typing import Annotated
+
+import numpy as np
 
 from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from alloctrace.allocator.events import KINDS
@@ -118,7 +122,54 @@ def get_state(request: Request, trace_id: TraceId, g: GraphIndex,
     if event > info["n_events"]:
         raise UserError(f"event {event} is out of range (0..{info['n_events']})")
     nxt = c.event_rows(trace_id, g, [event])[0] if event < info["n_events"] else None
-    return JSONResponse(state_json(c.state_index(trace_id, g), event, nxt))
+    body = state_json(c.state_index(trace_id, g), event, nxt)
+    _name_live_ops(body.get("live") or [], c.lifetimes(trace_id, g), event)
+    return JSONResponse(body)
+
+
+def _name_live_ops(live: list, lt, applied: int):
+    """Give each live tensor the op of its lifetime, so the dashboard colours it as on the map."""
+    if not live or not len(lt.start):
+        return
+    alive = np.flatnonzero((lt.start < applied) & (lt.end >= applied))
+    ops = {(lt.tensor[k], int(lt.chunk[k]), int(lt.offset[k])): lt.op[k] for k in alive.tolist()}
+    for t in live:
+        op = ops.get((t.get("tensor"), t.get("chunk") or 0, t.get("offset")))
+        if op:
+            t["op"] = op
+
+
+EXPORT_TYPES = {"jsonl": ("application/x-ndjson", "jsonl"), "csv": ("text/csv", "csv"),
+                "chrome": ("application/json", "chrome.json")}
+
+
+@router.get("/traces/{trace_id}/export", summary="Download a trace: JSON Lines, CSV, or Chrome trace JSON")
+def get_export(request: Request, trace_id: TraceId,
+               format: Annotated[str, Query(pattern="^(jsonl|csv|chrome)$",
+                                            description="jsonl, csv or chrome (opens in Perfetto)")] = "chrome"):
+    """Written to a temporary file first (a big trace never sits in memory whole), then streamed."""
+    from alloctrace.traces.export import export
+
+    tmp = tempfile.TemporaryFile()
+    try:
+        text = io.TextIOWrapper(tmp, encoding="utf-8", newline="")
+        ctx(request).call(lambda s: export(s, trace_id, format, text))
+        text.flush()
+        text.detach()
+        size = tmp.tell()
+        tmp.seek(0)
+    except BaseException:
+        tmp.close()
+        raise
+
+    def chunks():
+        with tmp:
+            while block := tmp.read(1 << 20):
+                yield block
+
+    media, suffix = EXPORT_TYPES[format]
+    return StreamingResponse(chunks(), media_type=media, headers={
+        "Content-Length": str(size), "Content-Disposition": f'attachment; filename="trace-{trace_id}.{suffix}"'})
 
 
 @router.get("/traces/{trace_id}/graphs/{g}/peak", summary="What is live at a graph's high-water mark, by family")
@@ -155,13 +206,38 @@ class ReplayRequest(BaseModel):
     metal_concurrency: bool = False
 
 
-@router.post("/replay", status_code=201, summary="Replay a model preset and store its traces")
+@router.post("/replay", status_code=201, summary="Replay a model preset and store its traces",
+             description="An identical replay stored before (same name, description and graphs) is kept instead "
+                         "of a second copy: `reused` is true and the ids point at it.")
 def post_replay(request: Request, body: Annotated[ReplayRequest, Body()]):
     c = ctx(request)
     result = c.replay(body.model_dump())
     ids = graphs.stored_ids(result)
-    return JSONResponse({"traces": [c.call(lambda s, i=i: s.summary(i)) for i in ids], "replay": result},
-                        status_code=201)
+    reused = False
+    if len(ids) == 1:
+        earlier = c.call(lambda s: _same_replay(s, ids[0]))
+        if earlier:
+            c.write(lambda s: s.delete(ids[0]))
+            c.forget(ids[0])
+            for part in ("measure", "eval"):
+                if (result.get(part) or {}).get("trace_id") == ids[0]:
+                    result[part]["trace_id"] = earlier
+            ids, reused = [earlier], True
+    return JSONResponse({"traces": [c.call(lambda s, i=i: s.summary(i)) for i in ids], "replay": result,
+                         "reused": reused}, status_code=201 if not reused else 200)
+
+
+def _same_replay(store, tid: str) -> str | None:
+    """An older trace that the replay just stored as `tid` repeats exactly (name, description, graphs)."""
+    meta = store.meta(tid)
+    listed = store.list(meta.name)
+    mine = next(t for t in listed if t["id"] == tid)
+    for t in listed:
+        if t["id"] != tid and t["name"] == meta.name and t["source"] == "replay" and t["graphs"] == mine["graphs"]:
+            other = store.meta(t["id"])
+            if other.extra == meta.extra and other.profile == meta.profile:
+                return t["id"]
+    return None
 
 
 @router.get("/presets", summary="Model presets and allocator profiles for replay")

@@ -14,11 +14,11 @@ from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
-from fastapi.staticfiles import StaticFiles
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from alloctrace.traces.errors import UserError
 from alloctrace.server import paths
+from alloctrace.server.assets import IMMUTABLE, REVALIDATE, Assets, respond
 from alloctrace.server.api import TRACE_ID, router
 from alloctrace.server.context import Context
 from alloctrace.server.torch_api import is_torch_trace as torch_page_for, router as torch_router
@@ -136,30 +136,56 @@ def _plain(errors) -> list:
 
 
 def _pages(app: FastAPI, web: Path | None):
-    def page(file: str) -> Response:
-        if web is None or not (web / file).is_file():
+    plotly_js = paths.plotly_js()
+    assets = Assets(web, plotly_js, _plotly_version() if plotly_js else "0")
+    app.state.assets = assets
+
+    def page(request: Request, file: str) -> Response:
+        asset = assets.page(file)
+        if asset is None:
             return JSONResponse({"detail": f"page {file} is not installed"}, status_code=404)
-        return FileResponse(web / file, media_type="text/html; charset=utf-8",
-                            headers={"Cache-Control": "no-cache"})
+        return respond(request, asset, REVALIDATE)
+
+    def page_route(file: str):
+        def serve_page(request: Request) -> Response:
+            return page(request, file)
+        return serve_page
 
     for route, file in PAGES.items():
-        app.add_api_route(route, (lambda f: lambda: page(f))(file), methods=["GET"], include_in_schema=False)
+        app.add_api_route(route, page_route(file), methods=["GET"], include_in_schema=False)
 
     @app.get("/traces/{trace_id}", include_in_schema=False)
-    def trace_page(trace_id: str, request: Request):
+    def trace_page(request: Request, trace_id: str):
         import re
         if not re.fullmatch(TRACE_ID.strip("^$"), trace_id):
             return JSONResponse({"detail": "not a trace id"}, status_code=404)
         if torch_page_for(request.app.state.ctx.store, trace_id):  # PyTorch snapshots have their own page
             return RedirectResponse(f"/torch?id={trace_id}", status_code=307)
-        return page("trace.html")
+        return page(request, "trace.html")
 
     @app.get("/vendor/plotly.min.js", include_in_schema=False)
-    def plotly_js():
-        p = paths.plotly_js()
-        if p is None:
+    @app.get("/vendor/{version}/plotly.min.js", include_in_schema=False)
+    def plotly(request: Request, version: str | None = None):
+        asset = assets.plotly()
+        if asset is None:
             return JSONResponse({"detail": "plotly is not installed"}, status_code=404)
-        return FileResponse(p, media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
+        if version is not None and version != assets.plotly_version:
+            return JSONResponse({"detail": "no such plotly version"}, status_code=404)
+        return respond(request, asset, IMMUTABLE if version else REVALIDATE)
 
-    if web is not None and web.is_dir():
-        app.mount("/static", StaticFiles(directory=web), name="static")
+    @app.get("/static/{path:path}", include_in_schema=False)
+    def static(request: Request, path: str):
+        head, _, rest = path.partition("/")
+        versioned = head == assets.version and rest
+        asset = assets.files.get(rest if versioned else path)
+        if asset is None:
+            return JSONResponse({"detail": "not found"}, status_code=404)
+        return respond(request, asset, IMMUTABLE if versioned else REVALIDATE)
+
+
+def _plotly_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("plotly")
+    except Exception:  # noqa: BLE001 - any failure only costs caching
+        return "0"

@@ -185,7 +185,10 @@ def test_state_endpoint_is_state_at(client, live, legacy):
     for n in (0, 40, len(events) - 1, len(events)):
         got = client.get(f"/api/traces/{tid}/graphs/1/state", params={"event": n}).json()
         want = state_at(events, n, capacity=12320)
-        assert got["live"] == want["live"]
+        assert [{k: v for k, v in t.items() if k != "op"} for t in got["live"]] == want["live"]
+        # each live tensor carries the op of the event that placed it (the dashboard colours by it)
+        placed_by = {e.tensor: e.op for e in events[:n] if e.kind in ("alloc", "reuse")}
+        assert [t.get("op") for t in got["live"]] == [placed_by[t["tensor"]] for t in got["live"]]
         assert [(b["offset"], b["size"], b["chunk"]) for b in got["free_blocks"]] == \
             [tuple(b) for b in want["free_blocks"]]
     at_oom = client.get(f"/api/traces/{tid}/graphs/1/state", params={"event": len(events) - 1}).json()
@@ -334,14 +337,17 @@ def test_serve_refuses_a_public_address_without_token(capsys, monkeypatch):
     assert "token" in err and err.count("\n") == 1
 
 
-def test_pages_static_and_plotly(client, legacy):
+def test_pages_static_and_plotly(client, live, legacy):
     import plotly
     web = Path(__file__).resolve().parent.parent / "web"
     for route, file in [("/", "index.html"), (f"/traces/{legacy['id']}", "trace.html"), ("/diff", "diff.html"),
                         ("/replay", "replay.html")]:
         r = client.get(route)
-        if (web / file).is_file():
-            assert r.status_code == 200 and r.content == (web / file).read_bytes()
+        if (web / file).is_file():  # the page, its asset URLs versioned (tests/test_server_assets.py)
+            version = live.app.state.assets.version
+            assert r.status_code == 200
+            assert r.text == (web / file).read_text().replace('"/static/', f'"/static/{version}/').replace(
+                '"/vendor/plotly.min.js"', f'"/vendor/{plotly.__version__}/plotly.min.js"')
         else:
             assert r.status_code == 404
     for asset in sorted(web.glob("*.js"))[:3] + sorted(web.glob("*.css"))[:1]:

@@ -28,7 +28,7 @@ def test_built_package_carries_web_and_examples(tmp_path):
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__",
                                                               "tests", "bench", ".pytest_cache"))
     out = tmp_path / "lib"
-    subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "-q", "build_py", "-d", str(out)],
+    subprocess.run([sys.executable, "setup.py", "-q", "build_py", "-d", str(out)],
                    cwd=src, check=True, capture_output=True)
     # a fresh interpreter without site-packages sees only the built tree, as after `pip install .`
     res = subprocess.run([sys.executable, "-S", "-c", PROBE], cwd=tmp_path, env={"PYTHONPATH": str(out)},

@@ -1,26 +1,7 @@
-// Shared helpers: API calls, units, and DOM building that never turns data into markup.
-
-/** GET or POST JSON; throws an Error carrying the server's `detail` so pages can show one clear line. */
-export async function api(path, options = {}) {
-  const init = { ...options, headers: { Accept: "application/json", ...(options.headers || {}) } };
-  if (options.json !== undefined) {
-    init.method = init.method || "POST";
-    init.body = JSON.stringify(options.json);
-    init.headers["Content-Type"] = "application/json";
-    delete init.json;
-  }
-  const early = !options.method && !options.json && window.__prefetch && window.__prefetch[path];
-  if (early) delete window.__prefetch[path];
-  const resp = (early && (await early)) || (await fetch(path, init));
-  let body = null;
-  try { body = await resp.json(); } catch (_) { body = null; }
-  if (!resp.ok) {
-    let detail = body && body.detail;
-    if (Array.isArray(detail)) detail = detail.map((d) => d.msg || JSON.stringify(d)).join("; ");
-    throw new Error(detail ? String(detail) : `${resp.status} ${resp.statusText}`);
-  }
-  return body;
-}
+// Shared by every page: DOM building that never turns data into markup, units, the op palette, the page
+// header and navigation, Plotly's config and theme, loading indicators, view state in the URL, and upload
+// by dropping a file anywhere. API calls live in api.js.
+import { uploadTrace } from "./api.js";
 
 /** Build an element; children that are strings become text nodes (never parsed as HTML). */
 export function el(tag, attrs = {}, ...children) {
@@ -34,7 +15,7 @@ export function el(tag, attrs = {}, ...children) {
     else if (k === "dataset") Object.assign(node.dataset, v);
     else node.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -42,9 +23,12 @@ export function el(tag, attrs = {}, ...children) {
 }
 
 export function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); return node; }
+export const $ = (id) => document.getElementById(id);
+export const enc = encodeURIComponent;
 
+// --- units ----------------------------------------------------------------------------------------
 const UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
-/** 12304 -> "12.0 KiB"; exact bytes stay available through `exactBytes`. */
+/** 12304 -> "12.0 KiB" (rounded: use `bytesEl` or `exactBytes` wherever the difference matters). */
 export function fmtBytes(n) {
   if (n === null || n === undefined || Number.isNaN(Number(n))) return "–";
   let v = Number(n), u = 0;
@@ -53,15 +37,31 @@ export function fmtBytes(n) {
   const s = u === 0 ? String(v) : v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2);
   return `${neg ? "-" : ""}${s} ${UNITS[u]}`;
 }
-export function exactBytes(n) {
+export function fmtInt(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"); }
+/** 58720256 -> "58,720,256 B" */
+export function exactBytes(n) { return n === null || n === undefined ? "–" : `${fmtInt(n)} B`; }
+/** "56.0 MiB (58,720,256 B)": both, for headers and cards where exact values matter. */
+export function bothBytes(n) {
   if (n === null || n === undefined) return "–";
-  return `${Number(n).toLocaleString("en-US")} bytes`;
+  return Math.abs(n) < 1024 ? exactBytes(n) : `${fmtBytes(n)} (${exactBytes(n)})`;
 }
 /** A byte count as text with its exact value on hover. */
-export function bytesEl(n, tag = "span") {
-  return el(tag, { title: exactBytes(n), class: "bytes" }, fmtBytes(n));
+export function bytesEl(n, tag = "span") { return el(tag, { title: exactBytes(n), class: "bytes" }, fmtBytes(n)); }
+/** A byte count written out in full: human size and exact bytes. */
+export function exactEl(n, tag = "span") { return el(tag, { class: "bytes exact" }, bothBytes(n)); }
+
+/** Text that wraps only between words: each word is kept whole (names like ggml-2023-08-16 never split). */
+export function words(text) {
+  const parts = String(text ?? "").split(/(\s+)/);
+  return parts.map((w) => (/^\s+$/.test(w) || w === "" ? w : el("span", { class: "word" }, w)));
 }
-export function fmtInt(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"); }
+
+/** A tensor's name for people: unnamed tensors (ggml allows "") get their op and offset instead. */
+export function tensorLabel(name, op, offset) {
+  if (name !== undefined && name !== null && String(name).trim() !== "") return String(name);
+  const what = op && op !== "NONE" ? `${op} result` : "tensor";
+  return offset !== undefined && offset !== null ? `(unnamed ${what} at ${fmtInt(offset)})` : `(unnamed ${what})`;
+}
 
 /** "ID:G" -> {id, g}; null when malformed. */
 export function parseRef(ref) {
@@ -73,64 +73,125 @@ export function parseRef(ref) {
   return { id: ref.slice(0, i), g };
 }
 
-export const enc = encodeURIComponent;
-export const graphBase = (id, g) => `/api/traces/${enc(id)}/graphs/${enc(g)}`;
+// --- colours ---------------------------------------------------------------------------------------
+// One colour per op in every graph and every trace: common ggml ops have fixed colours, any other op (or
+// tensor name, for logs without ops) takes one from its name's hash. Free memory is drawn hatched grey,
+// a look no op has.
+const OP_COLORS = {
+  MUL_MAT: "#4c78a8", ADD: "#f58518", MUL: "#e45756", GET_ROWS: "#54a24b", RMS_NORM: "#b279a2", NORM: "#b279a2",
+  ROPE: "#72b7b2", SOFT_MAX: "#eeca3b", SOFT_MAX_EXT: "#eeca3b", CPY: "#9d755d", CONT: "#9d755d", DUP: "#9d755d",
+  SCALE: "#ff9da6", DIAG_MASK_INF: "#79706e", UNARY: "#17becf", GELU: "#17becf", SILU: "#17becf",
+  VIEW: "#bab0ac", RESHAPE: "#bab0ac", PERMUTE: "#bab0ac", TRANSPOSE: "#bab0ac", NONE: "#8c6d31",
+  FLASH_ATTN_EXT: "#9467bd", FLASH_ATTN: "#9467bd",
+};
+const HASHED = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#393b79",
+  "#637939", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363"];
+export const FREE_COLOR = "#8e96a3";
+export const FREE_FILL = "rgba(142,150,163,0.18)";
 
-/** A stable, readable color per op name (a fixed palette, hashed). */
-const PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d", "#eeca3b",
-  "#ff9da6", "#79706e", "#5b8ff9", "#8c6d31", "#2ca02c", "#d62728", "#9467bd", "#17becf"];
-const assigned = new Map();
-/** Ops get palette colors in first-seen order, so a page's ops stay distinct and consistent. */
+function fnv1a(s) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 0x01000193) >>> 0; }
+  return h;
+}
+/** The colour of an op, the same on every page, graph and trace. */
 export function opColor(op) {
-  const key = String(op || "?");
-  if (!assigned.has(key)) assigned.set(key, assigned.size < PALETTE.length ? PALETTE[assigned.size] : hashColor(key));
-  return assigned.get(key);
+  const key = String(op || "?").toUpperCase();
+  return OP_COLORS[key] || HASHED[fnv1a(key) % HASHED.length];
 }
-/** A color from a name's hash: for tensors, too many to give each its own. */
-export function hashColor(name) {
-  const s = String(name || "?");
-  let h = 0;
-  for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) >>> 0;
-  return PALETTE[h % PALETTE.length];
+/** A colour from a tensor name's hash (logs that name no op). */
+export function nameColor(name) { return HASHED[fnv1a(String(name || "?")) % HASHED.length]; }
+
+// --- Plotly ------------------------------------------------------------------------------------------
+/** Plotly's config for every chart: nothing that sends a chart anywhere, no logo. */
+export function plotConfig(extra = {}) {
+  return { responsive: true, displaylogo: false, showSendToCloud: false, showEditInChartStudio: false,
+    showLink: false, plotlyServerURL: "", modeBarButtonsToRemove: ["sendDataToCloud", "select2d", "lasso2d", "autoScale2d"],
+    ...extra };
+}
+/** Chart colours from the page's CSS variables, so charts follow the light or dark theme. */
+export function plotTheme() {
+  const css = getComputedStyle(document.documentElement);
+  const v = (name) => css.getPropertyValue(name).trim();
+  return { paper: v("--panel"), plot: v("--plot-bg"), ink: v("--ink"), muted: v("--muted"), grid: v("--grid"),
+    label: v("--label-bg"), accent: v("--accent"), bad: v("--bad"), warn: v("--warn") };
 }
 
-/** First present key of an object (the API's field names may vary slightly). */
-export function pick(obj, ...keys) {
-  if (!obj) return undefined;
-  for (const k of keys) if (obj[k] !== undefined && obj[k] !== null) return obj[k];
-  return undefined;
-}
+// --- page frame ----------------------------------------------------------------------------------------
+/** The header's sections; a new page adds itself here. */
+export const NAV = [
+  { key: "home", href: "/", text: "Traces" },
+  { key: "replay", href: "/replay", text: "Replay" },
+];
 
-/** Normalize list payloads that might be either arrays of rows or objects of columns. */
-export function rows(payload) {
-  if (!payload) return [];
-  if (Array.isArray(payload)) return payload;
-  const keys = Object.keys(payload).filter((k) => Array.isArray(payload[k]));
-  if (!keys.length) return [];
-  const n = Math.max(...keys.map((k) => payload[k].length));
-  const out = new Array(n);
-  for (let i = 0; i < n; i++) {
-    const r = {};
-    for (const k of keys) r[k] = payload[k][i];
-    out[i] = r;
-  }
-  return out;
-}
-
-/** The page header with the current section highlighted. */
-export function topNav(here) {
-  const link = (href, text, key) => el("a", { href, class: here === key ? "here" : null }, text);
+/** The page header with the current section highlighted, and upload by dropping a file anywhere. */
+export function topNav(here, { onStored, uploadName } = {}) {
   const header = el("header", { class: "top" },
     el("a", { class: "brand", href: "/" }, "alloctrace"),
-    el("nav", {}, link("/", "Traces", "home"), link("/replay", "Replay", "replay")));
+    el("nav", {}, NAV.map((n) => el("a", { href: n.href, class: here === n.key ? "here" : null,
+      "aria-current": here === n.key ? "page" : null }, n.text))),
+    el("span", { class: "hint drop-hint" }, "drop a log anywhere to upload it"));
   document.body.prepend(header);
+  installDropUpload(onStored, uploadName);
 }
 
 export function showError(container, err) {
   clear(container).append(el("p", { class: "error", role: "alert" }, String(err && err.message ? err.message : err)));
 }
 
-export const KIND_WORDS = {
-  alloc: "allocated", free: "freed", reuse: "reused parent", oom: "out of space", abort: "aborted",
-  view: "view", exec: "exec", input: "input", output: "output", graph: "graph start",
-};
+/** A loading indicator in container until the page replaces it. */
+export function loading(container, text = "Loading…") {
+  container.setAttribute("aria-busy", "true");
+  clear(container).append(el("p", { class: "loading", role: "status" }, el("span", { class: "spinner", "aria-hidden": "true" }), text));
+}
+export function loaded(container) { container.removeAttribute("aria-busy"); }
+
+// --- view state in the URL --------------------------------------------------------------------------------
+/** Read a query parameter. */
+export function urlParam(key) { return new URLSearchParams(location.search).get(key); }
+/** Merge values into the query string without a new history entry (null removes a key). */
+export function setUrlParams(values) {
+  const q = new URLSearchParams(location.search);
+  for (const [k, v] of Object.entries(values)) {
+    if (v === null || v === undefined || v === "") q.delete(k);
+    else q.set(k, String(v));
+  }
+  const s = q.toString();
+  history.replaceState(history.state, "", `${location.pathname}${s ? `?${s}` : ""}${location.hash}`);
+}
+
+// --- drop a file anywhere to upload it -------------------------------------------------------------------
+function installDropUpload(onStored, uploadName) {
+  const overlay = el("div", { class: "drop-overlay", hidden: true, role: "dialog", "aria-live": "polite" },
+    el("div", { class: "drop-box" }, el("p", { class: "big" }, "Drop the log to upload it"),
+      el("progress", { max: "100", value: "0", hidden: true }), el("p", { class: "status" })));
+  document.body.append(overlay);
+  const bar = overlay.querySelector("progress"), status = overlay.querySelector(".status");
+  const hasFiles = (e) => e.dataTransfer && [...(e.dataTransfer.types || [])].includes("Files");
+  let depth = 0;
+  document.addEventListener("dragenter", (e) => { if (hasFiles(e)) { depth++; overlay.hidden = false; status.textContent = ""; } });
+  document.addEventListener("dragleave", (e) => { if (hasFiles(e) && --depth <= 0) { depth = 0; overlay.hidden = true; } });
+  document.addEventListener("dragover", (e) => { if (hasFiles(e)) e.preventDefault(); });
+  document.addEventListener("drop", async (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    depth = 0;
+    const files = [...e.dataTransfer.files];
+    if (!files.length) { overlay.hidden = true; return; }
+    const stored = [];
+    try {
+      for (const f of files) {
+        bar.hidden = false; bar.value = 0;
+        status.className = "status"; status.textContent = `Uploading ${f.name}…`;
+        stored.push(...await uploadTrace(f, uploadName ? uploadName() : null, (x) => { bar.value = Math.round(100 * x); }));
+      }
+      status.textContent = `Stored ${stored.length} trace${stored.length === 1 ? "" : "s"}.`;
+      if (onStored) { onStored(stored); setTimeout(() => { overlay.hidden = true; }, 600); }
+      else if (stored.length) location.assign(`/traces/${enc(stored[0].id)}`);
+    } catch (err) {
+      status.className = "status error";
+      status.textContent = `Upload refused: ${err.message}`;
+      setTimeout(() => { overlay.hidden = true; }, 4000);
+    }
+  });
+}

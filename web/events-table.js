@@ -1,14 +1,15 @@
-// The event table: paged from the server, keyboard navigable (arrows, j/k, PageUp/Down, Home/End),
-// linked to the map through onSelect / select(i).
-import { api, el, clear, fmtBytes, exactBytes, fmtInt, pick, enc } from "/static/common.js";
+// The event table: paged from the server, keyboard navigable (arrows, j/k, PageUp/Down, Home/End) from
+// anywhere on the page, linked to the map through onSelect / select(i).
+import { events } from "./api.js";
+import { el, clear, fmtBytes, exactBytes, fmtInt, loading, loaded, tensorLabel } from "./common.js";
 
 const PAGE = 200;
 const KIND_CLASS = (k) => `badge kind kind-${String(k).replace(/[^a-z_]/g, "")}`;
 
 export class EventTable {
-  /** box: container; base: "/api/traces/ID/graphs/G"; opts: {onSelect(i, event), total} */
-  constructor(box, base, opts = {}) {
-    this.box = box; this.base = base; this.opts = opts;
+  /** box: container; ref: {id, g}; opts: {onSelect(i, event)} */
+  constructor(box, ref, opts = {}) {
+    this.box = box; this.ref = ref; this.opts = opts;
     this.start = 0; this.total = 0; this.events = []; this.selected = null; this.filters = { kind: "", tensor: "" };
     this.build();
   }
@@ -32,40 +33,48 @@ export class EventTable {
     const th = (t, num) => el("th", { class: num ? "num" : null }, t);
     this.scroll.append(el("table", { class: "data events", id: "event-table" },
       el("thead", {}, el("tr", {}, th("#", 1), th("kind"), th("tensor"), th("op"), th("size", 1), th("offset", 1),
-        th("block", 1), th("free blocks", 1), th("largest", 1))), this.tbody));
-    this.scroll.addEventListener("keydown", (e) => this.key(e));
+        th("block", 1), th("n free", 1), th("largest free", 1))), this.tbody));
+    // the keys work wherever the focus is, except while typing in a field
+    document.addEventListener("keydown", (e) => {
+      const t = e.target;
+      if (e.ctrlKey || e.metaKey || e.altKey || (t && (t.isContentEditable || ["INPUT", "SELECT", "TEXTAREA"].includes(t.tagName)))) return;
+      if (t && t.tagName === "BUTTON" && (e.key === " " || e.key === "Enter")) return;
+      this.key(e);
+    });
     clear(this.box).append(
       el("div", { class: "toolbar" }, this.kind, el("div", { style: "max-width:200px" }, this.tensor), el("span", { class: "spacer" }),
         this.info, this.prev, this.next),
       this.scroll,
       el("p", { class: "hint" }, "Click a row to mark it on the map. Keys: ", el("span", { class: "kbd" }, "↑"), " ",
         el("span", { class: "kbd" }, "↓"), " or ", el("span", { class: "kbd" }, "j"), " ", el("span", { class: "kbd" }, "k"),
-        " move, ", el("span", { class: "kbd" }, "PgUp"), " ", el("span", { class: "kbd" }, "PgDn"), " page."));
+        " move, ", el("span", { class: "kbd" }, "PgUp"), " ", el("span", { class: "kbd" }, "PgDn"), " page (anywhere on the page)."));
   }
 
   async load(start) {
-    const q = new URLSearchParams({ start: Math.max(0, start), limit: PAGE });
-    if (this.filters.kind) q.set("kind", this.filters.kind);
-    if (this.filters.tensor) q.set("tensor", this.filters.tensor);
+    if (!this.events.length) {
+      clear(this.tbody).append(el("tr", {}, el("td", { colspan: 9 }, el("span", { class: "loading-cell" }))));
+      loading(this.tbody.querySelector(".loading-cell"), "Loading events…");
+    }
+    this.scroll.setAttribute("aria-busy", "true");
     try {
-      const body = await api(`${this.base}/events?${q}`);
-      this.start = Math.max(0, start);
-      this.total = Number(pick(body, "total", "count") ?? 0);
-      this.events = (body.events || []).map((e, k) => ({ ...e, i: pick(e, "i", "index", "event") ?? this.start + k }));
+      const page = await events(this.ref.id, this.ref.g, { start: Math.max(0, start), limit: PAGE, ...this.filters });
+      this.start = page.start;
+      this.total = page.total;
+      this.events = page.events;
       this.render();
     } catch (e) {
       clear(this.tbody).append(el("tr", {}, el("td", { colspan: 9, class: "error" }, e.message)));
-    }
+    } finally { loaded(this.scroll); }
   }
 
   render() {
     clear(this.tbody);
     for (const e of this.events) {
-      const off = pick(e, "offset");
+      const off = e.offset;
       const tr = el("tr", { dataset: { i: e.i }, class: [e.kind === "oom" || e.kind === "abort" ? "bad" : "", e.i === this.selected ? "selected" : ""].join(" ").trim() || null },
         el("td", { class: "num" }, fmtInt(e.i)),
         el("td", {}, el("span", { class: KIND_CLASS(e.kind) }, e.kind ?? "")),
-        el("td", { class: "tensor", title: e.tensor ?? null }, e.tensor ?? ""),
+        el("td", { class: "tensor", title: e.tensor ?? null }, e.tensor !== undefined ? tensorLabel(e.tensor, e.op, off) : ""),
         el("td", {}, e.op ?? ""),
         el("td", { class: "num", title: e.size != null ? exactBytes(e.size) : null }, e.size != null ? fmtBytes(e.size) : ""),
         el("td", { class: "num", title: off != null ? exactBytes(off) : null }, off != null ? fmtInt(off) : ""),

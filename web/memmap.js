@@ -1,7 +1,8 @@
 // The memory map: x = event index, y = byte offset, one rectangle per tensor lifetime.
-// Rectangles are drawn as filled WebGL polygons (one trace per op, null-separated), so a
-// dense view stays fast; zoom and pan re-fetch detail for the visible range from the server.
-import { api, fmtBytes, exactBytes, fmtInt, opColor, hashColor, pick, rows, graphBase, el } from "/static/common.js";
+// Rectangles are filled polygons, one trace per op (null-separated); zoom and pan re-fetch detail for the
+// visible range from the server. The lower panel is the free list over time.
+import { memoryMap, oomEvent } from "./api.js";
+import { el, fmtBytes, exactBytes, bothBytes, fmtInt, opColor, nameColor, plotConfig, plotTheme, tensorLabel } from "./common.js";
 
 /** Text for Plotly labels: Plotly reads a few tags and entities, so escape everything. */
 export function plotText(s) {
@@ -18,24 +19,15 @@ export function byteTicks(lo, hi, want = 6) {
   return { tickvals: vals, ticktext: text };
 }
 
-function normRect(r) {
-  const x0 = Number(pick(r, "x0", "alloc", "start")), y0 = Number(pick(r, "y0", "offset"));
-  let x1 = pick(r, "x1", "free", "end"), y1 = pick(r, "y1");
-  const size = Number(pick(r, "size") ?? (y1 !== undefined ? y1 - y0 : 0));
-  if (y1 === undefined) y1 = y0 + size;
-  return {
-    x0, x1: Number(x1 ?? x0 + 1), y0, y1: Number(y1), size,
-    tensor: pick(r, "tensor", "name") ?? "", op: pick(r, "op") ?? "", count: pick(r, "count", "merged", "n"),
-    alloc: pick(r, "alloc", "alloc_event", "x0"), free: pick(r, "free", "free_event"), chunk: pick(r, "chunk"),
-    offset: pick(r, "offset", "y0"),
-  };
-}
-
-function normFreeList(fl) {
-  return rows(fl).map((r) => ({
-    x: Number(pick(r, "i", "event", "x")), n: pick(r, "n_free", "n_blocks", "n"),
-    largest: pick(r, "largest_free", "largest"), total: pick(r, "total_free", "total"),
-  })).filter((r) => Number.isFinite(r.x));
+/** A tensor-name matcher from a search box: substring (case-insensitive) or a regular expression. */
+export function nameMatcher(text, regex) {
+  if (!text) return null;
+  if (regex) {
+    const re = new RegExp(text, "i");  // throws on a bad pattern: the caller shows the message
+    return (name) => re.test(name);
+  }
+  const needle = text.toLowerCase();
+  return (name) => String(name).toLowerCase().includes(needle);
 }
 
 // SVG draws a few thousand rectangles faster than starting WebGL (much faster without a GPU);
@@ -44,68 +36,65 @@ const WEBGL_ABOVE = 3500;
 
 export class MemoryMap {
   /**
-   * div: where to draw; ref: {id, g}; opts: {title, freeList, height, onPick(i), onXRange([a,b])}
+   * div: where to draw; ref: {id, g}; opts: {title, freeList, xShift, xRange, onPick(i, hit),
+   * onXRange([a, b]), onView({x0, x1, y0, y1})}
    */
   constructor(div, ref, opts = {}) {
     this.div = div; this.ref = ref; this.opts = { freeList: true, ...opts };
-    this.base = graphBase(ref.id, ref.g);
     this.rects = []; this.marker = null; this.extraShapes = []; this.extraAnnotations = [];
-    this.fetchSeq = 0; this.syncing = false;
+    this.fetchSeq = 0; this.syncing = false; this.match = null;
     this.shift = Number(this.opts.xShift || 0); // display x = event index + shift (aligns two runs)
     this.tip = el("div", { class: "map-tip", role: "tooltip" });
     Object.assign(this.tip.style, {
       position: "fixed", pointerEvents: "none", background: "#1d2330", color: "#fff", padding: "6px 9px",
       borderRadius: "6px", font: "12px/1.45 var(--sans)", display: "none", zIndex: 20, maxWidth: "420px",
-      whiteSpace: "pre-wrap", wordBreak: "break-all", boxShadow: "0 2px 10px rgba(0,0,0,.25)",
+      whiteSpace: "pre-wrap", overflowWrap: "break-word", boxShadow: "0 2px 10px rgba(0,0,0,.25)",
     });
     document.body.append(this.tip);
   }
 
-  /** First render of the whole graph. */
-  async load(summary) {
+  /** First render of the whole graph; `view` ({x0, x1, y0, y1}) zooms straight to a saved view. */
+  async load(summary, view) {
     this.summary = summary || {};
-    this.maxShapes = window.__maxShapes || Math.max(1200, Math.min(3000, Math.round(window.innerWidth * 1.5)));
-    let data;
-    try { data = await api(`${this.base}/memory-map?max_shapes=${this.maxShapes}`); }
-    catch (e) { this.maxShapes = 2000; data = await api(`${this.base}/memory-map?max_shapes=${this.maxShapes}`); }
-    this.full = data;
-    this.nEvents = Number(pick(data, "n_events", "x1") ?? pick(this.summary, "n_events") ?? 0) ||
-      Math.max(1, ...(data.rects || data.rectangles || []).map((r) => Number(pick(r, "x1", "free") || 0)));
-    this.maxSize = pick(data, "max_size") ?? this.summary.max_size;
-    this.bufferSize = pick(data, "buffer_size") ?? this.summary.buffer_size;
-    this.oom = pick(data, "oom") ?? this.summary.oom ?? null;
-    if (this.oom && this.oom.event === undefined) this.oom = { ...this.oom, event: await this.findOomEvent() };
-    this.apply(data);
-    this.draw(true);
-    this.bind();
+    const busy = el("p", { class: "loading", role: "status" }, el("span", { class: "spinner", "aria-hidden": "true" }), "Loading the memory map…");
+    this.div.append(busy);
+    this.div.setAttribute("aria-busy", "true");
+    try { await this.first(view); } finally { busy.remove(); this.div.removeAttribute("aria-busy"); }
+    this.div.dataset.ready = "1";  // what tests and benchmarks wait for
     return this;
   }
 
-  async findOomEvent() {
-    try {
-      const r = await api(`${this.base}/events?kind=oom&limit=1`);
-      const e = (r.events || [])[0];
-      if (e) return pick(e, "i", "index", "event");
-    } catch (_) { /* fall back to the last event */ }
-    return Math.max(0, this.nEvents - 1);
+  async first(view) {
+    const data = await memoryMap(this.ref.id, this.ref.g);
+    this.nEvents = data.nEvents || this.summary.n_events || 1;
+    this.maxSize = data.maxSize ?? this.summary.max_size ?? null;
+    this.bufferSize = data.bufferSize ?? this.summary.buffer_size ?? null;
+    this.highWater = data.yExtent || null;
+    this.oom = data.oom || this.summary.oom || null;
+    if (this.oom && this.oom.event === null) this.oom = { ...this.oom, event: await oomEvent(this.ref.id, this.ref.g) };
+    this.apply(data);
+    if (view && [view.x0, view.x1, view.y0, view.y1].every(Number.isFinite)) this.opts.xRange = null;
+    await this.draw(true, view);
+    this.bind();
+    if (view && [view.x0, view.x1, view.y0, view.y1].every(Number.isFinite)) await this.refetch();
   }
 
   apply(data) {
-    this.rects = rows(data.shapes || data.rects || data.rectangles || []).map(normRect);
-    for (const r of this.rects) if (r.free === undefined && r.x1 < this.nEvents) r.free = r.x1;
-    this.truncated = !!pick(data, "truncated", "reduced");
-    this.freeList = normFreeList(pick(data, "series", "free_list", "freelist", "free") || []);
+    this.rects = data.shapes;
+    this.reduced = data.reduced;
+    // the free-list panel only when the events carry free-list facts (synthetic or reduced logs may not)
+    if (data.freeList.some((r) => r.largest_free !== null && r.largest_free !== undefined)) this.freeList = data.freeList;
   }
 
   yTop() {
-    let top = 1;
-    for (const r of this.rects) if (r.y1 > top) top = r.y1;
-    const ext = pick(this.full || {}, "y_extent", "y1");
-    return Math.max(top, Number(ext) || 0, this.maxSize || 0, this.bufferSize || 0);
+    const top = Math.max(1, this.highWater || 0, this.bufferSize || 0);
+    // max_size is drawn when it is near this graph's own top; a running maximum far above it would
+    // squeeze the graph into a strip, so then the line is only named in the header and the key
+    return this.maxSize && this.maxSize <= top * 1.25 ? Math.max(top, this.maxSize) : top;
   }
 
   /** Names written inside the rectangles that are big enough on screen to hold them. */
-  labelTrace(xr, yr) {
+  labelTrace(xr, yr, theme) {
     const w = Math.max(200, (this.div.clientWidth || 1000) - 280);
     const h = Math.max(120, (this.div.clientHeight || 500) * (this.opts.freeList ? 0.62 : 0.85) - 60);
     const sx = w / Math.max(1e-9, xr[1] - xr[0]), sy = h / Math.max(1e-9, yr[1] - yr[0]);
@@ -114,68 +103,94 @@ export class MemoryMap {
       const a = Math.max(r.x0 + this.shift, xr[0]), b = Math.min(r.x1 + this.shift, xr[1]);
       const c = Math.max(r.y0, yr[0]), d = Math.min(r.y1, yr[1]);
       const pw = (b - a) * sx, ph = (d - c) * sy;
-      const label = r.count > 1 ? `${r.count} tensors` : r.tensor;
+      const label = r.n > 1 ? `${r.n} tensors` : tensorLabel(r.tensor, r.op);
       if (ph >= 13 && pw >= Math.max(30, String(label).length * 6.6 + 8)) cand.push({ x: (a + b) / 2, y: (c + d) / 2, t: label, area: pw * ph });
     }
     cand.sort((p, q) => q.area - p.area);
     const top = cand.slice(0, 80);
     return { type: "scatter", mode: "text", x: top.map((p) => p.x), y: top.map((p) => p.y), text: top.map((p) => plotText(p.t)),
-      textfont: { size: 11, color: "#1d2330", family: "ui-monospace, DejaVu Sans Mono, monospace" }, hoverinfo: "skip",
+      textfont: { size: 11, color: theme.ink, family: "ui-monospace, DejaVu Sans Mono, monospace" }, hoverinfo: "skip",
       showlegend: false, name: "labels", xaxis: "x", yaxis: "y" };
   }
 
+  /** Rectangles whose tensor matches the search, as outlines drawn over the map. */
+  matchTrace(theme) {
+    const x = [], y = [];
+    for (const r of this.matches()) {
+      const a = r.x0 + this.shift, b = r.x1 + this.shift;
+      x.push(a, b, b, a, a, null);
+      y.push(r.y0, r.y0, r.y1, r.y1, r.y0, null);
+    }
+    return { type: "scatter", mode: "lines", name: "search matches", x, y, hoverinfo: "skip",
+      line: { color: theme.warn, width: 3 }, xaxis: "x", yaxis: "y" };
+  }
+
+  matches() { return this.match ? this.rects.filter((r) => this.match(r.tensor)) : []; }
+
+  /** Highlight tensors whose names match (null clears); returns the matching rectangles. */
+  setSearch(match) {
+    this.match = match;
+    if (this.div._fullLayout) { this.redrawing = true; this.draw(false).finally(() => { this.redrawing = false; }); }
+    return this.matches();
+  }
+
   traces(xr, yr) {
-    const byOp = new Map();
-    const opsSeen = new Set(this.rects.map((r) => r.op).filter((o) => o && o !== "?"));
-    this.colorBy = opsSeen.size ? "op" : "tensor";
+    const theme = plotTheme();
+    const byKey = new Map();
+    this.colorBy = this.rects.some((r) => r.op && r.op !== "?") ? "op" : "tensor";
+    const byTensor = this.colorBy === "tensor";
     for (const r of this.rects) {
-      const k = this.colorBy === "op" ? (r.op || "?") : hashColor(r.tensor);
-      if (!byOp.has(k)) byOp.set(k, { x: [], y: [] });
-      const t = byOp.get(k);
+      const k = byTensor ? nameColor(r.tensor) : (r.op || "?");
+      if (!byKey.has(k)) byKey.set(k, { x: [], y: [] });
+      const t = byKey.get(k);
       const a = r.x0 + this.shift, b = r.x1 + this.shift;
       t.x.push(a, b, b, a, a, null);
       t.y.push(r.y0, r.y0, r.y1, r.y1, r.y0, null);
     }
-    const ops = [...byOp.keys()].sort();
-    const byTensor = this.colorBy === "tensor";
-    const dense = this.rects.length > WEBGL_ABOVE;
-    const kind = dense ? "scattergl" : "scatter";
-    if (!byTensor) for (const op of ops) opColor(op);  // register in sorted order: stable colors
-    const out = ops.map((op, k) => {
-      const color = byTensor ? op : opColor(op);
+    const keys = [...byKey.keys()].sort();
+    const kind = this.rects.length > WEBGL_ABOVE ? "scattergl" : "scatter";
+    const out = keys.map((k, n) => {
+      const color = byTensor ? k : opColor(k);
       return {
-        type: kind, mode: "lines", fill: "toself", name: byTensor ? "tensors (colored by name)" : plotText(op),
-        legendgroup: byTensor ? "tensors" : "ops", showlegend: !byTensor || k === 0,
-        x: byOp.get(op).x, y: byOp.get(op).y, hoverinfo: "skip",
-        line: { width: 0.6, color }, fillcolor: color + "b3", xaxis: "x", yaxis: "y",
+        type: kind, mode: "lines", fill: "toself", name: byTensor ? "tensors (colored by name)" : plotText(k),
+        legendgroup: byTensor ? "tensors" : "ops", showlegend: !byTensor || n === 0,
+        x: byKey.get(k).x, y: byKey.get(k).y, hoverinfo: "skip",
+        line: { width: 0.6, color }, fillcolor: color + "b3", xaxis: "x", yaxis: "y", meta: { op: byTensor ? null : k },
       };
     });
-    if (xr && yr) out.push(this.labelTrace(xr, yr));
+    if (xr && yr) out.push(this.labelTrace(xr, yr, theme));
+    if (this.match) out.push(this.matchTrace(theme));
     const sh = this.shift, xEnd = this.nEvents + sh;
     const hline = (v, name, color, dash) => ({
-      type: "scatter", mode: "lines", name: `${name} (${fmtBytes(v)})`, x: [sh, xEnd], y: [v, v],
-      line: { color, width: 1.6, dash }, hovertemplate: `${name}: ${exactBytes(v)}<extra></extra>`, xaxis: "x", yaxis: "y",
+      type: "scatter", mode: "lines", name: `${name} ${fmtBytes(v)}`, x: [sh, xEnd], y: [v, v],
+      line: { color, width: 1.6, dash }, hovertemplate: `${name}: ${plotText(bothBytes(v))}<extra></extra>`, xaxis: "x", yaxis: "y",
     });
-    if (this.maxSize) out.push(hline(this.maxSize, "max_size", "#1d2330", "dash"));
-    if (this.bufferSize) out.push(hline(this.bufferSize, "buffer size", "#c0352b", "dot"));
-    if (this.opts.freeList && this.freeList.length) {
+    const top = this.yTop();
+    if (this.highWater) out.push(hline(this.highWater, "this graph's high water", theme.accent, "solid"));
+    if (this.maxSize && this.maxSize <= top) out.push(hline(this.maxSize, "allocator max_size", theme.ink, "dash"));
+    else if (this.maxSize) {
+      out.push({ type: "scatter", mode: "lines", name: `allocator max_size ${fmtBytes(this.maxSize)} (above: a running max)`,
+        x: [null], y: [null], line: { color: theme.ink, dash: "dash" }, xaxis: "x", yaxis: "y" });
+    }
+    if (this.bufferSize) out.push(hline(this.bufferSize, "buffer size", theme.bad, "dot"));
+    if (this.opts.freeList && this.freeList && this.freeList.length) {
       const fl = this.freeList;
       out.push({
-        type: "scatter", mode: "lines", name: "largest free block", x: fl.map((r) => r.x + sh), y: fl.map((r) => r.largest),
+        type: "scatter", mode: "lines", name: "largest free block", x: fl.map((r) => r.x + sh), y: fl.map((r) => r.largest_free),
         line: { color: "#22804a", width: 1.4, shape: "hv" }, xaxis: "x", yaxis: "y2",
-        customdata: fl.map((r) => fmtBytes(r.largest)),
-        hovertemplate: "event %{x}<br>largest free block: %{customdata} (%{y:,} bytes)<extra></extra>",
+        customdata: fl.map((r) => fmtBytes(r.largest_free)),
+        hovertemplate: "event %{x}<br>largest free block: %{customdata} (%{y:,} B)<extra></extra>",
       });
       out.push({
-        type: "scatter", mode: "lines", name: "free blocks (count)", x: fl.map((r) => r.x + sh), y: fl.map((r) => r.n),
+        type: "scatter", mode: "lines", name: "free blocks (count)", x: fl.map((r) => r.x + sh), y: fl.map((r) => r.n_free),
         line: { color: "#9467bd", width: 1.2, shape: "hv" }, xaxis: "x", yaxis: "y3",
         hovertemplate: "event %{x}<br>free blocks: %{y}<extra></extra>",
       });
       if (this.oom && this.oom.needed) {
         out.push({
           type: "scatter", mode: "markers+text", name: "needed at the failure", x: [this.oom.event + sh], y: [this.oom.needed],
-          marker: { color: "#c0352b", size: 11, symbol: "x" }, text: [`needed ${fmtBytes(this.oom.needed)}`],
-          textposition: "middle left", textfont: { color: "#c0352b", size: 12 }, xaxis: "x", yaxis: "y2",
+          marker: { color: theme.bad, size: 11, symbol: "x" }, text: [`needed ${fmtBytes(this.oom.needed)}`],
+          textposition: "middle left", textfont: { color: theme.bad, size: 12 }, xaxis: "x", yaxis: "y2",
           hovertemplate: `needed ${exactBytes(this.oom.needed)}<extra></extra>`,
         });
       }
@@ -183,65 +198,69 @@ export class MemoryMap {
     return out;
   }
 
-  layout(keepRanges) {
-    const fl = this.opts.freeList && this.freeList.length;
+  /** Anchor a label at x so it stays inside the plot: left of x in the right half, right of it otherwise. */
+  static anchor(x, xr) { return (x - xr[0]) / Math.max(1e-9, xr[1] - xr[0]) > 0.5 ? "right" : "left"; }
+
+  layout(keepRanges, view) {
+    const theme = plotTheme();
+    const fl = this.opts.freeList && this.freeList && this.freeList.length;
     const gd = this.div;
     const cur = keepRanges && gd._fullLayout ? gd._fullLayout : null;
-    const xr = cur ? cur.xaxis.range.slice() : (this.opts.xRange || [this.shift, this.nEvents + this.shift]);
-    const yr = cur ? cur.yaxis.range.slice() : [0, this.yTop() * 1.04];
+    const xr = cur ? cur.xaxis.range.slice() : view ? [view.x0 + this.shift, view.x1 + this.shift]
+      : (this.opts.xRange || [this.shift, this.nEvents + this.shift]);
+    const yr = cur ? cur.yaxis.range.slice() : view ? [view.y0, view.y1] : [0, this.yTop() * 1.04];
     const ticks = byteTicks(Math.max(0, yr[0]), yr[1]);
-    const flMax = fl ? Math.max(1, ...this.freeList.map((r) => r.largest || 0), (this.oom && this.oom.needed) || 0) : 1;
+    const flMax = fl ? Math.max(1, ...this.freeList.map((r) => r.largest_free || 0), (this.oom && this.oom.needed) || 0) : 1;
     const flTicks = byteTicks(0, flMax * 1.1, 3);
-    const nMax = fl ? Math.max(1, ...this.freeList.map((r) => r.n || 0)) : 1;
+    const nMax = fl ? Math.max(1, ...this.freeList.map((r) => r.n_free || 0)) : 1;
     const shapes = [...this.extraShapes];
-    const annotations = [...this.extraAnnotations];
-    if (this.oom && this.oom.event !== undefined && this.oom.event !== null) {
+    const annotations = this.extraAnnotations.map((a) => ({ ...a, xanchor: MemoryMap.anchor(a.x, xr), bgcolor: theme.label }));
+    if (this.oom && this.oom.event !== null && this.oom.event !== undefined) {
       const ox = this.oom.event + this.shift;
-      shapes.push({ type: "line", xref: "x", yref: "paper", x0: ox, x1: ox, y0: 0, y1: 1,
-        line: { color: "#c0352b", width: 2 } });
-      annotations.push({ xref: "x", yref: "paper", x: ox, y: 1, yanchor: "bottom", xanchor: "right",
-        text: plotText(`out of space at event ${this.oom.event}: ${this.oom.tensor ?? ""} needed ${fmtBytes(this.oom.needed)}, largest free ${fmtBytes(pick(this.oom, "largest_available", "largest", "largest_free"))}`),
-        showarrow: false, font: { color: "#c0352b", size: 12 }, bgcolor: "rgba(255,255,255,0.85)" });
+      shapes.push({ type: "line", xref: "x", yref: "paper", x0: ox, x1: ox, y0: 0, y1: 1, line: { color: theme.bad, width: 2 } });
+      annotations.push({ xref: "x", yref: "paper", x: ox, y: 0.985, yanchor: "top", xanchor: MemoryMap.anchor(ox, xr),
+        text: plotText(`out of space at event ${fmtInt(this.oom.event)}: ${tensorLabel(this.oom.tensor)} needed ${fmtBytes(this.oom.needed)}, largest free ${fmtBytes(this.oom.largest)}`),
+        showarrow: false, font: { color: theme.bad, size: 12 }, bgcolor: theme.label });
     }
     if (this.marker !== null) {
       const mx = this.marker + this.shift;
       shapes.push({ type: "line", xref: "x", yref: "paper", x0: mx, x1: mx, y0: 0, y1: 1,
-        line: { color: "#2f5fd0", width: 1.5, dash: "dot" }, name: "selected" });
+        line: { color: theme.accent, width: 1.5, dash: "dot" }, name: "selected" });
     }
+    const axis = { gridcolor: theme.grid, zeroline: false, color: theme.muted };
+    const freeAxes = fl ? {
+      yaxis2: { ...axis, title: { text: "largest free", font: { size: 11 } }, domain: [0, 0.24], rangemode: "tozero",
+        range: [0, flMax * 1.1], tickvals: flTicks.tickvals, ticktext: flTicks.ticktext, fixedrange: true },
+      yaxis3: { ...axis, title: { text: "free blocks", font: { size: 11 } }, overlaying: "y2", side: "right",
+        rangemode: "tozero", showgrid: false, fixedrange: true, tickformat: ",d", dtick: nMax <= 6 ? 1 : undefined },
+    } : {};  // no keys at all without a free list: Plotly reads an undefined axis key as an axis
     return {
+      ...freeAxes,
       title: this.opts.title ? { text: plotText(this.opts.title), x: 0.01, font: { size: 14 } } : undefined,
-      margin: { l: 78, r: 200, t: this.opts.title ? 52 : 30, b: 44 },
-      paper_bgcolor: "#ffffff", plot_bgcolor: "#fbfcfe", font: { family: "system-ui, sans-serif", size: 12, color: "#1d2330" },
+      margin: { l: 78, r: 230, t: this.opts.title ? 52 : 30, b: 44 },
+      paper_bgcolor: theme.paper, plot_bgcolor: theme.plot, font: { family: "system-ui, sans-serif", size: 12, color: theme.ink },
       dragmode: "zoom", hovermode: "closest", uirevision: "keep",
       showlegend: true, legend: { x: fl ? 1.07 : 1.02, xanchor: "left", y: 1, yanchor: "top", font: { size: 11 },
-        title: { text: "key", font: { size: 11, color: "#5d6677" } } },
-      xaxis: { title: { text: "event index" }, range: xr, zeroline: false, gridcolor: "#eceff4", anchor: fl ? "y2" : "y",
+        title: { text: "key", font: { size: 11, color: theme.muted } } },
+      xaxis: { ...axis, title: { text: "event index" }, range: xr, anchor: fl ? "y2" : "y",
         tickformat: ",d", dtick: this.nEvents <= 12 ? 1 : undefined },
-      yaxis: { title: { text: "offset in buffer" }, domain: fl ? [0.32, 1] : [0, 1], range: yr, zeroline: false,
-        tickvals: ticks.tickvals, ticktext: ticks.ticktext, gridcolor: "#eceff4", fixedrange: false },
-      yaxis2: fl ? { title: { text: "largest free", font: { size: 11 } }, domain: [0, 0.24], rangemode: "tozero",
-        range: [0, flMax * 1.1], tickvals: flTicks.tickvals, ticktext: flTicks.ticktext, gridcolor: "#eceff4", fixedrange: true } : undefined,
-      yaxis3: fl ? { title: { text: "free blocks", font: { size: 11 } }, overlaying: "y2", side: "right",
-        rangemode: "tozero", showgrid: false, fixedrange: true, tickformat: ",d",
-        dtick: nMax <= 6 ? 1 : undefined } : undefined,
+      yaxis: { ...axis, title: { text: "offset in buffer" }, domain: fl ? [0.32, 1] : [0, 1], range: yr,
+        tickvals: ticks.tickvals, ticktext: ticks.ticktext, fixedrange: false },
       shapes, annotations,
     };
   }
 
-  draw(first) {
-    const config = { responsive: true, displaylogo: false, scrollZoom: true,
-      modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"] };
-    const layout = this.layout(!first);
-    const p = Plotly.react(this.div, this.traces(layout.xaxis.range, layout.yaxis.range), layout, config);
-    if (first) {
-      return p.then(() => {
-        this.div.dataset.ready = "1";
-        window.__mapReady = true;
-        if (window.__mapReadyAt === undefined) window.__mapReadyAt = performance.now();
-        if (this.opts.onReady) this.opts.onReady(this);
-      });
-    }
-    return p;
+  draw(first, view) {
+    const layout = this.layout(!first, view);
+    return Plotly.react(this.div, this.traces(layout.xaxis.range, layout.yaxis.range), layout, plotConfig({ scrollZoom: true }));
+  }
+
+  /** The visible window in event indexes and bytes. */
+  view() {
+    const fl = this.div._fullLayout;
+    if (!fl) return null;
+    const [x0, x1] = fl.xaxis.range.map((v) => v - this.shift), [y0, y1] = fl.yaxis.range;
+    return { x0, x1, y0, y1 };
   }
 
   bind() {
@@ -254,6 +273,7 @@ export class MemoryMap {
       const keys = Object.keys(ev || {});
       if (!keys.some((k) => k.startsWith("xaxis") || k.startsWith("yaxis"))) return;
       if (this.opts.onXRange && !this.syncing) this.opts.onXRange(gd._fullLayout.xaxis.range.slice(), ev);
+      if (this.opts.onView) this.opts.onView(this.view(), keys.some((k) => k.endsWith("autorange")));
       clearTimeout(timer);
       timer = setTimeout(() => this.refetch(), 120);
     });
@@ -283,8 +303,9 @@ export class MemoryMap {
 
   rectAt(p) {
     let best = null;
+    const x = p.x - this.shift;
     for (const r of this.rects) {
-      if (p.x >= r.x0 && p.x <= r.x1 && p.y >= r.y0 && p.y <= r.y1 && (!best || r.size < best.size)) best = r;
+      if (x >= r.x0 && x <= r.x1 && p.y >= r.y0 && p.y <= r.y1 && (!best || r.size < best.size)) best = r;
     }
     return best;
   }
@@ -294,11 +315,11 @@ export class MemoryMap {
     const r = p && this.rectAt(p);
     if (!r) { this.tip.style.display = "none"; return; }
     const lines = [
-      r.count > 1 ? `${r.count} tensors merged at this zoom (e.g. ${r.tensor})` : `${r.tensor}`,
+      r.n > 1 ? `${r.n} tensors merged at this zoom (e.g. ${tensorLabel(r.tensor, r.op, r.offset)})` : tensorLabel(r.tensor, r.op, r.offset),
       `op: ${r.op || "–"}`,
-      `size: ${fmtBytes(r.size)} (${exactBytes(r.size)})`,
-      `offset: ${fmtBytes(r.offset)} (${fmtInt(r.offset)} bytes)${r.chunk ? `, chunk ${r.chunk}` : ""}`,
-      `allocated at event ${r.alloc ?? r.x0}, ${r.free !== undefined && r.free !== null ? `freed at event ${r.free}` : "never freed"}`,
+      `size: ${bothBytes(r.size)}`,
+      `offset: ${fmtBytes(r.offset)} (${fmtInt(r.offset)})${r.chunk ? `, chunk ${r.chunk}` : ""}`,
+      `allocated at event ${fmtInt(r.x0)}, ${r.x1 < this.nEvents ? `freed at event ${fmtInt(r.x1)}` : "never freed"}`,
     ];
     this.tip.textContent = lines.join("\n");
     this.tip.style.display = "block";
@@ -308,21 +329,18 @@ export class MemoryMap {
 
   /** Fetch detail for the visible range and redraw, keeping the user's zoom. */
   async refetch() {
-    const fl = this.div._fullLayout;
-    if (!fl) return;
-    const [x0, x1] = fl.xaxis.range.map((v) => v - this.shift), [y0, y1] = fl.yaxis.range;
+    const v = this.view();
+    if (!v) return;
     const seq = ++this.fetchSeq;
-    const qx0 = Math.floor(Math.max(0, x0)), qy0 = Math.floor(Math.max(0, y0));
-    const q = new URLSearchParams({ x0: qx0, x1: Math.max(qx0 + 1, Math.ceil(x1)), y0: qy0,
-      y1: Math.max(qy0 + 1, Math.ceil(y1)), max_shapes: this.maxShapes });
+    const x0 = Math.floor(Math.max(0, v.x0)), y0 = Math.floor(Math.max(0, v.y0));
+    const win = { x0, x1: Math.max(x0 + 1, Math.ceil(v.x1)), y0, y1: Math.max(y0 + 1, Math.ceil(v.y1)) };
     try {
-      const data = await api(`${this.base}/memory-map?${q}`);
+      const data = await memoryMap(this.ref.id, this.ref.g, win);
       if (seq !== this.fetchSeq) return;
-      const keepFree = this.freeList;
       this.apply(data);
-      if (!this.freeList.length) this.freeList = keepFree;
       this.redrawing = true;
       await this.draw(false);
+      if (this.opts.onRefetch) this.opts.onRefetch(this);
     } catch (e) {
       console.warn("memory-map refetch failed", e);
     } finally {
@@ -342,10 +360,11 @@ export class MemoryMap {
       const [a, b] = fl.xaxis.range, x = i + this.shift;
       if (x < a || x > b) { update["xaxis.range"] = [x - (b - a) / 2, x + (b - a) / 2]; moved = true; }
     }
-    Plotly.relayout(this.div, update).finally(() => {
+    return Plotly.relayout(this.div, update).finally(() => {
       this.redrawing = false;
       if (moved) {
         if (this.opts.onXRange) this.opts.onXRange(this.div._fullLayout.xaxis.range.slice());
+        if (this.opts.onView) this.opts.onView(this.view());
         this.refetch();
       }
     });

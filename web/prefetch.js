@@ -1,26 +1,27 @@
-// Starts the trace and diff views' API requests while Plotly.js is still being parsed (a classic script,
-// run before it); common.js `api()` picks the responses up by URL.
+// Starts the trace and diff views' first API requests while Plotly.js is still being parsed: a classic
+// script, run before it, that adds <link rel="preload" as="fetch"> for the URLs the page's modules will
+// ask for (api.js builds the same URLs), so the browser answers their fetch() from the preload.
 (function () {
-  window.__maxShapes = Math.max(1200, Math.min(3000, Math.round(window.innerWidth * 1.5)));
-  window.__prefetch = {};
-  if (!window.fetch) return;
+  var shapes = Math.max(1200, Math.min(3000, Math.round(window.innerWidth * 1.5)));  // api.js maxShapes()
   var q = new URLSearchParams(location.search), urls = [];
-  var graph = function (id, g) { return "/api/traces/" + encodeURIComponent(id) + "/graphs/" + encodeURIComponent(g); };
+  var enc = encodeURIComponent;
+  var graph = function (id, g) { return "/api/traces/" + enc(id) + "/graphs/" + enc(g); };
   var m = location.pathname.match(/^\/traces\/([^/]+)\/?$/);
   if (m) {
-    var id = decodeURIComponent(m[1]), g = q.get("g") || "0";
-    urls = ["/api/traces/" + encodeURIComponent(id), graph(id, g) + "/memory-map?max_shapes=" + window.__maxShapes,
+    var id = decodeURIComponent(m[1]), g = q.get("g") || "0";  // the page opens graph 0 when none is named
+    urls = ["/api/traces/" + enc(id), graph(id, g) + "/memory-map?max_shapes=" + shapes,
       graph(id, g) + "/events?start=0&limit=200"];
   } else if (location.pathname === "/diff") {
-    var ref = function (r) { var i = (r || "").lastIndexOf(":"); return i > 0 ? [r.slice(0, i), r.slice(i + 1)] : null; };
+    var ref = function (r) { var i = (r || "").lastIndexOf(":"); return i > 0 ? [r.slice(0, i), Number(r.slice(i + 1))] : null; };
     var a = ref(q.get("a")), b = ref(q.get("b"));
     if (!a || !b) return;
-    urls = ["/api/diff?a=" + encodeURIComponent(a[0] + ":" + Number(a[1])) + "&b=" + encodeURIComponent(b[0] + ":" + Number(b[1])),
-      "/api/traces/" + encodeURIComponent(a[0]), graph(a[0], Number(a[1])) + "/memory-map?max_shapes=" + window.__maxShapes,
-      graph(b[0], Number(b[1])) + "/memory-map?max_shapes=" + window.__maxShapes];
-    if (b[0] !== a[0]) urls.push("/api/traces/" + encodeURIComponent(b[0]));
+    urls = ["/api/diff?a=" + enc(a[0] + ":" + a[1]) + "&b=" + enc(b[0] + ":" + b[1]), "/api/traces/" + enc(a[0]),
+      graph(a[0], a[1]) + "/memory-map?max_shapes=" + shapes, graph(b[0], b[1]) + "/memory-map?max_shapes=" + shapes];
+    if (b[0] !== a[0]) urls.push("/api/traces/" + enc(b[0]));
   }
   urls.forEach(function (u) {
-    window.__prefetch[u] = fetch(u, { headers: { Accept: "application/json" } }).catch(function () { return null; });
+    var link = document.createElement("link");
+    link.rel = "preload"; link.as = "fetch"; link.href = u; link.crossOrigin = "anonymous";
+    document.head.appendChild(link);
   });
 })();

@@ -1,104 +1,153 @@
-// Trace view: one graph's memory map, free list, events and allocator state, all linked.
-import { api, el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, topNav, showError, enc, graphBase, pick } from "/static/common.js";
-import { MemoryMap } from "/static/memmap.js";
-import { EventTable } from "/static/events-table.js";
-import { drawState } from "/static/statebar.js";
-import { oomCard } from "/static/cards.js";
-import { peakPanel } from "/static/peak.js";
+// Trace view: one graph's memory map, free list, events and allocator state, all linked. The view (graph,
+// zoom, selected event, tensor search) lives in the URL, so a link reopens the same picture.
+import { getTrace, state, url } from "./api.js";
+import { $, el, clear, exactEl, fmtInt, topNav, showError, enc, loading, loaded, urlParam, setUrlParams,
+  tensorLabel, exactBytes, fmtBytes, words } from "./common.js";
+import { MemoryMap, nameMatcher } from "./memmap.js";
+import { EventTable } from "./events-table.js";
+import { drawState } from "./statebar.js";
+import { oomCard } from "./cards.js";
+import { peakPanel } from "./peak.js";
 
 topNav("trace");
 const id = decodeURIComponent(location.pathname.replace(/^\/traces\//, "").replace(/\/$/, ""));
-const params = new URLSearchParams(location.search);
-const $ = (x) => document.getElementById(x);
 
-function fact(label, value) { return el("div", {}, el("dt", {}, label), el("dd", {}, value)); }
+function fact(label, ...value) { return el("div", {}, el("dt", {}, label), el("dd", {}, ...value)); }
 
+const BYTE_FIELDS = new Set(["size", "offset", "largest_free", "total_free", "needed", "largest"]);
 function selectionPanel(i, e, hit) {
   const box = clear($("selection"));
   const rows = [];
   if (e) {
     for (const k of ["kind", "tensor", "op", "size", "offset", "block", "chunk", "parent", "reason", "n_free", "largest_free", "total_free", "needed", "largest", "node"]) {
-      const v = e[k];
+      const v = k === "tensor" && e.tensor !== undefined ? tensorLabel(e.tensor, e.op, e.offset) : e[k];
       if (v === undefined || v === null) continue;
-      const bytes = ["size", "offset", "largest_free", "total_free", "needed", "largest"].includes(k);
-      rows.push(el("div", {}, el("dt", {}, k.replace(/_/g, " ")), el("dd", { class: k === "tensor" || k === "parent" ? "tensor" : null, title: bytes ? exactBytes(v) : null },
-        bytes ? `${fmtBytes(v)}${k === "offset" ? ` (${fmtInt(v)})` : ""}` : String(v))));
+      rows.push(el("div", {}, el("dt", {}, k.replace(/_/g, " ")),
+        el("dd", { class: k === "tensor" || k === "parent" ? "tensor" : null },
+          BYTE_FIELDS.has(k) ? (k === "offset" ? `${fmtInt(v)} (${fmtBytes(v)})` : exactEl(v)) : String(v))));
     }
   }
-  box.append(el("p", {}, el("strong", {}, `Event ${fmtInt(i)}`),
-    hit ? el("span", { class: "hint" }, " · clicked tensor ", el("span", { class: "tensor" }, hit.tensor)) : null));
+  box.append(el("p", {}, el("strong", { id: "selected-event" }, `Event ${fmtInt(i)}`),
+    hit ? el("span", { class: "hint" }, " · clicked tensor ", el("span", { class: "tensor" }, tensorLabel(hit.tensor, hit.op, hit.offset))) : null));
   if (rows.length) box.append(el("dl", { class: "facts" }, rows));
 }
 
-async function main() {
-  let t;
-  try { t = await api(`/api/traces/${enc(id)}`); } catch (e) {
-    $("title").textContent = "Trace not available";
-    for (const n of document.querySelectorAll("main > section, main > .grid-2")) n.hidden = true;
-    showError($("oom-card"), e);
-    return;
-  }
-  const graphs = t.graphs || [];
-  const g = Number(params.get("g") ?? (graphs[0] ? graphs[0].index : 0));
-  const gs = graphs.find((x) => x.index === g) || graphs[0] || { index: g };
-  document.title = `alloctrace · ${t.name ?? id}`;
-  $("title").textContent = t.name ?? id;
-  $("facts").append(fact("generation", el("code", {}, t.generation ?? "–")), fact("source", t.source ?? "–"),
-    fact("graph", `${gs.index} (${gs.role ?? "?"})`), fact("events", fmtInt(gs.n_events)),
-    fact("max size", bytesEl(gs.max_size)), fact("buffer", bytesEl(gs.buffer_size)));
+/** The out-of-space card, then the same card with the free list the failing allocation searched. */
+async function showOom(gs, ref, event) {
+  $("oom-card").append(oomCard(gs.oom, `Graph ${gs.index} ran out of space`));
+  if (event === null || event === undefined) return;
+  try {
+    const st = await state(ref.id, ref.g, event);
+    const finite = st.freeBlocks.filter((b) => b.size !== null);
+    const lo = finite.length ? finite[0].offset : 0, hi = finite.length ? finite[finite.length - 1].offset : 0;
+    const separating = st.live.filter((t) => t.offset > lo && t.offset < hi);
+    const total = st.freeSummary ? st.freeSummary.total : finite.reduce((a, b) => a + b.size, 0);
+    clear($("oom-card")).append(oomCard({ ...gs.oom, total_free: total, free_blocks: finite, separating },
+      `Graph ${gs.index} ran out of space at event ${fmtInt(event)}`));
+  } catch (_) { /* keep the short card */ }
+}
 
+function header(t, gs) {
+  document.title = `alloctrace · ${t.name}`;
+  clear($("title")).append(...words(t.name));
+  clear($("facts")).append(fact("generation", el("code", {}, t.generation ?? "–")), fact("source", t.source ?? "–"),
+    fact("graph", `${gs.index} (${gs.role ?? "?"})`), fact("events", fmtInt(gs.n_events)),
+    fact("high water (this graph)", el("span", { id: "high-water" }, "…")),
+    fact("allocator max_size", el("span", { id: "max-size", title: "ggml's max_size; in 2023 generations a running maximum over every graph the allocator measured" }, gs.max_size === null ? "–" : exactEl(gs.max_size))),
+    fact("buffer", gs.buffer_size === null ? "–" : exactEl(gs.buffer_size)));
+  $("exports").append("Download: ",
+    el("a", { href: url.export(t.id, "chrome"), download: `trace-${t.id}.chrome.json`, id: "export-chrome", title: "open it in Perfetto (ui.perfetto.dev) or chrome://tracing" }, "Chrome trace (Perfetto)"),
+    el("a", { href: url.export(t.id, "jsonl"), download: `trace-${t.id}.jsonl` }, "JSON Lines"),
+    el("a", { href: url.export(t.id, "csv"), download: `trace-${t.id}.csv` }, "CSV"));
   const bar = $("graph-bar");
   bar.append(el("span", { class: "hint" }, "Graph:"));
-  for (const x of graphs) {
-    const a = el("a", { href: `/traces/${enc(id)}?g=${x.index}`, class: `badge ${x.index === gs.index ? "role" : "kind"}` },
+  for (const x of t.graphs) {
+    const a = el("a", { href: `/traces/${enc(t.id)}?g=${x.index}`, class: `badge ${x.index === gs.index ? "role" : "kind"}` },
       `${x.index} · ${x.role ?? ""}${x.oom ? " · OOM" : ""}`);
     if (x.index === gs.index) a.setAttribute("aria-current", "page");
     bar.append(a);
   }
-  if (graphs.length >= 2) {
-    const other = graphs.find((x) => x.index !== gs.index);
+  if (t.graphs.length >= 2) {
+    const other = t.graphs.find((x) => x.index !== gs.index);
     const [a, b] = gs.index < other.index ? [gs.index, other.index] : [other.index, gs.index];
-    bar.append(el("span", { class: "spacer" }), el("a", { href: `/diff?a=${enc(`${id}:${a}`)}&b=${enc(`${id}:${b}`)}`, class: "button secondary" }, `Compare graph ${a} with ${b}`));
+    bar.append(el("span", { class: "spacer" }), el("a", { href: `/diff?a=${enc(`${t.id}:${a}`)}&b=${enc(`${t.id}:${b}`)}`, class: "button secondary" }, `Compare graph ${a} with ${b}`));
   }
-  if (gs.oom) $("oom-card").append(oomCard(gs.oom, `Graph ${gs.index} ran out of space`));
-  const explainOom = async (ev) => {
-    // the free list just before the failing event: which blocks there were and what kept them apart
-    try {
-      const st = await api(`${graphBase(id, gs.index)}/state?event=${encodeURIComponent(ev)}`);
-      const blocks = (st.free_blocks || []).map((b) => (Array.isArray(b) ? b : [b.offset, b.size, b.chunk]));
-      const finite = blocks.filter((b) => b[1] !== null && b[1] !== undefined);
-      const lo = finite.length ? finite[0][0] : 0, hi = finite.length ? finite[finite.length - 1][0] : 0;
-      const separating = (st.live || []).filter((t) => t.offset > lo && t.offset < hi);
-      const total = pick(st.free_summary || {}, "total") ?? finite.reduce((a, b) => a + b[1], 0);
-      clear($("oom-card")).append(oomCard({ ...gs.oom, total_free: total, free_blocks: finite, separating },
-        `Graph ${gs.index} ran out of space at event ${fmtInt(ev)}`));
-    } catch (_) { /* keep the short card */ }
-  };
+}
 
-  const base = graphBase(id, gs.index);
+function numberParam(key) {
+  const v = urlParam(key);
+  return v === null || v.trim() === "" || !Number.isFinite(Number(v)) ? null : Number(v);
+}
+
+async function main() {
+  let t;
+  try { t = await getTrace(id); } catch (e) {
+    $("title").textContent = "Trace not available";
+    clear($("facts"));
+    for (const n of document.querySelectorAll("main > section, main > .grid-2")) n.hidden = true;
+    showError($("oom-card"), e);
+    return;
+  }
+  const gParam = numberParam("g");
+  const gs = t.graphs.find((x) => x.index === gParam) || t.graphs[0] || { index: 0, oom: null };
+  const ref = { id: t.id, g: gs.index };
+  if (gParam !== gs.index) setUrlParams({ g: gs.index });
+  header(t, gs);
+
   let map = null;
+  const table = new EventTable($("events"), ref, { onSelect: (i) => pickEvent(i) });
   const pickEvent = async (i, hit) => {
+    setUrlParams({ event: i });
     const e = await table.select(i, false);
     selectionPanel(i, e, hit);
     if (map) map.setMarker(i);
-    try { await drawState($("state"), $("state-note"), base, i, gs.buffer_size || gs.max_size, gs.n_events); }
+    loading($("state-note"), "Loading the allocator state…");
+    try { await drawState($("state"), $("state-note"), ref, i, gs.buffer_size || gs.max_size, e); }
     catch (err) { $("state-note").textContent = `State unavailable: ${err.message}`; }
+    finally { loaded($("state-note")); }
   };
-  const table = new EventTable($("events"), base, { onSelect: (i) => pickEvent(i) });
   table.load(0);
+
+  // the tensor search: highlight matches on the map, count them, filter the table on an exact single match
+  const search = () => {
+    const text = $("search").value.trim(), regex = $("search-regex").checked;
+    setUrlParams({ q: text || null, re: regex && text ? 1 : null });
+    let match = null;
+    try { match = nameMatcher(text, regex); } catch (e) { $("search-count").textContent = `bad pattern: ${e.message}`; return; }
+    if (!map) return;
+    const hits = map.setSearch(match);
+    const names = new Set(hits.map((r) => r.tensor));
+    $("search-count").textContent = match ? `${fmtInt(names.size)} tensor${names.size === 1 ? "" : "s"} in view` +
+      (map.reduced ? " (zoom in: small tensors are merged)" : "") : "";
+    $("search-count").dataset.count = match ? String(names.size) : "";
+  };
+  $("search").value = urlParam("q") || "";
+  $("search-regex").checked = urlParam("re") === "1";
+  $("search").addEventListener("input", search);
+  $("search-regex").addEventListener("change", search);
+
   try {
-    map = new MemoryMap($("map"), { id, g: gs.index }, { onPick: (i, hit) => pickEvent(i, hit) });
-    await map.load(gs);
+    const view = ["x0", "x1", "y0", "y1"].map(numberParam);
+    map = new MemoryMap($("map"), ref, {
+      onPick: (i, hit) => pickEvent(i, hit),
+      onView: (v, reset) => setUrlParams(reset ? { x0: null, x1: null, y0: null, y1: null }
+        : { x0: Math.round(v.x0), x1: Math.round(v.x1), y0: Math.round(v.y0), y1: Math.round(v.y1) }),
+      onRefetch: () => { if ($("search").value.trim()) search(); },
+    });
+    await map.load(gs, view.every((v) => v !== null) ? { x0: view[0], x1: view[1], y0: view[2], y1: view[3] } : null);
+    $("high-water").replaceWith(map.highWater ? exactEl(map.highWater) : "–");
     $("map-note").textContent = [
       map.colorBy === "tensor" ? "This log names no op for its allocations, so rectangles are colored by tensor name." : "",
-      map.truncated ? "Zoomed out: small tensors are merged; zoom in for every tensor." : ""].filter(Boolean).join(" ");
-    const asked = params.get("event");
-    if (map.oom && map.oom.event !== undefined && map.oom.event !== null) explainOom(map.oom.event);
-    if (asked !== null && Number.isInteger(Number(asked)) && Number(asked) >= 0) {
-      const i = Math.min(Number(asked), Math.max(0, (gs.n_events ?? 1) - 1));
-      await map.focus(i, Math.max(30, Math.min(200, Math.round((gs.n_events || 0) / 4))));
+      map.maxSize && map.highWater && map.maxSize > map.highWater ? `The allocator's max_size (${exactBytes(map.maxSize)}) is above this graph's own high water (${exactBytes(map.highWater)}): in 2023 generations it is a running maximum over every graph measured.` : "",
+      map.reduced ? "Zoomed out: small tensors are merged; zoom in for every tensor." : ""].filter(Boolean).join(" ");
+    if (gs.oom) showOom(gs, ref, map.oom ? map.oom.event : null);
+    if ($("search").value.trim()) search();
+    const asked = numberParam("event");
+    if (asked !== null && asked >= 0) {
+      const i = Math.min(Math.round(asked), Math.max(0, (gs.n_events ?? 1) - 1));
+      if (view.some((v) => v === null)) await map.focus(i, Math.max(30, Math.min(200, Math.round((gs.n_events || 0) / 4))));
       pickEvent(i);
-    } else if (map.oom && map.oom.event !== undefined && map.oom.event !== null) pickEvent(map.oom.event);
+    } else if (map.oom && map.oom.event !== null && map.oom.event !== undefined) pickEvent(map.oom.event);
   } catch (e) { showError($("map"), e); }
   peakPanel($("peak"), id, gs.index, { map, onEvent: (i) => {
     if (map) { map.focus(i, 60); $("map").scrollIntoView({ behavior: "smooth", block: "start" }); }

@@ -11,12 +11,25 @@ preset run is rebuilt from the trace's description and must reproduce it.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import re
 
 from alloctrace.allocator.profiles import DEFAULT_PROFILE, names as profile_names
 from alloctrace.traces.errors import UserError
 
 EXIT_HAZARDS = 4
+MEMORY_SHARE = 0.75  # of MemAvailable, when no --max-memory is given: leave the rest to other programs
+UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
+         "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
+
+
+def _size_arg(text: str) -> int:
+    """'2G', '512M', '1.5GiB' or plain bytes."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"bad size {text!r} (want e.g. 2G, 512M or bytes)")
+    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
 
 
 def register(subparsers):
@@ -39,6 +52,9 @@ def register(subparsers):
     p.add_argument("--buffer-size", type=int, metavar="BYTES",
                    help="2023 flow: real compute buffer size (default: the harness's, or measured + alignment)")
     p.add_argument("--numeric", action="store_true", help="also execute the plan and compare with a reference")
+    p.add_argument("--max-memory", metavar="SIZE", type=_size_arg,
+                   help="with --numeric: refuse runs that would allocate more than SIZE (e.g. 2G, 512M; "
+                        f"default: {int(MEMORY_SHARE * 100)}%% of MemAvailable)")
     p.add_argument("--order", default="adversarial", choices=["adversarial", "shuffled", "graph"],
                    help="order of a concurrent level's nodes in the numeric run (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed for data and shuffled orders")
@@ -139,6 +155,104 @@ def _plans(args):
     return _trace_plans(args)
 
 
+# --- memory ----------------------------------------------------------------------------------
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _memory_limit(args) -> tuple[int | None, str]:
+    """(bytes a numeric run may allocate, how that limit was chosen)."""
+    if args.max_memory:
+        return args.max_memory, "--max-memory"
+    avail = _mem_available()
+    if avail is None:
+        return None, ""
+    return int(avail * MEMORY_SHARE), f"{int(MEMORY_SHARE * 100)}% of MemAvailable {_human(avail)}; --max-memory sets another"
+
+
+def _human(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _reduced(hp: dict, div: int) -> dict:
+    """The preset's shape at 1/div of its heads, widths and vocabulary, two layers at most; heads keep
+    their width, so every head count still divides the embedding."""
+    out = dict(hp)
+    if "n_layer" in out:
+        out["n_layer"] = min(int(out["n_layer"]), 2)
+    if "n_head" in out and "n_embd" in out:
+        head_dim = int(out["n_embd"]) // int(out["n_head"])
+        out["n_head"] = max(1, int(out["n_head"]) // div)
+        out["n_embd"] = head_dim * out["n_head"]
+        if "n_head_kv" in out:
+            kv = max(1, int(out["n_head_kv"]) // div)
+            out["n_head_kv"] = kv if out["n_head"] % kv == 0 else 1
+    for k in ("n_ff", "n_vocab"):
+        if k in out:
+            out[k] = max(8, int(out[k]) // div)
+    return out
+
+
+def _smaller(args, limit: int) -> str:
+    """A reduced-dimension variant of the preset that fits in limit, as --hparam flags to paste."""
+    from alloctrace.allocator.presets import PRESETS
+    from alloctrace.metal_exec.execute import estimate_bytes
+    from alloctrace.metal_exec.plan import preset_plans
+
+    preset = PRESETS.get(args.preset or "")
+    if preset is None:
+        return "try a smaller graph (e.g. --preset gpt2-tiny)"
+    base = {**vars(preset.hparams), **_hparams(args.hparam)}
+    for div in (2, 4, 8, 16, 32, 64, 128):
+        hp = _reduced(base, div)
+        changed = {k: v for k, v in sorted(hp.items()) if str(v) != str(getattr(preset.hparams, k, None))}
+        try:
+            plans = preset_plans(args.preset, args.profile, metal_concurrency=args.metal_concurrency,
+                                 serial=args.serial, hparams={k: str(v) for k, v in changed.items()})
+        except (ValueError, TypeError):
+            continue
+        need = max(map(estimate_bytes, plans))
+        if need <= limit:
+            flags = " ".join(f"--hparam {k}={v}" for k, v in changed.items())
+            return f"a reduced {args.preset} fits: {flags} (about {_human(need)})"
+    return "try a smaller preset (e.g. --preset gpt2-tiny)"
+
+
+def _refuse_if_too_big(args, plans):
+    """Refuse before allocating anything when the numeric run would not fit in memory."""
+    from alloctrace.metal_exec.execute import estimate_bytes
+
+    limit, why = _memory_limit(args)
+    need = max(map(estimate_bytes, plans), default=0)
+    if limit is not None and need > limit:
+        raise UserError(f"--numeric would allocate about {_human(need)} ({need:,} bytes), more than the "
+                        f"{_human(limit)} allowed ({why}); {_smaller(args, limit)}")
+
+
+def _numeric(plan, args):
+    """The numeric run, with a progress bar on stderr (only drawn on a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from alloctrace.metal_exec.execute import run as execute
+
+    columns = (TextColumn("numeric run, graph {task.fields[graph]}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=2 * len(plan.graph.nodes), graph=plan.graph_index)
+        return execute(plan, order=args.order, seed=args.seed, on_node=lambda: bar.advance(task))
+
+
 # --- the command ------------------------------------------------------------------------------
 def _mode(plan) -> str:
     if plan.concurrent:
@@ -147,12 +261,17 @@ def _mode(plan) -> str:
 
 
 def run(args) -> int:
-    from alloctrace.metal_exec.execute import describe, run as execute
+    from alloctrace.metal_exec.execute import describe
     from alloctrace.metal_exec.hazards import check, summary
     from alloctrace.metal_exec.kernels import UnsupportedOp
 
+    if args.max_memory and not args.numeric:
+        raise UserError("--max-memory limits the numeric run: add --numeric")
+    plans = _plans(args)
+    if args.numeric:
+        _refuse_if_too_big(args, plans)
     found = 0
-    for plan in _plans(args):
+    for plan in plans:
         hazards = check(plan)
         found += len(hazards)
         print(f"graph {plan.graph_index}: {plan.profile}, {plan.graph.n_nodes} nodes, {_mode(plan)}, "
@@ -169,7 +288,7 @@ def run(args) -> int:
             print("\n".join("  " + line for line in summary(hazards).splitlines()))
         if args.numeric:
             try:
-                result = execute(plan, order=args.order, seed=args.seed)
+                result = _numeric(plan, args)
             except UnsupportedOp as e:
                 raise UserError(f"numeric run: {e}") from None
             print(f"  numeric ({args.order}): {describe(result)}")

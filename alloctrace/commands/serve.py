@@ -4,6 +4,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import sys
 import threading
 import webbrowser
 
@@ -61,13 +62,28 @@ def run(args) -> int:
         url += f"?token={token}"
     print(f"alloctrace: serving on {url}", flush=True)
     if args.open:
-        threading.Timer(1.0, webbrowser.open, (url,)).start()
+        if has_display():
+            threading.Timer(1.0, open_browser, (url,)).start()
+        else:
+            print(f"alloctrace: no display to open a browser on; open {url} in a browser", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=30))
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
     return 0
+
+
+def has_display() -> bool:
+    """Linux and BSD need an X or Wayland display for a browser window; macOS and Windows always have one."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def open_browser(url: str):
+    if not webbrowser.open(url):
+        print(f"alloctrace: found no browser to start; open {url} in a browser", flush=True)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -1,0 +1,168 @@
+"""Install the project as the README says (a plain `pip install .` of a copy of the tree, in a fresh virtual
+environment), then run every command's --help and the README's quick tour, parsed from the README itself.
+
+The virtual environment sees the system's site-packages so dependencies need no download; the project
+itself must come from the fresh, non-editable install (checked).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def code_block(heading: str, lang: str) -> str:
+    """The first ```lang block after a heading line ('# alloctrace', '## Quick tour') of the README."""
+    section = re.split(rf"^#+ {re.escape(heading)}\n", README, maxsplit=1, flags=re.M)[1]
+    return re.search(rf"```{lang}\n(.*?)```", section, re.S).group(1)
+
+
+def tree_files() -> list[str]:
+    """What a clone holds: tracked files and new files git does not ignore."""
+    if shutil.which("git") and (ROOT / ".git").exists():
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             check=True, capture_output=True).stdout.decode()
+        return [f for f in out.split("\0") if f and (ROOT / f).is_file()]
+    pytest.skip("not a git checkout: cannot tell which files a clone holds")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("install")
+    src = tmp / "alloctrace-src"
+    for rel in tree_files():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, src / rel)
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    install = code_block("alloctrace", "sh").splitlines()[0]
+    assert install == "pip install .", "the README's first command changed: update this test"
+    res = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "."], cwd=src,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    shutil.rmtree(src / "build", ignore_errors=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ALLOCTRACE_STORE", "DISPLAY", "WAYLAND_DISPLAY", "PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", HOME=str(tmp / "home"))
+    where = subprocess.run(["python", "-c", "import alloctrace; print(alloctrace.__file__)"], cwd=tmp, env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(where).is_relative_to(venv), f"alloctrace imported from {where}, not the fresh install"
+    return src, env
+
+
+def run(cmd, cwd, env, **kw):
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, **kw)
+
+
+def test_every_package_of_the_tree_is_installed(installed, tmp_path):
+    """Each folder with an __init__.py under a mapped folder is a package of the install (found by discovery,
+    not a list), and web/ ships inside the server package."""
+    import tomllib
+
+    src, env = installed
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    mapping = {"alloctrace": "alloctrace", **mapping}
+    want, tracked = [], set(tree_files())
+    for name, folder in mapping.items():
+        for init in sorted((ROOT / folder).rglob("__init__.py")):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            if "tests" not in rel and init.relative_to(ROOT).as_posix() in tracked:
+                want.append(".".join((name, *rel)))
+    assert "alloctrace.commands" in want and "alloctrace.allocator.presets" in want
+    probe = ("import importlib.util, json, sys; "
+             "print(json.dumps([n for n in sys.argv[1:] if importlib.util.find_spec(n) is None]))")
+    res = run(["python", "-c", probe, *want], tmp_path, env)
+    assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr
+    web = run(["python", "-c", "from alloctrace.server import paths; print(paths.find_web_dir())"], tmp_path, env)
+    assert Path(web.stdout.strip(), "trace.html").is_file() and "site-packages" in web.stdout
+
+
+def test_every_command_has_help(installed):
+    src, env = installed
+    res = run(["alloctrace", "no-such-command"], src, env)
+    assert res.returncode == 2
+    commands = re.findall(r"'([\w-]+)'", res.stderr.split("choose from", 1)[1])
+    top = run(["alloctrace", "--help"], src, env)
+    assert top.returncode == 0
+    assert {"replay", "import", "diff", "check", "serve"} <= set(commands)
+    for name in commands:
+        assert re.search(rf"^\s+{name}\b", top.stdout, re.M), f"{name} missing from alloctrace --help"
+        res = run(["alloctrace", name, "--help"], src, env)
+        assert res.returncode == 0, f"alloctrace {name} --help: {res.stderr}"
+        assert res.stdout.startswith(f"usage: alloctrace {name}"), res.stdout[:200]
+
+
+def tour_lines() -> list[tuple[str, int]]:
+    """(command line, expected exit status) for each command of the quick tour; a comment saying
+    'exit status N' on the line or on the comment lines just above it sets N."""
+    out, notes = [], []
+    for line in code_block("Quick tour", "sh").splitlines():
+        if not line.strip():
+            notes = []
+        elif line.lstrip().startswith("#"):
+            notes.append(line)
+        else:
+            found = re.findall(r"exit status (\d+)", " ".join(notes + [line.partition("  #")[2]]))
+            out.append((line, int(found[-1]) if found else 0))
+            notes = []
+    return out
+
+
+def test_quick_tour_runs_as_written(installed):
+    src, env = installed
+    lines = [(cmd, rc) for cmd, rc in tour_lines() if not cmd.startswith("alloctrace serve")]
+    assert len(lines) >= 8 and any(rc == 3 for _, rc in lines) and any(rc == 1 for _, rc in lines)
+    script = []
+    for cmd, rc in lines:
+        script += [cmd, f'rc=$?; [ "$rc" = {rc} ] || {{ echo "exit status $rc, not {rc}: "{shlex.quote(cmd)} >&2; exit 1; }}']
+    t0 = time.monotonic()
+    res = run(["bash", "-c", "\n".join(script)], src, env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert time.monotonic() - t0 < 90, "the quick tour must stay quick"
+    assert (src / "trace.json").stat().st_size > 1000
+    assert "my run" in res.stdout and "FIRST DIVERGENCE" in res.stdout
+    assert "numeric run equals the reference" in res.stdout
+
+
+def test_python_snippet_runs_as_written(installed):
+    src, env = installed
+    snippet = code_block("Using the model from Python", "python")
+    res = run(["python", "-P", "-c", snippet], src, env)  # as the README says
+    assert res.returncode == 0, res.stderr
+    expected = re.search(r"print\(measure\.t\.max_size\)\s*#\s*(\d+)", snippet).group(1)
+    assert res.stdout.splitlines()[0] == expected
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_open_without_a_display_prints_the_url(installed):
+    src, env = installed
+    [serve] = [cmd for cmd, _ in tour_lines() if cmd.startswith("alloctrace serve")]
+    port = free_port()
+    argv = shlex.split(serve.partition("  #")[0]) + ["--port", str(port)]
+    p = subprocess.Popen(argv, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        lines = [p.stdout.readline() for _ in range(2)]
+        assert lines[1].strip() == f"alloctrace: no display to open a browser on; open {url} in a browser"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            assert r.status == 200 and b"alloctrace" in r.read()
+    finally:
+        p.terminate()
+        p.wait(timeout=10)

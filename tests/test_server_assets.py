@@ -1,0 +1,67 @@
+"""The dashboard's files: versioned immutable URLs, strong ETags, gzip, and only web/'s own files."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from alloctrace.server.app import create_app
+
+WEB = Path(__file__).resolve().parent.parent / "web"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    with TestClient(create_app(store_dir=tmp_path_factory.mktemp("store"))) as c:
+        yield c
+
+
+def test_pages_name_versioned_assets_that_are_immutable(client):
+    page = client.get("/traces/0123abcd")
+    assert page.status_code == 200 and page.headers["cache-control"] == "no-cache"
+    urls = re.findall(r'(?:src|href)="(/(?:static|vendor)/[^"]+)"', page.text)
+    version = client.app.state.assets.version
+    assert f"/static/{version}/trace.js" in urls and f"/static/{version}/style.css" in urls
+    assert any(re.fullmatch(r"/vendor/[^/]+/plotly\.min\.js", u) for u in urls)
+    for url in urls:
+        r = client.get(url, headers={"Accept-Encoding": "identity"})
+        assert r.status_code == 200, url
+        assert r.headers["cache-control"] == "public, max-age=31536000, immutable"
+        assert re.fullmatch(r'"[0-9a-f]{32}"', r.headers["etag"])  # strong: no W/
+        if url.startswith("/static/"):
+            assert r.content == (WEB / url.rsplit("/", 1)[1]).read_bytes()
+
+
+def test_the_version_is_a_digest_of_the_files(tmp_path):
+    web = tmp_path / "web"
+    web.mkdir()
+    (web / "index.html").write_text('<script src="/static/a.js"></script>')
+    (web / "a.js").write_text("export const a = 1;\n")
+    first = create_app(store_dir=tmp_path / "s1", web_dir=web).state.assets.version
+    assert create_app(store_dir=tmp_path / "s2", web_dir=web).state.assets.version == first
+    (web / "a.js").write_text("export const a = 2;\n")
+    assert create_app(store_dir=tmp_path / "s3", web_dir=web).state.assets.version != first
+
+
+def test_gzip_and_revalidation(client):
+    body = (WEB / "memmap.js").read_bytes()
+    r = client.get("/static/memmap.js", headers={"Accept-Encoding": "gzip"})
+    assert r.headers["content-encoding"] == "gzip" and r.headers["cache-control"] == "no-cache"
+    assert r.content == body  # decoded by the client
+    assert int(r.headers["content-length"]) < len(body) / 2  # what went over the wire
+    again = client.get("/static/memmap.js", headers={"Accept-Encoding": "gzip", "If-None-Match": r.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
+    plain = client.get("/static/memmap.js", headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.headers["etag"] != r.headers["etag"]
+    plotly = client.get("/vendor/plotly.min.js", headers={"Accept-Encoding": "gzip"})
+    assert plotly.headers["content-encoding"] == "gzip" and int(plotly.headers["content-length"]) < 2_000_000
+
+
+def test_only_web_files_are_served(client):
+    version = client.app.state.assets.version
+    for url in ("/static/../server/app.py", "/static/%2e%2e/pyproject.toml", f"/static/{version}/nope.js",
+                "/static/0000000000/common.js/x", "/vendor/0.0.0/plotly.min.js"):
+        assert client.get(url).status_code == 404, url
+

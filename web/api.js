@@ -1,0 +1,193 @@
+// The dashboard's one client of the JSON API: every endpoint and every field name the pages read is named
+// here, once. Pages call these functions and read the documented fields; nothing else builds an /api URL.
+// Where two endpoints name the same fact differently (the largest free block of an out-of-space failure,
+// free blocks as arrays or objects), the answer is normalized here so pages see one name.
+
+const enc = encodeURIComponent;
+
+/** Thrown for a non-2xx answer; `message` is the server's `detail`, validation errors name their field. */
+export class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+/** The server's `detail`: a string, or FastAPI's validation list ({loc, msg}) turned into "field: msg". */
+export function detailText(body, status) {
+  const detail = body && body.detail;
+  if (Array.isArray(detail)) {
+    return detail.map((d) => {
+      const field = (d.loc || []).filter((p) => p !== "body" && p !== "query" && p !== "path").join(".");
+      return field ? `${field}: ${d.msg}` : d.msg;
+    }).join("; ");
+  }
+  return detail ? String(detail) : `HTTP ${status}`;
+}
+
+async function call(path, init = {}) {
+  const resp = await fetch(path, { ...init, headers: { Accept: "application/json", ...(init.headers || {}) } });
+  let body = null;
+  try { body = await resp.json(); } catch (_) { body = null; }
+  if (!resp.ok) throw new ApiError(resp.status, detailText(body, resp.status));
+  return body;
+}
+
+const post = (path, json) => call(path, { method: "POST", body: JSON.stringify(json),
+  headers: { "Content-Type": "application/json" } });
+
+/** Rectangles per map view: enough for detail, few enough to draw fast (prefetch.js uses the same rule). */
+export function maxShapes() { return Math.max(1200, Math.min(3000, Math.round(window.innerWidth * 1.5))); }
+
+// --- URLs -------------------------------------------------------------------------------------
+export const url = {
+  traces: () => "/api/traces",
+  trace: (id) => `/api/traces/${enc(id)}`,
+  graph: (id, g) => `/api/traces/${enc(id)}/graphs/${enc(g)}`,
+  /** A download of the whole trace: format "chrome" (Perfetto, chrome://tracing), "jsonl" or "csv". */
+  export: (id, format) => `/api/traces/${enc(id)}/export?format=${enc(format)}`,
+  memoryMap: (id, g, win = {}, shapes = maxShapes()) => {
+    const q = new URLSearchParams();
+    for (const k of ["x0", "x1", "y0", "y1"]) if (win[k] !== undefined && win[k] !== null) q.set(k, win[k]);
+    q.set("max_shapes", shapes);
+    return `${url.graph(id, g)}/memory-map?${q}`;
+  },
+  events: (id, g, { start = 0, limit = 200, kind = "", tensor = "" } = {}) => {
+    const q = new URLSearchParams({ start, limit });
+    if (kind) q.set("kind", kind);
+    if (tensor) q.set("tensor", tensor);
+    return `${url.graph(id, g)}/events?${q}`;
+  },
+  diff: (a, b) => `/api/diff?a=${enc(a)}&b=${enc(b)}`,
+};
+
+// --- shapes of the answers ----------------------------------------------------------------------
+/**
+ * @typedef {{offset: number, size: number|null, chunk: number}} FreeBlock  size null: a measure run's endless last block
+ * @typedef {{event: number|null, tensor: string, needed: number, largest: number}} Oom
+ * @typedef {{index: number, role: string, n_events: number, max_size: number|null, buffer_size: number|null,
+ *            oom: Oom|null, consistent: boolean|null}} GraphSummary
+ * @typedef {{id: string, name: string, source: string, generation: string, profile: string, created: string,
+ *            tags: string[], graphs: GraphSummary[]}} TraceSummary
+ */
+function freeBlock(b) {
+  return Array.isArray(b) ? { offset: b[0], size: b[1], chunk: b[2] ?? 0 } : { offset: b.offset, size: b.size, chunk: b.chunk ?? 0 };
+}
+
+/** The three spellings of an out-of-space failure (graph summary, memory map, diff) as one Oom. */
+function oom(o) {
+  if (!o) return null;
+  return { ...o, event: o.event ?? null, tensor: o.tensor ?? "", needed: o.needed,
+    largest: o.largest_available ?? o.largest_free ?? o.largest,
+    free_blocks: o.free_blocks ? o.free_blocks.map(freeBlock) : undefined };
+}
+
+function traceSummary(t) { return { ...t, graphs: (t.graphs || []).map((g) => ({ ...g, oom: oom(g.oom) })) }; }
+
+// --- traces -------------------------------------------------------------------------------------
+/** @returns {Promise<TraceSummary[]>} newest first */
+export async function listTraces() { return ((await call(url.traces())).traces || []).map(traceSummary); }
+
+/** @returns {Promise<TraceSummary>} */
+export async function getTrace(id) { return traceSummary(await call(url.trace(id))); }
+
+export function deleteTrace(id) { return call(url.trace(id), { method: "DELETE" }); }
+
+/**
+ * Upload a log or export; onProgress(fraction) while sending. Resolves to the stored TraceSummary list.
+ * (XMLHttpRequest, because fetch reports no upload progress.)
+ */
+export function uploadTrace(file, name, onProgress) {
+  return new Promise((resolve, reject) => {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    if (name) form.append("name", name);
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", url.traces());
+    xhr.setRequestHeader("Accept", "application/json");
+    xhr.upload.addEventListener("progress", (e) => { if (e.lengthComputable && onProgress) onProgress(e.loaded / e.total); });
+    xhr.addEventListener("load", () => {
+      let body = null;
+      try { body = JSON.parse(xhr.responseText); } catch (_) { body = null; }
+      if (xhr.status >= 200 && xhr.status < 300) resolve(((body && body.traces) || []).map(traceSummary));
+      else reject(new ApiError(xhr.status, detailText(body, xhr.status)));
+    });
+    xhr.addEventListener("error", () => reject(new ApiError(0, "the server could not be reached")));
+    xhr.send(form);
+  });
+}
+
+// --- one graph ------------------------------------------------------------------------------------
+/**
+ * A page of events. Each event has `i` (its index in the graph) and `kind`, and, when the event carries
+ * them: tensor, op, size, offset, block, chunk, parent, n_free, largest_free, total_free, needed, largest.
+ * @returns {Promise<{total: number, start: number, events: object[]}>}
+ */
+export async function events(id, g, query = {}) {
+  const body = await call(url.events(id, g, query));
+  return { total: body.total, start: body.start, events: body.events || [] };
+}
+
+/** The graph's first out-of-space event index, or null. */
+export async function oomEvent(id, g) {
+  const page = await events(id, g, { kind: "oom", limit: 1 });
+  return page.events.length ? page.events[0].i : null;
+}
+
+/**
+ * Tensor lifetimes in a window. shapes: {x0, x1, y0, y1, n (tensors merged into this one), tensor, op,
+ * size, offset, chunk}; x1 is the event that freed the bytes (n_events: never freed). freeList: one point
+ * per event bucket {x, used, n_free, largest_free, total_free}. yExtent: the highest byte this graph's own
+ * tensors reach (its high water); maxSize: the allocator's max_size (legacy: a running maximum across graphs).
+ */
+export async function memoryMap(id, g, win = {}, shapes = maxShapes()) {
+  const m = await call(url.memoryMap(id, g, win, shapes));
+  return { nEvents: m.n_events, window: m.window, yExtent: m.y_extent, chunks: m.chunks || [],
+    shapes: m.shapes || [], reduced: !!m.reduced, totalInView: m.total_in_view, freeList: m.free_list || [],
+    maxSize: m.max_size, bufferSize: m.buffer_size, oom: oom(m.oom) };
+}
+
+/**
+ * The allocator state after the first `applied` events (applied = i: what event i saw before it ran).
+ * live: {tensor, op, offset, size, chunk}; freeBlocks: FreeBlock[]; freeSummary: {n_blocks, largest, total}.
+ */
+export async function state(id, g, applied) {
+  const s = await call(`${url.graph(id, g)}/state?event=${enc(applied)}`);
+  return { applied: s.event, live: s.live || [], freeBlocks: (s.free_blocks || []).map(freeBlock),
+    liveBytes: s.live_bytes, freeSummary: s.free_summary || null, next: s.next_event || null };
+}
+
+// --- diff, replay, presets ------------------------------------------------------------------------------
+/**
+ * Two graphs (refs "ID:G") compared. firstDivergence: {event_a, event_b, tensor, fields, words, a, b} where
+ * a/b are the choices {event, kind, tensor, size, block, offset, block_size, block_offset, parent, freeBlocks
+ * (the free list the allocator searched, before the choice)}. freeListsDiffer: {event_a, event_b, tensor,
+ * words, a, b: {freeBlocks, n_blocks, largest, total}}. a/b: {label, events, allocs, reuses, frees,
+ * high_water, max_size, peak_live, capacity, oom}. deltas: {offsets, sizes, reuse, reuse_count, ...}.
+ * sizeAttribution: {a_bytes, b_bytes, delta, families: [{family, a, b, delta, status}], fragmentation_delta}.
+ */
+export async function diff(a, b) {
+  const d = await call(url.diff(a, b));
+  const choice = (c) => (c ? { ...c, freeBlocks: (c.free_blocks || []).map(freeBlock) } : {});
+  const side = (s) => ({ ...(s || {}), oom: oom(s && s.oom) });
+  const fd = d.first_divergence;
+  const ffl = d.first_free_list_divergence;
+  return {
+    firstDivergence: fd ? { ...fd, a: choice(fd.a), b: choice(fd.b) } : null,
+    freeListsDiffer: ffl ? { ...ffl, a: choice(ffl.a), b: choice(ffl.b) } : null,
+    a: side(d.a), b: side(d.b), deltas: d.deltas || {}, aligned: d.aligned || null,
+    sizeAttribution: d.size_attribution || null,
+  };
+}
+
+/** {presets: [{name, family, description, n_ctx, n_batch, hparams}], profiles: [name]} */
+export function presets() { return call("/api/presets"); }
+
+/**
+ * Run a replay: {preset, profile, n_ctx, n_batch, eval_tokens?, n_past?, metal_concurrency}. Resolves to
+ * {traceId, measure: {max_size, compute_buffer_total}, eval: {max_size, oom}, firstDivergence, reused}
+ * where reused is true when an identical replay was already stored (its trace is returned).
+ */
+export async function replay(request) {
+  const body = await post("/api/replay", request);
+  const r = body.replay || {};
+  return { traceId: (r.measure && r.measure.trace_id) || (body.traces[0] && body.traces[0].id),
+    measure: r.measure || {}, eval: r.eval || {}, firstDivergence: r.first_divergence || null, reused: !!body.reused };
+}
