@@ -1,0 +1,72 @@
+"""A recording as a trace source: one trace per recorded process that used ggml's graph allocator.
+
+Written to the sources contract (`name`, `sniff`, `read` -> `ImportedTrace`s);
+`import_recording` stores the traces for `alloctrace record`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Iterable
+
+from alloctrace.traces.schema import GraphRecord, TraceMeta
+
+from .replay import PROFILE, Replayer
+from .stream import MAGIC, RecordingError, read_processes
+
+NO_GGML = ("no ggml allocator calls were seen: is the program statically linked? build it with shared "
+           "libraries: -DBUILD_SHARED_LIBS=ON")
+
+
+@dataclass
+class ImportedTrace:
+    meta: TraceMeta
+    graphs: Iterable[GraphRecord]
+    report: dict = field(default_factory=dict)
+
+
+class RecordingSource:
+    """`alloctrace record` streams (ATREC)."""
+
+    name = "recording"
+
+    def sniff(self, head: bytes) -> bool:
+        return head.startswith(MAGIC)
+
+    def read(self, stream: BinaryIO, *, filename: str, name: str | None) -> list[ImportedTrace]:
+        replayers: dict[int, Replayer] = {}
+
+        def on_call(proc, call):
+            r = replayers.get(id(proc))
+            if r is None:
+                r = replayers[id(proc)] = Replayer(proc)
+            r.on_call(proc, call)
+
+        procs = read_processes(stream, on_call)
+        out = []
+        for proc in procs:
+            r = replayers.get(id(proc))
+            if proc.errors and (r is None or not r.graphs):
+                raise RecordingError(f"{proc.errors[0]}: point --ggml-include at the ggml.h the program was "
+                                     "built with (ggml's include/ directory)")
+            if r is None or not r.graphs:
+                continue
+            base = name or Path(filename).name
+            label = base if len(procs) == 1 else f"{base} [pid {proc.pid}]"
+            consistent = sum(1 for g in r.graphs if g.consistent)
+            report = {"pid": proc.pid, "graphs": len(r.graphs), "consistent": consistent,
+                      "inconsistent": len(r.graphs) - consistent, "placements": r.n_placements,
+                      "ggml": proc.ggml, "signal": proc.signal, "skipped": r.skipped[:10], **proc.program}
+            meta = TraceMeta(name=label, source=self.name, generation=PROFILE, profile=PROFILE,
+                             tags=["recording"], extra={"recording": report})
+            out.append(ImportedTrace(meta, r.graphs, report))
+        if not out:
+            raise RecordingError(NO_GGML)
+        return out
+
+
+def import_recording(store, path: str | Path, *, name: str | None = None) -> list[str]:
+    """Store every trace of a recording file; returns the trace ids (the sources seam's import_file will do this)."""
+    with open(path, "rb") as f:
+        traces = RecordingSource().read(f, filename=str(path), name=name)
+    return [store.add_trace(t.meta, t.graphs) for t in traces]
