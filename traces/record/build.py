@@ -31,7 +31,7 @@ def find_ggml_header(path: str | os.PathLike) -> Path:
 
 def compiler() -> str:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
+    if not cc or not shutil.which(cc):
         raise UserError("no C compiler found to build the recorder (cc, gcc or clang): install one "
                         "(e.g. apt install gcc) or set CC")
     return cc

@@ -695,6 +695,15 @@ SCHED2(bool, ggml_backend_sched_reserve)
 SCHED2(bool, ggml_backend_sched_alloc_graph)
 SCHED2(int, ggml_backend_sched_graph_compute_async)
 
+/* the weightless dry run of llama.cpp's parameter fitting: plan sizes only */
+AT_EXPORT void ggml_backend_sched_reserve_size(void *sched, void *graph, size_t *sizes) {
+    REAL(void, ggml_backend_sched_reserve_size, (void *, void *, size_t *));
+    unsigned long seq = call_begin("sched_reserve_size", sched, graph);
+    flush();
+    real_ggml_backend_sched_reserve_size(sched, graph, sizes);
+    call_end(seq, 1, NULL, NULL, 0);
+}
+
 /* ------------------------------------------------------------------ dlsym: ctypes and friends */
 static const struct { const char *name; void *fn; } HOOKS[] = {
     {"ggml_gallocr_new", (void *)ggml_gallocr_new},
@@ -710,6 +719,7 @@ static const struct { const char *name; void *fn; } HOOKS[] = {
     {"ggml_backend_sched_reserve", (void *)ggml_backend_sched_reserve},
     {"ggml_backend_sched_alloc_graph", (void *)ggml_backend_sched_alloc_graph},
     {"ggml_backend_sched_graph_compute_async", (void *)ggml_backend_sched_graph_compute_async},
+    {"ggml_backend_sched_reserve_size", (void *)ggml_backend_sched_reserve_size},
 };
 
 static void *self_dlsym(void *h, const char *name) {

@@ -21,7 +21,7 @@ from alloctrace.allocator.gallocr import BufferType, Gallocr
 from alloctrace.allocator.tensor import Graph, Tensor
 from alloctrace.traces.schema import GraphRecord, oom_of
 
-from .stream import INPUT, OUTPUT, PARAM, Call, Process
+from .stream import INPUT, OUTPUT, PARAM, Call, Process, RecordingError
 
 PROFILE = "ggml-head"
 MAX_MISMATCHES = 10  # kept per graph
@@ -91,11 +91,11 @@ class Replayer:
             self.models[serial] = m
         return m
 
-    def on_call(self, proc: Process, call: Call):
+    def on_call(self, proc: Process, call: Call, via: str | None = None):
         self._note_buffers(call)
         if call.kind.startswith("sched_"):
             for child in call.children:
-                self.on_call(proc, child)
+                self.on_call(proc, child, via=call.kind)
             return
         if call.kind not in ("reserve_n", "reserve_n_size", "alloc_graph"):
             return
@@ -103,7 +103,16 @@ class Replayer:
         if m is None:
             self.skipped.append(f"call {call.seq} ({call.kind}): its gallocr was created before recording began")
             return
-        self.graphs.append(self.replay(m, call))
+        try:
+            record = self.replay(m, call)
+        except ValueError as e:
+            if call.rc is not None:
+                raise RecordingError(f"call {call.seq} ({call.kind}): {e}") from None
+            self.skipped.append(f"call {call.seq} ({call.kind}): cut short by the program's death ({e})")
+            return
+        if via:
+            record.extra["via"] = via
+        self.graphs.append(record)
 
     def replay(self, m: _Model, call: Call) -> GraphRecord:
         g = m.galloc
