@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -11,7 +12,9 @@ from pathlib import Path
 from alloctrace.errors import UserError
 
 SOURCE = Path(__file__).with_name("recorder.c")
-CGRAPH_LEAFS = 40  # offset of ggml_cgraph.leafs in headers that also have grad_accs (late 2024 on)
+# ggml_cgraph.leafs: after nodes, grads and (since the tensor lost its grad member, late 2024) grad_accs
+CGRAPH_LEAFS = {True: 32, False: 40}
+TENSOR_GRAD = re.compile(rb"struct\s+ggml_tensor\s*\*\s*grad\s*;")
 
 
 def cache_dir() -> Path:
@@ -40,13 +43,13 @@ def compiler() -> str:
 def recorder_library(ggml_header: Path | None = None) -> Path:
     """The path of the built recorder, compiling it when this source (and header) has not been built yet."""
     src = SOURCE.read_bytes()
-    flags = ["-shared", "-fPIC", "-O2", "-fvisibility=hidden"]
+    flags = ["-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-D_GNU_SOURCE"]
     digest = hashlib.sha256(src)
     if ggml_header is not None:
         header = ggml_header.read_bytes()
         digest.update(header)
-        flags += ["-DAT_GGML_H", f"-DAT_CGRAPH_LEAFS={CGRAPH_LEAFS if b'grad_accs' in header else 32}",
-                  "-I", str(ggml_header.parent)]
+        flags += ["-DAT_GGML_H", f"-DAT_CGRAPH_LEAFS={CGRAPH_LEAFS[bool(TENSOR_GRAD.search(header))]}",
+                  "-I", str(ggml_header.parent), "-include", str(ggml_header.resolve())]
     digest.update(" ".join(flags).encode())
     out = cache_dir() / f"recorder-{digest.hexdigest()[:16]}.so"
     if out.exists():

@@ -14,7 +14,9 @@
  * Each thread composes its lines in its own buffer; a mutex orders whole chunks into the file; a crash
  * signal writes the pending chunk before the program dies.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,8 +31,7 @@
 #include <unistd.h>
 
 #ifdef AT_GGML_H
-#include <stddef.h>
-#include "ggml.h"
+#include <stddef.h> /* the user's ggml.h comes in with -include */
 #endif
 
 #define AT_EXPORT __attribute__((visibility("default")))
@@ -331,8 +332,13 @@ static bool pick_layout(const void *t) {
         return true;
     }
     layout_state = -1;
-    put("E layout ggml %s %s: no known struct ggml_tensor layout matches (%d candidates)", ver(),
-        G.commit ? G.commit() : "-", found);
+    put("E layout %s %s %d %s", ver(), G.commit ? G.commit() : "-", found,
+#ifdef AT_GGML_H
+        "ggml.h"
+#else
+        "builtin"
+#endif
+    );
     line_end();
     flush();
     return false;

@@ -99,6 +99,9 @@ class Replayer:
             return
         if call.kind not in ("reserve_n", "reserve_n_size", "alloc_graph"):
             return
+        if not call.dumped:
+            self.skipped.append(f"call {call.seq} ({call.kind}): its graph was not recorded")
+            return
         m = self._model(call)
         if m is None:
             self.skipped.append(f"call {call.seq} ({call.kind}): its gallocr was created before recording began")

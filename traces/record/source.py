@@ -18,6 +18,17 @@ NO_GGML = ("no ggml allocator calls were seen: is the program statically linked?
            "libraries: -DBUILD_SHARED_LIBS=ON")
 
 
+def unknown_layout(fields: list) -> str:
+    """`E layout VERSION COMMIT N_MATCHES FROM` as one message with the remedy."""
+    version, commit, source = fields[1], fields[2], fields[4] if len(fields) > 4 else "builtin"
+    what = f"ggml {version}" + (f" (commit {commit})" if commit not in ("-", "unknown") else "")
+    if source == "ggml.h":
+        return (f"unknown ggml struct layout: the ggml.h given with --ggml-include does not match the {what} "
+                "the program runs; point it at the header the program was built with")
+    return (f"unknown ggml struct layout for {what}: no struct ggml_tensor layout alloctrace knows (2024-02 to "
+            "today) matches; point --ggml-include at the ggml.h the program was built with")
+
+
 @dataclass
 class ImportedTrace:
     meta: TraceMeta
@@ -46,9 +57,11 @@ class RecordingSource:
         out = []
         for proc in procs:
             r = replayers.get(id(proc))
+            layout = [e.split() for e in proc.errors if e.startswith("layout ")]
+            if layout:
+                raise RecordingError(unknown_layout(layout[0]))
             if proc.errors and (r is None or not r.graphs):
-                raise RecordingError(f"{proc.errors[0]}: point --ggml-include at the ggml.h the program was "
-                                     "built with (ggml's include/ directory)")
+                raise RecordingError(f"the recorder could not read the program's graphs: {proc.errors[0]}")
             if r is None or not r.graphs:
                 continue
             base = name or Path(filename).name

@@ -63,6 +63,7 @@ class Call:
     obj: int  # the gallocr (or scheduler)
     graph: int
     parent: int
+    dumped: bool = False  # its graph was recorded (the recorder refuses unknown layouts)
     n_nodes: int = 0
     n_leafs: int = 0
     tensors: list = field(default_factory=list)
@@ -196,6 +197,7 @@ def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> li
                 if current is None:
                     raise ValueError("graph of an unknown call")
                 current.n_nodes, current.n_leafs = int(f[2]), int(f[3])
+                current.dumped = True
             elif kind == "i" or kind == "j":
                 ids = [int(x) for x in f[1:]]
                 if current is None:
