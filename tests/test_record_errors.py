@@ -165,3 +165,32 @@ def test_ggml_include_reads_tensors_with_the_users_header(tmp_path, capsys):
                  sys.executable, str(prog)]) == 2
     assert "does not match" in capsys.readouterr().err
     assert main(["record", "--ggml-include", str(tmp_path / "none"), "--", "true"]) == 2
+
+
+def _as_reference(text: str, seq: int, prev: int) -> str:
+    """Call `seq`'s graph written as the recorder writes a repeat of call `prev`'s."""
+    out, skipping = [], False
+    for ln in text.splitlines():
+        if ln.startswith(f"g {seq} "):
+            out.append(f"{ln} ={prev}")
+            skipping = True
+            continue
+        if skipping and ln[:1] in ("l", "n", "x", "i", "j") and ln[1:2] == " ":
+            continue
+        skipping = False
+        out.append(ln)
+    return "\n".join(out) + "\n"
+
+
+def test_a_repeated_graph_is_read_from_the_previous_dump():
+    """Call 4 (the re-plan inside alloc_graph 3) plans the very graph call 3 dumped."""
+    text = _as_reference(MLP, 4, 3)
+    assert len(text) < len(MLP)
+    before, after = graphs_of(MLP), graphs_of(text)
+    assert [(g.consistent, g.buffer_size, g.extra["replanned"]) for g in after] == \
+           [(g.consistent, g.buffer_size, g.extra["replanned"]) for g in before]
+
+
+def test_a_reference_to_a_graph_not_dumped_last_is_refused():
+    with pytest.raises(RecordingError, match="did not record last"):
+        read(_as_reference(MLP, 4, 1))

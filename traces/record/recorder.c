@@ -345,7 +345,7 @@ static bool pick_layout(const void *t) {
 }
 
 /* ------------------------------------------------------------------ buffer types and gallocrs */
-struct galloc_info { void *g; int n; void *bufts[MAX_BUFS]; };
+struct galloc_info { void *g; int n; void *bufts[MAX_BUFS]; uint64_t last_hash; unsigned long last_seq; };
 static struct galloc_info g_gallocs[256];
 static int g_n_gallocs;
 static void *g_bufts_seen[256];
@@ -373,6 +373,7 @@ static void new_galloc(void *g, void **bufts, int n) {
     if (!gi && g_n_gallocs < 256) gi = &g_gallocs[g_n_gallocs++];
     if (gi) {
         gi->g = g;
+        gi->last_hash = 0, gi->last_seq = 0;
         gi->n = n < MAX_BUFS ? n : MAX_BUFS;
         for (int i = 0; i < gi->n; i++) gi->bufts[i] = bufts[i];
     }
@@ -458,8 +459,16 @@ static void **graph_leafs(void *graph, int n_leafs) {
     return NULL;
 }
 
-/* the whole graph: nodes, leafs, then every other tensor they point at (sources, view sources) */
-static bool put_graph(void *graph, const struct galloc_info *gi, const int *node_ids, const int *leaf_ids) {
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull; /* FNV-1a */
+    return h;
+}
+
+/* the whole graph: nodes, leafs, then every other tensor they point at (sources, view sources).
+ * A graph identical to this gallocr's previous one (same tensors, same bytes up to the name, same buffer
+ * ids: llama.cpp rebuilds the same decode graph each token) is written as a reference to it. */
+static bool put_graph(void *graph, struct galloc_info *gi, const int *node_ids, const int *leaf_ids) {
     int n_nodes = F(graph, 4, int), n_leafs = F(graph, 8, int);
     if (G.graph_n_nodes && G.graph_n_nodes(graph) != n_nodes) {
         put("E graph: ggml_cgraph layout not recognised");
@@ -475,50 +484,56 @@ static bool put_graph(void *graph, const struct galloc_info *gi, const int *node
         line_end();
         return false;
     }
-    put("g %lu %d %d", cur_call(), n_nodes, n_leafs);
-    line_end();
     struct pset seen = {0};
     for (int i = 0; i < n_nodes; i++) pset_add(&seen, nodes[i]);
     for (int i = 0; i < n_leafs; i++) pset_add(&seen, leafs[i]);
-    for (int i = 0; i < n_leafs; i++) put_tensor('l', leafs[i], gi);
-    for (int i = 0; i < n_nodes; i++) put_tensor('n', nodes[i], gi);
     /* referenced tensors outside the graph, breadth first */
     void **queue = NULL;
     size_t qn = 0, qcap = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        int n = pass == 0 ? n_leafs : n_nodes;
-        void **ts = pass == 0 ? leafs : nodes;
-        for (int i = 0; i < n; i++) {
-            void **src = &F(ts[i], L.src, void *);
-            for (int j = 0; j <= MAX_SRC; j++) {
-                void *p = j < MAX_SRC ? src[j] : F(ts[i], L.view_src, void *);
-                if (pset_add(&seen, p)) {
-                    if (qn == qcap) {
-                        qcap = qcap ? qcap * 2 : 64;
-                        queue = realloc(queue, qcap * sizeof *queue);
-                    }
-                    queue[qn++] = p;
-                }
-            }
-        }
-    }
-    for (size_t q = 0; q < qn; q++) {
-        void *t = queue[q];
-        put_tensor('x', t, gi);
+    for (long k = 0; k < (long)n_leafs + n_nodes + (long)qn; k++) {
+        void *t = k < n_leafs ? leafs[k] : k < (long)n_leafs + n_nodes ? nodes[k - n_leafs]
+                                                                       : queue[k - n_leafs - n_nodes];
         void **src = &F(t, L.src, void *);
         for (int j = 0; j <= MAX_SRC; j++) {
             void *p = j < MAX_SRC ? src[j] : F(t, L.view_src, void *);
             if (pset_add(&seen, p)) {
                 if (qn == qcap) {
-                    qcap = qcap * 2;
-                    queue = realloc(queue, qcap * sizeof *queue);
+                    qcap = qcap ? qcap * 2 : 64;
+                    void **nq = realloc(queue, qcap * sizeof *queue);
+                    if (!nq) break;
+                    queue = nq;
                 }
                 queue[qn++] = p;
             }
         }
     }
-    free(queue);
     free(seen.v);
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = hash_bytes(h, &n_nodes, sizeof n_nodes);
+    h = hash_bytes(h, &n_leafs, sizeof n_leafs);
+    if (node_ids) h = hash_bytes(h, node_ids, sizeof(int) * (size_t)n_nodes);
+    if (leaf_ids) h = hash_bytes(h, leaf_ids, sizeof(int) * (size_t)n_leafs);
+    h = hash_bytes(h, &qn, sizeof qn);
+    for (long k = 0; k < (long)n_leafs + n_nodes + (long)qn; k++) {
+        void *t = k < n_leafs ? leafs[k] : k < (long)n_leafs + n_nodes ? nodes[k - n_leafs]
+                                                                       : queue[k - n_leafs - n_nodes];
+        h = hash_bytes(h, &t, sizeof t);
+        h = hash_bytes(h, t, (size_t)L.name_off + 64);
+    }
+    unsigned long seq = cur_call();
+    if (gi && gi->last_seq && gi->last_hash == h) {
+        put("g %lu %d %d =%lu", seq, n_nodes, n_leafs, gi->last_seq);
+        line_end();
+        free(queue);
+        return true;
+    }
+    if (gi) gi->last_hash = h, gi->last_seq = seq;
+    put("g %lu %d %d", seq, n_nodes, n_leafs);
+    line_end();
+    for (int i = 0; i < n_leafs; i++) put_tensor('l', leafs[i], gi);
+    for (int i = 0; i < n_nodes; i++) put_tensor('n', nodes[i], gi);
+    for (size_t q = 0; q < qn; q++) put_tensor('x', queue[q], gi);
+    free(queue);
     if (node_ids) {
         put("i");
         for (int i = 0; i < n_nodes; i++) put(" %d", node_ids[i]);

@@ -145,6 +145,7 @@ def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> li
     proc: Process | None = None
     open_calls: dict[int, Call] = {}
     current: Call | None = None  # the call the g/l/n/x/i/j lines belong to
+    last_dump: dict[int, Call] = {}  # per gallocr: the call whose graph a `g ... =SEQ` line repeats
 
     def finish(call: Call):
         parent = open_calls.get(call.parent)
@@ -171,7 +172,7 @@ def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> li
                 parts = line.split()
                 proc = Process(pid=int(parts[2]) if len(parts) > 2 else 0)
                 procs.append(proc)
-                open_calls, current = {}, None
+                open_calls, current, last_dump = {}, None, {}
                 continue
             if proc is None:
                 raise RecordingError("not a recording (no ATREC header)")
@@ -198,6 +199,13 @@ def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> li
                     raise ValueError("graph of an unknown call")
                 current.n_nodes, current.n_leafs = int(f[2]), int(f[3])
                 current.dumped = True
+                if len(f) > 4:  # the same graph as this gallocr's previous dump
+                    prev = last_dump.get(current.obj)
+                    if prev is None or f[4] != f"={prev.seq}":
+                        raise ValueError(f"graph repeats call {f[4][1:]}, which this gallocr did not record last")
+                    current.tensors, current.node_ids, current.leaf_ids = prev.tensors, prev.node_ids, prev.leaf_ids
+                else:
+                    last_dump[current.obj] = current
             elif kind == "i" or kind == "j":
                 ids = [int(x) for x in f[1:]]
                 if current is None:
