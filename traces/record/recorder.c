@@ -175,6 +175,7 @@ static void line_end(void) { put("\n"); }
 /* a crash (GGML_ASSERT aborts) writes this thread's pending lines, then dies as it would have */
 static struct sigaction old_sa[32];
 static void on_crash(int sig) {
+    if (t_len) open_stream();
     if (t_len && g_fd >= 0) write_all(g_fd, t_buf, t_len), t_len = 0;
     if (g_fd >= 0) {
         char m[32];
