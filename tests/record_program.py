@@ -2,10 +2,11 @@
 
     python record_program.py SPEC.json OUT.json
 
-SPEC: {"mode": "gallocr" | "two_types" | "sched", "programs": [...], "crash_after": k (optional)}.
+SPEC: {"mode": "gallocr" | "two_types" | "sched" | "threads", "programs": [...], "crash_after": k (optional)}.
 Each program's tensors are built as realggml does; then, per mode, allocated by one `ggml_gallocr_new`, by one
 `ggml_gallocr_new_n` over the CPU buffer type and a second type (alignment 64, max size 4096, its own name)
-with nodes and leafs spread over both, or by a `ggml_backend_sched`. OUT lists, per graph, every tensor's
+with nodes and leafs spread over both, or by a `ggml_backend_sched`; "threads" builds every program first,
+then allocates them from four threads at once, each with its own gallocr (ctypes releases the GIL). OUT lists, per graph, every tensor's
 address, data pointer and buffer as the program reads them back after allocation. With crash_after, the
 program dies of a GGML_ASSERT after that many graphs.
 """
@@ -80,9 +81,35 @@ def readback(real: RealSide) -> list:
     return out
 
 
+def threads(spec: dict, out_path: str):
+    import threading
+
+    cpu = cpu_buffer_type()
+    sides = [RealSide() for _ in spec["programs"]]
+    graphs = [build(side, decode(obj)) for side, obj in zip(sides, spec["programs"])]
+    results = [None] * len(graphs)
+    start = threading.Barrier(4)
+
+    def work(k0):
+        galloc = ggml.ggml_gallocr_new(cpu)
+        start.wait()
+        for k in range(k0, len(graphs), 4):
+            ok = ggml.ggml_gallocr_alloc_graph(galloc, graphs[k])
+            results[k] = {"ok": bool(ok), "tensors": readback(sides[k]), "thread": k0}
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    Path(out_path).write_text(json.dumps(results))
+
+
 def main(spec_path: str, out_path: str):
     spec = json.loads(Path(spec_path).read_text())
     mode = spec["mode"]
+    if mode == "threads":
+        return threads(spec, out_path)
     real = RealSide()  # its own gallocr goes unused: one allocator per mode below
     results = []
     cpu = cpu_buffer_type()

@@ -63,7 +63,7 @@ def import_into_store(store, recordings: list[Path], name: str) -> list[str]:
 
     ids = []
     for path in recordings:
-        ids += import_recording(store, path, name=name)
+        ids += import_recording(store, path, name=name, progress=sys.stderr.isatty())
     return ids
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable
 
+from alloctrace.traces.progress import Progress
 from alloctrace.traces.schema import GraphRecord, TraceMeta
 
 from .replay import PROFILE, Replayer
@@ -78,8 +79,24 @@ class RecordingSource:
         return out
 
 
-def import_recording(store, path: str | Path, *, name: str | None = None) -> list[str]:
+class _Counted:
+    """A file whose reading moves a progress bar."""
+
+    def __init__(self, f, bar: Progress):
+        self.f, self.bar, self.done = f, bar, 0
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self.f.readline(limit)
+        self.done += len(line)
+        self.bar.update(self.done)
+        return line
+
+
+def import_recording(store, path: str | Path, *, name: str | None = None, progress: bool = False) -> list[str]:
     """Store every trace of a recording file; returns the trace ids (the sources seam's import_file will do this)."""
+    path = Path(path)
+    bar = Progress(path.stat().st_size, f"replaying {path.name}", enabled=None if progress else False)
     with open(path, "rb") as f:
-        traces = RecordingSource().read(f, filename=str(path), name=name)
+        traces = RecordingSource().read(_Counted(f, bar), filename=str(path), name=name)
+    bar.close()
     return [store.add_trace(t.meta, t.graphs) for t in traces]
