@@ -138,6 +138,18 @@ static void flush(void) {
     t_len = 0;
 }
 
+/* at least n free bytes in this thread's buffer */
+static bool room(size_t n) {
+    if (t_buf && t_cap - t_len > n) return true;
+    size_t cap = t_cap ? t_cap * 2 : 1 << 16;
+    while (cap - t_len <= n) cap *= 2;
+    char *nb = realloc(t_buf, cap);
+    if (!nb) return false;
+    t_buf = nb;
+    t_cap = cap;
+    return true;
+}
+
 static void put(const char *fmt, ...) {
     for (;;) {
         size_t room = t_cap - t_len;
@@ -460,9 +472,16 @@ static void **graph_leafs(void *graph, int n_leafs) {
     return NULL;
 }
 
+/* FNV-1a over 8-byte words (the tail bytewise): only compares a graph with the previous one */
 static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull; /* FNV-1a */
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+    }
+    for (; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
 }
 
@@ -570,7 +589,7 @@ static void call_end(unsigned long seq, long rc, void *g, const size_t *sizes, i
         for (int i = 0; i < gi->n; i++) put(" %zu", G.get_buffer_size(g, i));
     }
     line_end();
-    flush();
+    if (t_depth == 0) flush(); /* the outermost call's end; a crash inside writes the pending lines itself */
 }
 
 
@@ -606,7 +625,6 @@ AT_EXPORT bool ggml_gallocr_reserve_n(void *g, void *graph, const int *node_ids,
     load_helpers();
     unsigned long seq = call_begin("reserve_n", g, graph);
     bool ok = put_graph(graph, galloc_of(g), node_ids, leaf_ids);
-    flush();
     bool rc = real_ggml_gallocr_reserve_n(g, graph, node_ids, leaf_ids);
     (void)ok;
     call_end(seq, rc, g, NULL, 0);
@@ -619,7 +637,6 @@ AT_EXPORT void ggml_gallocr_reserve_n_size(void *g, void *graph, const int *node
     load_helpers();
     unsigned long seq = call_begin("reserve_n_size", g, graph);
     put_graph(graph, galloc_of(g), node_ids, leaf_ids);
-    flush();
     real_ggml_gallocr_reserve_n_size(g, graph, node_ids, leaf_ids, sizes);
     struct galloc_info *gi = galloc_of(g);
     call_end(seq, 1, g, sizes, gi ? gi->n : 1);
@@ -645,7 +662,6 @@ AT_EXPORT bool ggml_gallocr_alloc_graph(void *g, void *graph) {
     load_helpers();
     unsigned long seq = call_begin("alloc_graph", g, graph);
     put_graph(graph, galloc_of(g), NULL, NULL);
-    flush();
     bool rc = real_ggml_gallocr_alloc_graph(g, graph);
     call_end(seq, rc, g, NULL, 0);
     return rc;
@@ -661,12 +677,28 @@ static bool known_buffer(void *p) {
     return false;
 }
 
+/* placements are the bulk of a long run's lines: formatted by hand, not by printf */
+static char *hex(char *o, uint64_t v) {
+    *o++ = '0', *o++ = 'x';
+    int shift = 60;
+    while (shift > 0 && !(v >> shift)) shift -= 4;
+    for (; shift >= 0; shift -= 4) *o++ = "0123456789abcdef"[(v >> shift) & 15];
+    return o;
+}
+
 static void put_place(char kind, void *t) {
     if (layout_state <= 0) return;
     void *buf = F(t, L.buffer, void *), *data = F(t, L.data, void *);
     void *base = buf && G.buffer_get_base ? G.buffer_get_base(buf) : NULL;
-    put("%c %lu %p %p %p %p", kind, cur_call(), t, buf, data, base);
-    line_end();
+    char line[128], *o = line;
+    int n = snprintf(o, 32, "%c %lu", kind, cur_call());
+    o += n;
+    const void *ps[4] = {t, buf, data, base};
+    for (int i = 0; i < 4; i++) *o++ = ' ', o = hex(o, (uint64_t)(uintptr_t)ps[i]);
+    *o++ = '\n';
+    if (!room((size_t)(o - line))) return;
+    memcpy(t_buf + t_len, line, (size_t)(o - line));
+    t_len += (size_t)(o - line);
 }
 
 AT_EXPORT int ggml_backend_tensor_alloc(void *buffer, void *tensor, void *addr) {
@@ -699,7 +731,6 @@ AT_EXPORT void *ggml_backend_buft_alloc_buffer(void *buft, size_t size) {
     put("B %lu %p %zu %p %p %zu", cur_call(), buft, size, b, b && G.buffer_get_base ? G.buffer_get_base(b) : NULL,
         b && G.buffer_get_size ? G.buffer_get_size(b) : 0);
     line_end();
-    flush();
     return b;
 }
 
@@ -708,7 +739,6 @@ AT_EXPORT void *ggml_backend_buft_alloc_buffer(void *buft, size_t size) {
     AT_EXPORT ret name(void *sched, void *graph) {                         \
         REAL(ret, name, (void *, void *));                                 \
         unsigned long seq = call_begin(#name + 13, sched, graph);          \
-        flush();                                                           \
         ret rc = real_##name(sched, graph);                                \
         call_end(seq, (long)rc, NULL, NULL, 0);                            \
         return rc;                                                         \
@@ -721,7 +751,6 @@ SCHED2(int, ggml_backend_sched_graph_compute_async)
 AT_EXPORT void ggml_backend_sched_reserve_size(void *sched, void *graph, size_t *sizes) {
     REAL(void, ggml_backend_sched_reserve_size, (void *, void *, size_t *));
     unsigned long seq = call_begin("sched_reserve_size", sched, graph);
-    flush();
     real_ggml_backend_sched_reserve_size(sched, graph, sizes);
     call_end(seq, 1, NULL, NULL, 0);
 }
