@@ -2,7 +2,8 @@
 
     python record_program.py SPEC.json OUT.json
 
-SPEC: {"mode": "gallocr" | "two_types" | "sched" | "threads", "programs": [...], "crash_after": k (optional)}.
+SPEC: {"mode": "gallocr" | "two_types" | "sched" | "threads", "programs": [...], "crash_after": k (optional),
+"bad_ids_at": k (optional, two_types: graph k's last node gets buffer id -1, an assert inside the allocator)}.
 Each program's tensors are built as realggml does; then, per mode, allocated by one `ggml_gallocr_new`, by one
 `ggml_gallocr_new_n` over the CPU buffer type and a second type (alignment 64, max size 4096, its own name)
 with nodes and leafs spread over both, or by a `ggml_backend_sched`; "threads" builds every program first,
@@ -135,6 +136,8 @@ def main(spec_path: str, out_path: str):
         elif mode == "two_types":
             g = gf.contents
             node_ids = (ctypes.c_int * max(1, g.n_nodes))(*[(i // 2) % 2 for i in range(g.n_nodes)])
+            if spec.get("bad_ids_at") == k:  # GGML_ASSERT(buffer_id >= 0) inside ggml_gallocr_reserve_n
+                node_ids[g.n_nodes - 1] = -1
             leaf_ids = (ctypes.c_int * max(1, g.n_leafs))(*[i % 2 for i in range(g.n_leafs)])
             ok = ggml.ggml_gallocr_reserve_n(galloc, gf, node_ids, leaf_ids) and ggml.ggml_gallocr_alloc_graph(galloc, gf)
         else:

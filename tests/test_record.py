@@ -29,11 +29,12 @@ RECORD_SETTINGS = dict(max_examples=4, deadline=None, derandomize=True, phases=(
                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
-def record(tmp: Path, mode: str, progs, *, crash_after=None, store=None):
+def record(tmp: Path, mode: str, progs, *, crash_after=None, bad_ids_at=None, store=None):
     """Run the program under `alloctrace record`; returns (exit status, recording or store, readback)."""
     tmp.mkdir(parents=True, exist_ok=True)
     spec, out = tmp / "spec.json", tmp / "out.json"
-    spec.write_text(json.dumps({"mode": mode, "programs": [encode(p) for p in progs], "crash_after": crash_after}))
+    spec.write_text(json.dumps({"mode": mode, "programs": [encode(p) for p in progs], "crash_after": crash_after,
+                                "bad_ids_at": bad_ids_at}))
     target = ["--store", str(store)] if store else ["-o", str(tmp / "rec.atrec")]
     rc = main(["record", *target, "--", sys.executable, str(PROGRAM), str(spec), str(out)])
     readback = json.loads(out.read_text()) if out.exists() else []
@@ -200,6 +201,21 @@ def test_crash_mid_run_keeps_everything_before_it(tmp_path):
     assert len(evals) == 2 and all(g["consistent"] for g in trace["graphs"])
     assert store.meta(summary["id"]).extra["recording"]["signal"] == signal.SIGABRT
     assert max(g["buffer_size"] for g in evals) == 64 * 4 * 2  # y and x are alive together, z reuses y
+
+
+def test_an_assert_inside_the_allocator_keeps_the_call_it_died_in(tmp_path):
+    """GGML_ASSERT(buffer_id >= 0) fires inside ggml_gallocr_reserve_n: the crash handler writes the pending
+    lines, so the third plan arrives whole, marked as the one the program died in."""
+    rc, path, readback = record(tmp_path, "two_types", [mlp(4), mlp(8), mlp(16)], bad_ids_at=2)
+    assert rc == 128 + signal.SIGABRT and len(readback) == 2
+    (trace,) = traces_of(path)
+    graphs = list(trace.graphs)
+    assert trace.report["signal"] == signal.SIGABRT
+    assert [g.consistent for g in graphs] == [True] * 4 + [False]
+    last = graphs[-1]
+    assert last.extra["call"] == "reserve_n" and last.extra["n_nodes"] == 6
+    assert "the program died inside this call" in last.extra["mismatches"]
+    assert any("buffer ids outside" in m for m in last.extra["mismatches"])
 
 
 def test_a_c_program_linked_against_ggml(tmp_path):
