@@ -50,11 +50,19 @@ def run(args) -> int:
             _write_output(result.recordings, Path(args.output))
             print(f"alloctrace: recording written to {args.output}", file=sys.stderr)
             return result.exit_status
-        name = args.name or os.path.basename(command[0])
+        name = args.name or program_name(command)
         store = open_store_from(args)
         ids = import_into_store(store, result.recordings, name)
     print(traces_table([store.summary(t) for t in ids]), file=sys.stderr)
     return result.exit_status
+
+
+def program_name(command: list[str]) -> str:
+    """The program's file name; through `env VAR=... PROGRAM`, PROGRAM's."""
+    words = command
+    if os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if "=" not in w and not w.startswith("-")] or words
+    return os.path.basename(words[0])
 
 
 def import_into_store(store, recordings: list[Path], name: str) -> list[str]:
