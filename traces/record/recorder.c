@@ -171,14 +171,17 @@ static void put(const char *fmt, ...) {
 }
 
 static void put_name(const char *s) {
-    put(" ");
-    for (; s && *s; s++) {
-        if (*s == '\\') put("\\\\");
-        else if (*s == '\n') put("\\n");
-        else if (*s == '\r') put("\\r");
-        else put("%c", *s);
+    size_t n = s ? strlen(s) : 0;
+    if (!room(2 * n + 2)) return;
+    char *o = t_buf + t_len;
+    *o++ = ' ';
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\\' || c == '\n' || c == '\r') *o++ = '\\', c = c == '\n' ? 'n' : c == '\r' ? 'r' : c;
+        *o++ = c;
     }
-    put("\n");
+    *o++ = '\n';
+    t_len = (size_t)(o - t_buf);
 }
 
 /* lines reach the file at call boundaries (flush), so a call's lines stay together */
@@ -212,8 +215,6 @@ __attribute__((constructor)) static void at_init(void) {
 __attribute__((destructor)) static void at_fini(void) { flush(); }
 
 /* ------------------------------------------------------------------ finding the real functions */
-static void *self_dlsym(void *h, const char *name);
-
 static void find_real_dlsym(void) {
     if (real_dlsym) return;
     static const char *vers[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0", NULL};
@@ -624,9 +625,8 @@ AT_EXPORT bool ggml_gallocr_reserve_n(void *g, void *graph, const int *node_ids,
     if (t_reserve.galloc == g && t_reserve.graph == graph) t_reserve.consumed = true;
     load_helpers();
     unsigned long seq = call_begin("reserve_n", g, graph);
-    bool ok = put_graph(graph, galloc_of(g), node_ids, leaf_ids);
+    put_graph(graph, galloc_of(g), node_ids, leaf_ids);
     bool rc = real_ggml_gallocr_reserve_n(g, graph, node_ids, leaf_ids);
-    (void)ok;
     call_end(seq, rc, g, NULL, 0);
     return rc;
 }
@@ -753,6 +753,21 @@ AT_EXPORT void ggml_backend_sched_reserve_size(void *sched, void *graph, size_t 
     unsigned long seq = call_begin("sched_reserve_size", sched, graph);
     real_ggml_backend_sched_reserve_size(sched, graph, sizes);
     call_end(seq, 1, NULL, NULL, 0);
+}
+
+/* ------------------------------------------------------------------ GGML_ASSERT */
+/* ggml_abort (GGML_ASSERT, GGML_ABORT) writes the pending lines first: a program may have replaced the
+ * SIGABRT handler. The message is formatted here and passed on as one string, so it prints the same. */
+AT_EXPORT __attribute__((noreturn)) void ggml_abort(const char *file, int line, const char *fmt, ...) {
+    REAL(void, ggml_abort, (const char *, int, const char *, ...));
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    flush();
+    real_ggml_abort(file, line, "%s", msg);
+    abort();
 }
 
 /* ------------------------------------------------------------------ dlsym: ctypes and friends */
