@@ -54,7 +54,13 @@ def recorder_library(ggml_header: Path | None = None) -> Path:
     out = cache_dir() / f"recorder-{digest.hexdigest()[:16]}.so"
     if out.exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:  # no writable cache (a read-only home): a per-user temporary directory
+        out = Path(tempfile.gettempdir()) / f"alloctrace-{os.getuid()}" / out.name
+        if out.exists():
+            return out
+        out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     cc = compiler()
     fd, tmp = tempfile.mkstemp(prefix=".recorder-", suffix=".so", dir=out.parent)
     os.close(fd)
