@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import zstandard
+
 from alloctrace.allocator import get_profile
 from alloctrace.allocator.gallocr import BufferType, Gallocr
 from alloctrace.allocator.tensor import Graph, Tensor
+from alloctrace.traces.columns import EncodedGraph, encode, pack
 from alloctrace.traces.schema import GraphRecord, oom_of
 
 from .stream import INPUT, OUTPUT, PARAM, Call, Process, RecordingError
@@ -64,7 +67,8 @@ class Replayer:
     def __init__(self, proc: Process):
         self.proc = proc
         self.models: dict[int, _Model] = {}  # by gallocr serial
-        self.graphs: list[GraphRecord] = []
+        self.graphs: list[EncodedGraph] = []  # stored form right away: a long run's events stay compressed
+        self._zc = zstandard.ZstdCompressor(level=3)
         self.skipped: list[str] = []
         self.n_placements = 0
         self.buffer_buft: dict[int, int] = {}  # every compute buffer ggml made -> its buffer type
@@ -115,7 +119,11 @@ class Replayer:
             return
         if via:
             record.extra["via"] = via
-        self.graphs.append(record)
+        strings, blobs = pack(*encode(record.events), self._zc.compress)
+        self.graphs.append(EncodedGraph(
+            index=record.index, role=record.role, n_events=len(record.events), max_size=record.max_size,
+            buffer_size=record.buffer_size, oom=record.oom, consistent=record.consistent, strings=strings,
+            blobs=blobs, extra=record.extra))
 
     def replay(self, m: _Model, call: Call) -> GraphRecord:
         g = m.galloc

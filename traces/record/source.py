@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable
 
+from alloctrace.traces.columns import EncodedGraph
 from alloctrace.traces.progress import Progress
 from alloctrace.traces.schema import GraphRecord, TraceMeta
 
@@ -33,7 +34,7 @@ def unknown_layout(fields: list) -> str:
 @dataclass
 class ImportedTrace:
     meta: TraceMeta
-    graphs: Iterable[GraphRecord]
+    graphs: Iterable[GraphRecord | EncodedGraph]
     report: dict = field(default_factory=dict)
 
 
