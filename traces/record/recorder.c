@@ -221,10 +221,13 @@ static void find_real_dlsym(void) {
     for (int i = 0; vers[i] && !real_dlsym; i++) real_dlsym = dlvsym(RTLD_NEXT, "dlsym", vers[i]);
 }
 
+static void *g_lib_base; /* where that library is mapped */
+
 static void lib_from_addr(void *p) {
     Dl_info info;
     if (g_lib || !p || !dladdr(p, &info) || !info.dli_fname) return;
     g_lib = dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
+    g_lib_base = info.dli_fbase;
 }
 
 static void *resolve(const char *name, void *own, void *caller) {
@@ -795,6 +798,8 @@ static void *self_dlsym(void *h, const char *name) {
     for (size_t i = 0; i < sizeof HOOKS / sizeof HOOKS[0]; i++)
         if (strcmp(HOOKS[i].name, name) == 0 && p != HOOKS[i].fn) {
             lib_from_addr(p); /* the library this handle reaches is the ggml in use */
+            Dl_info info;
+            if (!dladdr(p, &info) || info.dli_fbase != g_lib_base) return p; /* a second ggml: left alone */
             return HOOKS[i].fn;
         }
     return p;
