@@ -127,7 +127,7 @@ class Replayer:
 
     def replay(self, m: _Model, call: Call) -> GraphRecord:
         g = m.galloc
-        g.events = []
+        g.events, g.failed = [], None  # each call on its own: ggml's gallocr carries no failure over
         g.data, g.placement, g.buffer_of = {}, {}, {}
         problems: list[str] = []
         graph, by_ptr = build_graph(call)
