@@ -616,6 +616,10 @@ AT_EXPORT void *ggml_gallocr_new(void *buft) {
 AT_EXPORT void ggml_gallocr_free(void *g) {
     REAL(void, ggml_gallocr_free, (void *));
     if (g) {
+        pthread_mutex_lock(&g_mu);
+        struct galloc_info *gi = galloc_of(g);
+        if (gi) *gi = g_gallocs[--g_n_gallocs]; /* forget it: the table holds the live ones */
+        pthread_mutex_unlock(&g_mu);
         put("F %p", g);
         line_end();
         flush();
