@@ -258,7 +258,7 @@ static void *opt(const char *name) {
     return real_dlsym(g_lib, name);
 }
 
-static void load_helpers(void) {
+static void load_ggml_functions(void) {
     if (G.ready || !g_lib) return;
     G.version = (str_fn)opt("ggml_version");
     G.commit = (str_fn)opt("ggml_commit");
@@ -322,7 +322,7 @@ static const char *ver(void) { return G.version ? G.version() : "-"; }
 /* choose the layout on the first tensor seen: by version when ggml says it, else the one that checks out */
 static bool pick_layout(const void *t) {
     if (layout_state) return layout_state > 0;
-    load_helpers();
+    load_ggml_functions();
 #ifdef AT_GGML_H
     struct layout h = {"ggml.h", offsetof(struct ggml_tensor, type), offsetof(struct ggml_tensor, buffer),
                        offsetof(struct ggml_tensor, ne), offsetof(struct ggml_tensor, nb),
@@ -372,7 +372,7 @@ static void note_buft(void *buft) {
     for (int i = 0; i < g_n_bufts_seen; i++)
         if (g_bufts_seen[i] == buft) return;
     if (g_n_bufts_seen < 256) g_bufts_seen[g_n_bufts_seen++] = buft;
-    load_helpers();
+    load_ggml_functions();
     put("T %p %zu %zu", buft, G.buft_alignment ? G.buft_alignment(buft) : 0,
         G.buft_max_size ? G.buft_max_size(buft) : SIZE_MAX);
     put_name(G.buft_name ? G.buft_name(buft) : "?");
@@ -630,7 +630,7 @@ AT_EXPORT void ggml_gallocr_free(void *g) {
 AT_EXPORT bool ggml_gallocr_reserve_n(void *g, void *graph, const int *node_ids, const int *leaf_ids) {
     REAL(bool, ggml_gallocr_reserve_n, (void *, void *, const int *, const int *));
     if (t_reserve.galloc == g && t_reserve.graph == graph) t_reserve.consumed = true;
-    load_helpers();
+    load_ggml_functions();
     unsigned long seq = call_begin("reserve_n", g, graph);
     put_graph(graph, galloc_of(g), node_ids, leaf_ids);
     bool rc = real_ggml_gallocr_reserve_n(g, graph, node_ids, leaf_ids);
@@ -641,7 +641,7 @@ AT_EXPORT bool ggml_gallocr_reserve_n(void *g, void *graph, const int *node_ids,
 AT_EXPORT void ggml_gallocr_reserve_n_size(void *g, void *graph, const int *node_ids, const int *leaf_ids,
                                            size_t *sizes) {
     REAL(void, ggml_gallocr_reserve_n_size, (void *, void *, const int *, const int *, size_t *));
-    load_helpers();
+    load_ggml_functions();
     unsigned long seq = call_begin("reserve_n_size", g, graph);
     put_graph(graph, galloc_of(g), node_ids, leaf_ids);
     real_ggml_gallocr_reserve_n_size(g, graph, node_ids, leaf_ids, sizes);
@@ -655,7 +655,7 @@ AT_EXPORT bool ggml_gallocr_reserve(void *g, void *graph) {
     t_reserve.galloc = g, t_reserve.graph = graph, t_reserve.consumed = false;
     bool rc = real_ggml_gallocr_reserve(g, graph);
     if (!t_reserve.consumed) {
-        load_helpers();
+        load_ggml_functions();
         unsigned long seq = call_begin("reserve_n", g, graph);
         put_graph(graph, galloc_of(g), NULL, NULL);
         call_end(seq, rc, g, NULL, 0);
@@ -666,7 +666,7 @@ AT_EXPORT bool ggml_gallocr_reserve(void *g, void *graph) {
 
 AT_EXPORT bool ggml_gallocr_alloc_graph(void *g, void *graph) {
     REAL(bool, ggml_gallocr_alloc_graph, (void *, void *));
-    load_helpers();
+    load_ggml_functions();
     unsigned long seq = call_begin("alloc_graph", g, graph);
     put_graph(graph, galloc_of(g), NULL, NULL);
     bool rc = real_ggml_gallocr_alloc_graph(g, graph);
@@ -727,7 +727,7 @@ AT_EXPORT void *ggml_backend_buft_alloc_buffer(void *buft, size_t size) {
     REAL(void *, ggml_backend_buft_alloc_buffer, (void *, size_t));
     void *b = real_ggml_backend_buft_alloc_buffer(buft, size);
     if (!t_depth) return b; /* weights and probes: only buffers made inside allocator calls matter */
-    load_helpers();
+    load_ggml_functions();
     pthread_mutex_lock(&g_mu);
     note_buft(buft);
     if (b) {
