@@ -15,7 +15,7 @@ from alloctrace.errors import UserError
 
 MAGIC = b"ATREC 1"
 MAX_LINE = 1 << 24  # a graph line is short; a buffer-id line has one number per node
-MAX_TENSORS = 1 << 22  # per call
+MAX_TENSORS = 1 << 20  # per call (a 70B LLaMA graph has about 10,000)
 MAX_CALLS_OPEN = 4096
 
 GALLOC_CALLS = ("reserve_n", "reserve_n_size", "alloc_graph")
