@@ -1,10 +1,17 @@
 """ggml-head's graph allocator (`ggml_gallocr`): plan in offsets, then place tensors.
 
-`reserve` walks a graph and records a plan (chunk, offset per node and source);
-`alloc_graph` reuses the plan when the new graph fits it, as ggml does, and
-re-plans (printing why) when it does not.
+`reserve` walks a graph and records a plan (buffer, chunk, offset per node and
+source); `alloc_graph` reuses the plan when the new graph fits it, as ggml does,
+and re-plans (printing why) when it does not.
+
+A gallocr has n buffer types (`ggml_gallocr_new_n`): each node goes to the
+buffer its `node_buffer_ids` entry names (leafs: `leaf_buffer_ids`), each buffer
+type with its own alignment and maximum size. Buffer types that are the same
+object in ggml share one allocator and one buffer (`BufferType.key`).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from .dyn_tallocr import DynOutOfSpace, DynTallocr, SIZE_MAX
 from .events import Event
@@ -20,11 +27,22 @@ class _Stop(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class BufferType:
+    """One `ggml_backend_buffer_type` as the allocator sees it."""
+
+    name: str = "CPU"
+    alignment: int = 32
+    max_size: int = SIZE_MAX
+    key: object = None  # equal keys: the same buffer type object (shared allocator); None: distinct
+
+
 class _HashNode:
-    __slots__ = ("children", "views", "chunk", "offset", "allocated")
+    __slots__ = ("children", "views", "buffer_id", "chunk", "offset", "allocated")
 
     def __init__(self):
         self.children = self.views = 0
+        self.buffer_id = 0
         self.chunk, self.offset = 0, 0
         self.allocated = False
 
@@ -34,21 +52,35 @@ def is_view(t: Tensor) -> bool:
 
 
 class Gallocr:
-    """One `ggml_gallocr` with a single buffer type."""
+    """One `ggml_gallocr`: a single buffer type (`alignment`, `max_buffer_size`) or n `buffer_types`.
+
+    `alloc_size(tensor, buffer_id)` is what the buffer type allocates for a tensor
+    (`ggml_backend_buft_get_alloc_size`); by default its nbytes."""
 
     def __init__(self, profile: Profile, alignment: int | None = None, max_buffer_size: int = SIZE_MAX,
-                 buffer_type: str = "CPU", chunk_bases=None):
+                 buffer_type: str = "CPU", chunk_bases=None, buffer_types: list[BufferType] | None = None,
+                 alloc_size=None):
         self.profile = profile
-        self.dyn = DynTallocr(alignment or profile.alignment, max_buffer_size, profile.max_free_blocks)
-        self.buffer_type = buffer_type
+        if not buffer_types:
+            buffer_types = [BufferType(buffer_type, alignment or profile.alignment, max_buffer_size)]
+        self.buffer_types = list(buffer_types)
+        # buffer i uses the allocator and buffer of the first buffer with the same type object
+        self.owner = [next(j for j in range(i + 1) if j == i or (bt.key is not None and buffer_types[j].key == bt.key))
+                      for i, bt in enumerate(buffer_types)]
+        self.dyns = [DynTallocr(bt.alignment, bt.max_size, profile.max_free_blocks) if self.owner[i] == i else None
+                     for i, bt in enumerate(buffer_types)]
+        self.dyn = self.dyns[0]
+        self.buffer_type = self.buffer_types[0].name
+        self.alloc_size = alloc_size or (lambda t, buffer_id: t.nbytes)
         self.chunk_bases = chunk_bases or [0x7F0000000000 + (c << 36) for c in range(16)]
         self.events: list[Event] = []
         self.data: dict[Tensor, int] = {}  # addresses set by alloc_graph, as tensor->data
         self.placement: dict[Tensor, tuple[int, int]] = {}  # (chunk, offset) of own tensors and views
+        self.buffer_of: dict[Tensor, int] = {}  # the buffer id of each placed tensor
         self.node_allocs: list = []
         self.leaf_allocs: list = []
         self.n_nodes = self.n_leafs = 0
-        self.chunk_sizes: list[int] | None = None  # the vbuffer; None until first reserve
+        self.buffer_chunk_sizes: list[list[int] | None] = [None] * len(buffer_types)  # the vbuffers
         self.failed: Event | None = None
         self.graph_index = 0
         self._ht: dict[Tensor, _HashNode] = {}
@@ -59,8 +91,31 @@ class Gallocr:
         return self.data.get(t, t.data)
 
     @property
+    def n_buffers(self) -> int:
+        return len(self.buffer_types)
+
+    @property
+    def chunk_sizes(self) -> list[int] | None:
+        """Buffer 0's chunk sizes (None until its first reserve)."""
+        return self.buffer_chunk_sizes[0]
+
+    @property
     def buffer_size(self) -> int:
-        return sum(self.chunk_sizes) if self.chunk_sizes else 0
+        return sum(self.buffer_sizes())
+
+    def buffer_sizes(self) -> list[int]:
+        """ggml_gallocr_get_buffer_size for every buffer id: a shared buffer counts once."""
+        return [sum(self.buffer_chunk_sizes[i] or ()) if self.owner[i] == i else 0 for i in range(self.n_buffers)]
+
+    def planned_sizes(self) -> list[int]:
+        """What ggml_gallocr_reserve_n_size reports: each buffer's allocator high-water mark."""
+        return [sum(ch.max_size for ch in self.dyns[self.owner[i]].chunks) for i in range(self.n_buffers)]
+
+    def _dyn_of(self, buffer_id: int) -> DynTallocr:
+        return self.dyns[self.owner[buffer_id]]
+
+    def _base(self, buffer_id: int, chunk: int) -> int:
+        return self.chunk_bases[chunk] + (buffer_id << 40)
 
     def _emit(self, kind: str, **kw) -> Event:
         ev = Event(kind, graph=self.graph_index, node=self._node, **kw)
@@ -77,31 +132,40 @@ class Gallocr:
         return self.addr(t) != 0 or self._hn(t).allocated
 
     # --- allocation -------------------------------------------------------------------
-    def _alloc_bytes(self, node: Tensor, hn: _HashNode):
+    def _buf(self, buffer_id: int) -> dict:
+        """Event extra naming the buffer, only when there is more than one."""
+        return {"buffer": buffer_id} if self.n_buffers > 1 else {}
+
+    def _alloc_bytes(self, node: Tensor, hn: _HashNode, buffer_id: int):
+        dyn = self._dyn_of(buffer_id)
+        hn.buffer_id = buffer_id
         try:
-            chunk, block, off = self.dyn.alloc(node.nbytes)
+            chunk, block, off = dyn.alloc(self.alloc_size(node, buffer_id))
         except DynOutOfSpace as e:
-            self.failed = self._emit("oom", tensor=node.name, op=node.op, needed=e.needed, largest=e.largest)
+            self.failed = self._emit("oom", tensor=node.name, op=node.op, needed=e.needed, largest=e.largest,
+                                     extra=self._buf(buffer_id))
             raise _Stop from None
         hn.chunk, hn.offset = chunk, off
-        ev = self._emit("alloc", tensor=node.name, op=node.op, size=pad(node.nbytes, self.dyn.alignment),
-                        block=block, offset=off, chunk=chunk)
-        ev.n_free, ev.largest_free, ev.total_free = self.dyn.summary()
+        ev = self._emit("alloc", tensor=node.name, op=node.op, size=pad(self.alloc_size(node, buffer_id),
+                        dyn.alignment), block=block, offset=off, chunk=chunk, extra=self._buf(buffer_id))
+        ev.n_free, ev.largest_free, ev.total_free = dyn.summary()
 
-    def _free_bytes(self, chunk: int, offset: int, nbytes: int, who: str):
+    def _free_bytes(self, buffer_id: int, chunk: int, offset: int, nbytes: int, who: str):
         try:
-            self.dyn.free(chunk, offset, nbytes)
+            self._dyn_of(buffer_id).free(chunk, offset, nbytes)
         except OutOfFreeBlocks:
             self.failed = self._emit("abort", tensor=who, reason="out of free blocks")
             raise _Stop from None
 
     def _free_extra_space(self, node: Tensor, parent: Tensor):
-        p = self._hn(parent)
-        psize, nsize = pad(parent.nbytes, self.dyn.alignment), pad(node.nbytes, self.dyn.alignment)
+        p, hn = self._hn(parent), self._hn(node)
+        align = self._dyn_of(p.buffer_id).alignment
+        psize = pad(self.alloc_size(parent, p.buffer_id), align)
+        nsize = pad(self.alloc_size(node, hn.buffer_id), align)
         if psize > nsize:
             self._emit("free_extra", tensor=node.name, parent=parent.name, size=psize - nsize, chunk=p.chunk,
-                       offset=p.offset + nsize)
-            self._free_bytes(p.chunk, p.offset + nsize, psize - nsize, node.name)
+                       offset=p.offset + nsize, extra=self._buf(p.buffer_id))
+            self._free_bytes(p.buffer_id, p.chunk, p.offset + nsize, psize - nsize, node.name)
 
     def _reuse(self, node: Tensor, hn: _HashNode) -> bool:
         for parent in node.srcs:
@@ -119,56 +183,61 @@ class Gallocr:
                 continue
             if p.children == 1 and p.views == 0:
                 # a view is never "own" (views are not allocated), so only plain parents get here
-                self._emit("reuse", tensor=node.name, op=node.op, parent=parent.name, chunk=p.chunk, offset=p.offset)
-                hn.chunk, hn.offset = p.chunk, p.offset
+                self._emit("reuse", tensor=node.name, op=node.op, parent=parent.name, chunk=p.chunk, offset=p.offset,
+                           extra=self._buf(p.buffer_id))
+                hn.buffer_id, hn.chunk, hn.offset = p.buffer_id, p.chunk, p.offset
                 p.allocated = False
                 self._free_extra_space(node, parent)
                 return True
         return False
 
-    def _allocate_node(self, node: Tensor):
+    def _allocate_node(self, node: Tensor, buffer_id: int = 0):
         hn = self._hn(node)
-        if self._is_allocated(node) or is_view(node):
+        if self._is_allocated(node) or node.buffer or is_view(node):  # on a buffer already: not ours
             return
         hn.allocated = True
         if node.op in self.profile.inplace_ops and self._reuse(node, hn):
             return
-        self._alloc_bytes(node, hn)
+        self._alloc_bytes(node, hn, buffer_id)
 
     def _free_node(self, node: Tensor):
         if node.output:
             self._emit("not_freed", tensor=node.name)
             return
         hn = self._hn(node)
-        ch = self.dyn.chunks[hn.chunk]
-        ev = self._emit("free", tensor=node.name, op=node.op, size=node.nbytes, chunk=hn.chunk, offset=hn.offset,
-                        n_free_before=len(ch.sizes))
-        self._free_bytes(hn.chunk, hn.offset, node.nbytes, node.name)
+        dyn = self._dyn_of(hn.buffer_id)
+        ch = dyn.chunks[hn.chunk]
+        size = self.alloc_size(node, hn.buffer_id)
+        ev = self._emit("free", tensor=node.name, op=node.op, size=size, chunk=hn.chunk, offset=hn.offset,
+                        n_free_before=len(ch.sizes), extra=self._buf(hn.buffer_id))
+        self._free_bytes(hn.buffer_id, hn.chunk, hn.offset, size, node.name)
         hn.allocated = False
-        ev.n_free, ev.largest_free, ev.total_free = self.dyn.summary()
+        ev.n_free, ev.largest_free, ev.total_free = dyn.summary()
 
-    def _walk(self, graph: Graph):
+    def _walk(self, graph: Graph, node_ids=None, leaf_ids=None):
         self._ht = {}
         self._node = None
-        for leaf in graph.leafs:
-            self._allocate_node(leaf)
-        for node in graph.nodes:
+        for i, leaf in enumerate(graph.leafs):
+            self._allocate_node(leaf, leaf_ids[i] if leaf_ids else 0)
+        for i, node in enumerate(graph.nodes):
+            bid = node_ids[i] if node_ids else 0
             if is_view(node) and node.op != "NONE":
                 self._hn(node.view_src).views += 1
             if node.input:
-                self._allocate_node(node)
+                self._allocate_node(node, bid)
             for src in node.srcs:
                 if src is None:
                     continue
                 self._hn(src).children += 1
                 if src.input:
-                    self._allocate_node(src)
+                    self._allocate_node(src, bid)
         for i, node in enumerate(graph.nodes):
             self._node = i
+            bid = node_ids[i] if node_ids else 0
             for parent in node.srcs:
                 if parent is not None:
-                    self._allocate_node(parent)
-            self._allocate_node(node)
+                    self._allocate_node(parent, bid)
+            self._allocate_node(node, bid)
             hn = self._hn(node)
             place = (hn.chunk, hn.offset) if hn.allocated else (None, None)
             self._emit("exec", tensor=node.name, op=node.op_desc, srcs=[s.name if s else None for s in node.srcs],
@@ -198,31 +267,39 @@ class Gallocr:
         if t is None or t.view_src is not None or self.addr(t) != 0:
             return NO_ALLOC
         hn = self._hn(t)
-        return (0, (hn.chunk, hn.offset), t.nbytes)
+        return (hn.buffer_id, (hn.chunk, hn.offset), self.alloc_size(t, hn.buffer_id))
 
-    def reserve(self, graph: Graph, graph_index: int | None = None) -> bool:
-        """ggml_gallocr_reserve: plan the graph and grow the buffer if the plan needs more."""
+    def reserve(self, graph: Graph, graph_index: int | None = None, node_buffer_ids=None, leaf_buffer_ids=None,
+                no_alloc: bool = False) -> bool:
+        """ggml_gallocr_reserve_n: plan the graph and grow each buffer the plan needs more of.
+        `no_alloc` (reserve_n_size): plan only; a buffer that would grow is dropped instead."""
         if graph_index is not None:
             self.graph_index = graph_index
         if self.failed:
             return False
-        self.dyn.reset()
+        for dyn in self.dyns:
+            if dyn is not None:
+                dyn.reset()
         try:
-            self._walk(graph)
+            self._walk(graph, node_buffer_ids, leaf_buffer_ids)
         except _Stop:
             self._node = None
             return False
         self.node_allocs = [(self._talloc(n), [self._talloc(s) for s in n.srcs]) for n in graph.nodes]
         self.leaf_allocs = [self._talloc(l) for l in graph.leafs]
         self.n_nodes, self.n_leafs = graph.n_nodes, graph.n_leafs
-        new_sizes = [ch.max_size for ch in self.dyn.chunks]
-        cur = self.chunk_sizes
-        realloc = cur is None or any(n > (cur[c] if c < len(cur) else 0) for c, n in enumerate(new_sizes))
-        if realloc:
-            cur_size = sum(cur) if cur else 0
-            if cur_size > 0:
-                self._emit("buffer", reason=self.buffer_type, size=sum(new_sizes), extra={"from": cur_size})
-            self.chunk_sizes = new_sizes
+        for i, dyn in enumerate(self.dyns):
+            if dyn is None:
+                continue
+            new_sizes = [ch.max_size for ch in dyn.chunks]
+            cur = self.buffer_chunk_sizes[i]
+            realloc = cur is None or any(n > (cur[c] if c < len(cur) else 0) for c, n in enumerate(new_sizes))
+            if realloc:
+                cur_size = sum(cur) if cur else 0
+                if cur_size > 0:
+                    self._emit("buffer", reason=self.buffer_types[i].name, size=sum(new_sizes),
+                               extra={"from": cur_size, **self._buf(i)})
+                self.buffer_chunk_sizes[i] = None if no_alloc else new_sizes
         return True
 
     def _valid(self, t: Tensor, talloc) -> bool:
@@ -230,7 +307,7 @@ class Gallocr:
         if self.addr(t) == 0 and t.view_src is None:
             if talloc[0] < 0:
                 return False
-            size = t.nbytes
+            size = self.alloc_size(t, talloc[0])
         return talloc[2] >= size
 
     def needs_realloc(self, graph: Graph) -> str | None:
@@ -256,6 +333,8 @@ class Gallocr:
         why = self.needs_realloc(graph)
         if why:
             self._emit("realloc", reason=why)
+            if self.n_buffers > 1:  # ggml: "cannot reallocate multi buffer graph automatically, call reserve"
+                return False
             if not self.reserve(graph):
                 return False
         else:
@@ -273,10 +352,14 @@ class Gallocr:
         if t.view_src is not None:
             if self.addr(t) == 0 and t.view_src in self.placement:
                 c, o = self.placement[t.view_src]
+                b = self.buffer_of[t.view_src]
                 self.placement[t] = (c, o + t.view_offs)
-                self.data[t] = self.chunk_bases[c] + o + t.view_offs
+                self.buffer_of[t] = b
+                self.data[t] = self._base(b, c) + o + t.view_offs
             return
         if self.addr(t) == 0 and talloc[0] >= 0:
             c, o = talloc[1]
+            b = self.owner[talloc[0]]
             self.placement[t] = (c, o)
-            self.data[t] = self.chunk_bases[c] + o
+            self.buffer_of[t] = b
+            self.data[t] = self._base(b, c) + o

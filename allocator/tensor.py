@@ -33,6 +33,7 @@ class Tensor:
     output: bool = False
     param: bool = False
     data: int = 0  # address; non-zero before allocation means "allocated elsewhere"
+    buffer: int = 0  # a backend buffer the tensor is on before allocation (also "not the allocator's")
     op_desc: str = ""  # ggml_op_desc: GELU for UNARY(GELU) and so on
     index: int = -1  # position in its graph's nodes or leafs
 

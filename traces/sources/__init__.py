@@ -36,6 +36,8 @@ def register(source: Source) -> Source:
 def registered() -> list[Source]:
     """The sources in the order they are asked: the registered ones, then the ggml log fallback."""
     from .ggml_log import SOURCE as ggml_log
+    if not _builtins_registered:
+        _register_builtins()
     return [*_SOURCES, ggml_log]
 
 
@@ -112,11 +114,15 @@ def _accepted(fn, options: dict) -> dict:
     return {k: v for k, v in options.items() if k in params}
 
 
+_builtins_registered = False
+
+
 def _register_builtins():
+    """The sources that ship with alloctrace (on first use: they import this package's base module)."""
+    global _builtins_registered
+    _builtins_registered = True
+    from ..record.source import SOURCE as recording
     from ..torch.source import SOURCE as torch
     from .jsonl import SOURCE as jsonl
-    register(jsonl)
-    register(torch)
-
-
-_register_builtins()
+    for source in (jsonl, torch, recording):
+        register(source)

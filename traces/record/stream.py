@@ -1,0 +1,255 @@
+"""Read a recording: the line stream `recorder.c` writes (format in docs/record.md).
+
+`read_processes` yields one `Process` per `ATREC` header; each process's allocator
+calls arrive through `Process.calls` as they finish (their `R` line), so a long
+run is replayed call by call instead of being held in memory. Calls a crash cut
+short come last, with `rc=None`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+from alloctrace.traces.errors import UserError
+
+MAGIC = b"ATREC 1"
+MAX_LINE = 1 << 24  # a graph line is short; a buffer-id line has one number per node
+MAX_TENSORS = 1 << 20  # per call (a 70B LLaMA graph has about 10,000)
+MAX_CALLS_OPEN = 4096
+
+GALLOC_CALLS = ("reserve_n", "reserve_n_size", "alloc_graph")
+INPUT, OUTPUT, PARAM = 1, 2, 4
+
+
+class RecordingError(UserError):
+    pass
+
+
+@dataclass(slots=True)
+class TensorRec:
+    """One tensor as the recorder read it (pointers as ints, 0 for NULL)."""
+
+    kind: str  # "l" leaf, "n" node, "x" referenced from the graph but in neither list
+    ptr: int
+    type: str
+    op: str
+    desc: str
+    flags: int
+    ne: tuple
+    nb: tuple
+    nbytes: int
+    data: int
+    buffer: int
+    view_src: int
+    view_offs: int
+    srcs: list
+    alloc_sizes: tuple  # per buffer id, only when a buffer type pads beyond nbytes
+    name: str
+
+
+@dataclass
+class BufferType:
+    ptr: int
+    alignment: int
+    max_size: int
+    name: str
+
+
+@dataclass
+class Call:
+    seq: int
+    kind: str  # reserve_n | reserve_n_size | alloc_graph | sched_reserve | sched_alloc_graph | ...
+    obj: int  # the gallocr (or scheduler)
+    graph: int
+    parent: int
+    dumped: bool = False  # its graph was recorded (the recorder refuses unknown layouts)
+    n_nodes: int = 0
+    n_leafs: int = 0
+    tensors: list = field(default_factory=list)
+    node_ids: list | None = None
+    leaf_ids: list | None = None
+    rc: int | None = None  # None: the program died inside the call
+    sizes: list = field(default_factory=list)  # after the call: ggml_gallocr_get_buffer_size per id (or reserve_n_size's)
+    placements: list = field(default_factory=list)  # (kind P|V, tensor, buffer, data, base)
+    buffers: list = field(default_factory=list)  # (buft, size, buffer, base, real size) made inside the call
+    children: list = field(default_factory=list)  # finished calls made from inside this one
+
+
+@dataclass
+class Process:
+    pid: int
+    bufts: dict = field(default_factory=dict)  # ptr -> BufferType
+    gallocs: dict = field(default_factory=dict)  # ptr -> (serial, [buft ptr, ...]); freed ones dropped
+    ggml: dict = field(default_factory=dict)  # version, commit, layout
+    errors: list = field(default_factory=list)
+    signal: int | None = None  # the program died of this signal
+    program: dict = field(default_factory=dict)  # from the runner's Z line: argv, exit status
+    n_gallocs: int = 0
+
+
+def _int(tok: str) -> int:
+    if tok == "(nil)":
+        return 0
+    return int(tok, 16) if tok.startswith("0x") else int(tok)
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+    out, i = [], 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            out.append({"n": "\n", "r": "\r"}.get(s[i + 1], s[i + 1]))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def parse_tensor(line: str) -> TensorRec:
+    f = line.split(" ")
+    if len(f) < 21:
+        raise ValueError("short tensor line")
+    n_src = int(f[19])
+    k = 20 + n_src
+    n_sizes = int(f[k])
+    alloc_sizes = tuple(int(x) for x in f[k + 1:k + 1 + n_sizes])
+    name = " ".join(f[k + 1 + n_sizes:])
+    return TensorRec(
+        kind=f[0], ptr=_int(f[1]), type=f[2], op=f[3], desc=f[4], flags=int(f[5]),
+        ne=tuple(int(x) for x in f[6:10]), nb=tuple(int(x) for x in f[10:14]), nbytes=int(f[14]),
+        data=_int(f[15]), buffer=_int(f[16]), view_src=_int(f[17]), view_offs=int(f[18]),
+        srcs=[_int(x) for x in f[20:20 + n_src]], alloc_sizes=alloc_sizes, name=_unescape(name))
+
+
+def _lines(stream: BinaryIO, max_bytes: int) -> Iterator[tuple[int, str]]:
+    total = 0
+    for no, raw in enumerate(iter(lambda: stream.readline(MAX_LINE + 1), b""), 1):
+        total += len(raw)
+        if total > max_bytes:
+            raise RecordingError(f"recording larger than {max_bytes:,} bytes")
+        if len(raw) > MAX_LINE:
+            raise RecordingError(f"line {no}: longer than {MAX_LINE:,} bytes")
+        if not raw.endswith(b"\n"):
+            break  # the last line of a killed program may be cut: keep what is whole
+        yield no, raw[:-1].decode("utf-8", "replace")
+
+
+def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> list[Process]:
+    """Parse the stream; `on_call(process, call)` gets every finished top-level call in order.
+    Calls made inside another recorded call are attached to it as `children` instead."""
+    procs: list[Process] = []
+    proc: Process | None = None
+    open_calls: dict[int, Call] = {}
+    current: Call | None = None  # the call the g/l/n/x/i/j lines belong to
+    last_dump: dict[int, Call] = {}  # per gallocr: the call whose graph a `g ... =SEQ` line repeats
+
+    def finish(call: Call):
+        parent = open_calls.get(call.parent)
+        if parent is not None:
+            parent.children.append(call)
+        else:
+            on_call(proc, call)
+
+    def close_process():
+        # calls still open: the program died inside them; innermost first
+        for seq in sorted(open_calls, reverse=True):
+            finish(open_calls.pop(seq))
+
+    for no, line in _lines(stream, max_bytes):
+        if not line:
+            continue
+        kind = line[0]
+        try:
+            if line.startswith("ATREC "):
+                if proc is not None:
+                    close_process()
+                if not line.startswith(MAGIC.decode()):
+                    raise RecordingError(f"line {no}: unsupported recording version {line!r}")
+                parts = line.split()
+                proc = Process(pid=int(parts[2]) if len(parts) > 2 else 0)
+                procs.append(proc)
+                open_calls, current, last_dump = {}, None, {}
+                continue
+            if proc is None:
+                raise RecordingError("not a recording (no ATREC header)")
+            f = line.split(" ")
+            if kind in "lnx" and len(f) > 1:
+                if current is None:
+                    raise ValueError("tensor outside a call")
+                if len(current.tensors) >= MAX_TENSORS:
+                    raise RecordingError(f"line {no}: more than {MAX_TENSORS:,} tensors in one graph")
+                current.tensors.append(parse_tensor(line))
+            elif kind == "P" or kind == "V":
+                call = open_calls.get(int(f[1]))
+                if call is not None:
+                    call.placements.append((kind, _int(f[2]), _int(f[3]), _int(f[4]), _int(f[5])))
+            elif kind == "C":
+                call = Call(seq=int(f[1]), kind=f[2], obj=_int(f[3]), graph=_int(f[4]), parent=int(f[5]))
+                if len(open_calls) >= MAX_CALLS_OPEN:
+                    raise RecordingError(f"line {no}: more than {MAX_CALLS_OPEN} calls open at once")
+                open_calls[call.seq] = call
+                current = call
+            elif kind == "g":
+                current = open_calls.get(int(f[1]))
+                if current is None:
+                    raise ValueError("graph of an unknown call")
+                current.n_nodes, current.n_leafs = int(f[2]), int(f[3])
+                current.dumped = True
+                if len(f) > 4:  # the same graph as this gallocr's previous dump
+                    prev = last_dump.get(current.obj)
+                    if prev is None or f[4] != f"={prev.seq}":
+                        raise ValueError(f"graph repeats call {f[4][1:]}, which this gallocr did not record last")
+                    current.tensors, current.node_ids, current.leaf_ids = prev.tensors, prev.node_ids, prev.leaf_ids
+                else:
+                    last_dump[current.obj] = current
+            elif kind == "i" or kind == "j":
+                ids = [int(x) for x in f[1:]]
+                if current is None:
+                    raise ValueError("buffer ids outside a call")
+                if kind == "i":
+                    current.node_ids = ids
+                else:
+                    current.leaf_ids = ids
+            elif kind == "R":
+                call = open_calls.pop(int(f[1]), None)
+                if call is not None:
+                    call.rc = int(f[2])
+                    call.sizes = [int(x) for x in f[3:]]
+                    finish(call)
+                current = None
+            elif kind == "B":
+                call = open_calls.get(int(f[1]))
+                rec = (_int(f[2]), int(f[3]), _int(f[4]), _int(f[5]), int(f[6]))
+                if call is not None:
+                    call.buffers.append(rec)
+            elif kind == "T":
+                proc.bufts[_int(f[1])] = BufferType(_int(f[1]), int(f[2]), int(f[3]), _unescape(" ".join(f[4:])))
+            elif kind == "N":
+                n = int(f[2])
+                proc.n_gallocs += 1
+                proc.gallocs[_int(f[1])] = (proc.n_gallocs - 1, [_int(x) for x in f[3:3 + n]])
+            elif kind == "F":
+                proc.gallocs.pop(_int(f[1]), None)
+            elif kind == "H":
+                proc.ggml = {"version": f[2], "commit": f[3], "layout": f[5] if len(f) > 5 else "?"}
+            elif kind == "E":
+                proc.errors.append(line[2:])
+            elif kind == "X":
+                proc.signal = int(f[1])
+            elif kind == "Z":
+                proc.program = json.loads(line[2:])
+            else:
+                raise ValueError(f"unknown line kind {kind!r}")
+        except RecordingError:
+            raise
+        except (ValueError, IndexError, json.JSONDecodeError) as e:
+            raise RecordingError(f"recording line {no}: {e}: {line[:120]!r}") from None
+    if proc is not None:
+        close_process()
+    if not procs:
+        raise RecordingError("not a recording (no ATREC header)")
+    return procs
