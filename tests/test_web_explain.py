@@ -1,6 +1,6 @@
 """The peak, size-attribution and sweep panels in a real headless Chromium against a real server.
 
-Numbers on screen are checked against the API's answers and against the shapes of the
+Screenshots go to test-artifacts/explain-*.png. Numbers on screen are checked against the API's answers and against the shapes of the
 gpt-2 fixture model (n_embd 128): the n_batch 64 measure peaks in the MLP, two f32
 tensors of 4 * n_embd * 64 * 4 bytes.
 """
@@ -21,6 +21,7 @@ from alloctrace.traces.store import open_store
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 DATA = Path(__file__).resolve().parent / "data" / "explain"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 MLP = 4 * 128 * 64 * 4
@@ -74,6 +75,11 @@ def page(browser):
     assert errors == [], f"JavaScript errors: {errors}"
 
 
+def shot(page, name):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"explain-{name}.png"), full_page=True)
+
+
 def api(server, path):
     r = httpx.get(server["base"] + path, timeout=60)
     assert r.status_code == 200, r.text
@@ -110,6 +116,7 @@ def test_peak_panel_highlights_a_family_on_the_map(server, page):
     assert sorted(shapes) == sorted([[t["y0"], t["y0"] + t["bytes"], t["start"], t["end"]] for t in mine])
     page.wait_for_selector("#event-table tr.selected")
     assert int(page.get_attribute("#event-table tr.selected", "data-i")) == peak["peak"]["event"]
+    shot(page, "peak")
 
 
 def test_peak_panel_on_the_failing_70b_eval(server, page):
@@ -148,6 +155,7 @@ def test_waterfall_beside_the_first_divergence(server, page):
     assert shapes == ["attribution:REPEAT"]
     total = page.locator("#attribution-summary strong")
     assert total.get_attribute("title") == f"{att['delta']:,} B"
+    shot(page, "attribution")
 
 
 def test_sweep_page_from_the_replay_page(server, page):
@@ -174,3 +182,5 @@ def test_sweep_page_from_the_replay_page(server, page):
     assert page.get_attribute("#result", "data-selected") == "result_w1"
     assert page.locator("#sweep-table tbody tr.selected").count() == 4
     assert "result_w1 dominates 4 of 4 points" in page.locator("#sweep-selection").inner_text()
+    assert "preset=llama2-70b" in page.url and "n_ctx=256%2C512" in page.url  # the URL holds the sweep
+    shot(page, "sweep")

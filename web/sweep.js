@@ -34,7 +34,7 @@ function draw(points, key, ring) {
     line: { color: opColor(`sweep:${name}`), dash: ["solid", "dash", "dot", "dashdot"][k % 4], width: 2 },
     marker: { size: ps.map((p) => (p.oom ? 13 : 9)), symbol: ps.map((p) => (p.oom ? "x" : "circle")),
       color: ps.map((p) => (p.oom ? theme.bad : opColor(`sweep:${name}`))),
-      line: { width: ps.map((p) => (ring && dominant(p) === ring ? 3 : 0)), color: theme.ink } },
+      line: { width: ps.map((p) => (ring && dominant(p) === ring ? 2.5 : 0)), color: theme.accent } },
     customdata: ps.map((p) => [fmtBytes(p.max_size), exactBytes(p.max_size), plotText(famText(p)), p.oom ? "out of space" : "fits"]),
     hovertemplate: `${key} %{x}: %{customdata[0]} (%{customdata[1]}), %{customdata[3]}<br>dominant: %{customdata[2]}<extra>%{fullData.name}</extra>`,
   }));
