@@ -25,7 +25,8 @@ from alloctrace.server.torch_api import is_torch_trace as torch_page_for, router
 from alloctrace.server.upload import UploadError
 
 COOKIE = "alloctrace_token"
-PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html"}
+PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html",
+         "/torch": "torch.html"}
 
 
 def _not_found_type():

@@ -1,4 +1,5 @@
-"""HTTP for PyTorch snapshots: upload, summary, timeline, state, peak, OOM card, entries, diff, the page.
+"""HTTP for PyTorch snapshots: upload, summary, timeline, state, peak, OOM card, entries, diff.
+(The /torch page is served with the other pages by server/app.py.)
 
 Views are built from a per-device cache (columns and derived arrays, a state
 index with checkpoints), so a dashboard asking again and again costs little;
@@ -12,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import JSONResponse
 
 from alloctrace.traces.errors import UserError
 from alloctrace.server import upload
@@ -207,12 +208,3 @@ def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotat
 def _ref(ref: str) -> tuple[str, int]:
     tid, _, d = ref.partition(":")
     return tid, int(d or 0)
-
-
-@router.get("/torch", include_in_schema=False)
-def torch_page(request: Request):
-    web = request.app.state.web_dir
-    if web is None or not (web / "torch.html").is_file():
-        return JSONResponse({"detail": "page torch.html is not installed"}, status_code=404)
-    return FileResponse(web / "torch.html", media_type="text/html; charset=utf-8",
-                        headers={"Cache-Control": "no-cache"})

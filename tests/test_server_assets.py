@@ -34,6 +34,27 @@ def test_pages_name_versioned_assets_that_are_immutable(client):
             assert r.content == (WEB / url.rsplit("/", 1)[1]).read_bytes()
 
 
+@pytest.mark.parametrize("route, module", [("/", "home.js"), ("/diff", "diff.js"), ("/replay", "replay.js"),
+                                           ("/sweep", "sweep.js"), ("/torch", "torch.js")])
+def test_every_page_loads_its_module_from_a_versioned_url(client, route, module):
+    page = client.get(route)
+    assert page.status_code == 200 and page.headers["cache-control"] == "no-cache"
+    version = client.app.state.assets.version
+    scripts = re.findall(r'<script[^>]*src="([^"]+)"', page.text)
+    assert f"/static/{version}/{module}" in scripts
+    assert all(s.startswith((f"/static/{version}/", "/vendor/")) for s in scripts), scripts
+
+
+def test_modules_import_each_other_relatively_and_every_page_is_in_the_header():
+    """A module imported by an absolute /static/ path would load unversioned (and twice: a second instance)."""
+    for js in WEB.glob("*.js"):
+        specs = re.findall(r'^\s*(?:import|export)\b[^;]*?\bfrom\s+"([^"]+)"', js.read_text(), re.M | re.S)
+        assert all(s.startswith("./") for s in specs), (js.name, specs)
+    nav = re.findall(r'href: "(/[a-z]*)"', (WEB / "common.js").read_text())
+    from alloctrace.server.app import PAGES
+    assert {"/", "/replay", "/sweep", "/torch"} <= set(nav) <= set(PAGES)
+
+
 def test_the_version_is_a_digest_of_the_files(tmp_path):
     web = tmp_path / "web"
     web.mkdir()

@@ -1,6 +1,6 @@
 """The peak, size-attribution and sweep panels in a real headless Chromium against a real server.
 
-Numbers on screen are checked against the API's answers and against the shapes of the
+Screenshots go to test-artifacts/explain-*.png. Numbers on screen are checked against the API's answers and against the shapes of the
 gpt-2 fixture model (n_embd 128): the n_batch 64 measure peaks in the MLP, two f32
 tensors of 4 * n_embd * 64 * 4 bytes.
 """
@@ -21,6 +21,7 @@ from alloctrace.traces.store import open_store
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 DATA = Path(__file__).resolve().parent / "data" / "explain"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 MLP = 4 * 128 * 64 * 4
@@ -74,6 +75,11 @@ def page(browser):
     assert errors == [], f"JavaScript errors: {errors}"
 
 
+def shot(page, name):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"explain-{name}.png"), full_page=True)
+
+
 def api(server, path):
     r = httpx.get(server["base"] + path, timeout=60)
     assert r.status_code == 200, r.text
@@ -88,7 +94,7 @@ def test_peak_panel_highlights_a_family_on_the_map(server, page):
     page.wait_for_selector("#map[data-ready='1']", timeout=30000)
     # the summary shows the mark in binary units with the exact bytes on hover
     mark = page.locator("#peak-summary .bytes").first
-    assert mark.get_attribute("title") == f"{peak['peak']['bytes']:,} bytes" == "360,976 bytes"
+    assert mark.get_attribute("title") == f"{peak['peak']['bytes']:,} B" == "360,976 B"
     assert mark.inner_text() == "353 KiB"
     rows = page.locator("#peak-table tbody tr")
     assert rows.count() == len(peak["families"])
@@ -101,7 +107,7 @@ def test_peak_panel_highlights_a_family_on_the_map(server, page):
     assert page.get_attribute("#peak", "data-selected") == "MUL_MAT"
     assert "selected" in page.get_attribute("#peak-table tr[data-family='MUL_MAT']", "class")
     sel = page.locator("#peak-selection")
-    assert sel.locator(".bytes").get_attribute("title") == f"{MLP:,} bytes"
+    assert sel.locator(".bytes").get_attribute("title") == f"{MLP:,} B"
     assert "1 tensor" in sel.inner_text()
     # the map outlines exactly that family's live tensors at their offsets, and the page jumps to the peak
     shapes = page.evaluate("""() => (document.getElementById('map').layout.shapes || [])
@@ -110,6 +116,7 @@ def test_peak_panel_highlights_a_family_on_the_map(server, page):
     assert sorted(shapes) == sorted([[t["y0"], t["y0"] + t["bytes"], t["start"], t["end"]] for t in mine])
     page.wait_for_selector("#event-table tr.selected")
     assert int(page.get_attribute("#event-table tr.selected", "data-i")) == peak["peak"]["event"]
+    shot(page, "peak")
 
 
 def test_peak_panel_on_the_failing_70b_eval(server, page):
@@ -121,7 +128,7 @@ def test_peak_panel_on_the_failing_70b_eval(server, page):
     assert "result_w3" in fail.inner_text()
     titles = [fail.locator(".bytes").nth(i).get_attribute("title") for i in range(3)]
     f = peak["failure"]
-    assert titles == [f"{f['needed']:,} bytes", f"{f['free']:,} bytes", f"{f['largest_hole']:,} bytes"]
+    assert titles == [f"{f['needed']:,} B", f"{f['free']:,} B", f"{f['largest_hole']:,} B"]
     assert f["free"] >= f["needed"] > f["largest_hole"]
     page.locator("#peak-table tbody tr").first.click()
     first = peak["families"][0]["family"]
@@ -143,11 +150,12 @@ def test_waterfall_beside_the_first_divergence(server, page):
     page.locator("#attribution-table tr[data-family='REPEAT']").click()
     assert page.get_attribute("#attribution", "data-selected") == "REPEAT"
     status = page.locator("#attribution-selection .bytes")
-    assert [status.nth(i).get_attribute("title") for i in range(2)] == ["0 bytes", f"{MLP:,} bytes"]
+    assert [status.nth(i).get_attribute("title") for i in range(2)] == ["0 B", f"{MLP:,} B"]
     shapes = page.evaluate("() => document.getElementById('attribution-chart').layout.shapes.map(s => s.name)")
     assert shapes == ["attribution:REPEAT"]
     total = page.locator("#attribution-summary strong")
-    assert total.get_attribute("title") == f"{att['delta']:,} bytes"
+    assert total.get_attribute("title") == f"{att['delta']:,} B"
+    shot(page, "attribution")
 
 
 def test_sweep_page_from_the_replay_page(server, page):
@@ -169,8 +177,10 @@ def test_sweep_page_from_the_replay_page(server, page):
     assert lines == [[prof, [256, 512], [p["max_size"] for p in got if p["profile"] == prof]]
                      for prof in ("ggml-2023-08-16", "ggml-2023-08-28")]
     hover = page.evaluate("() => document.getElementById('sweep-chart').data[0].customdata[1]")
-    assert hover[1] == f"{got[1]['max_size']:,} bytes" and "result_w1" in hover[2]
+    assert hover[1] == f"{got[1]['max_size']:,} B" and "result_w1" in hover[2]
     page.locator("#sweep-table button.family[data-family='result_w1']").first.click()
     assert page.get_attribute("#result", "data-selected") == "result_w1"
     assert page.locator("#sweep-table tbody tr.selected").count() == 4
     assert "result_w1 dominates 4 of 4 points" in page.locator("#sweep-selection").inner_text()
+    assert "preset=llama2-70b" in page.url and "n_ctx=256%2C512" in page.url  # the URL holds the sweep
+    shot(page, "sweep")

@@ -191,3 +191,112 @@ export async function replay(request) {
   return { traceId: (r.measure && r.measure.trace_id) || (body.traces[0] && body.traces[0].id),
     measure: r.measure || {}, eval: r.eval || {}, firstDivergence: r.first_divergence || null, reused: !!body.reused };
 }
+
+// --- peak and sweep (docs/explain.md) -------------------------------------------------------------------
+/**
+ * What is live at a graph's high-water mark. peak: {event (null: nothing allocated), bytes, tensor,
+ * live_bytes}; families: [{family, tensors, bytes, share, first_node, last_node}] largest first;
+ * fragmentation: {free_below_peak, largest_hole}; failure: null or {event, tensor, needed, largest, free,
+ * largest_hole}; tensors: [{tensor, family, op, bytes, offset, chunk, y0 (offset on the map), start, end}].
+ */
+export async function peak(id, g) {
+  const p = await call(`${url.graph(id, g)}/peak`);
+  const f = p.failure;
+  return { peak: p.peak || { event: null }, families: p.families || [], tensors: p.tensors || [],
+    fragmentation: p.fragmentation || { free_below_peak: 0, largest_hole: 0 },
+    failure: f ? { ...f, largest: f.largest_available ?? f.largest } : null };
+}
+
+/**
+ * One replay per (profile, n_ctx, n_batch): request {preset, profile, n_ctx, n_batch, metal_concurrency}
+ * (profile, n_ctx, n_batch comma-separated). points: [{profile, n_ctx, n_batch, max_size (null: refused),
+ * oom (boolean), top_families: [{family, bytes}], error}]; oomOnset: [{profile, n_ctx, n_batch, oom: Oom|null}]
+ * (the first failing point per profile).
+ */
+export async function sweep(request) {
+  const q = new URLSearchParams();
+  for (const k of ["preset", "profile", "n_ctx", "n_batch", "metal_concurrency"]) {
+    if (request[k] !== undefined && request[k] !== null && request[k] !== "") q.set(k, request[k]);
+  }
+  const s = await call(`/api/sweep?${q}`);
+  return { points: (s.points || []).map((p) => ({ ...p, top_families: p.top_families || [] })),
+    oomOnset: (s.oom_onset || []).map((o) => ({ ...o, oom: oom(o.oom) })) };
+}
+
+// --- PyTorch snapshots (docs/torch.md) ----------------------------------------------------------------------
+// Fields are passed on as the server names them (snake_case); each function lists the ones pages read.
+const torchTrace = (id) => `/api/torch/traces/${enc(id)}`;
+const torchDevice = (id, d) => `${torchTrace(id)}/devices/${enc(d)}`;
+const withSkip = (q, skip) => { if (skip !== null && skip !== undefined) q.set("skip", skip); return q; };
+
+/** Timeline request sizes (prefetch.js asks for the same first view). */
+export const TORCH_TIMELINE = { max_points: 800, max_bands: 120 };
+
+export const torchUrl = {
+  trace: torchTrace,
+  /** The first timeline (no window, no skip): what the page draws first. */
+  timeline: (id, d, { x0, x1, skip } = {}) => {
+    const q = new URLSearchParams({ max_points: TORCH_TIMELINE.max_points, max_bands: TORCH_TIMELINE.max_bands });
+    if (x0 !== undefined && x0 !== null) { q.set("x0", x0); q.set("x1", x1); }
+    return `${torchDevice(id, d)}/timeline?${withSkip(q, skip)}`;
+  },
+};
+
+/**
+ * Upload a snapshot (.pickle, .gz, .zst). Resolves to the stored traces [{id, name, source, devices}].
+ */
+export async function uploadSnapshot(file) {
+  const form = new FormData();
+  form.append("file", file, file.name);
+  return (await call("/api/torch/traces", { method: "POST", body: form })).traces || [];
+}
+
+/**
+ * A snapshot's summary: {id, name, devices: [{device, n_events, peak_requested, peak_requested_event,
+ * peak_reserved, n_segments, n_stacks, trace_matches_snapshot, trace_complete, oom_events: [entry]}]}.
+ */
+export function torchSummary(id) { return call(torchTrace(id)); }
+
+/**
+ * Active memory over entries x0..x1: {x0, x1, n_events, grid, allocated_max, reserved_max, bands: [{x, base,
+ * size, alloc, free, site, meta}], omitted_allocations, annotations: [{kind, name, x0, x1}]}.
+ */
+export function torchTimeline(id, d, win = {}) { return call(torchUrl.timeline(id, d, win)); }
+
+/** One entry with its stack: {i, size, site, meta, addr, stream, frames: [{name, filename, line}]}. */
+export async function torchEntry(id, d, k, skip = null) {
+  const q = withSkip(new URLSearchParams({ start: k, limit: 1, frames: "true" }), skip);
+  return ((await call(`${torchDevice(id, d)}/entries?${q}`)).entries || [])[0] || null;
+}
+
+/**
+ * The OOM card or null: {event, requested, allocated, reserved, cached, largest_free: {large, small},
+ * device_free, cache_releases: [{segments, bytes, first, end}], meta, site, holders: [{bytes, share, count, site}]}.
+ */
+export async function torchOom(id, d, skip = null) {
+  return (await call(`${torchDevice(id, d)}/oom?${withSkip(new URLSearchParams(), skip)}`)).oom || null;
+}
+
+/** Live allocations at the peak: {event, peak_requested, live_allocations, by_call_site: [{bytes, share, count, site}]}. */
+export function torchPeak(id, d, skip = null) {
+  return call(`${torchDevice(id, d)}/peak?${withSkip(new URLSearchParams(), skip)}`);
+}
+
+/**
+ * Segments and blocks after `event` entries: {event, truncated, totals: {segments, reserved, allocated,
+ * requested, cached, pending_free, largest_free: {large, small}}, next: {action, size}|null, segments: [{pool,
+ * size, blocks: [{state, offset, size, site, alloc}]}]}.
+ */
+export function torchState(id, d, event, skip = null) {
+  const q = withSkip(new URLSearchParams({ event, max_blocks: 20000 }), skip);
+  return call(`${torchDevice(id, d)}/state?${q}`);
+}
+
+/**
+ * Two snapshots (refs ID or ID:DEVICE): {a, b: {name, peak_requested, peak_reserved}, delta_requested,
+ * decomposition: {resized: {bytes, count, changed}, only_a: {bytes}, only_b: {bytes}}, reserved:
+ * {delta_peak_reserved, delta_requested_peak}, by_call_site: [{a_bytes, b_bytes, delta, a_count, b_count, site}],
+ * alignment: {paired, same_sequence, first_divergence, in_order, only_a, only_b, same_size, grew, shrank,
+ * size_ratio: {median}, sequence: {index, a_bytes, b_bytes}|null}}.
+ */
+export function torchDiff(a, b) { return call(`/api/torch/diff?a=${enc(a)}&b=${enc(b)}`); }

@@ -114,7 +114,7 @@ export function plotTheme() {
   const css = getComputedStyle(document.documentElement);
   const v = (name) => css.getPropertyValue(name).trim();
   return { paper: v("--panel"), plot: v("--plot-bg"), ink: v("--ink"), muted: v("--muted"), grid: v("--grid"),
-    label: v("--label-bg"), accent: v("--accent"), bad: v("--bad"), warn: v("--warn") };
+    label: v("--label-bg"), accent: v("--accent"), bad: v("--bad"), warn: v("--warn"), good: v("--good") };
 }
 
 // --- page frame ----------------------------------------------------------------------------------------
@@ -122,6 +122,8 @@ export function plotTheme() {
 export const NAV = [
   { key: "home", href: "/", text: "Traces" },
   { key: "replay", href: "/replay", text: "Replay" },
+  { key: "sweep", href: "/sweep", text: "Sweep" },
+  { key: "torch", href: "/torch", text: "PyTorch" },
 ];
 
 /** The page header with the current section highlighted, and upload by dropping a file anywhere. */

@@ -65,10 +65,12 @@ function defaultRange(nA, nB, shiftB, ea) {
 async function main() {
   if (!refA || !refB) {
     for (const n of document.querySelectorAll("main > section")) n.hidden = true;
+    $("attribution").closest("section").hidden = true;
     showError($("divergence"), "This page compares two graphs: open it as /diff?a=ID:GRAPH&b=ID:GRAPH.");
     return;
   }
   loading($("divergence"), "Comparing the two runs…");
+  loading($("attribution"), "Attributing the size difference…");
   let diff, ta, tb;
   try {
     [diff, ta, tb] = await Promise.all([getDiff(`${refA.id}:${refA.g}`, `${refB.id}:${refB.g}`),
@@ -76,6 +78,8 @@ async function main() {
   } catch (e) {
     for (const n of document.querySelectorAll("main > section")) n.hidden = true;
     loaded($("divergence"));
+    loaded($("attribution"));
+    $("attribution").closest("section").hidden = true;
     showError($("divergence"), e);
     return;
   }

@@ -370,6 +370,13 @@ export class MemoryMap {
     });
   }
 
+  /** Draw extra shapes over the map (display x, i.e. event index + shift); they survive re-fetches. */
+  setOverlay(shapes) {
+    this.extraShapes = shapes;
+    if (!this.div._fullLayout) return Promise.resolve();
+    return Plotly.relayout(this.div, { shapes: this.layout(true).shapes });
+  }
+
   /** Show x range [a, b] (used to keep two maps aligned, and to jump to an event). */
   setXRange(range) {
     this.syncing = true;

@@ -1,4 +1,4 @@
-// Starts the trace and diff views' first API requests while Plotly.js is still being parsed: a classic
+// Starts the trace, diff and PyTorch views' first API requests while Plotly.js is still being parsed: a classic
 // script, run before it, that adds <link rel="preload" as="fetch"> for the URLs the page's modules will
 // ask for (api.js builds the same URLs), so the browser answers their fetch() from the preload.
 (function () {
@@ -18,6 +18,9 @@
     urls = ["/api/diff?a=" + enc(a[0] + ":" + a[1]) + "&b=" + enc(b[0] + ":" + b[1]), "/api/traces/" + enc(a[0]),
       graph(a[0], a[1]) + "/memory-map?max_shapes=" + shapes, graph(b[0], b[1]) + "/memory-map?max_shapes=" + shapes];
     if (b[0] !== a[0]) urls.push("/api/traces/" + enc(b[0]));
+  } else if (location.pathname === "/torch" && q.get("id") && !q.get("a")) {
+    var base = "/api/torch/traces/" + enc(q.get("id"));  // api.js torchSummary() and torchUrl.timeline()
+    urls = [base, base + "/devices/" + enc(Number(q.get("device") || 0)) + "/timeline?max_points=800&max_bands=120"];
   }
   urls.forEach(function (u) {
     var link = document.createElement("link");

@@ -1,271 +1,256 @@
-// PyTorch snapshots: timeline (server-side level of detail), state at any entry, OOM card, peak, diff.
-// Self-contained: names from snapshots are always text, never markup.
+// PyTorch snapshots: the list (upload, compare), one snapshot (timeline with server-side level of detail, the
+// allocator state at any entry, the OOM card, the peak by call site) and the diff of two. Names from snapshots
+// are data: always text, never markup.
+import { listTraces, uploadSnapshot, torchSummary, torchTimeline, torchEntry, torchOom, torchPeak, torchState,
+  torchDiff } from "./api.js";
+import { $, el, clear, enc, bytesEl, fmtBytes, fmtInt, topNav, nameColor, plotConfig, plotTheme, loading, loaded,
+  urlParam, FREE_COLOR } from "./common.js";
+import { plotText, byteTicks } from "./memmap.js";
 
-const $ = (id) => document.getElementById(id);
-const enc = encodeURIComponent;
-const params = new URLSearchParams(location.search);
-
-async function api(path, init) {
-  const pre = window.__torchPrefetch || {};
-  const early = !init && pre[path];
-  if (early) delete pre[path];
-  const r = early ? await early : await fetch(path, init);
-  let body = null;
-  try { body = await r.json(); } catch (_) { body = null; }
-  if (!r.ok) throw new Error((body && typeof body.detail === "string") ? body.detail : `${r.status} ${r.statusText}`);
-  return body;
-}
-
-function el(tag, attrs = {}, ...kids) {
-  const n = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k === "class") n.className = v;
-    else if (k.startsWith("on")) n.addEventListener(k.slice(2), v);
-    else n.setAttribute(k, String(v));
-  }
-  for (const c of kids.flat()) if (c !== null && c !== undefined) n.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return n;
-}
-const clear = (n) => { while (n.firstChild) n.removeChild(n.firstChild); return n; };
-
-const UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
-function fmtBytes(x) {
-  if (x === null || x === undefined) return "–";
-  let v = Math.abs(Number(x)), u = 0;
-  while (v >= 1024 && u < UNITS.length - 1) { v /= 1024; u++; }
-  const s = u === 0 ? String(v) : v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2);
-  return `${Number(x) < 0 ? "-" : ""}${s} ${UNITS[u]}`;
-}
-const bytes = (x) => el("span", { title: `${Number(x).toLocaleString("en-US")} bytes` }, fmtBytes(x));
-const int = (x) => (x === null || x === undefined ? "–" : Number(x).toLocaleString("en-US"));
 const fact = (k, v) => el("div", {}, el("dt", {}, k), el("dd", {}, v));
-const status = (msg, bad) => { const s = $("status"); s.textContent = msg || ""; s.className = bad ? "status error" : "status"; };
+const pct = (share) => `${(share * 100).toFixed(1)}%`;
+const setStatus = (msg, bad) => { const s = $("status"); s.textContent = msg || ""; s.className = bad ? "status error" : "status"; };
+const BLOCK_COLORS = { allocated: "#4c78a8", pending_free: "#f58518", free: "#54a24b" };
 
-const PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d", "#eeca3b",
-  "#ff9da6", "#79706e", "#5b8ff9", "#8c6d31", "#2ca02c", "#d62728", "#9467bd", "#17becf"];
-function color(name) {
-  let h = 0; const s = String(name);
-  for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) >>> 0;
-  return PALETTE[h % PALETTE.length];
-}
+/** A table of rows of cells (strings or nodes); `numeric` lists the right-aligned columns; the last is a call site. */
 function table(head, rows, numeric = []) {
   return el("table", { class: "data" },
     el("thead", {}, el("tr", {}, head.map((h, i) => el("th", { class: numeric.includes(i) ? "num" : null }, h)))),
     el("tbody", {}, rows.map((r) => el("tr", {}, r.map((c, i) => el("td", { class: numeric.includes(i) ? "num" : (i === r.length - 1 ? "site" : null) }, c))))));
 }
 
-// ---------------------------------------------------------------------------------------- home
+/** Plotly's layout frame in the page's theme. */
+function themed(theme, layout) {
+  const axis = { gridcolor: theme.grid, zeroline: false, color: theme.muted };
+  return { paper_bgcolor: theme.paper, plot_bgcolor: theme.plot, font: { family: "system-ui, sans-serif", size: 12, color: theme.ink },
+    ...layout, xaxis: { ...axis, ...layout.xaxis }, yaxis: { ...axis, ...layout.yaxis } };
+}
+/** The largest number in some arrays (nulls count as 0; no spread, so long arrays are fine). */
+const most = (...arrays) => arrays.reduce((m, a) => a.reduce((x, y) => Math.max(x, y || 0), m), 1);
+const bytesAxis = (top) => { const t = byteTicks(0, Math.max(1, top), 6); return { tickvals: t.tickvals, ticktext: t.ticktext }; };
+
+// ---------------------------------------------------------------------------------------- the list
 async function home() {
   $("home").hidden = false;
-  const { traces } = await api("/api/traces");
-  const mine = traces.filter((t) => t.source === "torch");
+  loading($("list"), "Loading the snapshots…");
+  const mine = (await listTraces()).filter((t) => t.source === "torch");
+  loaded($("list"));
   const list = clear($("list"));
   if (!mine.length) list.append(el("p", { class: "empty" }, "No snapshots yet."));
   else list.append(table(["name", "devices", "entries", "peak requested", "peak reserved", "OOM"],
     mine.map((t) => [el("a", { href: `/torch?id=${enc(t.id)}` }, t.name), String(t.graphs.length),
-      int(t.graphs.reduce((s, g) => s + g.n_events, 0)), bytes(Math.max(...t.graphs.map((g) => g.max_size || 0))),
-      bytes(Math.max(...t.graphs.map((g) => g.buffer_size || 0))), t.graphs.some((g) => g.oom) ? "yes" : "–"]), [2, 3, 4]));
+      fmtInt(t.graphs.reduce((s, g) => s + g.n_events, 0)), bytesEl(Math.max(...t.graphs.map((g) => g.max_size || 0))),
+      bytesEl(Math.max(...t.graphs.map((g) => g.buffer_size || 0))), t.graphs.some((g) => g.oom) ? "yes" : "–"]), [2, 3, 4]));
   for (const sel of [$("diff-a"), $("diff-b")]) {
     clear(sel);
-    mine.forEach((t) => sel.append(el("option", { value: t.id }, `${t.name} (${t.id})`)));
+    for (const t of mine) sel.append(el("option", { value: t.id }, `${t.name} (${t.id})`));
   }
   if (mine.length > 1) $("diff-b").selectedIndex = 1;
-  $("diff-form").onsubmit = (e) => { e.preventDefault(); location.href = `/torch?a=${enc($("diff-a").value)}&b=${enc($("diff-b").value)}`; };
-  $("upload-form").onsubmit = async (e) => {
+  $("diff-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    location.assign(`/torch?a=${enc($("diff-a").value)}&b=${enc($("diff-b").value)}`);
+  });
+  $("upload-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const f = $("upload-file").files[0];
     if (!f) return;
-    const form = new FormData(); form.append("file", f);
-    status("Uploading…");
-    try {
-      const r = await api("/api/torch/traces", { method: "POST", body: form });
-      location.href = `/torch?id=${enc(r.traces[0].id)}`;
-    } catch (err) { status(err.message, true); }
-  };
+    setStatus("Uploading…");
+    try { location.assign(`/torch?id=${enc((await uploadSnapshot(f))[0].id)}`); } catch (err) { setStatus(err.message, true); }
+  });
 }
 
-// ---------------------------------------------------------------------------------------- one trace
-const view = { id: null, d: 0, info: null, skip: null, peakEvent: 0 };
-const base = () => `/api/torch/traces/${enc(view.id)}/devices/${view.d}`;
-const skipQ = () => (view.skip === null ? "" : `skip=${enc(view.skip)}`);
+// ---------------------------------------------------------------------------------------- one snapshot
+/** One device of one snapshot: its views share the frames to skip and the peak entry. */
+class SnapshotView {
+  constructor(id, d, dev) {
+    this.id = id; this.d = d; this.dev = dev; this.skip = null; this.peakEvent = dev.peak_requested_event || 0;
+  }
+
+  async timeline(x0, x1) {
+    const t = await torchTimeline(this.id, this.d, { x0: x0 === undefined ? undefined : Math.max(0, Math.floor(x0)),
+      x1: x1 === undefined ? undefined : Math.ceil(x1), skip: this.skip });
+    const theme = plotTheme();
+    const traces = [{ x: t.grid, y: t.allocated_max, name: "allocated (all)", type: "scatter", mode: "lines",
+      line: { color: FREE_COLOR, width: 1 }, fill: "tozeroy", fillcolor: "rgba(142,150,163,0.25)", hoverinfo: "x+y" },
+    { x: t.grid, y: t.reserved_max, name: "reserved", type: "scatter", mode: "lines", line: { color: theme.bad, width: 1, dash: "dot" } }];
+    for (const b of t.bands) {
+      const top = b.base.map((v) => v + b.size);
+      const text = `${fmtBytes(b.size)} · entries ${b.alloc}–${b.free ?? "end"} · ${b.site}${b.meta ? ` · ${b.meta}` : ""}`;
+      traces.push({ x: b.x.concat(b.x.slice().reverse()), y: b.base.concat(top.reverse()), type: "scatter", mode: "lines",
+        fill: "toself", fillcolor: nameColor(b.site), line: { width: 0.5, color: theme.paper }, showlegend: false,
+        hoveron: "fills", name: "", customdata: [b.alloc], text: plotText(text), hoverinfo: "text" });
+    }
+    const shapes = [], annotations = [];
+    t.annotations.forEach((a, i) => {
+      const ext = a.kind === "annotation";  // record_function ranges; the others are user metadata
+      shapes.push({ type: "rect", xref: "x", yref: "paper", x0: a.x0, x1: a.x1, y0: ext ? 0.94 : 0.88, y1: ext ? 1.0 : 0.94,
+        fillcolor: ext ? `rgba(76,120,168,${i % 2 ? 0.22 : 0.34})` : `rgba(238,202,59,${i % 2 ? 0.25 : 0.4})`, line: { width: 0 }, layer: "below" });
+      annotations.push({ x: (a.x0 + a.x1) / 2, y: ext ? 0.97 : 0.91, xref: "x", yref: "paper", text: plotText(a.name), showarrow: false,
+        font: { size: 10, color: theme.ink }, hovertext: plotText(`${a.name}: entries ${a.x0}–${a.x1}`) });
+    });
+    const top = most(t.reserved_max, t.allocated_max);
+    const layout = themed(theme, { margin: { l: 80, r: 20, t: 10, b: 40 }, xaxis: { title: { text: "trace entry" }, tickformat: ",d" },
+      yaxis: { title: { text: "bytes" }, rangemode: "tozero", ...bytesAxis(top * 1.05) }, shapes, annotations, hovermode: "closest",
+      showlegend: true, legend: { orientation: "h", y: -0.15 }, uirevision: "keep" });
+    if (x0 !== undefined) layout.xaxis.range = [x0, x1];
+    const div = $("timeline");
+    await Plotly.react(div, traces, layout, plotConfig());
+    Object.assign(div.dataset, { bands: String(t.bands.length), x0: String(t.x0), x1: String(t.x1), ready: "1" });
+    $("timeline-note").textContent = `Entries ${fmtInt(t.x0)}–${fmtInt(t.x1)} of ${fmtInt(t.n_events)}; ${t.bands.length} largest allocations drawn, ${fmtInt(t.omitted_allocations)} more only in the total.`;
+  }
+
+  /** Zooming asks the server for the window; a click shows an allocation's stack and the state there. */
+  wireTimeline() {
+    const div = $("timeline"), fail = (e) => setStatus(e.message, true);
+    div.on("plotly_relayout", (ev) => {
+      if (ev["xaxis.range[0]"] !== undefined) this.timeline(ev["xaxis.range[0]"], ev["xaxis.range[1]"]).catch(fail);
+      else if (ev["xaxis.autorange"]) this.timeline().catch(fail);
+    });
+    div.on("plotly_click", (ev) => {
+      if (!ev.points || !ev.points.length) return;
+      const pt = ev.points[0], band = pt.data.customdata;
+      if (band) this.allocation(band[0]).catch(fail);
+      this.state(Math.round(band ? band[0] : pt.x) + 1).catch(fail);
+    });
+  }
+
+  async allocation(k) {
+    const e = await torchEntry(this.id, this.d, k, this.skip);
+    const box = clear($("allocation"));
+    box.hidden = false;
+    if (!e) { box.append(el("p", { class: "empty" }, `No entry ${fmtInt(k)}.`)); return; }
+    box.append(el("h2", {}, `Allocation at entry ${fmtInt(e.i)}: ${fmtBytes(e.size)}`),
+      el("p", {}, `${e.site}${e.meta ? ` · ${e.meta}` : ""} · address 0x${e.addr.toString(16)} · stream ${e.stream}`),
+      e.frames.length ? el("ol", { class: "mono" }, e.frames.map((f) => el("li", {}, `${f.name}  ${f.filename}:${f.line}`)))
+        : el("p", { class: "hint" }, "No Python frames (made on the autograd thread)."));
+  }
+
+  async oom() {
+    const card = await torchOom(this.id, this.d, this.skip);
+    const box = clear($("oom-card"));
+    if (!card) return;
+    $("state-oom").hidden = false;
+    $("state-oom").onclick = () => this.state(card.event);
+    box.append(el("section", { class: "panel oom-card", id: "oom" },
+      el("h2", {}, `Out of memory at entry ${fmtInt(card.event)}`),
+      el("dl", { class: "facts" }, fact("requested", bytesEl(card.requested)), fact("allocated", bytesEl(card.allocated)),
+        fact("reserved", bytesEl(card.reserved)), fact("cached (reserved − allocated)", bytesEl(card.cached)),
+        fact("largest free block (large pool)", bytesEl(card.largest_free.large)),
+        fact("largest free block (small pool)", bytesEl(card.largest_free.small)),
+        fact("device free", card.device_free === null ? "–" : bytesEl(card.device_free)),
+        ...card.cache_releases.slice(-1).map((r) => fact("cache emptied before", `${r.segments} segments, ${fmtBytes(r.bytes)} at entries ${r.first}–${r.end - 1}`)),
+        ...(card.meta ? [fact("metadata", card.meta)] : [])),
+      el("p", {}, "Failing request from ", el("code", {}, card.site)),
+      el("h2", {}, "Who held the memory"),
+      table(["bytes", "share", "allocations", "call site"], card.holders.map((g) => [bytesEl(g.bytes), pct(g.share), fmtInt(g.count), g.site]), [0, 1, 2])));
+  }
+
+  async peak() {
+    loading($("peak-note"), "Grouping the peak by call site…");
+    const p = await torchPeak(this.id, this.d, this.skip).finally(() => loaded($("peak-note")));
+    this.peakEvent = p.event;
+    if (this.skip === null) $("skip").placeholder = "site-packages/torch/, <frozen …";
+    $("peak-note").textContent = `Peak of ${fmtBytes(p.peak_requested)} requested at entry ${fmtInt(p.event)}: ${fmtInt(p.live_allocations)} live allocations, grouped by their first frame outside the skipped files.`;
+    clear($("peak-table")).append(table(["bytes", "share", "allocations", "call site"],
+      p.by_call_site.map((g) => [bytesEl(g.bytes), pct(g.share), fmtInt(g.count), g.site]), [0, 1, 2]));
+  }
+
+  async state(k) {
+    k = Math.max(0, Math.min(k, this.dev.n_events));
+    $("state-event").value = String(k);
+    loading($("state-note"), "Rebuilding the allocator state…");
+    const s = await torchState(this.id, this.d, k, this.skip).finally(() => loaded($("state-note")));
+    const t = s.totals;
+    clear($("state-totals")).append(fact("after entry", fmtInt(s.event)), fact("segments", fmtInt(t.segments)),
+      fact("reserved", bytesEl(t.reserved)), fact("allocated", bytesEl(t.allocated)), fact("requested", bytesEl(t.requested)),
+      fact("reserved − allocated", bytesEl(t.cached)), fact("pending free", bytesEl(t.pending_free)),
+      fact("largest free (large)", bytesEl(t.largest_free.large)), fact("largest free (small)", bytesEl(t.largest_free.small)),
+      ...(s.next ? [fact("next entry", `${s.next.action} ${fmtBytes(s.next.size)}`)] : []));
+    const bins = { allocated: [], pending_free: [], free: [] };
+    const labels = s.segments.map((g, i) => `${i}: ${g.pool} ${fmtBytes(g.size)}`);
+    s.segments.forEach((g, i) => g.blocks.forEach((b) => (bins[b.state] || bins.free).push({ ...b, row: labels[i] })));
+    const theme = plotTheme();
+    const data = Object.entries(bins).map(([state, bs]) => ({ type: "bar", orientation: "h", name: state.replace("_", " "),
+      x: bs.map((b) => b.size), y: bs.map((b) => b.row), base: bs.map((b) => b.offset),
+      marker: { color: BLOCK_COLORS[state], line: { width: 0.5, color: theme.paper } }, textposition: "none", hoverinfo: "text",
+      text: bs.map((b) => plotText(`${b.state} ${fmtBytes(b.size)} at +${fmtBytes(b.offset)}${b.site ? ` · ${b.site}` : ""}${b.alloc !== null && b.alloc !== undefined ? ` · entry ${b.alloc}` : ""}`)) }));
+    const div = $("segments");
+    div.style.height = `${Math.min(Math.max(220, 16 * s.segments.length + 80), 2400)}px`;
+    const widest = most(s.segments.map((g) => g.size));
+    await Plotly.react(div, data, themed(theme, { barmode: "overlay", margin: { l: 130, r: 20, t: 10, b: 40 },
+      xaxis: { title: { text: "offset in segment" }, ...bytesAxis(widest) },
+      yaxis: { autorange: "reversed", type: "category", categoryorder: "array", categoryarray: labels, tickfont: { size: 9 } },
+      legend: { orientation: "h", y: -0.1 } }), plotConfig());
+    Object.assign(div.dataset, { event: String(s.event), segments: String(s.segments.length) });
+    $("state-note").textContent = `Each row is a segment (cudaMalloc); blocks: allocated (blue), freed but waiting for its stream (orange), free/cached (green).${s.truncated ? " Only the first 20,000 blocks are drawn." : ""}`;
+  }
+}
 
 async function single(id, d) {
-  Object.assign(view, { id, d });
   $("single").hidden = false;
-  const sum = await api(`/api/torch/traces/${enc(id)}`);
+  loading($("timeline-note"), "Loading the timeline…");
+  const sum = await torchSummary(id);
   const dev = sum.devices.find((x) => x.device === d);
   if (!dev) throw new Error(`trace ${id} has no device ${d}`);
-  view.info = dev;
-  view.peakEvent = dev.peak_requested_event || 0;
+  const v = new SnapshotView(id, d, dev);
+  document.title = `alloctrace · ${sum.name}`;
   $("title").textContent = sum.name;
-  clear($("facts")).append(fact("device", String(d)), fact("entries", int(dev.n_events)),
-    fact("peak requested", bytes(dev.peak_requested)), fact("peak reserved", bytes(dev.peak_reserved)),
-    fact("segments at snapshot", int(dev.n_segments)), fact("stacks", int(dev.n_stacks)),
+  clear($("facts")).append(fact("device", String(d)), fact("entries", fmtInt(dev.n_events)),
+    fact("peak requested", bytesEl(dev.peak_requested)), fact("peak reserved", bytesEl(dev.peak_reserved)),
+    fact("segments at snapshot", fmtInt(dev.n_segments)), fact("stacks", fmtInt(dev.n_stacks)),
     fact("rebuilt state = snapshot", dev.trace_matches_snapshot ? "yes" : "NO"),
     ...(dev.trace_complete === false ? [fact("trace", "wrapped or began late")] : []),
     ...(sum.devices.length > 1 ? [fact("devices", el("span", {}, sum.devices.map((x) =>
       el("a", { href: `/torch?id=${enc(id)}&device=${x.device}`, style: "margin-right:8px" }, String(x.device)))))] : []));
   $("state-event").max = dev.n_events;
-  $("state-go").onclick = () => showState(Number($("state-event").value || 0));
-  $("state-peak").onclick = () => showState(view.peakEvent + 1);
-  $("state-end").onclick = () => showState(dev.n_events);
-  $("skip-go").onclick = () => { view.skip = $("skip").value; showPeak(); };
-  const jobs = [timeline(), showPeak(), oom()];
-  await Promise.all(jobs);
-  const at = params.get("event");
-  if (params.get("view") === "oom" && dev.oom_events.length) await showState(dev.oom_events[0]);
-  else await showState(at !== null ? Number(at) : dev.n_events);
+  const fail = (e) => setStatus(e.message, true);
+  $("state-go").onclick = () => v.state(Number($("state-event").value || 0)).catch(fail);
+  $("state-peak").onclick = () => v.state(v.peakEvent + 1).catch(fail);
+  $("state-end").onclick = () => v.state(dev.n_events).catch(fail);
+  $("skip-go").onclick = () => { v.skip = $("skip").value; v.peak().catch(fail); };
+  await Promise.all([v.timeline().finally(() => loaded($("timeline-note"))).then(() => v.wireTimeline()), v.peak(), v.oom()]);
+  const at = urlParam("event");
+  if (urlParam("view") === "oom" && dev.oom_events.length) await v.state(dev.oom_events[0]);
+  else await v.state(at !== null ? Number(at) : dev.n_events);
 }
 
-async function timeline(x0, x1) {
-  const q = new URLSearchParams({ max_points: "800", max_bands: "120" });
-  if (x0 !== undefined) { q.set("x0", String(Math.max(0, Math.floor(x0)))); q.set("x1", String(Math.ceil(x1))); }
-  if (view.skip !== null) q.set("skip", view.skip);
-  const t = await api(`${base()}/timeline?${q}`);
-  const traces = [{ x: t.grid, y: t.allocated_max, name: "allocated (all)", type: "scatter", mode: "lines",
-    line: { color: "#9aa3b2", width: 1 }, fill: "tozeroy", fillcolor: "rgba(154,163,178,0.25)", hoverinfo: "x+y" },
-  { x: t.grid, y: t.reserved_max, name: "reserved", type: "scatter", mode: "lines", line: { color: "#c0352b", width: 1, dash: "dot" } }];
-  for (const b of t.bands) {
-    const top = b.base.map((v) => v + b.size);
-    traces.push({ x: b.x.concat(b.x.slice().reverse()), y: b.base.concat(top.reverse()), type: "scatter", mode: "lines",
-      fill: "toself", fillcolor: color(b.site), line: { width: 0.5, color: "rgba(255,255,255,0.6)" }, showlegend: false,
-      hoveron: "fills", name: "", customdata: [b.alloc], text: `${fmtBytes(b.size)} · entries ${b.alloc}–${b.free ?? "end"} · ${b.site}${b.meta ? " · " + b.meta : ""}`, hoverinfo: "text" });
-  }
-  const shapes = [], annotations = [];
-  t.annotations.forEach((a, i) => {
-    const ext = a.kind === "annotation";
-    shapes.push({ type: "rect", xref: "x", yref: "paper", x0: a.x0, x1: a.x1, y0: ext ? 0.94 : 0.88, y1: ext ? 1.0 : 0.94,
-      fillcolor: ext ? (i % 2 ? "#dbe4f7" : "#c5d3f2") : (i % 2 ? "#f4e7c3" : "#ecd9a0"), line: { width: 0 }, layer: "below" });
-    annotations.push({ x: (a.x0 + a.x1) / 2, y: ext ? 0.97 : 0.91, xref: "x", yref: "paper", text: a.name, showarrow: false,
-      font: { size: 10 }, hovertext: `${a.name}: entries ${a.x0}–${a.x1}` });
-  });
-  const layout = { margin: { l: 70, r: 20, t: 10, b: 40 }, xaxis: { title: "trace entry" },
-    yaxis: { title: "bytes", rangemode: "tozero" }, shapes, annotations, hovermode: "closest", showlegend: true,
-    legend: { orientation: "h", y: -0.15 }, uirevision: "keep" };
-  if (x0 !== undefined) layout.xaxis.range = [x0, x1];
-  const div = $("timeline");
-  await Plotly.react(div, traces, layout, { displaylogo: false, responsive: true });
-  div.dataset.bands = String(t.bands.length);
-  div.dataset.x0 = String(t.x0); div.dataset.x1 = String(t.x1);
-  div.dataset.ready = "1";
-  $("timeline-note").textContent = `Entries ${int(t.x0)}–${int(t.x1)} of ${int(t.n_events)}; ${t.bands.length} largest allocations drawn, ${int(t.omitted_allocations)} more only in the total.`;
-  if (!div._wired) {
-    div._wired = true;
-    div.on("plotly_relayout", (ev) => {
-      if (ev["xaxis.range[0]"] !== undefined) timeline(ev["xaxis.range[0]"], ev["xaxis.range[1]"]).catch((e) => status(e.message, true));
-      else if (ev["xaxis.autorange"]) timeline().catch((e) => status(e.message, true));
-    });
-    div.on("plotly_click", (ev) => {
-      if (!ev.points || !ev.points.length) return;
-      const pt = ev.points[0], band = pt.data.customdata;
-      if (band) showAllocation(band[0]).catch((e) => status(e.message, true));
-      showState(Math.round(band ? band[0] : pt.x) + 1);
-    });
-  }
-}
-
-async function showAllocation(k) {
-  const { entries } = await api(`${base()}/entries?start=${k}&limit=1&frames=true${view.skip === null ? "" : "&" + skipQ()}`);
-  const e = entries[0];
-  const box = clear($("allocation"));
-  box.hidden = false;
-  box.append(el("h2", {}, `Allocation at entry ${int(e.i)}: ${fmtBytes(e.size)}`),
-    el("p", {}, `${e.site}${e.meta ? " · " + e.meta : ""} · address 0x${e.addr.toString(16)} · stream ${e.stream}`),
-    e.frames.length ? el("ol", { class: "mono" }, e.frames.map((f) => el("li", {}, `${f.name}  ${f.filename}:${f.line}`)))
-      : el("p", { class: "hint" }, "No Python frames (made on the autograd thread)."));
-}
-
-async function oom() {
-  const { oom: card } = await api(`${base()}/oom?${skipQ()}`);
-  const box = clear($("oom-card"));
-  if (!card) return;
-  $("state-oom").hidden = false;
-  $("state-oom").onclick = () => showState(card.event);
-  box.append(el("section", { class: "panel oom-card", id: "oom" },
-    el("h2", {}, `Out of memory at entry ${int(card.event)}`),
-    el("dl", { class: "facts" }, fact("requested", bytes(card.requested)), fact("allocated", bytes(card.allocated)),
-      fact("reserved", bytes(card.reserved)), fact("cached (reserved − allocated)", bytes(card.cached)),
-      fact("largest free block (large pool)", bytes(card.largest_free.large)),
-      fact("largest free block (small pool)", bytes(card.largest_free.small)),
-      fact("device free", card.device_free === null ? "–" : bytes(card.device_free)),
-      ...card.cache_releases.slice(-1).map((r) => fact("cache emptied before", `${r.segments} segments, ${fmtBytes(r.bytes)} at entries ${r.first}–${r.end - 1}`)),
-      ...(card.meta ? [fact("metadata", card.meta)] : [])),
-    el("p", {}, "Failing request from ", el("code", {}, card.site)),
-    el("h2", {}, "Who held the memory"),
-    table(["bytes", "share", "allocations", "call site"], card.holders.map((g) => [bytes(g.bytes), `${(g.share * 100).toFixed(1)}%`, int(g.count), g.site]), [0, 1, 2])));
-}
-
-async function showPeak() {
-  const p = await api(`${base()}/peak?${skipQ()}`);
-  view.peakEvent = p.event;
-  if (view.skip === null) $("skip").placeholder = "site-packages/torch/, <frozen …";
-  $("peak-note").textContent = `Peak of ${fmtBytes(p.peak_requested)} requested at entry ${int(p.event)}: ${int(p.live_allocations)} live allocations, grouped by their first frame outside the skipped files.`;
-  clear($("peak-table")).append(table(["bytes", "share", "allocations", "call site"],
-    p.by_call_site.map((g) => [bytes(g.bytes), `${(g.share * 100).toFixed(1)}%`, int(g.count), g.site]), [0, 1, 2]));
-}
-
-async function showState(k) {
-  k = Math.max(0, Math.min(k, view.info.n_events));
-  $("state-event").value = String(k);
-  const s = await api(`${base()}/state?event=${k}&max_blocks=20000&${skipQ()}`);
-  const t = s.totals;
-  clear($("state-totals")).append(fact("after entry", int(s.event)), fact("segments", int(t.segments)),
-    fact("reserved", bytes(t.reserved)), fact("allocated", bytes(t.allocated)), fact("requested", bytes(t.requested)),
-    fact("reserved − allocated", bytes(t.cached)), fact("pending free", bytes(t.pending_free)),
-    fact("largest free (large)", bytes(t.largest_free.large)), fact("largest free (small)", bytes(t.largest_free.small)),
-    ...(s.next ? [fact("next entry", `${s.next.action} ${fmtBytes(s.next.size)}`)] : []));
-  const by = { allocated: { x: [], y: [], base: [], text: [] }, pending_free: { x: [], y: [], base: [], text: [] }, free: { x: [], y: [], base: [], text: [] } };
-  const labels = s.segments.map((g, i) => `${i}: ${g.pool} ${fmtBytes(g.size)}`);
-  s.segments.forEach((g, i) => g.blocks.forEach((b) => {
-    const bin = by[b.state] || by.free;
-    bin.x.push(b.size); bin.base.push(b.offset); bin.y.push(labels[i]);
-    bin.text.push(`${b.state} ${fmtBytes(b.size)} at +${fmtBytes(b.offset)}${b.site ? " · " + b.site : ""}${b.alloc !== null ? " · entry " + b.alloc : ""}`);
-  }));
-  const colors = { allocated: "#4c78a8", pending_free: "#f58518", free: "#54a24b" };
-  const data = Object.entries(by).map(([state, v]) => ({ type: "bar", orientation: "h", name: state, x: v.x, y: v.y, base: v.base,
-    marker: { color: colors[state], line: { width: 0.5, color: "#fff" } }, text: v.text, hoverinfo: "text", textposition: "none" }));
-  const div = $("segments");
-  const h = Math.min(Math.max(220, 16 * s.segments.length + 80), 2400);
-  div.style.height = `${h}px`;
-  await Plotly.react(div, data, { barmode: "overlay", margin: { l: 130, r: 20, t: 10, b: 40 }, xaxis: { title: "offset in segment (bytes)" },
-    yaxis: { autorange: "reversed", type: "category", categoryorder: "array", categoryarray: labels, tickfont: { size: 9 } }, legend: { orientation: "h", y: -0.1 } }, { displaylogo: false, responsive: true });
-  div.dataset.event = String(s.event);
-  div.dataset.segments = String(s.segments.length);
-  $("state-note").textContent = `Each row is a segment; blocks: allocated (blue), freed but waiting for its stream (orange), free/cached (green).${s.truncated ? " Only the first 20,000 blocks are drawn." : ""}`;
-}
-
-// ---------------------------------------------------------------------------------------- diff
+// ---------------------------------------------------------------------------------------- two snapshots
 async function diff(a, b) {
   $("diff").hidden = false;
-  const d = await api(`/api/torch/diff?a=${enc(a)}&b=${enc(b)}`);
+  loading($("diff-parts"), "Comparing the two snapshots…");
+  const d = await torchDiff(a, b).finally(() => loaded($("diff-parts")));
   $("title").textContent = `Diff: ${d.a.name} (A) → ${d.b.name} (B)`;
-  clear($("facts")).append(fact("A peak requested", bytes(d.a.peak_requested)), fact("B peak requested", bytes(d.b.peak_requested)),
-    fact("Δ requested", bytes(d.delta_requested)), fact("A peak reserved", bytes(d.a.peak_reserved)),
-    fact("B peak reserved", bytes(d.b.peak_reserved)), fact("Δ reserved", bytes(d.reserved.delta_peak_reserved)));
+  clear($("facts")).append(fact("A peak requested", bytesEl(d.a.peak_requested)), fact("B peak requested", bytesEl(d.b.peak_requested)),
+    fact("Δ requested", bytesEl(d.delta_requested)), fact("A peak reserved", bytesEl(d.a.peak_reserved)),
+    fact("B peak reserved", bytesEl(d.b.peak_reserved)), fact("Δ reserved", bytesEl(d.reserved.delta_peak_reserved)));
   const p = d.decomposition, r = d.reserved;
   clear($("diff-parts")).append(
-    el("p", { class: "sum-line", id: "delta-sum" }, `Δ peak requested ${fmtBytes(d.delta_requested)} = resized ${fmtBytes(p.resized.bytes)} (${int(p.resized.count)} allocations live at both peaks, ${int(p.resized.changed)} changed size) + live only at B's peak ${fmtBytes(p.only_b.bytes)} − live only at A's peak ${fmtBytes(p.only_a.bytes)}`),
+    el("p", { class: "sum-line", id: "delta-sum" }, `Δ peak requested ${fmtBytes(d.delta_requested)} = resized ${fmtBytes(p.resized.bytes)} (${fmtInt(p.resized.count)} allocations live at both peaks, ${fmtInt(p.resized.changed)} changed size) + live only at B's peak ${fmtBytes(p.only_b.bytes)} − live only at A's peak ${fmtBytes(p.only_a.bytes)}`),
     el("p", { class: "sum-line" }, `Δ peak reserved ${fmtBytes(r.delta_peak_reserved)} = Δ peak requested ${fmtBytes(r.delta_requested_peak)} + Δ(reserved − requested) ${fmtBytes(r.delta_peak_reserved - r.delta_requested_peak)}`));
   clear($("diff-sites")).append(table(["A bytes", "B bytes", "Δ", "A allocs", "B allocs", "call site"],
-    d.by_call_site.map((s) => [bytes(s.a_bytes), bytes(s.b_bytes), el("span", { class: s.delta > 0 ? "pos" : s.delta < 0 ? "neg" : null }, bytes(s.delta)), int(s.a_count), int(s.b_count), s.site]), [0, 1, 2, 3, 4]));
+    d.by_call_site.map((s) => [bytesEl(s.a_bytes), bytesEl(s.b_bytes), el("span", { class: s.delta > 0 ? "pos" : s.delta < 0 ? "neg" : null }, bytesEl(s.delta)),
+      fmtInt(s.a_count), fmtInt(s.b_count), s.site]), [0, 1, 2, 3, 4]));
   const al = d.alignment;
-  $("align-note").textContent = `${int(al.paired)} allocations paired by stack and occurrence (${al.same_sequence ? "the same call-site sequence" : "first divergence at allocation " + int(al.first_divergence)}${al.in_order ? ", in order" : ""}); ${int(al.only_a)} only in A, ${int(al.only_b)} only in B; ${int(al.same_size)} same size, ${int(al.grew)} grew, ${int(al.shrank)} shrank${al.size_ratio && al.size_ratio.median !== null ? `; median size ratio B/A ${al.size_ratio.median.toFixed(2)}` : ""}.`;
+  $("align-note").textContent = `${fmtInt(al.paired)} allocations paired by stack and occurrence (${al.same_sequence ? "the same call-site sequence" : `first divergence at allocation ${fmtInt(al.first_divergence)}`}${al.in_order ? ", in order" : ""}); ${fmtInt(al.only_a)} only in A, ${fmtInt(al.only_b)} only in B; ${fmtInt(al.same_size)} same size, ${fmtInt(al.grew)} grew, ${fmtInt(al.shrank)} shrank${al.size_ratio && al.size_ratio.median !== null ? `; median size ratio B/A ${al.size_ratio.median.toFixed(2)}` : ""}.`;
   if (al.sequence) {
+    const theme = plotTheme(), sq = al.sequence;
     await Plotly.react($("sequence"), [
-      { x: al.sequence.index, y: al.sequence.a_bytes, name: `A ${d.a.name}`, type: "scatter", mode: "lines", line: { shape: "hv" } },
-      { x: al.sequence.index, y: al.sequence.b_bytes, name: `B ${d.b.name}`, type: "scatter", mode: "lines", line: { shape: "hv" } }],
-    { margin: { l: 70, r: 20, t: 10, b: 40 }, xaxis: { title: "aligned allocation (A's order)" }, yaxis: { title: "bytes per bucket" } }, { displaylogo: false, responsive: true });
+      { x: sq.index, y: sq.a_bytes, name: plotText(`A ${d.a.name}`), type: "scatter", mode: "lines", line: { shape: "hv", color: theme.accent } },
+      { x: sq.index, y: sq.b_bytes, name: plotText(`B ${d.b.name}`), type: "scatter", mode: "lines", line: { shape: "hv", color: theme.warn } }],
+    themed(theme, { margin: { l: 80, r: 20, t: 10, b: 40 }, xaxis: { title: { text: "aligned allocation (A's order)" }, tickformat: ",d" },
+      yaxis: { title: { text: "bytes per bucket" }, ...bytesAxis(most(sq.a_bytes, sq.b_bytes) * 1.05) } }), plotConfig());
     $("sequence").dataset.ready = "1";
   }
 }
 
 // ---------------------------------------------------------------------------------------- start
-(async () => {
+async function main() {
+  topNav("torch");
   try {
-    if (params.get("a") && params.get("b")) await diff(params.get("a"), params.get("b"));
-    else if (params.get("id")) await single(params.get("id"), Number(params.get("device") || 0));
+    if (urlParam("a") && urlParam("b")) await diff(urlParam("a"), urlParam("b"));
+    else if (urlParam("id")) await single(urlParam("id"), Number(urlParam("device") || 0));
     else await home();
     document.body.dataset.loaded = "1";
-  } catch (err) { status(err.message, true); document.body.dataset.loaded = "error"; }
-})();
+  } catch (err) { setStatus(err.message, true); document.body.dataset.loaded = "error"; }
+}
+main();

@@ -1,13 +1,14 @@
 // Size attribution (diff page): a waterfall from a's high-water mark to b's, one step per family that
 // moved and one for fragmentation, with the table of both peaks side by side. Clicking a family
 // (bar or row) outlines its step and selects its row.
-import { el, clear, bytesEl, fmtBytes, exactBytes } from "/static/common.js";
-import { plotText, byteTicks } from "/static/memmap.js";
+import { el, clear, bytesEl, fmtBytes, exactBytes, opColor, plotConfig, plotTheme, loaded } from "./common.js";
+import { plotText, byteTicks } from "./memmap.js";
 
 const signed = (n) => `${n > 0 ? "+" : n < 0 ? "−" : "±"}${fmtBytes(Math.abs(n))}`;
 
-/** Draw `att` (the diff's size_attribution) into `box`; la / lb label the two runs. */
+/** Draw `att` (api.js diff()'s sizeAttribution) into `box`; la / lb label the two runs. */
 export async function waterfall(box, att, la = "a", lb = "b") {
+  loaded(box);
   clear(box);
   if (!att) { box.append(el("p", { class: "empty" }, "No size attribution for these graphs.")); return; }
   const moved = att.families.filter((f) => f.delta !== 0);
@@ -25,9 +26,12 @@ export async function waterfall(box, att, la = "a", lb = "b") {
   for (const s of steps) { let l = s.label; while (seen.has(l)) l += " "; seen.add(l); s.x = l; }
   const chart = el("div", { id: "attribution-chart", class: "chart", style: "height:320px" });
   box.append(chart);
+  const theme = plotTheme();
+  const axis = { gridcolor: theme.grid, zeroline: false, color: theme.muted };
   const layout = {
-    margin: { l: 70, r: 10, t: 10, b: 90 }, showlegend: false, xaxis: { type: "category", tickangle: -30 },
-    yaxis: { title: { text: "high-water mark" } }, shapes: [],
+    margin: { l: 70, r: 10, t: 10, b: 90 }, showlegend: false, xaxis: { ...axis, type: "category", tickangle: -30 },
+    yaxis: { ...axis, title: { text: "high-water mark" } }, shapes: [],
+    paper_bgcolor: theme.paper, plot_bgcolor: theme.plot, font: { family: "system-ui, sans-serif", size: 12, color: theme.ink },
   };
   let lo = att.a_bytes, hi = att.a_bytes, run = att.a_bytes;
   for (const s of steps.slice(1, -1)) { run += s.value; lo = Math.min(lo, run); hi = Math.max(hi, run); }
@@ -37,16 +41,16 @@ export async function waterfall(box, att, la = "a", lb = "b") {
     type: "waterfall", x: steps.map((s) => plotText(s.x)), y: steps.map((s) => s.value), measure: steps.map((s) => s.measure),
     customdata: steps.map((s) => [s.family ?? "", s.measure === "relative" ? `${signed(s.value)} (${exactBytes(s.value)})` : `${fmtBytes(s.value)} (${exactBytes(s.value)})`]),
     hovertemplate: "%{x}: %{customdata[1]}<extra></extra>",
-    increasing: { marker: { color: "#c0352b" } }, decreasing: { marker: { color: "#2e8b57" } }, totals: { marker: { color: "#4c78a8" } },
-    connector: { line: { color: "#9aa3b2", width: 1 } },
-  }], layout, { displaylogo: false, responsive: true });
+    increasing: { marker: { color: theme.bad } }, decreasing: { marker: { color: theme.good } }, totals: { marker: { color: theme.accent } },
+    connector: { line: { color: theme.muted, width: 1 } },
+  }], layout, plotConfig({ displayModeBar: false }));
 
   const status = el("p", { id: "attribution-selection", class: "hint", role: "status" }, "Click a family to see it in both peaks.");
   const tbody = el("tbody");
   const rows = [...att.families, { family: "fragmentation", a: att.a_fragmentation, b: att.b_fragmentation, delta: att.fragmentation_delta, status: "both" }];
   for (const r of rows) {
     tbody.append(el("tr", { dataset: { family: r.family }, onclick: () => select(r.family) },
-      el("td", { class: "tensor" }, r.family, r.status !== "both" ? el("span", { class: "badge kind" }, ` ${r.status}`) : ""),
+      el("td", { class: "tensor" }, r.family === "fragmentation" ? "" : el("span", { class: "swatch", style: `background:${opColor(r.family)}` }), " ", r.family, r.status !== "both" ? el("span", { class: "badge kind" }, ` ${r.status}`) : ""),
       el("td", { class: "num", title: exactBytes(r.a) }, fmtBytes(r.a)), el("td", { class: "num", title: exactBytes(r.b) }, fmtBytes(r.b)),
       el("td", { class: "num", title: exactBytes(r.delta) }, signed(r.delta))));
   }
@@ -63,7 +67,7 @@ export async function waterfall(box, att, la = "a", lb = "b") {
       el("span", { title: exactBytes(r.delta) }, signed(r.delta)), ".");
     const k = steps.findIndex((s) => s.family === family);
     const shapes = k < 0 ? [] : [{ type: "rect", xref: "x", yref: "paper", x0: k - 0.5, x1: k + 0.5, y0: 0, y1: 1,
-      line: { color: "#d0021b", width: 2 }, fillcolor: "rgba(208,2,27,0.06)", name: `attribution:${family}` }];
+      line: { color: theme.warn, width: 2 }, fillcolor: "rgba(154,106,0,0.08)", name: `attribution:${family}` }];
     Plotly.relayout(chart, { shapes });
   }
   chart.on("plotly_click", (ev) => {
