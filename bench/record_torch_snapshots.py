@@ -1,0 +1,110 @@
+"""Record small real PyTorch CUDA memory snapshots of one workload under several allocator settings.
+
+Needs a CUDA GPU and torch. Each setting runs in a fresh process (PYTORCH_CUDA_ALLOC_CONF is read once):
+
+    python bench/record_torch_snapshots.py OUTDIR
+
+writes OUTDIR/small_<name>.pickle.gz (what torch.cuda.memory._snapshot() returned, pickled with protocol 4 and
+gzip'd) and OUTDIR/small_<name>.json (max_memory_reserved/allocated, the retry/OOM counters, the settings).
+The workload is deterministic: a few hundred allocations of mixed sizes, half freed, then slightly larger ones
+(the batch N -> N+1 pattern that fragments the cache), a burst of big tensors, and a few matrix products.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import random
+import subprocess
+import sys
+
+CONFIGS = {
+    "default": "",
+    "expandable": "expandable_segments:True",
+    "maxsplit": "max_split_size_mb:40",
+    "roundup": "roundup_power2_divisions:4",
+    "gc": "garbage_collection_threshold:0.6",     # with a memory fraction (the GC only runs under one)
+    "streams": "",                                # default settings, with a side stream and record_stream
+}
+FRACTION_BYTES = {"gc": 6 << 30}
+
+
+def workload(torch, rng: random.Random, *, streams: bool):
+    dev = "cuda"
+    held = []
+
+    def new(nbytes):
+        return torch.empty(nbytes, dtype=torch.uint8, device=dev)
+
+    for i in range(240):
+        r = rng.random()
+        if r < 0.4:
+            n = rng.randint(1 << 10, 1 << 20)
+        elif r < 0.8:
+            n = rng.randint(1 << 20, 10 << 20)
+        else:
+            n = rng.randint(10 << 20, 64 << 20)
+        held.append(new(n))
+    rng.shuffle(held)
+    del held[: len(held) // 2]
+    grown = [new(int(t.numel() * 1.15) + 4096) for t in held[:80]]
+    del held[::3]
+    big = [new(rng.randint(100 << 20, 300 << 20)) for _ in range(6)]
+    del big[1::2]
+    if streams:
+        side = torch.cuda.Stream()
+        for _ in range(20):
+            x = new(rng.randint(1 << 20, 8 << 20))
+            with torch.cuda.stream(side):
+                y = new(rng.randint(1 << 10, 1 << 20))
+                x.record_stream(side)
+                y.fill_(1)
+            del x, y
+    a = torch.randn(2048, 2048, device=dev)
+    for _ in range(3):
+        a = (a @ a).relu() / 2048
+    del grown, big, held
+    torch.cuda.synchronize()
+
+
+def child(name: str, outdir: str):
+    import torch
+    torch.cuda.init()
+    total = torch.cuda.get_device_properties(0).total_memory
+    limit = FRACTION_BYTES.get(name)
+    if limit:
+        torch.cuda.set_per_process_memory_fraction(limit / total)
+    torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=100_000)
+    try:
+        workload(torch, random.Random(0), streams=(name == "streams"))
+    except torch.OutOfMemoryError as e:                 # keep the snapshot: the OOM is part of it
+        print(name, "OOM:", str(e)[:120])
+    snap = torch.cuda.memory._snapshot()
+    stats = torch.cuda.memory_stats()
+    side = dict(config=CONFIGS[name], torch=torch.__version__, device_total_memory=total, limit_bytes=limit,
+                max_memory_reserved=torch.cuda.max_memory_reserved(),
+                max_memory_allocated=torch.cuda.max_memory_allocated(),
+                num_alloc_retries=stats.get("num_alloc_retries"), num_ooms=stats.get("num_ooms"))
+    raw = pickle.dumps(snap, protocol=4)
+    with gzip.open(os.path.join(outdir, f"small_{name}.pickle.gz"), "wb", compresslevel=9) as f:
+        f.write(raw)
+    with open(os.path.join(outdir, f"small_{name}.json"), "w") as f:
+        json.dump(side, f, indent=1)
+    print(name, side)
+
+
+def main():
+    if len(sys.argv) == 3:
+        child(sys.argv[2], sys.argv[1])
+        return
+    outdir = sys.argv[1]
+    os.makedirs(outdir, exist_ok=True)
+    for name, conf in CONFIGS.items():
+        env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf) if conf else \
+            {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
+        subprocess.run([sys.executable, __file__, outdir, name], env=env, check=True)
+
+
+if __name__ == "__main__":
+    main()
