@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, asdict
 
 import numpy as np
+from sortedcontainers import SortedList
 
 from alloctrace.allocator.cuda_caching import (
     ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP,
@@ -60,23 +61,49 @@ class TraceDevice:
 
 
 class SimulatedDevice:
-    """The device of a what-if run: fresh, never reused addresses; cudaMalloc / mapping fail past `total`."""
+    """The device of a what-if run; cudaMalloc / mapping fail past `total` bytes in use.
 
-    def __init__(self, total: int):
+    Addresses matter to the allocator only through best fit's tie-break (equal sizes go to the lower address), so
+    a new segment takes the address the recorded run got for its next segment of the same size when that range is
+    free here, else a fresh one above every recorded address. Under the recorded settings a what-if run therefore
+    makes exactly the recorded run's choices."""
+
+    def __init__(self, total: int, recorded: list[tuple[int, int]] = ()):
         self.total = total
         self.used = 0
-        self.next_addr = 0x7F00_0000_0000
+        self.by_size: dict[int, list[int]] = {}
+        for addr, size in reversed(recorded):
+            self.by_size.setdefault(size, []).append(addr)   # popped from the end: trace order
+        top = max((a + s for a, s in recorded), default=0)
+        self.next_addr = max(0x7F00_0000_0000, -(-top // (1 << 30)) * (1 << 30) + (1 << 30))
+        self.live = SortedList()                              # (start, end) of segments in use
+
+    def _free_range(self, addr: int, size: int) -> bool:
+        i = self.live.bisect_left((addr, addr))
+        if i > 0 and self.live[i - 1][1] > addr:
+            return False
+        return not (i < len(self.live) and self.live[i][0] < addr + size)
 
     def malloc(self, size, stream):
         if self.used + size > self.total:
             return None
         self.used += size
-        addr = self.next_addr
-        self.next_addr += -(-size // (2 << 20)) * (2 << 20)
+        queue = self.by_size.get(size)
+        addr = None
+        while queue:
+            cand = queue.pop()
+            if self._free_range(cand, size):
+                addr = cand
+                break
+        if addr is None:
+            addr = self.next_addr
+            self.next_addr += -(-size // (2 << 20)) * (2 << 20)
+        self.live.add((addr, addr + size))
         return addr
 
     def free(self, addr, size):
         self.used -= size
+        self.live.discard((addr, addr + size))
 
     def reserve(self, size, stream):
         addr = self.next_addr
@@ -152,7 +179,11 @@ def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set |
             nxt = i
         next_req[i] = nxt
 
-    device = TraceDevice(action, addr) if check else SimulatedDevice(settings.device_total)
+    if check:
+        device = TraceDevice(action, addr)
+    else:
+        device = SimulatedDevice(settings.device_total,
+                                 [(addr[i], size[i]) for i in range(n) if action[i] == SEGMENT_ALLOC])
     model = CachingAllocator(settings, device, record=check)
     log = model.log
     live: dict[int, object] = {}           # trace address of a live allocation -> the model's block
@@ -386,3 +417,151 @@ def settings_dict(s: AllocatorSettings) -> dict:
     d["max_split_size"] = None if s.max_split_size >= (1 << 64) - 1 else s.max_split_size
     d["roundup_power2_divisions"] = list(s.roundup_power2_divisions)
     return d
+
+
+# -- settings from the command line / API -----------------------------------------------------------------------
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+          "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'6GiB', '6442450944', '1.5 GB' -> bytes."""
+    t = str(text).strip().lower().replace("_", "").replace(" ", "")
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = t[len(num):]
+    if unit not in _UNITS or not num:
+        raise ValueError(f"not a size: {text!r} (use e.g. 6GiB, 512MiB or a number of bytes)")
+    value = float(num) * _UNITS[unit]
+    if value <= 0 or value > 1 << 60:
+        raise ValueError(f"size out of range: {text!r}")
+    return int(value)
+
+
+def _bool(v: str) -> bool:
+    s = str(v).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {v!r}")
+
+
+def apply_overrides(base: AllocatorSettings, items: dict[str, str], cap: str | None = None) -> AllocatorSettings:
+    """`base` with PYTORCH_CUDA_ALLOC_CONF-style overrides (max_split_size_mb, expandable_segments,
+    roundup_power2_divisions, garbage_collection_threshold, release_cached_on_oom) and a memory cap."""
+    import dataclasses
+    from alloctrace.allocator.cuda_caching import N_ROUNDUP_INTERVALS, NO_LIMIT
+    kw = {}
+    for key, value in items.items():
+        k = key.strip().lower()
+        if k == "expandable_segments":
+            kw["expandable_segments"] = _bool(value)
+        elif k in ("max_split_size_mb", "max_split_size"):
+            v = str(value).strip().lower()
+            if v in ("none", "-1", "unlimited", ""):
+                kw["max_split_size"] = NO_LIMIT
+            else:
+                mb = float(v)
+                kw["max_split_size"] = int(mb * (1 << 20)) if k.endswith("_mb") else int(mb)
+        elif k == "roundup_power2_divisions":
+            parts = [p for p in str(value).replace("[", "").replace("]", "").split(",") if p.strip()]
+            vals = [int(p) for p in parts]
+            if len(vals) == 1:
+                vals = vals * N_ROUNDUP_INTERVALS
+            kw["roundup_power2_divisions"] = tuple(vals)
+        elif k == "garbage_collection_threshold":
+            kw["garbage_collection_threshold"] = float(value)
+        elif k == "release_cached_on_oom":
+            kw["release_cached_on_oom"] = _bool(value)
+        else:
+            raise ValueError(f"unknown setting {key!r} (expandable_segments, max_split_size_mb, "
+                             "roundup_power2_divisions, garbage_collection_threshold, release_cached_on_oom)")
+    if cap is not None:
+        kw["memory_limit"] = None if str(cap).strip().lower() in ("none", "0") else parse_size(cap)
+    return dataclasses.replace(base, **kw)
+
+
+def infer_memory_limit(cols: dict) -> int | None:
+    """A cap that explains a trace's OOMs when the snapshot does not say which fraction was set.
+
+    Every segment the run got fits under the real cap C, so C >= P, the trace's peak reserved; every OOM and
+    every release-and-retry happened because reserved + segment > C >= P. Using P as the cap therefore gives
+    each of those comparisons the same answer as C did. (The GC threshold depends on C itself: give it.)"""
+    action = np.asarray(cols["action"])
+    if not (action == OOM).any():
+        return None
+    return trace_peaks(cols)["peak_reserved"]
+
+
+def check_device(cols: dict, info: dict, *, memory_limit: int | None = None) -> dict:
+    """The importer's check of one device: {"consistent", "first_mismatch", ...} from the recorded settings."""
+    base = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {},
+                                           memory_limit=memory_limit or infer_memory_limit(cols))
+    r = replay_check(cols, base)
+    return {"consistent": bool(r.consistent), "first_mismatch": asdict(r.mismatch) if r.mismatch else None,
+            "cache_flushes": len(r.cache_flushes), "alloc_retries": r.alloc_retries}
+
+
+# -- TEMPORARY snapshot loader -------------------------------------------------------------------------------------
+# Lets `alloctrace whatif FILE` read a snapshot pickle directly while the stored torch source is not in this
+# branch. Replace with alloctrace.traces.torch (device_columns / device_info) once both are together.
+
+_MAX_SNAPSHOT_BYTES = 4 << 30
+
+
+def load_snapshot_file(path: str, device: int = 0) -> tuple[dict, dict]:
+    """(columns, info) of one device of a `.pickle[.gz|.zst]` snapshot, read without running pickle code."""
+    import gzip
+    import io
+    import pickle
+
+    class Refusing(pickle.Unpickler):
+        def find_class(self, module, name):
+            raise ValueError(f"the pickle wants {module}.{name}: a snapshot holds plain data only")
+
+    class Capped(io.RawIOBase):
+        def __init__(self, f):
+            self.f, self.n = f, 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            got = self.f.readinto(b)
+            self.n += got or 0
+            if self.n > _MAX_SNAPSHOT_BYTES:
+                raise ValueError("snapshot larger than 4 GiB uncompressed")
+            return got
+
+    with open(path, "rb") as raw:
+        head = raw.read(4)
+        raw.seek(0)
+        if head[:2] == b"\x1f\x8b":
+            f = gzip.GzipFile(fileobj=raw)
+        elif head == b"\x28\xb5\x2f\xfd":
+            import zstandard
+            f = zstandard.ZstdDecompressor().stream_reader(raw)
+        else:
+            f = raw
+        try:
+            snap = Refusing(io.BufferedReader(Capped(f), 1 << 20)).load()
+        except ValueError:
+            raise
+        except Exception as e:                      # truncated or garbled: one line for the user
+            raise ValueError(f"not a readable snapshot pickle: {type(e).__name__}: {e}") from None
+    if not isinstance(snap, dict) or "device_traces" not in snap:
+        raise ValueError("not a PyTorch memory snapshot (no device_traces)")
+    traces = snap["device_traces"]
+    if not 0 <= device < len(traces):
+        raise ValueError(f"the snapshot has {len(traces)} device(s); no device {device}")
+    code = {a: i for i, a in enumerate(ACTIONS)}
+    entries = traces[device]
+    try:
+        cols = {"action": np.array([code[e["action"]] for e in entries], dtype=np.int8),
+                "addr": np.array([e.get("addr", -1) for e in entries], dtype=np.int64),
+                "size": np.array([e["size"] for e in entries], dtype=np.int64),
+                "stream": np.array([e.get("stream", 0) for e in entries], dtype=np.int64)}
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"unexpected trace entry in the snapshot: {e}") from None
+    return cols, {"allocator_settings": snap.get("allocator_settings") or {}}
