@@ -22,6 +22,7 @@ from alloctrace.server import paths
 from alloctrace.server.api import TRACE_ID, router
 from alloctrace.server.context import Context
 from alloctrace.server.upload import UploadError
+from alloctrace.server.whatif_api import router as whatif_router
 
 COOKIE = "alloctrace_token"
 PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html"}
@@ -98,6 +99,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     app.state.ctx = ctx
     app.state.web_dir = web
     app.include_router(router)
+    app.include_router(whatif_router)  # caching-allocator what-if for PyTorch snapshots
     _errors(app)
     _pages(app, web)
     if token:

@@ -245,3 +245,13 @@ def test_cli_refuses_a_pickle_that_runs_code(tmp_path):
     f.write_bytes(pickle.dumps({"device_traces": [[Evil()]]}))
     p = _cli(str(f))
     assert p.returncode == 2 and "owned" not in p.stdout and "plain data" in p.stderr
+
+
+def test_side_stream_run_has_deferred_frees_and_stays_consistent():
+    d, truth = _case("small_streams")
+    cols = columns(d["device_traces"][0])
+    a, addr = cols["action"], cols["addr"]
+    fr = np.flatnonzero(a == FREE_REQUESTED)
+    deferred = [i for i in fr if not (i + 1 < len(a) and a[i + 1] == 2 and addr[i + 1] == addr[i])]
+    assert len(deferred) == 20 and len(set(cols["stream"].tolist())) == 2     # 20 record_stream'd tensors
+    assert replay_check(cols, AllocatorSettings.from_snapshot(d["allocator_settings"])).consistent

@@ -503,6 +503,30 @@ def check_device(cols: dict, info: dict, *, memory_limit: int | None = None) -> 
             "cache_flushes": len(r.cache_flushes), "alloc_retries": r.alloc_retries}
 
 
+def parse_pairs(items: list[str]) -> dict[str, str]:
+    """['expandable_segments=true', ...] -> {key: value}."""
+    out = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set wants KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def whatif_request(cols: dict, info: dict, settings: list[str], cap: str | None = None,
+                   recorded_cap: str | None = None, *, keep_series: bool = False, progress=None) -> dict:
+    """What `alloctrace whatif` and the API answer: the recorded settings (from the snapshot, with the cap
+    given or inferred) against the same with `settings` (KEY=VALUE strings) and `cap` applied.
+    Raises ValueError for bad settings."""
+    rec_limit = parse_size(recorded_cap) if recorded_cap else infer_memory_limit(cols)
+    recorded = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {}, memory_limit=rec_limit)
+    changed = apply_overrides(recorded, parse_pairs(settings), cap)
+    out = compare_settings(cols, recorded, changed, keep_series=keep_series, progress=progress)
+    out["recorded_settings"] = settings_dict(recorded)
+    return out
+
+
 # -- TEMPORARY snapshot loader -------------------------------------------------------------------------------------
 # Lets `alloctrace whatif FILE` read a snapshot pickle directly while the stored torch source is not in this
 # branch. Replace with alloctrace.traces.torch (device_columns / device_info) once both are together.
@@ -565,3 +589,23 @@ def load_snapshot_file(path: str, device: int = 0) -> tuple[dict, dict]:
     except (KeyError, TypeError) as e:
         raise ValueError(f"unexpected trace entry in the snapshot: {e}") from None
     return cols, {"allocator_settings": snap.get("allocator_settings") or {}}
+
+
+def downsample(series: dict, points: int) -> dict:
+    """The reserved/allocated curves of `compare_settings(..., keep_series=True)` in at most `points` buckets,
+    each the bucket's maximum (peaks survive), with the first entry index of each bucket."""
+    real = series["real_reserved"]
+    n = len(real)
+    points = max(1, min(points, n)) if n else 0
+    edges = np.linspace(0, n, points + 1).astype(np.int64) if n else np.zeros(1, dtype=np.int64)
+    starts = edges[:-1]
+
+    def bucket_max(a):
+        if a is None or not n:
+            return []
+        return np.maximum.reduceat(np.asarray(a, dtype=np.int64), starts).tolist()
+    return {"n_events": n, "event": starts.tolist(),
+            "real_reserved": bucket_max(real), "real_allocated": bucket_max(series["real_allocated"]),
+            "whatif_reserved": bucket_max(series["whatif_reserved"]),
+            "whatif_allocated": bucket_max(series["whatif_allocated"]),
+            "whatif_stopped_at": series.get("whatif_stopped_at")}

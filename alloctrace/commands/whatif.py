@@ -31,16 +31,6 @@ def register(subparsers):
     p.set_defaults(func=run)
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--set wants KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def load_device(args) -> tuple[dict, dict]:
     """(columns, info) of the trace's device: from the store, or straight from a snapshot file."""
     from alloctrace.traces import torch_whatif as tw
@@ -62,18 +52,12 @@ def load_device(args) -> tuple[dict, dict]:
 
 def compare(cols: dict, info: dict, settings: list[str], cap: str | None, recorded_cap: str | None,
             *, keep_series: bool = False, progress=None) -> dict:
-    from alloctrace.allocator.cuda_caching import AllocatorSettings
-    from alloctrace.traces import torch_whatif as tw
+    from alloctrace.traces.torch_whatif import whatif_request
 
     try:
-        rec_limit = tw.parse_size(recorded_cap) if recorded_cap else tw.infer_memory_limit(cols)
-        recorded = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {}, memory_limit=rec_limit)
-        changed = tw.apply_overrides(recorded, _pairs(settings), cap)
+        return whatif_request(cols, info, settings, cap, recorded_cap, keep_series=keep_series, progress=progress)
     except ValueError as e:
         raise UserError(str(e)) from None
-    out = tw.compare_settings(cols, recorded, changed, keep_series=keep_series, progress=progress)
-    out["recorded_settings"] = tw.settings_dict(recorded)
-    return out
 
 
 def _progress():
