@@ -21,6 +21,8 @@ from torchsnap import DATA, columns, load, sidecar
 
 BIG = ["gpt2_train_bs8", "gpt2_train_bs16", "oom", "fragmentation"]
 SMALL = ["small_default", "small_expandable", "small_maxsplit", "small_roundup", "small_gc", "small_streams"]
+CAPPED = ["small_cap_default", "small_cap_expandable", "small_cap_maxsplit", "small_cap_gc",
+          "small_cap_expandable_streams"]
 MiB = 1 << 20
 
 
@@ -29,12 +31,14 @@ def _case(name):
     side = sidecar(name)
     if name.startswith("small_"):
         truth = {"reserved": side["max_memory_reserved"], "allocated": side["max_memory_allocated"],
-                 "retries": side["num_alloc_retries"], "limit": side["limit_bytes"]}
+                 "retries": side["num_alloc_retries"], "ooms": side["num_ooms"],
+                 "limit": side.get("allowed_bytes") or side["limit_bytes"]}
     else:
         st = side["memory_stats_full"]
         truth = {"reserved": side["ground_truth"]["max_memory_reserved"],
                  "allocated": side["ground_truth"]["max_memory_allocated"],
-                 "retries": st["num_alloc_retries"], "limit": side["scenario_details"].get("limit_bytes")}
+                 "retries": st["num_alloc_retries"], "ooms": st["num_ooms"],
+                 "limit": side["scenario_details"].get("limit_bytes")}
     return d, truth
 
 
@@ -49,7 +53,7 @@ def _model_segments(segs):
              "blocks": [(b["address"], b["size"], b["allocated"]) for b in s["blocks"]]} for s in segs]
 
 
-@pytest.mark.parametrize("name", BIG + SMALL)
+@pytest.mark.parametrize("name", BIG + SMALL + CAPPED)
 def test_replay_consistent_with_every_recorded_decision(name):
     d, truth = _case(name)
     settings = AllocatorSettings.from_snapshot(d["allocator_settings"], memory_limit=truth["limit"])
@@ -60,6 +64,7 @@ def test_replay_consistent_with_every_recorded_decision(name):
     assert r.peak_reserved == truth["reserved"]            # the allocator's own max_memory_reserved()
     assert r.peak_allocated == truth["allocated"]          # max_memory_allocated(): rounded block sizes
     assert r.alloc_retries == truth["retries"]
+    assert len(r.ooms) == truth["ooms"]
     assert _model_segments(r.segments) == _snapshot_segments(d)   # end state = the snapshot's segments/blocks
 
 
@@ -86,6 +91,18 @@ def test_oom_fixture_cap_inferred_from_the_trace():
     assert limit <= truth["limit"]
     assert check_device(cols, {"allocator_settings": d["allocator_settings"]})["consistent"]
     assert infer_memory_limit(columns(load("gpt2_train_bs8")["device_traces"][0])) is None
+
+
+@pytest.mark.parametrize("name", ["small_cap_default", "small_cap_expandable", "small_cap_maxsplit",
+                                  "small_cap_expandable_streams"])
+def test_capped_runs_consistent_with_the_inferred_cap(name):
+    """The cap is not in a snapshot; the one inferred from the trace explains every release, retry and OOM
+    (with expandable segments too, where reserved memory passed the real cap)."""
+    d, truth = _case(name)
+    cols = columns(d["device_traces"][0])
+    assert infer_memory_limit(cols, AllocatorSettings.from_snapshot(d["allocator_settings"])) <= truth["limit"]
+    out = check_device(cols, {"allocator_settings": d["allocator_settings"]})
+    assert out["consistent"] and out["alloc_retries"] == truth["retries"]
 
 
 def test_fragmentation_fixture_flush_is_the_programs_empty_cache():
@@ -191,6 +208,24 @@ def test_whatif_from_the_default_run_predicts_the_real_runs(other):
     assert r.oom is None
     assert r.peak_reserved == truth["reserved"]
     assert r.peak_allocated == truth["allocated"]
+
+
+@pytest.mark.parametrize("other", ["small_cap_expandable", "small_cap_maxsplit", "small_cap_gc"])
+def test_whatif_predicts_the_first_oom_of_the_capped_runs(other):
+    """Under the 2 GiB cap the runs diverge after their first OOM (the program drops tensors then), so the
+    default run's what-if is checked up to there: the same request fails, none before it."""
+    base = columns(load("small_cap_default")["device_traces"][0])
+    d, truth = _case(other)
+    cols = columns(d["device_traces"][0])
+    settings = AllocatorSettings.from_snapshot(d["allocator_settings"], memory_limit=truth["limit"])
+    r = what_if(base, settings)
+
+    def ordinal(c, event):                              # requests (alloc or oom entries) before `event`
+        a = c["action"][:event]
+        return int(((a == ALLOC) | (a == OOM)).sum())
+    k = int(np.flatnonzero(cols["action"] == OOM)[0])
+    assert r.oom is not None
+    assert ordinal(base, r.oom["event"]) == ordinal(cols, k) and r.oom["size"] == cols["size"][k]
 
 
 def test_parse_size_and_overrides():

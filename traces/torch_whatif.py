@@ -9,7 +9,7 @@ must make the same way: `replay_check` compares the model's own trace with the r
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from sortedcontainers import SortedList
@@ -482,22 +482,42 @@ def apply_overrides(base: AllocatorSettings, items: dict[str, str], cap: str | N
     return dataclasses.replace(base, **kw)
 
 
-def infer_memory_limit(cols: dict) -> int | None:
-    """A cap that explains a trace's OOMs when the snapshot does not say which fraction was set.
+def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None) -> int | None:
+    """A cap that explains a trace's OOMs when the snapshot does not say which fraction was set (None: no OOM).
 
-    Every segment the run got fits under the real cap C, so C >= P, the trace's peak reserved; every OOM and
-    every release-and-retry happened because reserved + segment > C >= P. Using P as the cap therefore gives
-    each of those comparisons the same answer as C did. (The GC threshold depends on C itself: give it.)"""
-    action = np.asarray(cols["action"])
-    if not (action == OOM).any():
+    Before each new segment the allocator checks reserved + segment size ≤ cap C. Every request that got one
+    passed the check, so C ≥ L, the largest reserved + segment size among them; every release-and-retry and OOM
+    happened because the check failed, at a sum > C ≥ L. Using L as the cap therefore gives each comparison the
+    run made the same answer. (With expandable segments the mapped pages can exceed C, so L is not simply the
+    peak reserved. The GC threshold depends on C itself: give the cap when it matters.)"""
+    from alloctrace.allocator.cuda_caching import allocation_size, round_size
+    action = np.asarray(cols["action"]).tolist()
+    if OOM not in action:
         return None
-    return trace_peaks(cols)["peak_reserved"]
+    s = settings or AllocatorSettings()
+    size = np.asarray(cols["size"]).tolist()
+    reserved, before, mapping, limit = 0, 0, False, 0
+    for a, sz in zip(action, size):
+        if a == SEGMENT_ALLOC or a == SEGMENT_MAP:
+            if not mapping:
+                before, mapping = reserved, True
+            reserved += sz
+        elif a == SEGMENT_FREE or a == SEGMENT_UNMAP:
+            reserved -= sz
+            mapping = False
+        elif a == ALLOC:
+            if mapping:
+                limit = max(limit, before + allocation_size(round_size(sz, s)))
+            mapping = False
+        elif a != SNAPSHOT:
+            mapping = False
+    return max(limit, 1)
 
 
 def check_device(cols: dict, info: dict, *, memory_limit: int | None = None) -> dict:
     """The importer's check of one device: {"consistent", "first_mismatch", ...} from the recorded settings."""
-    base = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {},
-                                           memory_limit=memory_limit or infer_memory_limit(cols))
+    base = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {})
+    base = replace(base, memory_limit=memory_limit or infer_memory_limit(cols, base))
     r = replay_check(cols, base)
     return {"consistent": bool(r.consistent), "first_mismatch": asdict(r.mismatch) if r.mismatch else None,
             "cache_flushes": len(r.cache_flushes), "alloc_retries": r.alloc_retries}
@@ -519,8 +539,9 @@ def whatif_request(cols: dict, info: dict, settings: list[str], cap: str | None 
     """What `alloctrace whatif` and the API answer: the recorded settings (from the snapshot, with the cap
     given or inferred) against the same with `settings` (KEY=VALUE strings) and `cap` applied.
     Raises ValueError for bad settings."""
-    rec_limit = parse_size(recorded_cap) if recorded_cap else infer_memory_limit(cols)
-    recorded = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {}, memory_limit=rec_limit)
+    recorded = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {})
+    recorded = replace(recorded, memory_limit=parse_size(recorded_cap) if recorded_cap
+                       else infer_memory_limit(cols, recorded))
     changed = apply_overrides(recorded, parse_pairs(settings), cap)
     out = compare_settings(cols, recorded, changed, keep_series=keep_series, progress=progress)
     out["recorded_settings"] = settings_dict(recorded)
