@@ -408,8 +408,8 @@ class CachingAllocator:
         want = max(size, mss)
         blocks = pool.blocks
         i = blocks.bisect_left((stream, want, -1))
-        if i == len(blocks) or blocks[i][0] != stream:
-            # no single block is large enough: free oversize blocks from the largest down
+        if i == len(blocks) or blocks[i][0] != stream or pool.by_key[blocks[i]].segment is not None:
+            # no single (unexpandable) block is large enough: free oversize blocks from the largest down
             if i == 0:
                 return False
             released = 0
@@ -579,6 +579,44 @@ class CachingAllocator:
     def _release_expandable_segment(self, b: Block, pool: Pool):
         pool.erase_unmapped(b)
         self.expandable.remove(b.segment)
+
+    # -- copies --------------------------------------------------------------------------------------------------
+    def clone(self, held_blocks) -> tuple["CachingAllocator", dict]:
+        """A copy to try a request on (the log is shared, the device too). `held_blocks`: blocks only the caller
+        knows (allocated, or waiting for events). Returns the copy and {id(old block): new block}."""
+        seen: dict[int, Block] = {}
+        segs = {id(g): ExpandableSegment(g.base, g.chunk, g.n_chunks, g.stream, set(g.mapped))
+                for g in self.expandable}
+        starts = list(held_blocks) + [p.by_key[k] for p in (self.small, self.large) for k in p.blocks] + \
+            [p.unmapped_by_key[k] for p in (self.small, self.large) for k in p.unmapped]
+        for b in starts:
+            if id(b) in seen:
+                continue
+            while b.prev is not None:
+                b = b.prev
+            prev_new = None
+            while b is not None:
+                nb = Block(b.addr, b.size, b.stream, b.small, segs.get(id(b.segment)) if b.segment else None)
+                nb.requested, nb.allocated, nb.mapped = b.requested, b.allocated, b.mapped
+                nb.event_count, nb.gc_base = b.event_count, b.gc_base
+                nb.prev = prev_new
+                if prev_new is not None:
+                    prev_new.next = nb
+                seen[id(b)] = nb
+                prev_new = nb
+                b = b.next
+        other = CachingAllocator.__new__(CachingAllocator)
+        other.__dict__.update(self.__dict__)
+        other.expandable = list(segs.values())
+        for name in ("small", "large"):
+            old, new = getattr(self, name), Pool(getattr(self, name).small)
+            new.free_calls = old.free_calls
+            new.blocks = SortedList(old.blocks)
+            new.by_key = {k: seen[id(b)] for k, b in old.by_key.items()}
+            new.unmapped = SortedList(old.unmapped)
+            new.unmapped_by_key = {k: seen[id(b)] for k, b in old.unmapped_by_key.items()}
+            setattr(other, name, new)
+        return other, seen
 
     # -- views -------------------------------------------------------------------------------------------------
     def segments(self, allocated_blocks) -> list[dict]:

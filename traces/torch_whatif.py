@@ -33,7 +33,7 @@ class TraceDevice:
     def _next(self, codes: tuple) -> int:
         a = self.action
         i = self.cursor
-        while i < len(a) and a[i] not in (ALLOC, FREE_REQUESTED, FREE_COMPLETED):
+        while i < len(a) and a[i] not in (ALLOC, FREE_REQUESTED, FREE_COMPLETED, OOM):
             if a[i] in codes:
                 self.cursor = i + 1
                 return self.addr[i]
@@ -223,9 +223,9 @@ def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set |
             if res.oom is None:
                 res.oom = {"event": r, "size": size[r]}
             res.ooms.append({"event": r, "size": size[r]})
-            if action[r] == ALLOC:        # the real run got this memory: a what-if run ends here
+            if action[r] == ALLOC and not check:   # the real run got this memory: a what-if run ends here
                 raise _Stopped(r)
-            return
+            return                         # (a checked replay reports the model's oom entry as the mismatch)
         if action[r] == OOM:               # the real run failed here and did not use the memory
             res.avoided_ooms.append(r)
             model.free(b)
@@ -239,6 +239,7 @@ def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set |
                 t += 1
                 continue
             start = t
+            tried = False                  # a trial request already compared its entries
             if a == ALLOC or a == OOM:
                 device.cursor = t if check else 0
                 request_malloc(t)
@@ -277,8 +278,28 @@ def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set |
                 while j < n and (action[j] in SEGMENT_ACTIONS or action[j] == SNAPSHOT):
                     j += 1
                 r = j if j < n and action[j] in (ALLOC, OOM) else -1
-                is_flush = t in flush_at if flushes is not None else (
-                    r < 0 or not model.would_release(size[r], stream[r]))
+                is_flush = r < 0 or (t in flush_at if flushes is not None
+                                     else not model.would_release(size[r], stream[r]))
+                if not is_flush and check:
+                    # the request itself would release memory (GC, cap retry); the program may also have
+                    # emptied the cache just before it. Try the request; if its releases differ, it was the latter.
+                    backup, moved = model.clone(list(live.values()) + list(deferred.values()))
+                    backup = (backup, {k: moved[id(b)] for k, b in live.items()},
+                              {k: moved[id(b)] for k, b in deferred.items()})
+                    mark, n_ooms, first_oom = len(log), len(res.ooms), res.oom
+                    try:
+                        device.cursor = t
+                        request_malloc(r)
+                        nt = compare(start)
+                        tried = True
+                    except _Diverged:
+                        del log[mark:]
+                        logged = mark
+                        model, live, deferred = backup
+                        del res.ooms[n_ooms:]
+                        res.oom = first_oom
+                        res.n_requests -= 1
+                        is_flush = True
                 if is_flush:
                     res.cache_flushes.append(t)
                     model.empty_cache()
@@ -287,15 +308,11 @@ def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set |
                         nt = t + 1
                         while nt < n and action[nt] in (SEGMENT_FREE, SEGMENT_UNMAP):
                             nt += 1
-                else:
-                    device.cursor = t if check else 0
+                elif not check:
                     request_malloc(r)
                     nt = r + 1
-            if check:
+            if check and not tried:
                 nt = compare(start)
-            else:
-                # a what-if run walks the requests only; the real run's segment entries are skipped above
-                pass
             if keep_series:
                 reserved_s[last:nt] = model.reserved
                 allocated_s[last:nt] = model.allocated
