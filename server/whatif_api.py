@@ -21,9 +21,32 @@ TraceId = Annotated[str, PathParam(pattern=TRACE_ID, description="8 hex digits")
 Device = Annotated[int, PathParam(ge=0, le=4096, description="device index")]
 
 router = APIRouter()
-_cache: dict = {}
-_cache_lock = threading.Lock()
 CACHE_SIZE = 16
+
+
+class _Answers:
+    """The last CACHE_SIZE answers of one app (a what-if of a 1M-entry trace takes seconds)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.items: dict = {}
+
+    def get(self, key):
+        with self.lock:
+            return self.items.get(key)
+
+    def put(self, key, value):
+        with self.lock:
+            if len(self.items) >= CACHE_SIZE:
+                self.items.pop(next(iter(self.items)))
+            self.items[key] = value
+
+
+def _answers(request: Request) -> _Answers:
+    st = request.app.state
+    if getattr(st, "whatif_answers", None) is None:
+        st.whatif_answers = _Answers()
+    return st.whatif_answers
 
 
 def store_loader(store, trace_id: str, device: int) -> tuple[dict, dict]:
@@ -37,7 +60,7 @@ def store_loader(store, trace_id: str, device: int) -> tuple[dict, dict]:
 
 def _load(request: Request, trace_id: str, device: int):
     loader = getattr(request.app.state, "whatif_loader", None) or store_loader
-    return loader(request.app.state.ctx.store, trace_id, device)
+    return request.app.state.ctx.call(lambda store: loader(store, trace_id, device))
 
 
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/whatif",
@@ -57,8 +80,7 @@ def _compare(request, trace_id, d, settings, cap, recorded_cap, points):
     if any(len(s) > 200 for s in settings):
         raise UserError("a setting is too long")
     key = (trace_id, d, tuple(sorted(settings)), cap, recorded_cap, points)
-    with _cache_lock:
-        hit = _cache.get(key)
+    hit = _answers(request).get(key)
     if hit is not None:
         return hit
     cols, info = _load(request, trace_id, d)
@@ -68,10 +90,7 @@ def _compare(request, trace_id, d, settings, cap, recorded_cap, points):
         raise UserError(str(e)) from None
     out["series"] = downsample(out["series"], points)
     out.update(trace_id=trace_id, device=d)
-    with _cache_lock:
-        if len(_cache) >= CACHE_SIZE:
-            _cache.pop(next(iter(_cache)))
-        _cache[key] = out
+    _answers(request).put(key, out)
     return out
 
 

@@ -402,11 +402,14 @@ def trace_peaks(cols: dict) -> dict:
 
 def compare_settings(cols: dict, recorded: AllocatorSettings, changed: AllocatorSettings, *,
                      keep_series: bool = False, progress=None) -> dict:
-    """Real run (checked replay under the recorded settings) next to the what-if run under `changed`."""
-    real = replay_check(cols, recorded, keep_series=keep_series, progress=progress)
+    """Real run (checked replay under the recorded settings) next to the what-if run under `changed`.
+    `progress(phase, done, total)` is called now and then ("recorded", then "what-if")."""
+    def phase(name):
+        return None if progress is None else (lambda i, n: progress(name, i, n))
+    real = replay_check(cols, recorded, keep_series=keep_series, progress=phase("recorded"))
     tp = trace_peaks(cols)
     flushes = real.cache_flushes if real.consistent else None
-    wi = what_if(cols, changed, flushes=flushes, keep_series=keep_series, progress=progress)
+    wi = what_if(cols, changed, flushes=flushes, keep_series=keep_series, progress=phase("what-if"))
 
     def block(r: RunResult, *, is_real: bool) -> dict:
         d = {"peak_reserved": r.peak_reserved, "peak_allocated": r.peak_allocated,

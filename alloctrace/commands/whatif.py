@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from alloctrace.errors import UserError
 
@@ -60,24 +59,19 @@ def compare(cols: dict, info: dict, settings: list[str], cap: str | None, record
         raise UserError(str(e)) from None
 
 
-def _progress():
-    from rich.progress import Progress
-    prog = Progress(transient=True, console=__import__("rich.console").console.Console(stderr=True))
-    return prog
-
-
 def run(args) -> int:
     cols, info = load_device(args)
     n = len(cols["action"])
-    if n > 200_000 and sys.stderr.isatty():
-        with _progress() as prog:
-            task = prog.add_task("replaying", total=2 * n)
-            done = {"base": 0}
+    if n > 200_000:
+        from rich.console import Console
+        from rich.progress import Progress
+        with Progress(console=Console(stderr=True), transient=True) as prog:
+            tasks = {}
 
-            def tick(i, total):
-                prog.update(task, completed=done["base"] + i)
-                if i >= total:
-                    done["base"] += total
+            def tick(phase, done, total):
+                if phase not in tasks:
+                    tasks[phase] = prog.add_task(f"replaying ({phase} settings)", total=total)
+                prog.update(tasks[phase], completed=done)
             out = compare(cols, info, args.settings, args.cap, args.recorded_cap, progress=tick)
     else:
         out = compare(cols, info, args.settings, args.cap, args.recorded_cap)
