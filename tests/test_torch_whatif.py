@@ -290,3 +290,22 @@ def test_side_stream_run_has_deferred_frees_and_stays_consistent():
     deferred = [i for i in fr if not (i + 1 < len(a) and a[i + 1] == 2 and addr[i + 1] == addr[i])]
     assert len(deferred) == 20 and len(set(cols["stream"].tolist())) == 2     # 20 record_stream'd tensors
     assert replay_check(cols, AllocatorSettings.from_snapshot(d["allocator_settings"])).consistent
+
+
+def test_check_device_takes_the_stored_column_layout():
+    """The snapshot source stores more columns (time, stack and metadata ids, device_free) and -1 as the address
+    of oom entries; check_device reads what it needs and answers for the importer."""
+    d, _ = _case("oom")
+    entries = d["device_traces"][0]
+    cols = columns(entries)
+    cols["addr"] = np.where(cols["action"] == OOM, -1, cols["addr"])
+    n = len(entries)
+    cols.update(time_us=np.array([e["time_us"] for e in entries], dtype=np.int64),
+                stack=np.full(n, -1, dtype=np.int32), meta=np.full(n, -1, dtype=np.int32),
+                device_free=np.array([e.get("device_free", -1) for e in entries], dtype=np.int64))
+    out = check_device(cols, {"allocator_settings": d["allocator_settings"], "segments": d["segments"]})
+    assert out == {"consistent": True, "first_mismatch": None, "cache_flushes": 0, "alloc_retries": 2}
+    cols["size"][int(np.flatnonzero(cols["action"] == SEGMENT_ALLOC)[5])] += 512
+    bad = check_device(cols, {"allocator_settings": d["allocator_settings"]})
+    assert bad["consistent"] is False and bad["first_mismatch"]["event"] == int(
+        np.flatnonzero(cols["action"] == SEGMENT_ALLOC)[5])
