@@ -283,7 +283,8 @@ class CachingAllocator:
             return False
         if s.memory_limit is None:
             return False
-        if s.garbage_collection_threshold > 0.0 and self.reserved > int(s.garbage_collection_threshold * s.memory_limit):
+        threshold = int(s.garbage_collection_threshold * s.memory_limit)
+        if s.garbage_collection_threshold > 0.0 and self.reserved > threshold:
             return True
         return self.reserved + allocation_size(size) > s.memory_limit
 

@@ -68,7 +68,7 @@ def capped(torch, rng: random.Random, *, streams: bool):
             held.append(t)
         if held and rng.random() < 0.25:
             held.pop(rng.randrange(len(held)))
-    del held
+    held.clear()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
 

@@ -99,4 +99,5 @@ def whatif_page(request: Request):
     web = getattr(request.app.state, "web_dir", None)
     if web is None or not (web / "whatif.html").is_file():
         return JSONResponse({"detail": "page whatif.html is not installed"}, status_code=404)
-    return FileResponse(web / "whatif.html", media_type="text/html; charset=utf-8", headers={"Cache-Control": "no-cache"})
+    return FileResponse(web / "whatif.html", media_type="text/html; charset=utf-8",
+                        headers={"Cache-Control": "no-cache"})

@@ -149,11 +149,6 @@ class RunResult:
     reserved: np.ndarray | None = None  # reserved bytes after each trace index (for plots)
     allocated: np.ndarray | None = None
 
-    def summary(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k not in ("reserved", "allocated", "mismatch", "segments")}
-        d["mismatch"] = asdict(self.mismatch) if self.mismatch else None
-        return d
-
 
 def _entry(action, addr, size, stream) -> dict:
     return {"action": ACTIONS[action], "addr": int(addr), "size": int(size), "stream": int(stream)}
@@ -241,7 +236,8 @@ def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set |
             start = t
             tried = False                  # a trial request already compared its entries
             if a == ALLOC or a == OOM:
-                device.cursor = t if check else 0
+                if check:
+                    device.cursor = t
                 request_malloc(t)
                 nt = t + 1
             elif a == FREE_REQUESTED:
@@ -270,7 +266,8 @@ def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set |
                 if r < 0:
                     raise _Diverged(Mismatch(t, _entry(a, addr[t], size[t], stream[t]), None,
                                              "a segment with no request after it"))
-                device.cursor = t if check else 0
+                if check:
+                    device.cursor = t
                 request_malloc(r)
                 nt = r + 1
             else:                          # SEGMENT_FREE / SEGMENT_UNMAP: the allocator's release, or empty_cache
