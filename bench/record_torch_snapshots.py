@@ -29,6 +29,7 @@ CONFIGS = {
     "roundup": "roundup_power2_divisions:4",
     "gc": "garbage_collection_threshold:0.6",     # with a memory fraction (the GC only runs under one)
     "streams": "",                                # default settings, with a side stream and record_stream
+    "roundlist": "roundup_power2_divisions:[1:8,>:2]",   # per interval: below 1 MiB uses the first one (2.8+)
 }
 FRACTION_BYTES = {"gc": 6 << 30}
 CAPPED = {
@@ -37,6 +38,8 @@ CAPPED = {
     "cap_maxsplit": "max_split_size_mb:40",
     "cap_gc": "garbage_collection_threshold:0.5",
     "cap_expandable_streams": "expandable_segments:True",
+    "cap_expandable_maxsplit": "expandable_segments:True,max_split_size_mb:40",
+    "cap_expandable_gc": "expandable_segments:True,garbage_collection_threshold:0.5",
 }
 CAP = 2 << 30
 

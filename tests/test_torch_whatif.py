@@ -20,9 +20,10 @@ from alloctrace.traces.torch_whatif import (
 from torchsnap import DATA, columns, load, sidecar
 
 BIG = ["gpt2_train_bs8", "gpt2_train_bs16", "oom", "fragmentation"]
-SMALL = ["small_default", "small_expandable", "small_maxsplit", "small_roundup", "small_gc", "small_streams"]
+SMALL = ["small_default", "small_expandable", "small_maxsplit", "small_roundup", "small_gc", "small_streams",
+         "small_roundlist"]
 CAPPED = ["small_cap_default", "small_cap_expandable", "small_cap_maxsplit", "small_cap_gc",
-          "small_cap_expandable_streams"]
+          "small_cap_expandable_streams", "small_cap_expandable_maxsplit", "small_cap_expandable_gc"]
 MiB = 1 << 20
 
 
@@ -103,6 +104,18 @@ def test_capped_runs_consistent_with_the_inferred_cap(name):
     assert infer_memory_limit(cols, AllocatorSettings.from_snapshot(d["allocator_settings"])) <= truth["limit"]
     out = check_device(cols, {"allocator_settings": d["allocator_settings"]})
     assert out["consistent"] and out["alloc_retries"] == truth["retries"]
+
+
+def test_roundup_intervals_below_one_mib_use_the_first():
+    """roundup_power2_divisions:[1:8,>:2]: requests below 1 MiB round with the first interval's 8 divisions
+    (PyTorch 2.8+); rounding them with the last interval's 2, as older releases did, departs from the run."""
+    import dataclasses
+    d, _ = _case("small_roundlist")
+    cols = columns(d["device_traces"][0])
+    s = AllocatorSettings.from_snapshot(d["allocator_settings"])
+    assert s.roundup_power2_divisions == (8,) + (2,) * 15
+    assert replay_check(cols, s).consistent
+    assert not replay_check(cols, dataclasses.replace(s, roundup_power2_divisions=(2,) * 16)).consistent
 
 
 def test_fragmentation_fixture_flush_is_the_programs_empty_cache():
@@ -197,7 +210,8 @@ def test_expandable_segments_shrink_the_fragmentation_fixture():
     assert lower <= r.peak_reserved <= upper < truth["reserved"]
 
 
-@pytest.mark.parametrize("other", ["small_expandable", "small_maxsplit", "small_roundup", "small_gc"])
+@pytest.mark.parametrize("other", ["small_expandable", "small_maxsplit", "small_roundup", "small_gc",
+                                   "small_roundlist"])
 def test_whatif_from_the_default_run_predicts_the_real_runs(other):
     """Each small_* run had the same requests; the default run's what-if must give the other run's real peaks."""
     base = load("small_default")
