@@ -93,7 +93,12 @@ def _oom(o) -> str:
 def text(out: dict) -> str:
     real, wi, s = out["real"], out["whatif"], out["settings"]
     changed = {k: v for k, v in s.items() if out["recorded_settings"].get(k) != v}
-    lines = [f"what if: {', '.join(f'{k}={v}' for k, v in changed.items()) or 'the recorded settings'}",
+
+    def show(k, v):
+        if k in ("max_split_size", "memory_limit") and v is not None:
+            return f"{k}={_gib(v) if v >= 1 << 30 else f'{v / (1 << 20):.0f} MiB'}"
+        return f"{k}={v}"
+    lines = [f"what if: {', '.join(show(k, v) for k, v in changed.items()) or 'the recorded settings'}",
              f"  replay of the recorded run: {'consistent' if real['consistent'] else 'NOT consistent'}"]
     if real.get("mismatch"):
         m = real["mismatch"]
