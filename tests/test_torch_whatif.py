@@ -248,6 +248,14 @@ def test_parse_size_and_overrides():
                                               "roundup_power2_divisions": "4"}, "6GiB")
     assert s.max_split_size == 64 * MiB and s.expandable_segments and s.roundup_power2_divisions == (4,) * 16
     assert s.memory_limit == 6 << 30
+    # set_per_process_memory_fraction: the oom fixture's 0.0429... of 150,109,880,320 B is its 6 GiB limit
+    side = sidecar("oom")["scenario_details"]
+    f = apply_overrides(AllocatorSettings(device_total=side["device_total_memory"]), {},
+                        f"fraction:{side['per_process_memory_fraction']!r}")
+    assert f.memory_limit == side["limit_bytes"]
+    assert apply_overrides(AllocatorSettings(device_total=1000), {}, "50%").memory_limit == 500
+    with pytest.raises(ValueError):
+        apply_overrides(AllocatorSettings(), {}, "fraction:1.5")
     for bad in ({"max_split_size_mb": "1"}, {"nope": "1"}, {"expandable_segments": "maybe"}):
         with pytest.raises(ValueError):
             apply_overrides(AllocatorSettings(), bad)

@@ -495,7 +495,17 @@ def apply_overrides(base: AllocatorSettings, items: dict[str, str], cap: str | N
             raise ValueError(f"unknown setting {key!r} (expandable_segments, max_split_size_mb, "
                              "roundup_power2_divisions, garbage_collection_threshold, release_cached_on_oom)")
     if cap is not None:
-        kw["memory_limit"] = None if str(cap).strip().lower() in ("none", "0") else parse_size(cap)
+        c = str(cap).strip().lower()
+        if c in ("none", "0"):
+            kw["memory_limit"] = None
+        elif c.startswith("fraction:") or c.endswith("%"):
+            # set_per_process_memory_fraction(f): allowed = int(f × the GPU's memory), as PyTorch computes it
+            f = float(c[len("fraction:"):]) if c.startswith("fraction:") else float(c[:-1]) / 100
+            if not 0.0 < f <= 1.0:
+                raise ValueError(f"a memory fraction is in (0, 1], got {cap!r}")
+            kw["memory_limit"] = int(f * kw.get("device_total", base.device_total))
+        else:
+            kw["memory_limit"] = parse_size(cap)
     return dataclasses.replace(base, **kw)
 
 

@@ -29,7 +29,7 @@ export function mountWhatIf(root, opts = {}) {
       ...FIELDS.map((f) => input(...f)),
       el("div", {}, el("label", { for: "wi-cap" }, "Memory cap"),
         el("input", { id: "wi-cap", name: "cap", value: opts.cap || "", placeholder: "as recorded, e.g. 6GiB" }),
-        el("div", { class: "hint" }, "set_per_process_memory_fraction × device memory"))),
+        el("div", { class: "hint" }, "a size, or a fraction of the GPU: fraction:0.5 or 50%"))),
     el("div", { class: "toolbar", style: "margin-top:16px" },
       el("button", { type: "submit", id: "wi-run" }, "Run what-if"),
       el("span", { class: "status", id: "wi-status", role: "status", "aria-live": "polite" })));
