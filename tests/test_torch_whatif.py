@@ -254,6 +254,7 @@ def test_parse_size_and_overrides():
                         f"fraction:{side['per_process_memory_fraction']!r}")
     assert f.memory_limit == side["limit_bytes"]
     assert apply_overrides(AllocatorSettings(device_total=1000), {}, "50%").memory_limit == 500
+    assert apply_overrides(AllocatorSettings(), {"device_memory": "80GiB"}, "fraction:0.25").memory_limit == 20 << 30
     with pytest.raises(ValueError):
         apply_overrides(AllocatorSettings(), {}, "fraction:1.5")
     for bad in ({"max_split_size_mb": "1"}, {"nope": "1"}, {"expandable_segments": "maybe"}):

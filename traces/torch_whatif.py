@@ -466,7 +466,8 @@ def _bool(v: str) -> bool:
 
 def apply_overrides(base: AllocatorSettings, items: dict[str, str], cap: str | None = None) -> AllocatorSettings:
     """`base` with PYTORCH_CUDA_ALLOC_CONF-style overrides (max_split_size_mb, expandable_segments,
-    roundup_power2_divisions, garbage_collection_threshold, release_cached_on_oom) and a memory cap."""
+    roundup_power2_divisions, garbage_collection_threshold, release_cached_on_oom; device_memory: the GPU's
+    memory, default an H200's) and a memory cap."""
     import dataclasses
     from alloctrace.allocator.cuda_caching import N_ROUNDUP_INTERVALS, NO_LIMIT
     kw = {}
@@ -491,9 +492,12 @@ def apply_overrides(base: AllocatorSettings, items: dict[str, str], cap: str | N
             kw["garbage_collection_threshold"] = float(value)
         elif k == "release_cached_on_oom":
             kw["release_cached_on_oom"] = _bool(value)
+        elif k == "device_memory":
+            kw["device_total"] = parse_size(value)
         else:
             raise ValueError(f"unknown setting {key!r} (expandable_segments, max_split_size_mb, "
-                             "roundup_power2_divisions, garbage_collection_threshold, release_cached_on_oom)")
+                             "roundup_power2_divisions, garbage_collection_threshold, release_cached_on_oom, "
+                             "device_memory)")
     if cap is not None:
         c = str(cap).strip().lower()
         if c in ("none", "0"):
