@@ -23,6 +23,7 @@ from alloctrace.server.api import TRACE_ID, router
 from alloctrace.server.context import Context
 from alloctrace.server.torch_api import is_torch_trace as torch_page_for, router as torch_router
 from alloctrace.server.upload import UploadError
+from alloctrace.server.whatif_api import router as whatif_router
 
 COOKIE = "alloctrace_token"
 PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html",
@@ -101,6 +102,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     app.state.web_dir = web
     app.include_router(router)
     app.include_router(torch_router)  # PyTorch memory snapshots
+    app.include_router(whatif_router)  # caching-allocator what-if for PyTorch snapshots
     _errors(app)
     _pages(app, web)
     if token:

@@ -1,0 +1,119 @@
+"""`alloctrace whatif`: replay a PyTorch snapshot under other caching-allocator settings."""
+from __future__ import annotations
+
+import json
+import os
+
+from alloctrace.traces.errors import UserError
+
+from ._common import add_store_arg, open_store_from
+
+
+def register(subparsers):
+    p = subparsers.add_parser(
+        "whatif", help="PyTorch snapshot: peak memory and OOMs under other caching-allocator settings",
+        description="Replay a PyTorch memory snapshot's allocation requests through a model of the CUDA caching "
+                    "allocator, first as recorded (checked against every recorded decision), then under the "
+                    "settings given here, and compare peak reserved, peak allocated, fragmentation and OOMs.")
+    p.add_argument("trace", metavar="ID", help="stored torch trace id (or a snapshot .pickle[.gz|.zst] file)")
+    p.add_argument("--device", type=int, default=0, help="CUDA device of the trace (default 0)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                   help="allocator setting (repeatable): expandable_segments=true, max_split_size_mb=64, "
+                        "roundup_power2_divisions=4, garbage_collection_threshold=0.8, release_cached_on_oom=false")
+    p.add_argument("--cap", metavar="SIZE", help="memory cap of the what-if run: a size (6GiB), or "
+                   "set_per_process_memory_fraction as fraction:0.5 or 50%% of the GPU's memory; 'none' for no cap")
+    p.add_argument("--recorded-cap", metavar="SIZE",
+                   help="the cap the recorded run had (a snapshot does not record it; default: inferred from its "
+                        "OOMs, none if it had none)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    add_store_arg(p)
+    p.set_defaults(func=run)
+
+
+def load_device(args) -> tuple[dict, dict]:
+    """(columns, info) of the trace's device: from the store, or straight from a snapshot file."""
+    from alloctrace.traces import torch_whatif as tw
+
+    if os.path.isfile(args.trace):
+        try:
+            return tw.load_snapshot_file(args.trace, args.device)
+        except (OSError, ValueError, EOFError) as e:
+            raise UserError(f"{args.trace}: {e}") from None
+    try:
+        from alloctrace.traces.torch import store as torch_store
+    except ImportError:
+        raise UserError(f"no snapshot file {args.trace!r} (this build reads PyTorch snapshots from files only)") \
+            from None
+    store = open_store_from(args)
+    return torch_store.device_columns(store, args.trace, args.device), \
+        torch_store.device_info(store, args.trace, args.device)
+
+
+def compare(cols: dict, info: dict, settings: list[str], cap: str | None, recorded_cap: str | None,
+            *, keep_series: bool = False, progress=None) -> dict:
+    from alloctrace.traces.torch_whatif import whatif_request
+
+    try:
+        return whatif_request(cols, info, settings, cap, recorded_cap, keep_series=keep_series, progress=progress)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def run(args) -> int:
+    cols, info = load_device(args)
+    n = len(cols["action"])
+    if n > 200_000:
+        from rich.console import Console
+        from rich.progress import Progress
+        with Progress(console=Console(stderr=True), transient=True) as prog:
+            tasks = {}
+
+            def tick(phase, done, total):
+                if phase not in tasks:
+                    tasks[phase] = prog.add_task(f"replaying ({phase} settings)", total=total)
+                prog.update(tasks[phase], completed=done)
+            out = compare(cols, info, args.settings, args.cap, args.recorded_cap, progress=tick)
+    else:
+        out = compare(cols, info, args.settings, args.cap, args.recorded_cap)
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(text(out))
+    return 0
+
+
+def _gib(v) -> str:
+    return "-" if v is None else f"{v / (1 << 30):.2f} GiB"
+
+
+def _oom(o) -> str:
+    return "none" if not o else f"at entry {o['event']} ({_gib(o['size'])} requested)"
+
+
+def text(out: dict) -> str:
+    real, wi, s = out["real"], out["whatif"], out["settings"]
+    changed = {k: v for k, v in s.items() if out["recorded_settings"].get(k) != v}
+
+    def show(k, v):
+        if k in ("max_split_size", "memory_limit") and v is not None:
+            return f"{k}={_gib(v) if v >= 1 << 30 else f'{v / (1 << 20):.0f} MiB'}"
+        return f"{k}={v}"
+    lines = [f"what if: {', '.join(show(k, v) for k, v in changed.items()) or 'the recorded settings'}",
+             f"  replay of the recorded run: {'consistent' if real['consistent'] else 'NOT consistent'}"]
+    if real.get("mismatch"):
+        m = real["mismatch"]
+        lines.append(f"    first mismatch at entry {m['event']}: trace {m['expected']}, model {m['model']}")
+    rows = [("", "real", "what-if"),
+            ("peak reserved", _gib(real["peak_reserved"]), _gib(wi["peak_reserved"])),
+            ("peak allocated", _gib(real["peak_allocated"]), _gib(wi["peak_allocated"])),
+            ("fragmentation at peak", _gib(real["fragmentation_at_peak"]), _gib(wi["fragmentation_at_peak"])),
+            ("OOM", _oom(real["oom"]), _oom(wi["oom"]))]
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    lines += [f"  {a.ljust(w0)}  {b.ljust(w1)}  {c}" for a, b, c in rows]
+    if wi.get("avoided_ooms"):
+        lines.append(f"  the what-if run survives the recorded OOM at entry {wi['avoided_ooms'][0]} (what the program "
+                     "did after it is not in the trace)")
+    if wi.get("stopped_at") is not None:
+        lines.append(f"  the what-if run stops at entry {wi['stopped_at']}: the program would have failed there")
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""HTTP for the caching-allocator what-if: one device of a stored PyTorch snapshot under other settings.
+
+`GET /api/torch/traces/{id}/devices/{d}/whatif?set=expandable_segments=true&cap=6GiB&points=600` answers what
+`alloctrace whatif --json` prints, plus both runs' reserved/allocated curves in at most `points` buckets (so the
+payload does not grow with the snapshot). Answers are cached per (trace, device, settings).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse
+
+from alloctrace.traces.errors import UserError
+
+TRACE_ID = r"^[0-9a-f]{8}$"
+TraceId = Annotated[str, PathParam(pattern=TRACE_ID, description="8 hex digits")]
+Device = Annotated[int, PathParam(ge=0, le=4096, description="device index")]
+
+router = APIRouter()
+CACHE_SIZE = 16
+
+
+class _Answers:
+    """The last CACHE_SIZE answers of one app (a what-if of a 1M-entry trace takes seconds)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.items: dict = {}
+
+    def get(self, key):
+        with self.lock:
+            return self.items.get(key)
+
+    def put(self, key, value):
+        with self.lock:
+            if len(self.items) >= CACHE_SIZE:
+                self.items.pop(next(iter(self.items)))
+            self.items[key] = value
+
+
+def _answers(request: Request) -> _Answers:
+    st = request.app.state
+    if getattr(st, "whatif_answers", None) is None:
+        st.whatif_answers = _Answers()
+    return st.whatif_answers
+
+
+def store_loader(store, trace_id: str, device: int) -> tuple[dict, dict]:
+    """(columns, info) of a stored torch trace's device, from the snapshot source's store."""
+    try:
+        from alloctrace.traces.torch import store as torch_store
+    except ImportError:
+        raise UserError("this build stores no PyTorch snapshots") from None
+    return torch_store.device_columns(store, trace_id, device), torch_store.device_info(store, trace_id, device)
+
+
+def _load(request: Request, trace_id: str, device: int):
+    loader = getattr(request.app.state, "whatif_loader", None) or store_loader
+    return request.app.state.ctx.call(lambda store: loader(store, trace_id, device))
+
+
+@router.get("/api/torch/traces/{trace_id}/devices/{d}/whatif",
+            summary="Replay the device under other caching-allocator settings (real vs what-if)")
+async def get_whatif(request: Request, trace_id: TraceId, d: Device,
+                     set_: Annotated[list[str], Query(alias="set", max_length=8,
+                                                      description="KEY=VALUE, e.g. expandable_segments=true")] = [],
+                     cap: Annotated[str | None, Query(max_length=40, description="memory cap, e.g. 6GiB")] = None,
+                     recorded_cap: Annotated[str | None, Query(max_length=40)] = None,
+                     points: Annotated[int, Query(ge=10, le=4000)] = 600):
+    return await run_in_threadpool(_compare, request, trace_id, d, set_, cap, recorded_cap, points)
+
+
+def _compare(request, trace_id, d, settings, cap, recorded_cap, points):
+    from alloctrace.traces.torch_whatif import downsample, whatif_request
+
+    if any(len(s) > 200 for s in settings):
+        raise UserError("a setting is too long")
+    key = (trace_id, d, tuple(sorted(settings)), cap, recorded_cap, points)
+    hit = _answers(request).get(key)
+    if hit is not None:
+        return hit
+    cols, info = _load(request, trace_id, d)
+    try:
+        out = whatif_request(cols, info, settings, cap, recorded_cap, keep_series=True)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    out["series"] = downsample(out["series"], points)
+    out.update(trace_id=trace_id, device=d)
+    _answers(request).put(key, out)
+    return out
+
+
+@router.get("/whatif", include_in_schema=False)
+def whatif_page(request: Request):
+    web = getattr(request.app.state, "web_dir", None)
+    if web is None or not (web / "whatif.html").is_file():
+        return JSONResponse({"detail": "page whatif.html is not installed"}, status_code=404)
+    return FileResponse(web / "whatif.html", media_type="text/html; charset=utf-8",
+                        headers={"Cache-Control": "no-cache"})

@@ -1,0 +1,32 @@
+"""Test helper: a real snapshot pickle (trusted fixture) as one device's trace columns."""
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from alloctrace.allocator.cuda_caching import ACTIONS
+
+DATA = Path(__file__).parent / "data" / "torch"
+
+
+def load(name: str) -> dict:
+    with gzip.open(DATA / f"{name}.pickle.gz") as f:
+        return pickle.load(f)
+
+
+def sidecar(name: str) -> dict:
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+def columns(entries: list[dict]) -> dict[str, np.ndarray]:
+    code = {a: i for i, a in enumerate(ACTIONS)}
+    return {
+        "action": np.array([code[e["action"]] for e in entries], dtype=np.int8),
+        "addr": np.array([e.get("addr", 0) for e in entries], dtype=np.int64),
+        "size": np.array([e["size"] for e in entries], dtype=np.int64),
+        "stream": np.array([e["stream"] for e in entries], dtype=np.int64),
+    }
