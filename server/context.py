@@ -98,7 +98,7 @@ class Context:
         def build():
             cols = self.columns(trace_id, g)
             with gc_paused():
-                return memmap.extract(cols)
+                return memmap.with_lod(memmap.extract(cols))  # the tile pyramid: a window is lookups
         return self.lifetimes_cache.get((trace_id, g), build)
 
     def state_index(self, trace_id: str, g: int):

@@ -5,25 +5,51 @@ row and running the generic JSON encoder over them cost more than cutting and
 reducing the window itself. Rows are formatted from column lists with one
 template; strings (tensor and op names) go through json.dumps once per distinct
 name. The document parses to exactly what `graphs.memory_map` returns.
+
+With the graph's tile pyramid (traces/memmap_lod.py) built, a reduced window is
+rows of pyramid tiles: each tile's row and each series bucket's row is formatted
+once per graph and kept with the pyramid, so an answer is mostly a join.
 """
 from __future__ import annotations
 
 import json
+import re
 
-from alloctrace.traces import memmap
+import numpy as np
+
+from alloctrace.traces import memmap, memmap_lod
 
 SHAPE_INTS = ("x0", "x1", "y0", "y1", "n")
 SHAPE_NAMES = ("tensor", "op")
 SHAPE_TAIL = ("size", "offset", "chunk")
 SERIES = ("x", "used", "n_free", "largest_free", "total_free")
+SERIES_CACHED = 1 << 16  # series levels of up to this many buckets keep their JSON rows
 
 
 class _Quoted(dict):
     """name -> its JSON text, made on first use (None -> null)."""
 
     def __missing__(self, key):
-        text = self[key] = json.dumps(key, ensure_ascii=False)
+        if key is not None and _PLAIN.fullmatch(key):
+            text = '"' + key + '"'
+        else:
+            text = json.dumps(key, ensure_ascii=False)
+        self[key] = text
         return text
+
+
+_PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029]*')  # what json.dumps(ensure_ascii=False) just quotes
+MAX_QUOTED = 1 << 20  # names a graph keeps quoted
+
+
+def _quoted(lt: memmap.Lifetimes) -> _Quoted:
+    """The graph's names as JSON text, kept with its pyramid (one fresh table without one)."""
+    if lt.lod is None:
+        return _Quoted()
+    q = lt.lod.faces.get("quoted")
+    if q is None or len(q) > MAX_QUOTED:
+        q = lt.lod.faces["quoted"] = _Quoted()
+    return q
 
 
 def _template(fields, kinds) -> str:
@@ -39,19 +65,73 @@ def _nullable(values: list) -> list:
     return ["null" if v is None else str(v) for v in values]
 
 
-def rows(template: str, columns: list) -> str:
-    return "[" + ",".join(template % r for r in zip(*columns)) + "]"
+def shape_rows(cols: dict, quoted: _Quoted | None = None) -> list[str]:
+    quoted = _Quoted() if quoted is None else quoted
+    names = [list(map(quoted.__getitem__, cols[k])) for k in SHAPE_NAMES]
+    return [SHAPE_ROW % r for r in zip(*([cols[k] for k in SHAPE_INTS] + names + [cols[k] for k in SHAPE_TAIL]))]
+
+
+def series_rows(cols: dict) -> list[str]:
+    return [SERIES_ROW % r for r in zip(*([cols["x"]] + [_nullable(cols[k]) for k in SERIES[1:]]))]
+
+
+def _tile_rows(lt: memmap.Lifetimes, level: int) -> tuple[list[str], np.ndarray]:
+    """Every tile of a pyramid level as its JSON row (with all its members as `n`), made once."""
+    pyr = lt.lod
+    key = ("json-tiles", level)
+    if key not in pyr.faces:
+        lv = pyr.levels[level]
+        every = np.arange(len(lv.key))
+        pyr.faces[key] = shape_rows(memmap_lod.tile_columns(lt, lv, every, lv.count), _quoted(lt))
+    return pyr.faces[key], pyr.levels[level].count
+
+
+def _series_text(lt: memmap.Lifetimes, k: int, lo: int, hi: int) -> str:
+    """Rows lo..hi of series level k; levels of up to SERIES_CACHED buckets are formatted once."""
+    pyr = lt.lod
+    if len(pyr.series[k][0]) > SERIES_CACHED:
+        return "[" + ",".join(series_rows(memmap_lod.series_columns(lt, pyr, lo << k, hi << k, hi - lo)[0])) + "]"
+    key = ("json-series", k)
+    if key not in pyr.faces:
+        n = len(pyr.series[k][0])
+        pyr.faces[key] = series_rows(memmap_lod.series_columns(lt, pyr, 0, min(lt.n_events, n << k), n)[0])
+    return "[" + ",".join(pyr.faces[key][lo:hi]) + "]"
+
+
+def _shapes_and_series(lt: memmap.Lifetimes, win, max_shapes: int, max_points: int):
+    """(shapes JSON, shapes, lifetimes in view, reduced, free-list JSON, bucket width)."""
+    if lt.lod is None:
+        cols, total, merged = memmap.shape_columns(lt, win, max_shapes)
+        series, bucket = memmap.series_columns(lt, win[0], win[1], max_points)
+        shapes = shape_rows(cols)
+        return "[" + ",".join(shapes) + "]", len(shapes), total, merged, "[" + ",".join(series_rows(series)) + "]", \
+            bucket
+    got, total = memmap_lod.answer(lt, lt.lod, win, max_shapes)
+    if isinstance(got, memmap_lod.Tiles):  # rows made once per tile; tiles cut by the window say their own n
+        pre, count = _tile_rows(lt, got.level)
+        out = [pre[r] for r in got.rows.tolist()]
+        cut = np.flatnonzero(count[got.rows] != got.n)
+        if len(cut):
+            lv = lt.lod.levels[got.level]
+            cut_cols = memmap_lod.tile_columns(lt, lv, got.rows[cut], got.n[cut])
+            for j, row in zip(cut.tolist(), shape_rows(cut_cols, _quoted(lt))):
+                out[j] = row
+        merged = True
+    else:
+        cols, _, merged = memmap.shape_columns(lt, win, max_shapes, vis=got)
+        out = shape_rows(cols, _quoted(lt))
+    shapes = "[" + ",".join(out) + "]"
+    span = memmap_lod.series_range(lt, lt.lod, win[0], win[1], max_points)
+    if span is None:
+        return shapes, len(out), total, merged, "[]", 1
+    k, lo, hi = span
+    return shapes, len(out), total, merged, _series_text(lt, k, lo, hi), 1 << k
 
 
 def memory_map_json(lt: memmap.Lifetimes, info: dict, win, max_shapes: int, max_points: int) -> bytes:
-    cols, total, merged = memmap.shape_columns(lt, win, max_shapes)
-    quoted = _Quoted()
-    names = [list(map(quoted.__getitem__, cols[k])) for k in SHAPE_NAMES]
-    shapes = rows(SHAPE_ROW, [cols[k] for k in SHAPE_INTS] + names + [cols[k] for k in SHAPE_TAIL])
-    series, bucket = memmap.series_columns(lt, win[0], win[1], max_points)
-    free_list = rows(SERIES_ROW, [series["x"]] + [_nullable(series[k]) for k in SERIES[1:]])
+    shapes, count, total, merged, free_list, bucket = _shapes_and_series(lt, win, max_shapes, max_points)
     rest = {"n_events": lt.n_events, "window": dict(zip(("x0", "x1", "y0", "y1"), win)), "y_extent": lt.y_extent,
-            "chunks": lt.chunks, "count": len(cols["x0"]), "total_in_view": total, "reduced": merged,
+            "chunks": lt.chunks, "count": count, "total_in_view": total, "reduced": merged,
             "free_list_bucket": bucket, "max_size": info.get("max_size"), "buffer_size": info.get("buffer_size"),
             "oom": info.get("oom")}
     head = json.dumps(rest, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

@@ -9,6 +9,7 @@ step is numpy over whole columns, so a million-event graph is extracted once
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections import OrderedDict
@@ -64,8 +65,9 @@ class Lifetimes:
     largest_free: np.ndarray
     total_free: np.ndarray
     _by_start: tuple | None = field(default=None, repr=False, compare=False)  # see `in_events`
+    lod: object = field(default=None, repr=False, compare=False)  # memmap_lod.Pyramid, once built (`with_lod`)
 
-    @property
+    @functools.cached_property
     def y_extent(self) -> int:
         return int(self.y1.max()) if len(self.y1) else 0
 
@@ -283,10 +285,23 @@ def window_shapes(lt: Lifetimes, win, max_shapes: int) -> dict:
     return {"shapes": rows, "count": len(rows), "total_in_view": total, "reduced": merged}
 
 
-def shape_columns(lt: Lifetimes, win, max_shapes: int) -> tuple[dict, int, bool]:
-    """window_shapes as columns (name -> list of Python values): (columns, total in view, merged)."""
+def with_lod(lt: Lifetimes) -> Lifetimes:
+    """`lt` with its tile pyramid built (memmap_lod.py): windows are then answered from it."""
+    from . import memmap_lod
+    if lt.lod is None:
+        lt.lod = memmap_lod.build(lt)
+    return lt
+
+
+def shape_columns(lt: Lifetimes, win, max_shapes: int, vis: np.ndarray | None = None) -> tuple[dict, int, bool]:
+    """window_shapes as columns (name -> list of Python values): (columns, total in view, merged).
+    `vis`: the lifetimes in view, in index order, when the caller found them already."""
+    if vis is None and lt.lod is not None:
+        from . import memmap_lod
+        return memmap_lod.shape_columns(lt, lt.lod, win, max_shapes)
     wx0, wx1, wy0, wy1 = win
-    vis = lt.in_window(win)
+    if vis is None:
+        vis = lt.in_window(win)
     total = len(vis)
     if total <= max_shapes:
         sel = vis
@@ -319,7 +334,7 @@ def shape_columns(lt: Lifetimes, win, max_shapes: int) -> tuple[dict, int, bool]
     area = (clip[1] - clip[0]).astype(np.float64) * (clip[3] - clip[2]).astype(np.float64)
     top = reduce(np.maximum, area, -1.0)
     pos = np.where(area == top[group], np.arange(len(area)), big)
-    members = np.arange(len(lt.start))[vis]
+    members = vis if isinstance(vis, np.ndarray) else np.arange(len(lt.start))  # vis: indices, or all
     biggest = members[reduce(np.minimum, pos, big)]
     cols = {"x0": reduce(np.minimum, s, big), "x1": reduce(np.maximum, e, -1),
             "y0": reduce(np.minimum, a, big), "y1": reduce(np.maximum, b, -1),
@@ -343,6 +358,9 @@ def window_series(lt: Lifetimes, x0: int, x1: int, max_points: int) -> tuple[lis
 
 def series_columns(lt: Lifetimes, x0: int, x1: int, max_points: int) -> tuple[dict, int]:
     """window_series as columns (name -> list of ints, None where unknown): (columns, bucket width)."""
+    if lt.lod is not None:
+        from . import memmap_lod
+        return memmap_lod.series_columns(lt, lt.lod, x0, x1, max_points)
     x0, x1 = max(0, x0), min(lt.n_events, x1)
     if x1 <= x0:
         return {k: [] for k in ("x", "used", "n_free", "largest_free", "total_free")}, 1
