@@ -62,7 +62,8 @@ def timed(label: str, a, b):
     fd = d.first_divergence
     where = f"first divergence at event {fd['event_a']}" if fd else "no divergence"
     print(f"  {label:<24} {dt:6.3f} s wall {dc:6.3f} s cpu  aligned {d.aligned['fraction']:.3f}, {where}")
-    FIGURES.append(at_most(f"diff: {label}, {len(a):,} events", dt, "s", 1, f"CPU {dc:.3f} s"))
+    n = len(a["i"]) if isinstance(a, dict) else len(a)
+    FIGURES.append(at_most(f"diff: {label}, {n:,} events", dt, "s", 1, f"CPU {dc:.3f} s"))
 
 
 def main():

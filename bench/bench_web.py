@@ -107,7 +107,8 @@ def main():
                 shapes = page.evaluate("""document.getElementById('map').data.filter(t => t.fill === 'toself')
                     .reduce((n, t) => n + t.x.filter(v => v === null).length, 0)""")
                 label = "first visit: empty browser cache, cold server" if run == 0 else "repeat visit"
-                figures.append(at_most(f"dashboard: map interactive, {label}, {args.events:,} events", ready / plotly_ms,
+                figures.append(at_most(f"dashboard: map interactive, run {run + 1} ({label}), {args.events:,} events",
+                                       ready / plotly_ms,
                                        "x", 1.25, f"Plotly.js alone loading in the same browser: {plotly_ms:,.0f} ms "
                                        f"(map: {ready:,.0f} ms)"))
                 print(f"run {run + 1} ({label}): map interactive {ready:,.0f} ms after navigation; "
