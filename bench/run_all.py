@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -58,14 +59,19 @@ def run_one(path: Path, args: list[str], timeout: float) -> tuple[list[Figure], 
         out = Path(d) / "figures.json"
         argv = [sys.executable, str(path), *args] + (["--json", str(out)] if takes_json(path) else [])
         t0 = time.perf_counter()
-        try:
-            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                               env={**os.environ, "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")})
-        except subprocess.TimeoutExpired:
+        env = {**os.environ, "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        timer = threading.Timer(timeout, p.kill)
+        timer.start()
+        last = ""
+        for line in p.stdout:  # the benchmark's own output, as it comes
+            sys.stderr.write(line)
+            last = line.strip()[:120] or last
+        p.wait()
+        timer.cancel()
+        if time.perf_counter() - t0 >= timeout:
             return [], command, f"timed out after {timeout:.0f} s"
-        sys.stderr.write(p.stdout)
         took = f"{time.perf_counter() - t0:.0f} s"
-        last = (p.stdout.strip().splitlines() or [""])[-1][:120]
         if p.returncode:
             return [], command, f"failed (exit {p.returncode}): {last}"
         if not out.exists():

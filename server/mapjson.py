@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 import numpy as np
 
@@ -23,7 +24,7 @@ SHAPE_INTS = ("x0", "x1", "y0", "y1", "n")
 SHAPE_NAMES = ("tensor", "op")
 SHAPE_TAIL = ("size", "offset", "chunk")
 SERIES = ("x", "used", "n_free", "largest_free", "total_free")
-SERIES_CACHED = 1 << 16  # series levels of up to this many buckets keep their JSON rows
+SERIES_CACHED = 1 << 18  # series levels of up to this many buckets keep their JSON rows (~60 bytes each)
 
 
 class _Quoted(dict):
@@ -46,9 +47,9 @@ def _quoted(lt: memmap.Lifetimes) -> _Quoted:
     """The graph's names as JSON text, kept with its pyramid (one fresh table without one)."""
     if lt.lod is None:
         return _Quoted()
-    q = lt.lod.faces.get("quoted")
-    if q is None or len(q) > MAX_QUOTED:
-        q = lt.lod.faces["quoted"] = _Quoted()
+    q = _face(lt, "quoted", _Quoted)
+    if len(q) > MAX_QUOTED:
+        q.clear()
     return q
 
 
@@ -77,35 +78,54 @@ def series_rows(cols: dict) -> list[str]:
 
 def _tile_rows(lt: memmap.Lifetimes, level: int) -> tuple[list[str], np.ndarray]:
     """Every tile of a pyramid level as its JSON row (with all its members as `n`), made once."""
-    pyr = lt.lod
-    key = ("json-tiles", level)
-    if key not in pyr.faces:
-        lv = pyr.levels[level]
-        every = np.arange(len(lv.key))
-        pyr.faces[key] = shape_rows(memmap_lod.tile_columns(lt, lv, every, lv.count), _quoted(lt))
-    return pyr.faces[key], pyr.levels[level].count
+    lv = lt.lod.levels[level]
+    rows = _face(lt, ("json-tiles", level),
+                 lambda: shape_rows(memmap_lod.tile_columns(lt, lv, np.arange(len(lv.key)), lv.count), _quoted(lt)))
+    return rows, lv.count
 
 
-def _series_text(lt: memmap.Lifetimes, k: int, lo: int, hi: int) -> str:
-    """Rows lo..hi of series level k; levels of up to SERIES_CACHED buckets are formatted once."""
+def _face(lt: memmap.Lifetimes, key, build):
+    """What the server derives once per graph from its pyramid (kept in `faces`); built by one
+    request while concurrent ones for the same graph wait for it."""
+    faces = lt.lod.faces
+    got = faces.get(key)
+    if got is None:
+        with faces.setdefault("lock", threading.RLock()):  # setdefault is atomic: one lock per graph
+            got = faces.get(key)
+            if got is None:
+                got = faces[key] = build()
+    return got
+
+
+def _rows_buffer(rows: list[str]) -> tuple[bytes, np.ndarray]:
+    """Rows, each with a trailing comma, as one UTF-8 buffer and where each row starts (plus the end)."""
+    encoded = [(r + ",").encode() for r in rows]
+    starts = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=starts[1:])
+    return b"".join(encoded), starts
+
+
+def _series_text(lt: memmap.Lifetimes, k: int, lo: int, hi: int) -> bytes:
+    """Rows lo..hi of series level k; levels of up to SERIES_CACHED buckets are formatted once, into one
+    buffer, so an answer is one slice of it."""
     pyr = lt.lod
     if len(pyr.series[k][0]) > SERIES_CACHED:
-        return "[" + ",".join(series_rows(memmap_lod.series_columns(lt, pyr, lo << k, hi << k, hi - lo)[0])) + "]"
-    key = ("json-series", k)
-    if key not in pyr.faces:
-        n = len(pyr.series[k][0])
-        pyr.faces[key] = series_rows(memmap_lod.series_columns(lt, pyr, 0, min(lt.n_events, n << k), n)[0])
-    return "[" + ",".join(pyr.faces[key][lo:hi]) + "]"
+        rows = series_rows(memmap_lod.series_columns(lt, pyr, lo << k, hi << k, hi - lo)[0])
+        return ("[" + ",".join(rows) + "]").encode()
+    n = len(pyr.series[k][0])
+    buf, starts = _face(lt, ("json-series", k), lambda: _rows_buffer(
+        series_rows(memmap_lod.series_columns(lt, pyr, 0, min(lt.n_events, n << k), n)[0])))
+    return b"[" + buf[starts[lo]:starts[hi] - 1] + b"]"
 
 
 def _shapes_and_series(lt: memmap.Lifetimes, win, max_shapes: int, max_points: int):
-    """(shapes JSON, shapes, lifetimes in view, reduced, free-list JSON, bucket width)."""
+    """(shapes JSON, shapes, lifetimes in view, reduced, free-list JSON, bucket width); JSON as UTF-8."""
     if lt.lod is None:
         cols, total, merged = memmap.shape_columns(lt, win, max_shapes)
         series, bucket = memmap.series_columns(lt, win[0], win[1], max_points)
         shapes = shape_rows(cols)
-        return "[" + ",".join(shapes) + "]", len(shapes), total, merged, "[" + ",".join(series_rows(series)) + "]", \
-            bucket
+        return ("[" + ",".join(shapes) + "]").encode(), len(shapes), total, merged, \
+            ("[" + ",".join(series_rows(series)) + "]").encode(), bucket
     got, total = memmap_lod.answer(lt, lt.lod, win, max_shapes)
     if isinstance(got, memmap_lod.Tiles):  # rows made once per tile; tiles cut by the window say their own n
         pre, count = _tile_rows(lt, got.level)
@@ -117,15 +137,15 @@ def _shapes_and_series(lt: memmap.Lifetimes, win, max_shapes: int, max_points: i
             for j, row in zip(cut.tolist(), shape_rows(cut_cols, _quoted(lt))):
                 out[j] = row
         merged = True
-    else:
+    else:  # the lifetimes in view, exact or bucketed over the window
         cols, _, merged = memmap.shape_columns(lt, win, max_shapes, vis=got)
         out = shape_rows(cols, _quoted(lt))
-    shapes = "[" + ",".join(out) + "]"
+    shapes, count = ("[" + ",".join(out) + "]").encode(), len(out)
     span = memmap_lod.series_range(lt, lt.lod, win[0], win[1], max_points)
     if span is None:
-        return shapes, len(out), total, merged, "[]", 1
+        return shapes, count, total, merged, b"[]", 1
     k, lo, hi = span
-    return shapes, len(out), total, merged, _series_text(lt, k, lo, hi), 1 << k
+    return shapes, count, total, merged, _series_text(lt, k, lo, hi), 1 << k
 
 
 def memory_map_json(lt: memmap.Lifetimes, info: dict, win, max_shapes: int, max_points: int) -> bytes:
@@ -135,4 +155,4 @@ def memory_map_json(lt: memmap.Lifetimes, info: dict, win, max_shapes: int, max_
             "free_list_bucket": bucket, "max_size": info.get("max_size"), "buffer_size": info.get("buffer_size"),
             "oom": info.get("oom")}
     head = json.dumps(rest, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    return ('{"shapes":' + shapes + ',"free_list":' + free_list + "," + head[1:]).encode("utf-8")
+    return b'{"shapes":' + shapes + b',"free_list":' + free_list + b"," + head[1:].encode("utf-8")

@@ -270,10 +270,21 @@ def _settle(centres, g: int, max_shapes: int):
         cells = _cells(centres, g)
         if g * g <= max_shapes:
             return g, cells
-        occupied = int(np.count_nonzero(np.bincount(cells, minlength=g * g)))
+        occupied = len(_occupied(cells, g)[0])
         if occupied <= max_shapes:
             return g, cells
         g = max(1, min(g - 1, int(g / math.sqrt(occupied / max_shapes))))
+
+
+def _occupied(cells: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """(occupied cells in ascending order, each centre's group: its cell's position among them).
+    Few centres on a big grid are sorted; many are counted per cell."""
+    if len(cells) * 16 < g * g:
+        return np.unique(cells, return_inverse=True)
+    occupied = np.flatnonzero(np.bincount(cells, minlength=g * g))
+    dense = np.zeros(g * g, dtype=np.int64)
+    dense[occupied] = np.arange(len(occupied))
+    return occupied, dense[cells]
 
 
 def window_shapes(lt: Lifetimes, win, max_shapes: int) -> dict:
@@ -316,12 +327,8 @@ def shape_columns(lt: Lifetimes, win, max_shapes: int, vis: np.ndarray | None = 
         s, e, a, b = lt.start[vis], lt.end[vis], lt.y0[vis], lt.y1[vis]
     clip = (np.maximum(s, wx0), np.minimum(e, wx1), np.maximum(a, wy0), np.minimum(b, wy1))
     g, cells = _grid_for(*clip, win, max_shapes)
-    # group by cell without sorting: occupied cells get dense group numbers
-    occupied = np.flatnonzero(np.bincount(cells, minlength=g * g))
+    occupied, group = _occupied(cells, g)  # occupied cells get dense group numbers, in cell order
     k = len(occupied)
-    dense = np.zeros(g * g, dtype=np.int64)
-    dense[occupied] = np.arange(k)
-    group = dense[cells]
     counts = np.bincount(group, minlength=k)
 
     def reduce(fn, values, init):

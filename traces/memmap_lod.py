@@ -170,12 +170,13 @@ def answer(lt, pyr: Pyramid, win, max_shapes: int) -> tuple[Tiles | np.ndarray, 
     if total <= max_shapes:  # exact: the lifetimes in view
         return visible(), total
     nz = np.flatnonzero(in_view)
-    best = None
-    for i, lv in enumerate(pyr.levels):  # coarsest first: stop before the first with too many tiles in view
+    best = Tiles(len(pyr.levels) - 1, nz, in_view[nz])
+    for i in range(len(pyr.levels) - 2, -1, -1):  # finest first: tiles in view only get fewer going coarser
+        if len(best.rows) <= max_shapes:
+            break
+        lv = pyr.levels[i]
         counts = np.bincount(lv.up[nz], weights=in_view[nz], minlength=len(lv.key)).astype(np.int64)
         rows = np.flatnonzero(counts)
-        if len(rows) > max_shapes:
-            break
         best = Tiles(i, rows, counts[rows])
     if len(best.rows) * FEW < max_shapes and total <= REGRID * max_shapes:
         return visible(), total  # zoomed far in: the tiles are coarse here; a grid over the window shows more
