@@ -63,8 +63,7 @@ def build(lt) -> Pyramid:
     fx = np.minimum(((lt.start + lt.end) * (g / (2 * xs))).astype(np.int64), g - 1) if n else np.zeros(0, np.int64)
     fy = np.minimum(((lt.y0 + lt.y1) * (g / (2 * ys))).astype(np.int64), g - 1) if n else np.zeros(0, np.int64)
     level = MAX_LEVEL
-    while level > 0 and len(np.unique((fx >> (MAX_LEVEL - level)) * (1 << level) + (fy >> (MAX_LEVEL - level)))) \
-            > COUNT_TILES:
+    while level > 0 and _occupied(fx >> (MAX_LEVEL - level), fy >> (MAX_LEVEL - level), level) > COUNT_TILES:
         level -= 1
     s = MAX_LEVEL - level
     cx, cy = fx >> s, fy >> s
@@ -105,6 +104,11 @@ def build(lt) -> Pyramid:
                    np.bincount(up, weights=finest.count, minlength=len(pkey)).astype(np.int64), up)
         levels.append(lv)
     return Pyramid(levels[::-1], order, first, _series_levels(lt))
+
+
+def _occupied(x: np.ndarray, y: np.ndarray, level: int) -> int:
+    """Occupied tiles of a level, counted per tile (at most 4**MAX_LEVEL counters)."""
+    return int(np.count_nonzero(np.bincount(x * (1 << level) + y, minlength=1 << (2 * level))))
 
 
 def _at(fn, up, values, k, init):
