@@ -40,7 +40,7 @@ class _Quoted(dict):
 
 
 _PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029]*')  # what json.dumps(ensure_ascii=False) just quotes
-MAX_QUOTED = 1 << 20  # names a graph keeps quoted
+MAX_QUOTED = 1 << 18  # names a graph keeps quoted (then it starts over)
 
 
 def _quoted(lt: memmap.Lifetimes) -> _Quoted:
