@@ -4,9 +4,9 @@ window is a few lookups and slices instead of a reduction over every lifetime.
 Tiles: level k cuts the graph's event axis and its address axis (0 .. the highest byte)
 into 2**k parts each; a lifetime belongs to the tile holding its centre. Per level, each
 occupied tile keeps the bounding box of its members, how many there are and its largest
-member (by duration x bytes; the first one on ties). The finest level used for counting
-(`count_level`: the finest with at most COUNT_TILES occupied tiles) also keeps its members,
-grouped by tile, so a window's lifetimes are counted exactly: tiles inside the window count
+member (by duration x bytes; the first one on ties). The finest level kept, the counting
+level (the finest with at most COUNT_TILES occupied tiles), also keeps its members grouped
+by tile, so a window's lifetimes are counted exactly: tiles inside the window count
 whole, only the members of tiles on its border are tested one by one.
 
 A window answer (see `shape_columns`) is exact when at most max_shapes lifetimes are in
@@ -32,7 +32,6 @@ REGRID = 8  # ... when at most REGRID x max_shapes lifetimes are in view
 
 @dataclass
 class Level:
-    shift: int  # a counting-level tile's x and y, shifted right by this, are its tile here
     key: np.ndarray  # tile keys (x * 2**level + y), sorted
     x0: np.ndarray  # bounding box of all members
     x1: np.ndarray
@@ -83,7 +82,7 @@ def build(lt) -> Pyramid:
     row_of = np.repeat(np.arange(len(starts)), np.diff(first))
     pos = np.where(area[order] == best_area[row_of], np.arange(n), n)
     biggest = order[np.minimum.reduceat(pos, starts)] if n else np.zeros(0, np.int64)
-    finest = Level(0, tiles, reduce(np.minimum, lt.start), reduce(np.maximum, lt.end), reduce(np.minimum, lt.y0),
+    finest = Level(tiles, reduce(np.minimum, lt.start), reduce(np.maximum, lt.end), reduce(np.minimum, lt.y0),
                    reduce(np.maximum, lt.y1), biggest, np.diff(first), np.arange(len(tiles)))
     levels = [finest]
     for k in range(level - 1, -1, -1):  # coarser and coarser, each from the counting level
@@ -97,11 +96,10 @@ def build(lt) -> Pyramid:
         cand = np.where(sub_area == best[up], finest.biggest, n)
         big = np.full(len(pkey), n, dtype=np.int64)
         np.minimum.at(big, up, cand)
-        lv = Level(level - k, pkey, _at(np.minimum, up, finest.x0, len(pkey), np.iinfo(np.int64).max),
-                   _at(np.maximum, up, finest.x1, len(pkey), -1), _at(np.minimum, up, finest.y0, len(pkey),
-                                                                     np.iinfo(np.int64).max),
-                   _at(np.maximum, up, finest.y1, len(pkey), -1), big,
-                   np.bincount(up, weights=finest.count, minlength=len(pkey)).astype(np.int64), up)
+        k_tiles, top_int = len(pkey), np.iinfo(np.int64).max
+        lv = Level(pkey, _at(np.minimum, up, finest.x0, k_tiles, top_int), _at(np.maximum, up, finest.x1, k_tiles, -1),
+                   _at(np.minimum, up, finest.y0, k_tiles, top_int), _at(np.maximum, up, finest.y1, k_tiles, -1),
+                   big, np.bincount(up, weights=finest.count, minlength=k_tiles).astype(np.int64), up)
         levels.append(lv)
     return Pyramid(levels[::-1], order, first, _series_levels(lt))
 
