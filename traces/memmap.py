@@ -14,6 +14,7 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -112,6 +113,10 @@ def _forward_fill(values: np.ndarray) -> np.ndarray:
     return out
 
 
+_ALLOC, _REUSE, _FREE, _FREE_EXTRA, _REALLOC = range(1, 6)  # the kinds extract() tells apart (0: others)
+_KIND_CODES = {"alloc": _ALLOC, "reuse": _REUSE, "free": _FREE, "free_extra": _FREE_EXTRA, "realloc": _REALLOC}
+
+
 def extract(cols: dict) -> Lifetimes:
     """Lifetimes from a graph's event columns (one array per Event field)."""
     kind = np.asarray(cols["kind"], dtype=object) if len(cols["kind"]) else np.array([], dtype=object)
@@ -120,21 +125,24 @@ def extract(cols: dict) -> Lifetimes:
     offset, size = int_column(cols.get("offset"), n), int_column(cols.get("size"), n)
     chunk = np.maximum(int_column(cols.get("chunk"), n), 0)
     tensor, op = str_column(cols.get("tensor"), n), str_column(cols.get("op"), n)
+    # the kinds that matter as small codes, in one pass: comparing a million-entry object array
+    # with a string is a pass of Python comparisons each time
+    code = np.fromiter(map(_KIND_CODES.get, kind, repeat(0)), dtype=np.int8, count=n)
 
-    if np.any((kind == "reuse") & (offset == MISSING)):
+    if np.any((code == _REUSE) & (offset == MISSING)):
         _place_reuses(kind, tensor, str_column(cols.get("parent"), n), str_column(cols.get("view_src"), n),
                       offset, chunk)
     placed = offset != MISSING
-    is_alloc = (kind == "alloc") & placed
-    is_reuse = (kind == "reuse") & placed
-    is_free = (kind == "free") & placed
+    is_alloc = (code == _ALLOC) & placed
+    is_reuse = (code == _REUSE) & placed
+    is_free = (code == _FREE) & placed
     key = chunk * (1 << 44) + np.where(placed, offset, 0)
 
     # items on a key (chunk, offset): closes sort before opens at the same event. A reuse closes
     # the parent's lifetime and opens the node's on the same bytes; a head free_extra right after
     # it closes the node's and reopens it without the tail it gave back.
     reuse_at = idx[is_reuse]
-    fe = idx[(kind == "free_extra") & placed]
+    fe = idx[(code == _FREE_EXTRA) & placed]
     fe_r = np.zeros(0, dtype=np.int64)
     if len(fe) and len(reuse_at):
         pos = np.searchsorted(reuse_at, fe, side="right") - 1
@@ -170,7 +178,7 @@ def extract(cols: dict) -> Lifetimes:
         nxt[:-1] = np.where(same_next, item_i[1:], n)
     sel = item_open & (item_size > 0)
     start, end, size_o, src = item_i[sel], nxt[sel], item_size[sel], item_src[sel]
-    realloc = idx[kind == "realloc"]
+    realloc = idx[code == _REALLOC]
     if len(realloc):
         k = np.searchsorted(realloc, start, side="right")
         cut = k < len(realloc)
