@@ -58,6 +58,20 @@ def read_lines(path: Path) -> tuple[float, float, int]:
     return time.perf_counter() - t, time.process_time() - c, n
 
 
+READER = "import sys\nwith open(sys.argv[1], encoding='utf-8', errors='replace') as f:\n    for _ in f:\n        pass\n"
+
+
+def whole_processes(log: Path, store: Path) -> tuple[float, float]:
+    """(wall seconds of `alloctrace import LOG`, of a python process that only reads LOG's lines)."""
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", READER, str(log)], check=True)
+    t_read = time.perf_counter() - t
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "alloctrace", "import", "--store", str(store), str(log)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t, t_read
+
+
 def child(path: str, store: str):
     from alloctrace.traces import import_paths
     from alloctrace.traces.store import open_store
@@ -124,6 +138,7 @@ def main():
         n_graphs, n_events, n_consistent = int(out[2]), int(out[3]), int(out[4])
         rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         db_mb = sum(p.stat().st_size for p in (Path(d) / "store").iterdir()) / 1e6
+        t_proc, t_proc_read = whole_processes(log, Path(d) / "store2")
     goal = 5 if a.vary else 3
     print(f"log: {what} = {size / 1e6:.1f} MB, {n_lines:,} lines")
     print(f"graphs: {n_graphs:,} ({n_consistent:,} consistent), events: {n_events:,}, store: {db_mb:.1f} MB")
@@ -131,6 +146,8 @@ def main():
     print(f"CPU:  read lines {c_read:.2f} s, import {c_import:.2f} s, ratio {c_import / c_read:.1f}x; "
           f"{c_import / n_lines * 1e6:.1f} us per line")
     print(f"peak RSS of the importing process: {rss_mb:.0f} MB (goal <= 400 MB)")
+    print(f"whole processes: `alloctrace import` {t_proc:.2f} s, a python process reading the lines "
+          f"{t_proc_read:.2f} s, ratio {t_proc / t_proc_read:.1f}x")
     case = ("real log" if a.log else "nothing repeats" if a.vary else "repeated log") + \
         f" ({what}, {size / 1e6:.0f} MB, {n_graphs:,} graphs)"
     figures = [
@@ -139,6 +156,8 @@ def main():
         Figure(f"import {case}: CPU", round(c_import / c_read, 2), "x", "",
                None, f"CPU to read its lines: {c_read:.3f} s (import {c_import:.2f} s)"),
         at_most(f"import {case}: peak RSS", rss_mb, "MB", 400),
+        Figure(f"import {case}: whole `alloctrace import` process", round(t_proc / t_proc_read, 2), "x",
+               baseline=f"a python process reading its lines: {t_proc_read:.2f} s (import {t_proc:.2f} s)"),
     ]
     if not a.no_large_graph:
         with tempfile.TemporaryDirectory() as d:
