@@ -18,6 +18,9 @@ from alloctrace.allocator import Event, get_profile
 from alloctrace.allocator.tallocr import LegacyTallocr
 from alloctrace.traces.columns import encode, public_columns
 from alloctrace.traces.diff import diff_graphs
+from figures import Figure, at_most, take_option, write
+
+FIGURES: list[Figure] = []
 
 SIZES = [2048, 4096, 1024, 8192, 2048, 512]
 
@@ -59,9 +62,12 @@ def timed(label: str, a, b):
     fd = d.first_divergence
     where = f"first divergence at event {fd['event_a']}" if fd else "no divergence"
     print(f"  {label:<24} {dt:6.3f} s wall {dc:6.3f} s cpu  aligned {d.aligned['fraction']:.3f}, {where}")
+    n = len(a["i"]) if isinstance(a, dict) else len(a)
+    FIGURES.append(at_most(f"diff: {label}, {n:,} events", dt, "s", 1, f"CPU {dc:.3f} s"))
 
 
 def main():
+    json_path = take_option(sys.argv)
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     t0 = time.perf_counter()
     base = synthetic_events(n)
@@ -77,6 +83,9 @@ def main():
     timed("identical", base_c, base_c)
     timed("parting in the middle", base_c, mid_c)
     timed("unrelated names", base_c, other_c)
+    for f, where in zip(FIGURES, ["event lists"] * 3 + ["store columns"] * 3):
+        f.figure = f.figure.replace("diff: ", f"diff ({where}): ")
+    write(json_path, FIGURES)
 
 
 if __name__ == "__main__":

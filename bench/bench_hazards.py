@@ -12,6 +12,7 @@ from alloctrace.allocator import LegacyAllocator, get_profile
 from alloctrace.allocator.tensor import Graph, Tensor
 from alloctrace.metal_exec.hazards import check
 from alloctrace.metal_exec.plan import plan_from_legacy
+from figures import Figure, add_option, write
 
 WEIGHTS = 0x7F0000000000
 
@@ -97,7 +98,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=100, help="layers of 30 nodes (default 100: 3,000 nodes)")
     ap.add_argument("--repeat", type=int, default=3)
+    add_option(ap)
     args = ap.parse_args()
+    figures = []
     graph = layer_graph(args.layers)
     seq = levels_by_depth(graph)
     print(f"graph: {graph.n_nodes} nodes, {graph.n_leafs} leafs; parse_seq {len(seq)} entries")
@@ -109,12 +112,16 @@ def main():
         mode = f"{len(plan.levels)} concurrent levels" if plan.concurrent else "serial"
         print(f"{profile:16s} {mode:24s} buffer {plan.buffer_size:>9,} B  allocate {t_alloc * 1e3:7.1f} ms  "
               f"check {t_check * 1e3:7.1f} ms  hazards {len(hazards)}")
+        figures.append(Figure(f"hazard check: {profile} {mode}, {graph.n_nodes} nodes", round(t_check * 1e3, 1), "ms",
+                              baseline=f"allocating the plan: {t_alloc * 1e3:.1f} ms"))
     # a broken plan: the middle layer's w3 output moved onto its w1 output, both live until the gate
     mid = args.layers // 2
     broken = plan.moved(graph.by_name(f"w3_{mid}"), plan.range(graph.by_name(f"w1_{mid}"))[0])
     t_check, hazards = timed(lambda: check(broken), args.repeat)
     print(f"{'broken plan':16s} {'(one tensor moved)':24s} {'':20s}  {'':17s}  "
           f"check {t_check * 1e3:7.1f} ms  hazards {len(hazards)}")
+    figures.append(Figure(f"hazard check: broken plan, {graph.n_nodes} nodes", round(t_check * 1e3, 1), "ms"))
+    write(args.json, figures)
 
 
 def _alloc(graph, profile, parse_seq):

@@ -18,6 +18,7 @@ import time
 
 from alloctrace.allocator import LAYOUTS, Gallocr, LegacyAllocator, get_profile
 from alloctrace.allocator.build import Ctx
+from figures import at_most, take_option, write
 
 N_EMBD, N_HEAD, N_FF = 4096, 32, 11008
 
@@ -123,6 +124,8 @@ def best_of(repeat: int, fn, *args):
 
 
 def main(argv) -> int:
+    json_path = take_option(argv)
+    figures = []
     profile = "--profile" in argv
     nums = [int(a) for a in argv if not a.startswith("--")]
     n_layers, n_tokens, repeat = (nums + [80, 512, 5][len(nums):])[:3]
@@ -136,12 +139,14 @@ def main(argv) -> int:
             secs, (size, n_events) = best_of(repeat, fn, *args)
             what = "measure + real" if fn is run_legacy else "reserve + alloc_graph"
             verdict = "ok" if secs < 0.5 else "SLOW (goal < 0.5 s)"
+            figures.append(at_most(f"model: {name} {what}, {graph.n_nodes} nodes (best of {repeat})", secs, "s", 0.5))
             print(f"  {name:16s} {what:22s} {secs * 1000:7.1f} ms  buffer {size / 2**20:8.1f} MiB  "
                   f"{n_events} events  {verdict}")
             if profile:
                 pr = cProfile.Profile()
                 pr.runcall(fn, *args)
                 pstats.Stats(pr).sort_stats("cumulative").print_stats(12)
+    write(json_path, figures)
     return 0
 
 

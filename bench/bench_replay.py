@@ -6,6 +6,7 @@ so a slow run says where the time goes.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 from alloctrace.allocator.layout import LAYOUTS
@@ -15,6 +16,7 @@ from alloctrace.allocator.presets.space import AddressSpace
 from alloctrace.allocator.profiles import get_profile
 from alloctrace.traces.replay_run import replay
 from alloctrace.metal_exec import find_concurrency
+from figures import at_most, take_option, write
 
 REPEAT = 5
 
@@ -53,6 +55,8 @@ def split(profile_name: str) -> dict:
 
 
 def main():
+    json_path = take_option(sys.argv)
+    figures = []
     for profile in ("ggml-2023-08-16", "ggml-2023-08-28"):
         runs = []
         for _ in range(REPEAT):
@@ -61,8 +65,11 @@ def main():
             runs.append(time.perf_counter() - t0)
         print(f"llama2-70b 512/512 metal {profile}: replay (measure + eval + diff) "
               f"median {statistics.median(runs):.3f} s, min {min(runs):.3f} s over {REPEAT} runs")
+        figures.append(at_most(f"replay: llama2-70b 512/512 metal {profile}, median of {REPEAT}",
+                               statistics.median(runs), "s", 0.5))
         parts = split(profile)
         print("  " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in parts.items()))
+    write(json_path, figures)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ Then the state endpoint: the first request at a late event (replay from the star
 checkpoints made on the way), then random events (from the nearest checkpoint).
 
     python bench/bench_server.py [--events 1000000] [--clients 50] [--requests 2000] [--seconds 90]
-                                 [--state-requests 30] [--upload-mb 20] [--no-map] [--no-state]
+                                 [--state-requests 30] [--upload-mb 20] [--no-map] [--no-state] [--json PATH]
 """
 from __future__ import annotations
 
@@ -22,10 +22,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from figures import Figure, add_option, at_most, write  # noqa: E402
+
+FIGURES: list[Figure] = []
 
 
 def build_store(path: Path, n_events: int) -> str:
@@ -75,33 +79,63 @@ def random_window(rng: random.Random, n: int, top: int) -> dict:
     return {"x0": x0, "x1": x0 + width, "y0": y0, "y1": y0 + height, "max_shapes": 2000, "max_points": 1000}
 
 
+class Connection:
+    """One keep-alive HTTP/1.1 connection doing GETs: the load generator's client. Much lighter than a
+    general client, so the machine's CPU goes to the server under test, not to making requests."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.reader = self.writer = None
+
+    async def get(self, target: str) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.writer.write(f"GET {target} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = next(int(v) for k, _, v in (h.partition(":") for h in lines[1:]) if k.lower() == "content-length")
+        return status, await self.reader.readexactly(length)
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+
+
 async def load(url: str, clients: int, budget: int, seconds: float, n: int, top: int):
     latencies, errors, sizes = [], 0, []
     remaining = [budget]
     stop_at = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        async def worker(k):
-            nonlocal errors
-            rng = random.Random(k)
+    parts = httpx.URL(url)
+
+    async def worker(k):
+        nonlocal errors
+        rng = random.Random(k)
+        conn = Connection(parts.host, parts.port)
+        try:
             while remaining[0] > 0 and time.perf_counter() < stop_at:
                 remaining[0] -= 1
+                target = f"{parts.raw_path.decode()}memory-map?{urlencode(random_window(rng, n, top))}"
                 t0 = time.perf_counter()
                 try:
-                    r = await client.get("memory-map", params=random_window(rng, n, top))
-                except httpx.TransportError as e:
+                    status, body = await conn.get(target)
+                except (OSError, asyncio.IncompleteReadError, StopIteration) as e:
                     errors += 1
                     print(f"client {k}: {type(e).__name__}: {e}", file=sys.stderr)
+                    conn.close()
+                    conn = Connection(parts.host, parts.port)
                     continue
                 latencies.append(time.perf_counter() - t0)
-                if r.status_code != 200:
+                if status != 200:
                     errors += 1
                 else:
-                    sizes.append(len(r.content))
+                    sizes.append(len(body))
+        finally:
+            conn.close()
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker(k) for k in range(clients)))
-        wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(k) for k in range(clients)))
+    wall = time.perf_counter() - t0
     return latencies, errors, sizes, wall
 
 
@@ -113,6 +147,7 @@ def state_bench(base: str, n: int, count: int):
         first = time.perf_counter() - t0
         r.raise_for_status()
         print(f"first state request (event {n * 9 // 10}): {first:.2f} s, {len(r.json()['live'])} live tensors")
+        FIGURES.append(at_most(f"state: first request at a late event, {n:,} events", first * 1000, "ms", 100))
         rng = random.Random(7)
         lat = []
         for _ in range(count):
@@ -122,6 +157,7 @@ def state_bench(base: str, n: int, count: int):
     lat.sort()
     if lat:
         print(f"{count} random state requests: p50 {pct(lat, 0.5) * 1000:.0f} ms  max {lat[-1] * 1000:.0f} ms")
+        FIGURES.append(at_most(f"state: random events after the first, {n:,} events, max", lat[-1] * 1000, "ms", 100))
 
 
 def upload_bench(url: str, store: Path, mb: int):
@@ -158,6 +194,8 @@ def upload_bench(url: str, store: Path, mb: int):
     lat.sort()
     print(f"upload of {size_mb:.0f} MB: status {done.get('status')}, {done.get('seconds', 0):.1f} s; "
           f"{len(lat)} trace listings meanwhile, p50 {pct(lat, 0.5) * 1000:.0f} ms  max {lat[-1] * 1000:.0f} ms")
+    FIGURES.append(Figure(f"trace listing during a {size_mb:.0f} MB upload, max", round(lat[-1] * 1000), "ms",
+                          baseline=f"the upload itself: {done.get('seconds', 0):.1f} s"))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -184,6 +222,7 @@ def main():
     ap.add_argument("--no-map", action="store_true", help="skip the memory-map load phase")
     ap.add_argument("--no-state", action="store_true", help="skip the state requests")
     ap.add_argument("--upload-mb", type=int, default=20, help="size of the log uploaded while reads go on (0: skip)")
+    add_option(ap)
     args = ap.parse_args()
 
     store = Path(args.store) if args.store else Path(tempfile.mkdtemp(prefix="bench-server-"))
@@ -194,8 +233,11 @@ def main():
         base = f"http://127.0.0.1:{port}/api/traces/{tid}/graphs/0/"
         t0 = time.perf_counter()
         first = httpx.get(base + "memory-map", timeout=300).json()
-        print(f"first memory-map (load columns + extract lifetimes): {time.perf_counter() - t0:.2f} s, "
+        t_first = time.perf_counter() - t0
+        print(f"first memory-map (load columns + extract lifetimes): {t_first:.2f} s, "
               f"{first['total_in_view']} lifetimes, {first['count']} shapes sent")
+        FIGURES.append(Figure(f"memory map: first request, {args.events:,} events (load, lifetimes, pyramid)",
+                              round(t_first, 2), "s"))
         top = first["window"]["y1"]
         if not args.no_map:
             cpu0, client0 = cpu_seconds(server.pid), cpu_seconds(os.getpid())
@@ -214,6 +256,7 @@ def main():
         except subprocess.TimeoutExpired:
             server.kill()
     if args.no_map:
+        write(args.json, FIGURES)
         return
     lat.sort()
     print(f"{len(lat)} memory-map requests, {args.clients} concurrent clients, {wall:.1f} s, "
@@ -222,6 +265,12 @@ def main():
           f"(other load on the machine skews latency, not this); load generator CPU {client_cpu:.1f} s")
     print(f"latency p50 {pct(lat, 0.50) * 1000:.0f} ms  p90 {pct(lat, 0.90) * 1000:.0f} ms  "
           f"p99 {pct(lat, 0.99) * 1000:.0f} ms  max {lat[-1] * 1000:.0f} ms")
+    what = f"memory map, {args.events:,} events, {args.clients} clients, {len(lat)} random windows"
+    machine = f"load generator on the same machine: {client_cpu:.1f} s CPU; load average {os.getloadavg()[0]:.1f}"
+    FIGURES[:0] = [at_most(f"{what}: server CPU per request", cpu / max(1, len(lat)) * 1000, "ms", 3),
+                   at_most(f"{what}: p99 latency", pct(lat, 0.99) * 1000, "ms", 200, machine),
+                   Figure(f"{what}: p50 latency", round(pct(lat, 0.50) * 1000), "ms", baseline=machine)]
+    write(args.json, FIGURES)
 
 
 if __name__ == "__main__":

@@ -92,7 +92,8 @@ class Context:
         return _cached(self.columns_cache, (trace_id, g), lambda: self.call(lambda s: s.columns(trace_id, g)))
 
     def lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes:
-        return _cached(self.lifetimes_cache, (trace_id, g), lambda: memmap.extract(self.columns(trace_id, g)))
+        return _cached(self.lifetimes_cache, (trace_id, g),
+                       lambda: memmap.with_lod(memmap.extract(self.columns(trace_id, g))))  # with its tile pyramid
 
     def state_index(self, trace_id: str, g: int):
         from alloctrace.traces.state_index import StateIndex

@@ -6,25 +6,52 @@ reducing the window itself. Rows are formatted from column lists with one
 template; strings (tensor and op names) go through json.dumps once per distinct
 name. The document parses to exactly the dict of the generic reductions (tests/test_server_mapjson.py
 builds that reference and compares).
+
+With the graph's tile pyramid (traces/memmap_lod.py) built, a reduced window is
+rows of pyramid tiles: each tile's row and each series bucket's row is formatted
+once per graph and kept with the pyramid, so an answer is mostly a join.
 """
 from __future__ import annotations
 
 import json
+import re
+import threading
 
-from alloctrace.traces import memmap
+import numpy as np
+
+from alloctrace.traces import memmap, memmap_lod
 
 SHAPE_INTS = ("x0", "x1", "y0", "y1", "n")
 SHAPE_NAMES = ("tensor", "op")
 SHAPE_TAIL = ("size", "offset", "chunk")
 SERIES = ("x", "used", "n_free", "largest_free", "total_free")
+SERIES_CACHED = 1 << 18  # series levels of up to this many buckets keep their JSON rows (~60 bytes each)
 
 
 class _Quoted(dict):
     """name -> its JSON text, made on first use (None -> null)."""
 
     def __missing__(self, key):
-        text = self[key] = json.dumps(key, ensure_ascii=False)
+        if key is not None and _PLAIN.fullmatch(key):
+            text = '"' + key + '"'
+        else:
+            text = json.dumps(key, ensure_ascii=False)
+        self[key] = text
         return text
+
+
+_PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029]*')  # what json.dumps(ensure_ascii=False) just quotes
+MAX_QUOTED = 1 << 18  # names a graph keeps quoted (then it starts over)
+
+
+def _quoted(lt: memmap.Lifetimes) -> _Quoted:
+    """The graph's names as JSON text, kept with its pyramid (one fresh table without one)."""
+    if lt.lod is None:
+        return _Quoted()
+    q = _face(lt, "quoted", _Quoted)
+    if len(q) > MAX_QUOTED:
+        q.clear()
+    return q
 
 
 def _template(fields, kinds) -> str:
@@ -40,20 +67,93 @@ def _nullable(values: list) -> list:
     return ["null" if v is None else str(v) for v in values]
 
 
-def rows(template: str, columns: list) -> str:
-    return "[" + ",".join(template % r for r in zip(*columns)) + "]"
+def shape_rows(cols: dict, quoted: _Quoted | None = None) -> list[str]:
+    quoted = _Quoted() if quoted is None else quoted
+    names = [list(map(quoted.__getitem__, cols[k])) for k in SHAPE_NAMES]
+    return [SHAPE_ROW % r for r in zip(*([cols[k] for k in SHAPE_INTS] + names + [cols[k] for k in SHAPE_TAIL]))]
+
+
+def series_rows(cols: dict) -> list[str]:
+    return [SERIES_ROW % r for r in zip(*([cols["x"]] + [_nullable(cols[k]) for k in SERIES[1:]]))]
+
+
+def _tile_rows(lt: memmap.Lifetimes, level: int) -> tuple[list[str], np.ndarray]:
+    """Every tile of a pyramid level as its JSON row (with all its members as `n`), made once."""
+    lv = lt.lod.levels[level]
+    rows = _face(lt, ("json-tiles", level),
+                 lambda: shape_rows(memmap_lod.tile_columns(lt, lv, np.arange(len(lv.key)), lv.count), _quoted(lt)))
+    return rows, lv.count
+
+
+def _face(lt: memmap.Lifetimes, key, build):
+    """What the server derives once per graph from its pyramid (kept in `faces`); built by one
+    request while concurrent ones for the same graph wait for it."""
+    faces = lt.lod.faces
+    got = faces.get(key)
+    if got is None:
+        with faces.setdefault("lock", threading.RLock()):  # setdefault is atomic: one lock per graph
+            got = faces.get(key)
+            if got is None:
+                got = faces[key] = build()
+    return got
+
+
+def _rows_buffer(rows: list[str]) -> tuple[bytes, np.ndarray]:
+    """Rows, each with a trailing comma, as one UTF-8 buffer and where each row starts (plus the end)."""
+    encoded = [(r + ",").encode() for r in rows]
+    starts = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=starts[1:])
+    return b"".join(encoded), starts
+
+
+def _series_text(lt: memmap.Lifetimes, k: int, lo: int, hi: int) -> bytes:
+    """Rows lo..hi of series level k; levels of up to SERIES_CACHED buckets are formatted once, into one
+    buffer, so an answer is one slice of it."""
+    pyr = lt.lod
+    if len(pyr.series[k][0]) > SERIES_CACHED:
+        rows = series_rows(memmap_lod.series_columns(lt, pyr, lo << k, hi << k, hi - lo)[0])
+        return ("[" + ",".join(rows) + "]").encode()
+    n = len(pyr.series[k][0])
+    buf, starts = _face(lt, ("json-series", k), lambda: _rows_buffer(
+        series_rows(memmap_lod.series_columns(lt, pyr, 0, min(lt.n_events, n << k), n)[0])))
+    return b"[" + buf[starts[lo]:starts[hi] - 1] + b"]"
+
+
+def _shapes_and_series(lt: memmap.Lifetimes, win, max_shapes: int, max_points: int):
+    """(shapes JSON, shapes, lifetimes in view, reduced, free-list JSON, bucket width); JSON as UTF-8."""
+    if lt.lod is None:
+        cols, total, merged = memmap.shape_columns(lt, win, max_shapes)
+        series, bucket = memmap.series_columns(lt, win[0], win[1], max_points)
+        shapes = shape_rows(cols)
+        return ("[" + ",".join(shapes) + "]").encode(), len(shapes), total, merged, \
+            ("[" + ",".join(series_rows(series)) + "]").encode(), bucket
+    got, total = memmap_lod.answer(lt, lt.lod, win, max_shapes)
+    if isinstance(got, memmap_lod.Tiles):  # rows made once per tile; tiles cut by the window say their own n
+        pre, count = _tile_rows(lt, got.level)
+        out = [pre[r] for r in got.rows.tolist()]
+        cut = np.flatnonzero(count[got.rows] != got.n)
+        if len(cut):
+            lv = lt.lod.levels[got.level]
+            cut_cols = memmap_lod.tile_columns(lt, lv, got.rows[cut], got.n[cut])
+            for j, row in zip(cut.tolist(), shape_rows(cut_cols, _quoted(lt))):
+                out[j] = row
+        merged = True
+    else:  # the lifetimes in view, exact or bucketed over the window
+        cols, _, merged = memmap.shape_columns(lt, win, max_shapes, vis=got)
+        out = shape_rows(cols, _quoted(lt))
+    shapes, count = ("[" + ",".join(out) + "]").encode(), len(out)
+    span = memmap_lod.series_range(lt, lt.lod, win[0], win[1], max_points)
+    if span is None:
+        return shapes, count, total, merged, b"[]", 1
+    k, lo, hi = span
+    return shapes, count, total, merged, _series_text(lt, k, lo, hi), 1 << k
 
 
 def memory_map_json(lt: memmap.Lifetimes, info: dict, win, max_shapes: int, max_points: int) -> bytes:
-    cols, total, merged = memmap.shape_columns(lt, win, max_shapes)
-    quoted = _Quoted()
-    names = [list(map(quoted.__getitem__, cols[k])) for k in SHAPE_NAMES]
-    shapes = rows(SHAPE_ROW, [cols[k] for k in SHAPE_INTS] + names + [cols[k] for k in SHAPE_TAIL])
-    series, bucket = memmap.series_columns(lt, win[0], win[1], max_points)
-    free_list = rows(SERIES_ROW, [series["x"]] + [_nullable(series[k]) for k in SERIES[1:]])
+    shapes, count, total, merged, free_list, bucket = _shapes_and_series(lt, win, max_shapes, max_points)
     rest = {"n_events": lt.n_events, "window": dict(zip(("x0", "x1", "y0", "y1"), win)), "y_extent": lt.y_extent,
-            "chunks": lt.chunks, "count": len(cols["x0"]), "total_in_view": total, "reduced": merged,
+            "chunks": lt.chunks, "count": count, "total_in_view": total, "reduced": merged,
             "free_list_bucket": bucket, "max_size": info.get("max_size"), "buffer_size": info.get("buffer_size"),
             "oom": info.get("oom")}
     head = json.dumps(rest, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    return ('{"shapes":' + shapes + ',"free_list":' + free_list + "," + head[1:]).encode("utf-8")
+    return b'{"shapes":' + shapes + b',"free_list":' + free_list + b"," + head[1:].encode("utf-8")

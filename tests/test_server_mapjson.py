@@ -75,3 +75,33 @@ def test_a_graph_without_lifetimes_encodes():
     info = {"max_size": None, "buffer_size": None, "oom": None}
     win = memmap.window(lt0, info, None, None, None, None)
     assert json.loads(memory_map_json(lt0, info, win, 10, 10)) == memory_map(lt0, info, win, 10, 10)
+
+
+@pytest.mark.parametrize("series_cached", [1 << 16, 8])
+def test_pyramid_answers_encode_like_the_generic_encoding(lt, monkeypatch, series_cached):
+    """With the tile pyramid the tile and series rows come from the rows made once per graph,
+    also on the second ask; the document still equals the generic encoding."""
+    from dataclasses import replace
+    from alloctrace.server import mapjson
+    monkeypatch.setattr(mapjson, "SERIES_CACHED", series_cached)
+    lod = memmap.with_lod(replace(lt, lod=None, _by_start=None))
+    info = {"max_size": lt.y_extent, "buffer_size": None, "oom": None}
+    kinds = set()
+    for win in list(windows(lod, 12, 3)) * 2 + [(0, lod.n_events, 0, lod.y_extent)]:
+        for max_shapes, max_points in ((2000, 1000), (7, 3), (50, 5000)):
+            want = memory_map(lod, info, win, max_shapes, max_points)
+            assert json.loads(memory_map_json(lod, info, win, max_shapes, max_points)) == want, win
+            kinds.add((want["reduced"], want["count"] < want["total_in_view"]))
+    assert any(isinstance(k, tuple) and k[0] == "json-tiles" for k in lod.lod.faces)
+    assert (True, True) in kinds and (False, False) in kinds
+
+
+def test_names_are_quoted_as_json_dumps_quotes_them():
+    from alloctrace.server.mapjson import _Quoted
+    rng = random.Random(2)
+    chars = ['a', '"', '\\', '\x00', '\x1f', '\x7f', '\x85', '\u2028', 'ü', '✓', ' ', '<', '%', '/']
+    q = _Quoted()
+    for _ in range(3000):
+        s = "".join(rng.choice(chars) for _ in range(rng.randrange(6)))
+        assert q[s] == json.dumps(s, ensure_ascii=False), repr(s)
+    assert q[None] == "null"

@@ -9,10 +9,12 @@ step is numpy over whole columns, so a million-event graph is extracted once
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -66,8 +68,9 @@ class Lifetimes:
     largest_free: np.ndarray
     total_free: np.ndarray
     _by_start: tuple | None = field(default=None, repr=False, compare=False)  # see `in_events`
+    lod: object = field(default=None, repr=False, compare=False)  # memmap_lod.Pyramid, once built (`with_lod`)
 
-    @property
+    @functools.cached_property
     def y_extent(self) -> int:
         return int(self.y1.max()) if len(self.y1) else 0
 
@@ -112,6 +115,10 @@ def _forward_fill(values: np.ndarray) -> np.ndarray:
     return out
 
 
+_ALLOC, _REUSE, _FREE, _FREE_EXTRA, _REALLOC = range(1, 6)  # the kinds extract() tells apart (0: others)
+_KIND_CODES = {"alloc": _ALLOC, "reuse": _REUSE, "free": _FREE, "free_extra": _FREE_EXTRA, "realloc": _REALLOC}
+
+
 def extract(cols: dict) -> Lifetimes:
     """Lifetimes from a graph's event columns (one array per Event field)."""
     kind = np.asarray(cols["kind"], dtype=object) if len(cols["kind"]) else np.array([], dtype=object)
@@ -120,21 +127,24 @@ def extract(cols: dict) -> Lifetimes:
     offset, size = int_column(cols.get("offset"), n), int_column(cols.get("size"), n)
     chunk = np.maximum(int_column(cols.get("chunk"), n), 0)
     tensor, op = str_column(cols.get("tensor"), n), str_column(cols.get("op"), n)
+    # the kinds that matter as small codes, in one pass: comparing a million-entry object array
+    # with a string is a pass of Python comparisons each time
+    code = np.fromiter(map(_KIND_CODES.get, kind, repeat(0)), dtype=np.int8, count=n)
 
-    if np.any((kind == "reuse") & (offset == MISSING)):
+    if np.any((code == _REUSE) & (offset == MISSING)):
         _place_reuses(kind, tensor, str_column(cols.get("parent"), n), str_column(cols.get("view_src"), n),
                       offset, chunk)
     placed = offset != MISSING
-    is_alloc = (kind == "alloc") & placed
-    is_reuse = (kind == "reuse") & placed
-    is_free = (kind == "free") & placed
+    is_alloc = (code == _ALLOC) & placed
+    is_reuse = (code == _REUSE) & placed
+    is_free = (code == _FREE) & placed
     key = chunk * (1 << 44) + np.where(placed, offset, 0)
 
     # items on a key (chunk, offset): closes sort before opens at the same event. A reuse closes
     # the parent's lifetime and opens the node's on the same bytes; a head free_extra right after
     # it closes the node's and reopens it without the tail it gave back.
     reuse_at = idx[is_reuse]
-    fe = idx[(kind == "free_extra") & placed]
+    fe = idx[(code == _FREE_EXTRA) & placed]
     fe_r = np.zeros(0, dtype=np.int64)
     if len(fe) and len(reuse_at):
         pos = np.searchsorted(reuse_at, fe, side="right") - 1
@@ -170,7 +180,7 @@ def extract(cols: dict) -> Lifetimes:
         nxt[:-1] = np.where(same_next, item_i[1:], n)
     sel = item_open & (item_size > 0)
     start, end, size_o, src = item_i[sel], nxt[sel], item_size[sel], item_src[sel]
-    realloc = idx[kind == "realloc"]
+    realloc = idx[code == _REALLOC]
     if len(realloc):
         k = np.searchsorted(realloc, start, side="right")
         cut = k < len(realloc)
@@ -270,10 +280,21 @@ def _settle(centres, g: int, max_shapes: int):
         cells = _cells(centres, g)
         if g * g <= max_shapes:
             return g, cells
-        occupied = int(np.count_nonzero(np.bincount(cells, minlength=g * g)))
+        occupied = len(_occupied(cells, g)[0])
         if occupied <= max_shapes:
             return g, cells
         g = max(1, min(g - 1, int(g / math.sqrt(occupied / max_shapes))))
+
+
+def _occupied(cells: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """(occupied cells in ascending order, each centre's group: its cell's position among them).
+    Few centres on a big grid are sorted; many are counted per cell."""
+    if len(cells) * 16 < g * g:
+        return np.unique(cells, return_inverse=True)
+    occupied = np.flatnonzero(np.bincount(cells, minlength=g * g))
+    dense = np.zeros(g * g, dtype=np.int64)
+    dense[occupied] = np.arange(len(occupied))
+    return occupied, dense[cells]
 
 
 def window_shapes(lt: Lifetimes, win, max_shapes: int) -> dict:
@@ -285,10 +306,23 @@ def window_shapes(lt: Lifetimes, win, max_shapes: int) -> dict:
     return {"shapes": rows, "count": len(rows), "total_in_view": total, "reduced": merged}
 
 
-def shape_columns(lt: Lifetimes, win, max_shapes: int) -> tuple[dict, int, bool]:
-    """window_shapes as columns (name -> list of Python values): (columns, total in view, merged)."""
+def with_lod(lt: Lifetimes) -> Lifetimes:
+    """`lt` with its tile pyramid built (memmap_lod.py): windows are then answered from it."""
+    from . import memmap_lod
+    if lt.lod is None:
+        lt.lod = memmap_lod.build(lt)
+    return lt
+
+
+def shape_columns(lt: Lifetimes, win, max_shapes: int, vis: np.ndarray | None = None) -> tuple[dict, int, bool]:
+    """window_shapes as columns (name -> list of Python values): (columns, total in view, merged).
+    `vis`: the lifetimes in view, in index order, when the caller found them already."""
+    if vis is None and lt.lod is not None:
+        from . import memmap_lod
+        return memmap_lod.shape_columns(lt, lt.lod, win, max_shapes)
     wx0, wx1, wy0, wy1 = win
-    vis = lt.in_window(win)
+    if vis is None:
+        vis = lt.in_window(win)
     total = len(vis)
     if total <= max_shapes:
         sel = vis
@@ -303,12 +337,8 @@ def shape_columns(lt: Lifetimes, win, max_shapes: int) -> tuple[dict, int, bool]
         s, e, a, b = lt.start[vis], lt.end[vis], lt.y0[vis], lt.y1[vis]
     clip = (np.maximum(s, wx0), np.minimum(e, wx1), np.maximum(a, wy0), np.minimum(b, wy1))
     g, cells = _grid_for(*clip, win, max_shapes)
-    # group by cell without sorting: occupied cells get dense group numbers
-    occupied = np.flatnonzero(np.bincount(cells, minlength=g * g))
+    occupied, group = _occupied(cells, g)  # occupied cells get dense group numbers, in cell order
     k = len(occupied)
-    dense = np.zeros(g * g, dtype=np.int64)
-    dense[occupied] = np.arange(k)
-    group = dense[cells]
     counts = np.bincount(group, minlength=k)
 
     def reduce(fn, values, init):
@@ -321,7 +351,7 @@ def shape_columns(lt: Lifetimes, win, max_shapes: int) -> tuple[dict, int, bool]
     area = (clip[1] - clip[0]).astype(np.float64) * (clip[3] - clip[2]).astype(np.float64)
     top = reduce(np.maximum, area, -1.0)
     pos = np.where(area == top[group], np.arange(len(area)), big)
-    members = np.arange(len(lt.start))[vis]
+    members = vis if isinstance(vis, np.ndarray) else np.arange(len(lt.start))  # vis: indices, or all
     biggest = members[reduce(np.minimum, pos, big)]
     cols = {"x0": reduce(np.minimum, s, big), "x1": reduce(np.maximum, e, -1),
             "y0": reduce(np.minimum, a, big), "y1": reduce(np.maximum, b, -1),
@@ -345,6 +375,9 @@ def window_series(lt: Lifetimes, x0: int, x1: int, max_points: int) -> tuple[lis
 
 def series_columns(lt: Lifetimes, x0: int, x1: int, max_points: int) -> tuple[dict, int]:
     """window_series as columns (name -> list of ints, None where unknown): (columns, bucket width)."""
+    if lt.lod is not None:
+        from . import memmap_lod
+        return memmap_lod.series_columns(lt, lt.lod, x0, x1, max_points)
     x0, x1 = max(0, x0), min(lt.n_events, x1)
     if x1 <= x0:
         return {k: [] for k in ("x", "used", "n_free", "largest_free", "total_free")}, 1

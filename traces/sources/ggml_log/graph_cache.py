@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import repeat
 
-from ...columns import EncodedGraph, constant_column, encode, pack
+from ...columns import EncodedGraph, constant_column
+from ...columns_fast import ColumnEncoder
 from .parse_log import LineMemo, item_key, own
 from .split import Draft
 
@@ -42,6 +43,7 @@ class RecoveryCache:
     def __init__(self, replay, compress, memo: LineMemo):
         self.replay, self.compress, self.memo_lines = replay, compress, memo
         self.memo: dict = {}
+        self.encoder = ColumnEncoder(compress)  # misses of a long run differ from the last one in a few columns
         self.n_events = 0
         self.hits = self.misses = 0
 
@@ -55,9 +57,7 @@ class RecoveryCache:
             # the draft's items stay as logged; events the replay does not fill in stay shared,
             # which is why they are not numbered: the `graph` column is made below
             rec = r.graph(replace(d, items=own(d.items, FILLED_IN)))
-            cols, table = encode(rec.events)
-            cols.pop("graph", None)
-            strings, blobs = pack(cols, table, self.compress)
+            strings, blobs = self.encoder.pack(rec.events)
             hit = (rec.role, len(rec.events), rec.max_size, rec.buffer_size, rec.oom, rec.consistent, strings, blobs,
                    rec.extra, r.state())
             if self.n_events + len(d.items) > self.MAX_EVENTS:
