@@ -1,62 +1,24 @@
-"""Open a log (plain, gzip or zstd) as a stream of text lines, memory bounded.
+"""Open a log (plain, gzip, zstd or xz) as a stream of text lines, memory bounded.
 
 Bad input (missing paths, directories, empty or binary files, truncated
-compressed data) becomes a one-line UserError, never a traceback.
+compressed data, decompression bombs) becomes a one-line UserError, never a
+traceback; the caps are bounded_io.Limits.
 """
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import zlib
 from pathlib import Path
 from typing import Iterator
 
-import zstandard
-
 from alloctrace.errors import UserError
+
+from .bounded_io import BoundedRaw, Limits, kind_of
 
 MAX_LINE = 1 << 20  # longer lines are read in pieces, so memory stays bounded
 SNIFF = 8192
 BLOCK = 1 << 20  # decoded characters read at a time
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
-
-class _ZstdRaw(io.RawIOBase):
-    """A raw stream over zstd frames that notices a truncated last frame."""
-
-    def __init__(self, fileobj):
-        self.f = fileobj
-        self.dctx = zstandard.ZstdDecompressor()
-        self.dobj = self.dctx.decompressobj()
-        self.pending = b""
-        self.done = False
-
-    def readable(self):
-        return True
-
-    def readinto(self, b):
-        while not self.pending and not self.done:
-            chunk = self.f.read(1 << 20)
-            if not chunk:
-                if not self.dobj.eof:
-                    raise UserError(f"{self.f.name}: truncated zstd data")
-                self.done = True
-                break
-            try:
-                out = self.dobj.decompress(chunk)
-                while self.dobj.eof and self.dobj.unused_data:
-                    rest = self.dobj.unused_data
-                    self.dobj = self.dctx.decompressobj()
-                    out += self.dobj.decompress(rest)
-            except zstandard.ZstdError as e:
-                raise UserError(f"{self.f.name}: corrupt zstd data ({e})") from None
-            self.pending = out
-        n = min(len(b), len(self.pending))
-        b[:n] = self.pending[:n]
-        self.pending = self.pending[n:]
-        return n
 
 
 def check_path(path) -> Path:
@@ -78,22 +40,16 @@ def check_path(path) -> Path:
 class LogReader:
     """Iterates the decoded lines of one log file; `position` is how far into the file it has read."""
 
-    def __init__(self, path):
+    def __init__(self, path, limits: Limits | None = None):
         self.path = check_path(path)
         self.size = self.path.stat().st_size
         self.raw = open(self.path, "rb")
-        magic = self.raw.read(4)
+        magic = self.raw.read(8)
         self.raw.seek(0)
-        if magic[:2] == GZIP_MAGIC:
-            self.kind = "gzip"
-            binary = gzip.GzipFile(fileobj=self.raw, mode="rb")
-        elif magic == ZSTD_MAGIC:
-            self.kind = "zstd"
-            binary = io.BufferedReader(_ZstdRaw(self.raw), 1 << 16)
-        else:
-            self.kind = "plain"
-            binary = self.raw
-        self.binary = binary
+        self.kind = kind_of(magic)
+        self.bounded = BoundedRaw(self.raw, self.kind, str(self.path), limits or Limits.from_env())
+        self.binary = binary = io.BufferedReader(self.bounded, 1 << 16)
+        self.ended_mid_line = False  # the text's last line has no line break (a cut log)
         self._sniff()
         self.text = io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline=None)
 
@@ -110,6 +66,11 @@ class LogReader:
         if b"\x00" in head or _mostly_undecodable(head):
             self.close()
             raise UserError(f"{self.path}: binary data, not a text log")
+
+    @property
+    def truncated(self) -> bool:
+        """A truncated compressed stream was read as far as it went (Limits.salvage)."""
+        return self.bounded.truncated
 
     @property
     def position(self) -> int:
@@ -153,6 +114,7 @@ class LogReader:
         except (EOFError, OSError, zlib.error) as e:
             raise UserError(f"{self.path}: truncated or corrupt {self.kind} data ({_why(e)})") from None
         if carry:
+            self.ended_mid_line = True
             yield list(_pieces(carry, False)) if len(carry) > MAX_LINE else [carry]
 
     def close(self):

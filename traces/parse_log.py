@@ -290,7 +290,8 @@ def copy_event(ev: Event) -> Event:
     new = Event(*_row(ev))
     if ev.srcs is not None:
         new.srcs = list(ev.srcs)
-    new.extra = dict(ev.extra)
+    if ev.extra:  # an empty one is shared: extras are replaced, never changed in place
+        new.extra = dict(ev.extra)
     return new
 
 
