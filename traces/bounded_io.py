@@ -235,3 +235,20 @@ class BoundedRaw(io.RawIOBase):
         if out:
             self._count(len(out))
             self.pending = memoryview(out)
+
+
+def capped_graphs(graphs, limits: Limits, input_bytes: int, name: str):
+    """`graphs` (EncodedGraphs or GraphRecords) until they go over the per-file caps: how many graphs
+    and how many stored bytes per input byte (a few KB of zstd must not become a huge database)."""
+    cap = limits.stored_cap(input_bytes)
+    stored = 0
+    for n, g in enumerate(graphs, 1):
+        if n > limits.max_graphs:
+            raise LimitExceeded(f"{name}: more than {limits.max_graphs:,} graphs (cap: {ENV['max_graphs']})")
+        blobs = getattr(g, "blobs", None)
+        stored += (len(g.strings) + sum(len(b[2]) for b in blobs)) if blobs is not None else 16 * len(g.events)
+        if stored > cap:
+            raise LimitExceeded(f"{name}: would store more than {cap:,} bytes from {input_bytes:,} input bytes "
+                                f"(cap: {ENV['max_amplification']} = {limits.max_amplification:g} stored bytes per "
+                                f"input byte above {limits.min_stored >> 20} MiB)")
+        yield g

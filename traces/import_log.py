@@ -5,15 +5,16 @@ trace, and a failure on any file leaves the store as it was.
 """
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Iterator
 
 import zstandard
 
+from alloctrace.allocator.events import Event
 from alloctrace.errors import UserError
 from alloctrace.gcpause import gc_paused
 
+from .bounded_io import Limits, capped_graphs
 from .columns import EncodedGraph
 from .graph_cache import RecoveryCache
 from .logio import LogReader, check_path
@@ -58,10 +59,12 @@ def check_generation(generation: str | None) -> str | None:
 class LogImport:
     """One log file as a stream of GraphRecords; `generation` is known after the first graph."""
 
-    def __init__(self, path, generation: str | None = None, progress: bool = False):
+    def __init__(self, path, generation: str | None = None, progress: bool = False, limits: Limits | None = None):
         self.path = check_path(path)
         self.generation = check_generation(generation)
         self.progress = progress
+        self.limits = limits or Limits.from_env()
+        self.truncated = False  # a truncated compressed stream was salvaged
 
     def records(self) -> Iterator[GraphRecord]:
         """The graphs with their events (every graph replayed)."""
@@ -69,7 +72,7 @@ class LogImport:
         for draft in self._drafts():
             replay = replay or self._replayer(self.features)
             draft.items = own(draft.items)
-            yield _numbered(replay.graph(draft))
+            yield _numbered(_marked(replay.graph(draft), draft))
         if replay is None:
             raise UserError(f"{self.path}: no ggml-alloc trace lines found")
 
@@ -80,7 +83,7 @@ class LogImport:
             if cache is None:
                 cache = self.cache = RecoveryCache(self._replayer(self.features),
                                                    zstandard.ZstdCompressor(level=3).compress, self.memo)
-            yield cache.graph(draft)
+            yield _marked(cache.graph(draft), draft)
         if cache is None:
             raise UserError(f"{self.path}: no ggml-alloc trace lines found")
 
@@ -89,7 +92,7 @@ class LogImport:
 
         Lines are fed in bodies (the lines between `#######` lines), so a body the
         log repeats is split once (split_memo.py)."""
-        with LogReader(self.path) as reader, gc_paused():
+        with LogReader(self.path, self.limits) as reader, gc_paused():
             bar = Progress(reader.size, self.path.name, enabled=None if self.progress else False)
             split = Splitter()
             parse = self.memo = LineMemo()
@@ -115,8 +118,13 @@ class LogImport:
                         body = []
                     bar.update(reader.position)
                 yield from feed_body(body)
+                walk_ended = split.gap  # program output came after the last walk's allocator lines
                 draft = split.finish()
+                self.truncated = reader.truncated
                 if draft is not None:
+                    last = draft.items[-1]
+                    failed = type(last) is Event and last.kind in ("oom", "abort")  # a failure ends a walk
+                    draft.incomplete = reader.truncated or not (walk_ended or failed)
                     yield draft
             except AbsurdNumber as e:
                 raise UserError(f"{self.path}:{bodies.lineno}: number out of range: {e}") from None
@@ -144,34 +152,59 @@ def _header_lines(block: list[str]) -> list[int]:
     return found
 
 
+def _marked(g, draft: Draft):
+    """A graph whose walk the log does not finish says so (`extra.incomplete`, summary `complete`)."""
+    if draft.incomplete:
+        g.extra = {**g.extra, "incomplete": True}
+    return g
+
+
 def _numbered(rec: GraphRecord) -> GraphRecord:
     for ev in rec.events:
         ev.graph = rec.index
     return rec
 
 
-def import_file(store, path, name: str | None = None, generation: str | None = None,
-                progress: bool = False) -> str:
-    """Import one log as one trace; returns its id. Nothing is stored if anything fails."""
-    if _is_jsonl_export(path):
+def parse_file(path, name: str | None = None, generation: str | None = None, progress: bool = False,
+               limits: Limits | None = None, source: str = "log", label: str | None = None) \
+        -> tuple[TraceMeta, list]:
+    """One log (or JSON Lines export) parsed completely into its stored form, within `limits`,
+    before any store lock is taken: the encoded graphs are compact. `label` names the file in
+    the trace's source and in errors (an upload's client-side name)."""
+    limits = limits or Limits.from_env()
+    p = Path(path)
+    label = label or p.name
+    size = p.stat().st_size
+    if _is_jsonl_export(path, limits):
         from .export import read_jsonl
 
-        with LogReader(path) as reader:
-            meta, graphs = read_jsonl(reader.lines())
-            if name:
-                meta.name = name
-            return store.add_trace(meta, graphs)
-    imp = LogImport(path, generation, progress)
-    records = imp.encoded()
-    first = next(records)  # raises the file's UserError, or "no trace lines"
-    p = Path(path)
-    meta = TraceMeta(name=name or p.name, source=f"log:{p.name}", generation=imp.generation,
-                     profile=imp.generation, extra={"format": "at_printf"})
-    return store.add_trace(meta, itertools.chain([first], records))
+        with LogReader(path, limits) as reader:
+            meta, graphs = read_jsonl(reader.lines(), filename=label)
+            graphs = list(capped_graphs(graphs, limits, size, label))
+        if name:
+            meta.name = name
+        return meta, graphs
+    imp = LogImport(path, generation, progress, limits)
+    with gc_paused():  # many small parsed objects, no cycles
+        graphs = list(capped_graphs(imp.encoded(), limits, size, label))
+    extra = {"format": "at_printf"}
+    if imp.truncated:
+        extra["truncated"] = True
+    meta = TraceMeta(name=name or label, source=f"{source}:{label}", generation=imp.generation,
+                     profile=imp.generation, extra=extra)
+    return meta, graphs
 
 
-def _is_jsonl_export(path) -> bool:
-    with LogReader(path) as reader:
+def import_file(store, path, name: str | None = None, generation: str | None = None,
+                progress: bool = False, limits: Limits | None = None) -> str:
+    """Import one log as one trace; returns its id. Nothing is stored if anything fails, and the
+    store's write lock is held only for the final write."""
+    meta, graphs = parse_file(path, name, generation, progress, limits)
+    return store.add_trace(meta, graphs)
+
+
+def _is_jsonl_export(path, limits: Limits | None = None) -> bool:
+    with LogReader(path, limits) as reader:
         for line in reader.lines():
             if line.strip():
                 return line.lstrip().startswith('{"type": "trace"')
@@ -179,7 +212,7 @@ def _is_jsonl_export(path) -> bool:
 
 
 def import_paths(store, paths, name: str | None = None, generation: str | None = None,
-                 progress: bool = False) -> list[str]:
+                 progress: bool = False, limits: Limits | None = None) -> list[str]:
     """Import each file (plain, gzip or zstd) as one trace; all or nothing across files."""
     check_generation(generation)
     paths = [check_path(p) for p in paths]
@@ -189,7 +222,7 @@ def import_paths(store, paths, name: str | None = None, generation: str | None =
     try:
         for i, p in enumerate(paths):
             label = name if name is None or len(paths) == 1 else f"{name} ({i + 1})"
-            done.append(import_file(store, p, label, generation, progress))
+            done.append(import_file(store, p, label, generation, progress, limits))
     except BaseException:
         for tid in done:
             store.delete(tid)

@@ -396,3 +396,9 @@ class LRU:
         with self._lock:
             for k in [k for k in self._items if k[0] == trace_id]:
                 del self._items[k]
+
+    def keep_traces(self, trace_ids: set):
+        """Forget the entries of traces not in `trace_ids` (deleted by another process)."""
+        with self._lock:
+            for k in [k for k in self._items if k[0] not in trace_ids]:
+                del self._items[k]

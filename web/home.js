@@ -20,6 +20,11 @@ function traceRow(t) {
     ? el("span", { class: "badge oom", title: ooms.map((g) => `graph ${g.index}: needed ${g.oom.needed} B, largest ${g.oom.largest_available} B`).join("\n") },
       `OOM in graph ${ooms.map((g) => g.index).join(", ")}`)
     : el("span", { class: "badge ok" }, "fits");
+  const cut = graphs.filter((g) => g.complete === false);
+  const status2 = cut.length
+    ? el("span", { class: "badge oom incomplete", title: "the log ends inside this graph walk" },
+      `incomplete graph ${cut.map((g) => g.index).join(", ")}`)
+    : null;
   const links = el("td", {}, el("a", { href: `/traces/${enc(t.id)}`, class: "open-trace" }, "trace"));
   if (graphs.length >= 2) {
     const a = graphs[0].index ?? 0, b = graphs[1].index ?? 1;
@@ -37,7 +42,7 @@ function traceRow(t) {
     el("td", { class: "num" }, fmtInt(graphs.length),
       el("div", { class: "hint" }, graphs.map((g) => g.role).filter(Boolean).join(", "))),
     el("td", { class: "num" }, bytesEl(maxSize(t))),
-    el("td", {}, status),
+    el("td", {}, status, status2 ? " " : null, status2),
     el("td", { class: "hint" }, t.created ? new Date(t.created).toLocaleString() : "–"),
     links,
     el("td", {}, del));

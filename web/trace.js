@@ -44,13 +44,14 @@ async function main() {
   $("title").textContent = t.name ?? id;
   $("facts").append(fact("generation", el("code", {}, t.generation ?? "–")), fact("source", t.source ?? "–"),
     fact("graph", `${gs.index} (${gs.role ?? "?"})`), fact("events", fmtInt(gs.n_events)),
-    fact("max size", bytesEl(gs.max_size)), fact("buffer", bytesEl(gs.buffer_size)));
+    fact("max size", bytesEl(gs.max_size)), fact("buffer", bytesEl(gs.buffer_size)),
+    ...(gs.complete === false ? [fact("complete", el("span", { class: "badge oom incomplete" }, "no: the log ends inside this walk"))] : []));
 
   const bar = $("graph-bar");
   bar.append(el("span", { class: "hint" }, "Graph:"));
   for (const x of graphs) {
     const a = el("a", { href: `/traces/${enc(id)}?g=${x.index}`, class: `badge ${x.index === gs.index ? "role" : "kind"}` },
-      `${x.index} · ${x.role ?? ""}${x.oom ? " · OOM" : ""}`);
+      `${x.index} · ${x.role ?? ""}${x.oom ? " · OOM" : ""}${x.complete === false ? " · incomplete" : ""}`);
     if (x.index === gs.index) a.setAttribute("aria-current", "page");
     bar.append(a);
   }

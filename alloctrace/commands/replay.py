@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from alloctrace.errors import UserError
+from alloctrace.textsafe import safe_lines
 
 
 def register(subparsers):
@@ -87,5 +88,5 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(r.to_json(), indent=2))
     else:
-        print("\n".join(summary_lines(r)))
+        print(safe_lines(summary_lines(r)))
     return EXIT_OOM if r.failed else 0
