@@ -23,6 +23,7 @@ from alloctrace.server.context import Context
 from alloctrace.server.mapjson import memory_map_json
 from alloctrace.textsafe import safe
 from alloctrace.traces.bounded_io import Cancelled
+from alloctrace.traces.records import TraceList, TraceSummary
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,6})?$"
@@ -47,7 +48,7 @@ def ctx(request: Request) -> Context:
     return c
 
 
-@router.get("/traces", summary="List stored traces")
+@router.get("/traces", summary="List stored traces", response_model=TraceList)
 def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200, description="name search")] = None):
     return {"traces": ctx(request).call(lambda s: s.list(q) if q else s.list())}
 
@@ -90,7 +91,7 @@ def display_name(filename: str | None) -> str | None:
     return base[:200] or None
 
 
-@router.get("/traces/{trace_id}", summary="One trace's summary")
+@router.get("/traces/{trace_id}", summary="One trace's summary", response_model=TraceSummary)
 def get_trace(request: Request, trace_id: TraceId):
     return ctx(request).call(lambda s: s.summary(trace_id))
 

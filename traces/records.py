@@ -55,7 +55,12 @@ class TraceSummary(_Strict):
     profile: str | None = None
     created: str
     tags: list[str]
+    truncated: bool = False  # salvaged from a compressed file that ends early (import --salvage)
     graphs: list[GraphSummary]
+
+
+class TraceList(_Strict):
+    traces: list[TraceSummary]
 
 
 class TraceLine(_Strict):

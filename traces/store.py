@@ -31,6 +31,7 @@ from .columns import EncodedGraph, decode_events, encode, pack, public_columns
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
 
 DB_NAME = "alloctrace.db"
+TRUNCATED = """instr(extra, '"truncated": true') > 0"""  # salvaged from a truncated compressed file
 INCOMPLETE = """instr(extra, '"incomplete": true') > 0"""  # a graph the log did not finish (extra is sorted JSON)
 BUSY_TIMEOUT_S = 120.0
 ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
@@ -64,7 +65,9 @@ class StoreFull(UserError):
 
 def _is_full(e: BaseException) -> bool:
     if isinstance(e, sqlite3.OperationalError):
-        return getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(e)
+        # a write past the end of the disk or of the file size limit (RLIMIT_FSIZE gives EFBIG: IOERR_WRITE)
+        return getattr(e, "sqlite_errorcode", None) in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_WRITE) \
+            or "full" in str(e)
     return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
@@ -279,7 +282,7 @@ class Store:
     def summary(self, tid: str) -> dict:
         tid = self._id(tid)
         with self._snapshot() as db:
-            row = db.execute("SELECT id, name, source, generation, profile, created, tags FROM traces "
+            row = db.execute("SELECT id, name, source, generation, profile, created, tags, " + TRUNCATED + " FROM traces "
                              "WHERE id=?", (tid,)).fetchone()
             graphs = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, " + INCOMPLETE +
                                 " FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
@@ -289,7 +292,7 @@ class Store:
 
     def list(self, q: str | None = None) -> list[dict]:
         """Summaries, newest first; `q` keeps traces whose name contains it (case-insensitive)."""
-        sql = "SELECT id, name, source, generation, profile, created, tags FROM traces"
+        sql = "SELECT id, name, source, generation, profile, created, tags, " + TRUNCATED + " FROM traces"
         args: tuple = ()
         if q:
             sql += " WHERE instr(lower(name), lower(?)) > 0"
@@ -342,9 +345,9 @@ class Store:
 
 
 def _summary(row, graphs) -> dict:
-    tid, name, source, generation, profile, created, tags = row
+    tid, name, source, generation, profile, created, tags, truncated = row
     return {"id": tid, "name": name, "source": source, "generation": generation, "profile": profile,
-            "created": created, "tags": json.loads(tags),
+            "created": created, "tags": json.loads(tags), "truncated": bool(truncated),
             "graphs": [{"index": g[0], "role": g[1], "n_events": g[2], "max_size": g[3], "buffer_size": g[4],
                         "oom": None if g[5] is None else json.loads(g[5]),
                         "consistent": None if g[6] is None else bool(g[6]), "complete": not g[7]} for g in graphs]}
