@@ -64,8 +64,7 @@ class Limits:
     max_amplification: float = 200.0  # stored bytes per input byte (above a 64 MiB allowance)
     salvage: bool = False  # keep what a truncated compressed stream held instead of refusing it
     cancelled: Callable[[], bool] | None = None  # polled while reading; True stops the import
-
-    min_stored = 64 << 20
+    min_stored: int = 64 << 20  # stored bytes any file may make, whatever its size
 
     @classmethod
     def from_env(cls, **given) -> "Limits":
