@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 from urllib.parse import urlsplit
 
 from fastapi.responses import JSONResponse
 
-HEADER_TIMEOUT_S = 20.0
+HEADER_TIMEOUT_S = float(os.environ.get("ALLOCTRACE_HEADER_TIMEOUT_S") or 20.0)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import resource
 import secrets
@@ -79,10 +80,16 @@ def run(args) -> int:
     if args.open:
         threading.Timer(1.0, webbrowser.open, (url,)).start()
     files = _raise_file_limit()
+    handler = logging.StreamHandler()  # refusals, disconnects, exhausted resources: one line each
+    handler.setFormatter(logging.Formatter("alloctrace: %(levelname)s: %(message)s"))
+    server_log = logging.getLogger("alloctrace.server")
+    server_log.addHandler(handler)
+    server_log.setLevel(logging.WARNING)
+    server_log.propagate = False
     # connections beyond what the file table can hold get a 503, never a 500
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=30,
                                            http=slow_client_protocol(AutoHTTPProtocol),
-                                           limit_concurrency=max(8, files - 64)))
+                                           limit_concurrency=max(8, files - 32)))
     try:
         server.run(sockets=[sock])
     finally:
