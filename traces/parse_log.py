@@ -12,6 +12,7 @@ import re
 from operator import attrgetter
 
 from alloctrace.allocator.events import Event
+from alloctrace.errors import UserError
 
 from .schema import MAX_BYTES, MAX_COUNT, MAX_GRAPH
 
@@ -24,8 +25,8 @@ STEP = Event("step")  # what blank lines become; shared, read-only (see LineMemo
 BARRIER = Event("barrier")
 
 
-class AbsurdNumber(ValueError):
-    pass
+class AbsurdNumber(ValueError, UserError):
+    """A number no real log holds; the importer names the file and line."""
 
 
 def num(s: str) -> int:
