@@ -15,7 +15,6 @@ import json
 import os
 import resource
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile

@@ -2,7 +2,6 @@
 issue, sized for CI; memory is a child process's peak RSS (getrusage)."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
