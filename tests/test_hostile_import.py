@@ -346,3 +346,22 @@ def test_truncated_zstd_and_xz_are_corrupt_too(tmp_path):
         whole = tmp_path / ("whole-" + name)
         whole.write_bytes(data)
         assert cli("import", whole, "--store", tmp_path / "s").returncode == 0
+
+
+def test_bounded_reader_reads_every_member_and_refuses_garbage():
+    import io
+    import lzma
+
+    from alloctrace.errors import UserError
+    from alloctrace.traces.bounded_io import BoundedRaw, Limits, kind_of
+
+    data = GPT2.read_bytes()
+    a, b = data[:30_000], data[30_000:]
+    streams = {"gzip": gzip.compress(a) + gzip.compress(b) + b"\0" * 64, "xz": lzma.compress(a) + lzma.compress(b),
+               "zstd": zstandard.ZstdCompressor().compress(a) + zstandard.ZstdCompressor().compress(b),
+               "big": gzip.compress(data * 50)}
+    for name, c in streams.items():
+        got = io.BufferedReader(BoundedRaw(io.BytesIO(c), kind_of(c[:8]), name, Limits())).read()
+        assert got == (data * 50 if name == "big" else data), name
+    with pytest.raises(UserError, match="corrupt gzip data"):
+        io.BufferedReader(BoundedRaw(io.BytesIO(gzip.compress(data) + b"junk"), "gzip", "g", Limits())).read()
