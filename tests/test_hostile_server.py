@@ -310,7 +310,7 @@ def test_an_upload_of_many_tiny_graphs_is_capped(client, tmp_path):
     z = many_graphs_zstd(tmp_path / "g.log.zst", 23_087)
     assert z.stat().st_size < 10_000
     r = upload(client, z)
-    assert r.status_code == 413 and "more than 5,000 graphs" in r.json()["detail"]
+    assert r.status_code == 413 and "more than 1,000 graphs" in r.json()["detail"]
     assert client.get("/api/traces").json() == {"traces": []}
 
 

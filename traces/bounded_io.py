@@ -61,6 +61,7 @@ class Limits:
     max_decompressed: int = 2 << 30  # bytes of decompressed text per file
     max_cpu_s: float = 900.0  # CPU seconds (of the importing thread) per file
     max_graphs: int = 100_000  # graphs stored per file
+    graphs_per_kib: float = 64.0  # graphs per KiB of input (above 1,000): real logs have a few per KiB
     max_amplification: float = 200.0  # stored bytes per input byte (above a 64 MiB allowance)
     salvage: bool = False  # keep what a truncated compressed stream held instead of refusing it
     cancelled: Callable[[], bool] | None = None  # polled while reading; True stops the import
@@ -82,6 +83,11 @@ class Limits:
 
     def stored_cap(self, input_bytes: int) -> int:
         return int(max(self.min_stored, input_bytes * self.max_amplification))
+
+    def graphs_cap(self, input_bytes: int) -> int:
+        return int(min(self.max_graphs, max(self.min_graphs, input_bytes / 1024 * self.graphs_per_kib)))
+
+    min_graphs = 1000
 
 
 def parse_amount(text: str, what: str) -> float:
@@ -240,10 +246,13 @@ def capped_graphs(graphs, limits: Limits, input_bytes: int, name: str):
     """`graphs` (EncodedGraphs or GraphRecords) until they go over the per-file caps: how many graphs
     and how many stored bytes per input byte (a few KB of zstd must not become a huge database)."""
     cap = limits.stored_cap(input_bytes)
+    most = limits.graphs_cap(input_bytes)
     stored = 0
     for n, g in enumerate(graphs, 1):
-        if n > limits.max_graphs:
-            raise LimitExceeded(f"{name}: more than {limits.max_graphs:,} graphs (cap: {ENV['max_graphs']})")
+        if n > most:
+            raise LimitExceeded(f"{name}: more than {most:,} graphs from {input_bytes:,} input bytes (cap: "
+                                f"{ENV['max_graphs']} = {limits.max_graphs:,}, and {limits.graphs_per_kib:g} per KiB "
+                                f"above {limits.min_graphs:,})")
         blobs = getattr(g, "blobs", None)
         stored += (len(g.strings) + sum(len(b[2]) for b in blobs)) if blobs is not None else 16 * len(g.events)
         if stored > cap:
