@@ -19,7 +19,8 @@ from alloctrace.errors import UserError
 
 FIELD_LIMIT = 4096  # bytes of a non-file field (the trace name)
 BODY_SLACK = 64 * 1024  # multipart framing and the small fields, on top of the file cap
-BODY_IDLE_TIMEOUT_S = 30.0  # a client that sends nothing for this long is cut off (slowloris bodies)
+# a client that sends nothing for this long is cut off (slowloris bodies)
+BODY_IDLE_TIMEOUT_S = float(os.environ.get("ALLOCTRACE_BODY_TIMEOUT_S") or 30.0)
 GZIP_MAGIC, ZSTD_MAGIC = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
 
 

@@ -195,6 +195,22 @@ def test_slowloris_connections_are_closed_and_requests_still_answered(tmp_path):
     assert "Traceback" not in err and " 500 " not in err, err
 
 
+def test_a_stalled_upload_body_is_cut_off(tmp_path):
+    proc, port, _ = _serve(tmp_path / "s", env={"ALLOCTRACE_BODY_TIMEOUT_S": "1"})
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"POST /api/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      b"Content-Type: multipart/form-data; boundary=XX\r\nContent-Length: 100000\r\n\r\n"
+                      b"--XX\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.log\"\r\n\r\nggml")
+            t = time.perf_counter()
+            answer = s.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 408"), answer
+            assert time.perf_counter() - t < 8
+    finally:
+        err = _stop(proc)
+    assert "Traceback" not in err, err
+
+
 def test_out_of_file_descriptors_is_a_503_not_a_traceback(client, monkeypatch):
     import errno
     import tempfile
