@@ -163,11 +163,14 @@ class Context:
         import caps, outside the write lock; then one store transaction); summaries of what was
         stored. `cancelled()` turning True stops the parse. Error messages name the client's
         file, never the temp path."""
+        from alloctrace.traces.bounded_io import Cancelled
         from alloctrace.traces.import_log import parse_file
         label = filename or "upload"
         limits = self.limits if cancelled is None else self.limits.with_(cancelled=cancelled)
         try:
             meta, graphs = parse_file(path, name=name, limits=limits, source="upload", label=label)
+            if cancelled is not None and cancelled():
+                raise Cancelled(f"{label}: import cancelled (the client went away)")
             tid = self.write(lambda s: s.add_trace(meta, graphs))
         except UserError as e:
             e.args = (str(e).replace(str(path), label),)

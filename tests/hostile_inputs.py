@@ -59,6 +59,17 @@ def long_graph_log(path: Path, n_allocs: int) -> Path:
     return path
 
 
+def many_distinct_graphs_zstd(path: Path, n_graphs: int, allocs: int) -> Path:
+    """`n_graphs` graphs of `allocs` allocations each, no two alike (every one is recovered)."""
+    with open(path, "wb") as f:
+        w = zstandard.ZstdCompressor(level=19).stream_writer(f)
+        for g in range(n_graphs):
+            node = f"ggml_allocr_alloc: allocating t ({32 * (g + 1)} bytes) - block 0\nexec: ADD (t) <= a, b\n\n"
+            w.write((HEADER + node * allocs + "program output\n").encode())
+        w.flush(zstandard.FLUSH_FRAME)
+    return path
+
+
 def same_name_log(path: Path, n: int) -> Path:
     """`n` allocations of one tensor name, 84 bytes a line (10**6 -> an 84 MB log)."""
     head, tail = "ggml_allocr_alloc: allocating ", " (4096 bytes) - block 0\n"

@@ -19,8 +19,8 @@ from alloctrace.server.app import create_app
 from alloctrace.server.guard import allowed_hosts
 from alloctrace.traces.bounded_io import Limits
 from alloctrace.traces.store import Store
-from hostile_inputs import (distinct_names_log, gzip_text_bomb, long_graph_log, many_graphs_zstd, peak_rss_of,
-                            zstd_zero_bomb)
+from hostile_inputs import (distinct_names_log, gzip_text_bomb, long_graph_log, many_distinct_graphs_zstd,
+                            many_graphs_zstd, peak_rss_of, zstd_zero_bomb)
 
 DATA = Path(__file__).parent / "data" / "hostile"
 GPT2 = DATA / "gpt-2_tiny_short.AT.log"
@@ -225,7 +225,7 @@ def test_out_of_file_descriptors_is_a_503_not_a_traceback(client, monkeypatch):
 
 def test_an_upload_whose_client_left_is_cancelled(tmp_path):
     import threading
-    z = long_graph_log(tmp_path / "long.log.zst", 1_200_000)  # several seconds of parsing
+    z = many_distinct_graphs_zstd(tmp_path / "many.log.zst", 600, 2000)  # about ten seconds of parsing
     proc, port, _ = _serve(tmp_path / "s")
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True).start()
@@ -243,11 +243,11 @@ def test_an_upload_whose_client_left_is_cancelled(tmp_path):
             time.sleep(0.05)
         stopped_after = time.perf_counter() - left
         status, listing = _get(port)
-        assert status == 200 and json.loads(listing.split(b"\r\n\r\n", 1)[1]) == {"traces": []}
     finally:
         proc.terminate()
         proc.wait(20)
     err = "".join(lines)
+    assert status == 200 and json.loads(listing.split(b"\r\n\r\n", 1)[1]) == {"traces": []}, err
     assert len([line for line in lines if "import cancelled" in line]) == 1, err
     assert stopped_after < 5, stopped_after  # the parse stopped soon after, not at its end (~10 s)
     assert "Traceback" not in err and "ERROR" not in err, err

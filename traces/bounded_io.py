@@ -249,6 +249,8 @@ def capped_graphs(graphs, limits: Limits, input_bytes: int, name: str):
     most = limits.graphs_cap(input_bytes)
     stored = 0
     for n, g in enumerate(graphs, 1):
+        if limits.cancelled is not None and limits.cancelled():  # between graphs too, not only while reading
+            raise Cancelled(f"{name}: import cancelled (the client went away)")
         if n > most:
             raise LimitExceeded(f"{name}: more than {most:,} graphs from {input_bytes:,} input bytes (cap: "
                                 f"{ENV['max_graphs']} = {limits.max_graphs:,}, and {limits.graphs_per_kib:g} per KiB "
