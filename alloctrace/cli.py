@@ -13,7 +13,7 @@ import sys
 
 from . import __version__, commands
 from .errors import UserError
-from .textsafe import safe
+from alloctrace.traces.textsafe import safe
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,7 +21,7 @@ from alloctrace.errors import UserError
 from alloctrace.server import graphs, upload
 from alloctrace.server.context import Context
 from alloctrace.server.mapjson import memory_map_json
-from alloctrace.textsafe import safe
+from alloctrace.traces.textsafe import safe
 from alloctrace.traces.bounded_io import Cancelled
 from alloctrace.traces.records import TraceList, TraceSummary
 

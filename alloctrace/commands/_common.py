@@ -1,7 +1,7 @@
 """Helpers shared by the store commands: the --store option and readable tables."""
 from __future__ import annotations
 
-from alloctrace.textsafe import safe
+from alloctrace.traces.textsafe import safe
 
 
 def register(subparsers):

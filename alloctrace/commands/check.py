@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from alloctrace.errors import UserError
-from alloctrace.textsafe import safe, safe_lines
+from alloctrace.traces.textsafe import safe, safe_lines
 
 EXIT_HAZARDS = 4
 

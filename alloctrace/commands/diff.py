@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from alloctrace.errors import UserError
-from alloctrace.textsafe import safe_lines
+from alloctrace.traces.textsafe import safe_lines
 
 from ._common import add_store_arg, open_store_from, table
 

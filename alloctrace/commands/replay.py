@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from alloctrace.errors import UserError
-from alloctrace.textsafe import safe_lines
+from alloctrace.traces.textsafe import safe_lines
 
 
 def register(subparsers):
