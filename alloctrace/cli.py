@@ -13,6 +13,7 @@ import sys
 
 from . import __version__, commands
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.textsafe import safe
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +37,7 @@ def main(argv=None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as e:
-        print(f"alloctrace: error: {e}", file=sys.stderr)
+        print(f"alloctrace: error: {safe(e)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("alloctrace: interrupted", file=sys.stderr)

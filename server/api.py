@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import io
 import tempfile
+import asyncio
+import logging
+import threading
 from typing import Annotated
 
 import numpy as np
@@ -15,6 +18,7 @@ from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
+from starlette.requests import ClientDisconnect
 
 from alloctrace.allocator.events import KINDS
 from alloctrace.traces.errors import UserError
@@ -24,10 +28,15 @@ from alloctrace.traces.graph_info import events_page
 from alloctrace.traces.state_index import state_json
 from alloctrace.server.context import Context
 from alloctrace.server.mapjson import memory_map_json
+from alloctrace.traces.textsafe import safe
+from alloctrace.traces.bounded_io import Cancelled
+from alloctrace.traces.records import TraceList, TraceSummary
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,6})?$"
 MAX_GRAPH = 1_000_000
+DISCONNECT_POLL_S = 0.25
+log = logging.getLogger("alloctrace.server")
 
 router = APIRouter(prefix="/api")
 TraceId = Annotated[str, Path(pattern=TRACE_ID, description="8 hex digits")]
@@ -41,10 +50,14 @@ UPLOAD_SCHEMA = {"requestBody": {"required": True, "content": {"multipart/form-d
 
 
 def ctx(request: Request) -> Context:
-    return request.app.state.ctx
+    c = request.app.state.ctx
+    c.fresh()  # another server on this store may have deleted a trace we hold answers for
+    return c
 
 
-@router.get("/traces", summary="List stored traces")
+# the answers follow traces/records.py (the schema JSON Lines imports are checked against); they are
+# documented with it but not re-validated, so a store written by an older version still lists
+@router.get("/traces", summary="List stored traces", responses={200: {"model": TraceList}})
 def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200, description="name search")] = None):
     return {"traces": ctx(request).call(lambda s: s.list(q) if q else s.list())}
 
@@ -52,12 +65,28 @@ def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200,
 @router.post("/traces", status_code=201, summary="Upload a log and import it", openapi_extra=UPLOAD_SCHEMA)
 async def upload_trace(request: Request):
     c = ctx(request)
-    up = await upload.receive_upload(request, c.upload_dir, c.max_upload_bytes)
+    try:
+        up = await upload.receive_upload(request, c.upload_dir, c.max_upload_bytes)
+    except ClientDisconnect:
+        log.warning("upload: the client disconnected while sending; nothing stored")
+        return Response(status_code=499)
     try:
         if up.path is None:
             raise upload.UploadError("the form has no `file` field")
         name = (up.fields.get("name") or "").strip() or display_name(up.filename)
-        summaries = await run_in_threadpool(c.import_file, up.path, name, display_name(up.filename))
+        gone = threading.Event()
+        work = asyncio.ensure_future(run_in_threadpool(c.import_file, up.path, name, display_name(up.filename),
+                                                       gone.is_set))
+        while not work.done():  # the parse stops when the client goes away
+            await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
+            if not work.done() and await request.is_disconnected():
+                gone.set()
+        try:
+            summaries = await work
+        except Cancelled:
+            log.warning("upload %s: the client disconnected; import cancelled, nothing stored",
+                        safe(display_name(up.filename) or "upload"))
+            return Response(status_code=499)
     finally:
         up.cleanup()
     return JSONResponse({"traces": summaries}, status_code=201)
@@ -71,7 +100,7 @@ def display_name(filename: str | None) -> str | None:
     return base[:200] or None
 
 
-@router.get("/traces/{trace_id}", summary="One trace's summary")
+@router.get("/traces/{trace_id}", summary="One trace's summary", responses={200: {"model": TraceSummary}})
 def get_trace(request: Request, trace_id: TraceId):
     return ctx(request).call(lambda s: s.summary(trace_id))
 

@@ -4,10 +4,14 @@
 Errors a user can cause come back as 4xx with a JSON `detail`; an optional
 token guards /api (header `Authorization: Bearer T`, `?token=T`, or the cookie
 a page visit with `?token=T` sets, so the dashboard works behind a token).
+Web pages on other sites cannot drive it (guard.py), and a full disk or an
+exhausted file table is a 507 / 503, not a traceback.
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
+import re
 from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -22,10 +26,22 @@ from alloctrace.server.assets import IMMUTABLE, REVALIDATE, Assets, respond
 from alloctrace.server.api import TRACE_ID, router
 from alloctrace.server.context import Context
 from alloctrace.server.torch_api import is_torch_trace as torch_page_for, router as torch_router
+from alloctrace.server.guard import OriginGuard, one_line_loop_errors, os_error_response
 from alloctrace.server.upload import UploadError
 from alloctrace.server.whatif_api import router as whatif_router
 
 COOKIE = "alloctrace_token"
+TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what secrets.token_urlsafe makes: safe in URLs and cookies
+
+
+def check_token(token: str | None) -> str | None:
+    """A token must be URL-safe (it goes into a URL, a cookie and a header unencoded)."""
+    if token is not None and not TOKEN_RE.match(token):
+        raise UserError("the token must be 1-256 characters of A-Z a-z 0-9 _ - (e.g. from "
+                        "`python -c 'import secrets; print(secrets.token_urlsafe(24))'`)")
+    return token
+
+
 PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html",
          "/torch": "torch.html"}
 
@@ -82,17 +98,20 @@ def _cookie(header: str, name: str) -> str | None:
 
 
 def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int = 2 * 1024 ** 3,
-               web_dir=None, store=None) -> FastAPI:
+               web_dir=None, store=None, hosts: set[str] | None = None, limits=None) -> FastAPI:
     """The server for the store at `store_dir` (None: the default store). `store` may be
-    an already open store instead."""
+    an already open store instead. `hosts`: the names the Host header may carry (None: any;
+    `alloctrace serve` passes the bound names); `limits`: the import caps (bounded_io.Limits)."""
+    check_token(token)
     if store is None:
         from alloctrace.traces.store import open_store
         store = open_store(store_dir)
-    ctx = Context(store, max_upload_bytes)
+    ctx = Context(store, max_upload_bytes, limits)
     web = paths.find_web_dir(web_dir)
 
     @asynccontextmanager
     async def lifespan(app):
+        one_line_loop_errors(asyncio.get_running_loop())
         yield
         ctx.close()
 
@@ -107,6 +126,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     _pages(app, web)
     if token:
         app.add_middleware(TokenGuard, token=token)
+    app.add_middleware(OriginGuard, hosts=hosts)
     return app
 
 
@@ -126,7 +146,11 @@ def _errors(app: FastAPI):
     async def user_error(request: Request, exc: UserError):
         if isinstance(exc, not_found):
             return await missing(request, exc)
-        return JSONResponse({"detail": str(exc)}, status_code=400)
+        return JSONResponse({"detail": str(exc)}, status_code=getattr(exc, "status", 400))
+
+    @app.exception_handler(OSError)
+    async def os_error(request: Request, exc: OSError):
+        return os_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):

@@ -5,7 +5,9 @@ Reads go through the store's connection, which serialises its own use; writes
 a long import transaction never holds the lock readers wait for (WAL lets them
 read the last committed state meanwhile). An upload is parsed completely before
 its transaction starts, outside any lock, so uploads parse side by side and a
-failed parse writes nothing. Per-graph answers (columns, lifetimes) are cached.
+failed parse writes nothing. Per-graph answers (columns, lifetimes) are cached;
+another process may delete a trace, so each cached answer is checked against the
+store's generation (a number every write moves on) before it is used.
 """
 from __future__ import annotations
 
@@ -52,9 +54,13 @@ def _alive(pid: int) -> bool:
 
 
 class Context:
-    def __init__(self, store, max_upload_bytes: int):
+    def __init__(self, store, max_upload_bytes: int, limits=None):
+        from alloctrace.traces.bounded_io import Limits
         self.store = store
         self.max_upload_bytes = max_upload_bytes
+        self.limits = limits or Limits.from_env()
+        self._generation = None
+        self._gen_lock = threading.Lock()
         self.columns_cache = memmap.LRU(8)
         self.lifetimes_cache = memmap.LRU(8)
         self.info_cache = memmap.LRU(64)
@@ -88,6 +94,23 @@ class Context:
         return fn(self._writer)
 
     # --- per-graph caches -------------------------------------------------------------
+    def _caches(self):
+        return (self.columns_cache, self.lifetimes_cache, self.info_cache, self.map_cache, self.states_cache)
+
+    def fresh(self):
+        """Forget cached answers of traces that another process deleted since the last look."""
+        gen_of = getattr(self.store, "generation", None)
+        if gen_of is None:
+            return
+        gen = self.call(lambda s: s.generation())
+        if gen == self._generation:
+            return
+        with self._gen_lock:
+            ids = self.call(lambda s: s.trace_ids())
+            for cache in self._caches():
+                cache.keep_traces(ids)
+            self._generation = gen
+
     def columns(self, trace_id: str, g: int) -> dict:
         return _cached(self.columns_cache, (trace_id, g), lambda: self.call(lambda s: s.columns(trace_id, g)))
 
@@ -114,20 +137,27 @@ class Context:
         return self.info_cache.get((trace_id, g), build)
 
     def forget(self, trace_id: str):
-        for cache in (self.columns_cache, self.lifetimes_cache, self.info_cache, self.map_cache,
-                      self.states_cache):
+        for cache in self._caches():
             cache.drop(trace_id)
 
     # --- writes -----------------------------------------------------------------------
-    def import_file(self, path: Path, name: str | None, filename: str | None = None) -> list[dict]:
-        """Import one received file through the one entry point every face uses (traces.sources);
-        its graphs are read before the write transaction opens. Messages name the client's file."""
-        from alloctrace.traces.sources import import_file
+    def import_file(self, path: Path, name: str | None, filename: str | None = None, cancelled=None) -> list[dict]:
+        """Import one received file through the one entry point every face uses (traces.sources):
+        parsed completely within the import caps, outside the write lock, then one store
+        transaction. `cancelled()` turning True stops the parse. Messages name the client's file,
+        never the temp path."""
+        from alloctrace.traces.bounded_io import Cancelled
+        from alloctrace.traces.sources import read_file, store_traces
         label = filename or "upload"
+        limits = self.limits if cancelled is None else self.limits.with_(cancelled=cancelled)
         try:
-            return self.write(lambda s: import_file(s, path, name=name, filename=label, buffered=True))
+            traces = read_file(path, name=name, filename=label, limits=limits)
+            if cancelled is not None and cancelled():
+                raise Cancelled(f"{label}: import cancelled (the client went away)")
+            return self.write(lambda s: store_traces(s, traces))
         except UserError as e:
-            raise UserError(str(e).replace(str(path), label)) from None
+            e.args = (str(e).replace(str(path), label),)
+            raise e from None
 
     def replay(self, params: dict) -> dict:
         """`alloctrace replay --store` in-process: both graphs stored as one trace."""

@@ -7,6 +7,7 @@ from the client's file name. The caller removes the file (see `Upload.cleanup`).
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from alloctrace.traces.errors import UserError
 
 FIELD_LIMIT = 4096  # bytes of a non-file field (the trace name)
 BODY_SLACK = 64 * 1024  # multipart framing and the small fields, on top of the file cap
+# a client that sends nothing for this long is cut off (slowloris bodies)
+BODY_IDLE_TIMEOUT_S = float(os.environ.get("ALLOCTRACE_BODY_TIMEOUT_S") or 30.0)
 GZIP_MAGIC, ZSTD_MAGIC = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
 
 
@@ -174,8 +177,15 @@ async def receive_upload(request, tmp_dir: Path, max_bytes: int) -> Upload:
     reader = _FormReader(tmp_dir, max_bytes)
     parser = MultipartParser(boundary, reader.callbacks(), max_size=max_bytes + BODY_SLACK)
     received = 0
+    chunks = request.stream().__aiter__()
     try:
-        async for chunk in request.stream():
+        while True:
+            try:
+                chunk = await asyncio.wait_for(chunks.__anext__(), BODY_IDLE_TIMEOUT_S)
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                raise UploadError(f"the client sent nothing for {BODY_IDLE_TIMEOUT_S:g} s", 408) from None
             received += len(chunk)
             if received > max_bytes + BODY_SLACK:
                 raise UploadError(f"upload is larger than the limit of {max_bytes} bytes", 413)

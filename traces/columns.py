@@ -38,7 +38,8 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
     cols: dict[str, np.ndarray] = {}
     table: dict[str, int] = {}
     code = table.setdefault
-    columns = dict(zip(FIELDS, zip(*map(_row, events)))) if n else {}
+    # one field at a time: a transposed copy of every row would cost 25 lists of n at once
+    columns = _FieldLists(events)
     for name in INT_FIELDS:
         vals = columns.get(name, ())
         n_missing = vals.count(None)
@@ -71,6 +72,16 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
         cols["extra"] = np.array([code(json.dumps(x, sort_keys=True), len(table)) if x else -1 for x in extra],
                                  dtype=np.int32)
     return cols, list(table)
+
+
+class _FieldLists:
+    """`get(field)`: the events' values of one field, as a tuple made when asked."""
+
+    def __init__(self, events: list[Event]):
+        self.events = events
+
+    def get(self, name: str, default=()):
+        return tuple(map(attrgetter(name), self.events)) if self.events else default
 
 
 def decode_events(n: int, cols: dict[str, np.ndarray], table: list[str]) -> list[Event]:

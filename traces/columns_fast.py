@@ -8,6 +8,7 @@ it once per distinct graph, where the plain version's Python loops over
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 
 import numpy as np
 
@@ -102,6 +103,20 @@ def encode_fast(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
     return cols, list(table)
 
 
+class _Fields:
+    """`fields[name]`: the events' values of one field, as a tuple made when asked (a transposed copy of
+    every field at once would hold 25 tuples of n values)."""
+
+    def __init__(self, events: list[Event]):
+        self.events = events
+
+    def __getitem__(self, name: str) -> tuple:
+        return tuple(map(attrgetter(name), self.events))
+
+
+REUSE_MAX = 1 << 17  # larger graphs are not kept for reuse: their values would cost more memory than reuse saves
+
+
 class ColumnEncoder:
     """Packs graph after graph (as `columns.pack(*columns.encode(events))` would, less the `graph`
     column); a column whose values equal the previous graph's reuses its array and compressed bytes.
@@ -123,7 +138,8 @@ class ColumnEncoder:
         n = len(events)
         if not n:
             return self.compress(b"[]"), []
-        columns = dict(zip(FIELDS, zip(*map(_row, events))))
+        keep = n <= REUSE_MAX
+        columns = dict(zip(FIELDS, zip(*map(_row, events)))) if keep else _Fields(events)
         blobs: dict[str, tuple] = {}
         prev, compress = self.prev, self.compress
         for name in INT_FIELDS:
@@ -137,11 +153,15 @@ class ColumnEncoder:
             else:
                 arr = _int_column(name, vals, n)
                 blob = None if arr is None else (name, arr.dtype.str, compress(arr.tobytes()))
-                prev[name] = (vals, blob)
+                if keep:
+                    prev[name] = (vals, blob)
+                else:
+                    prev.pop(name, None)
+            del vals
             if blob is not None:
                 blobs[name] = blob
-        svals = tuple(columns[k] for k in self.STRINGS)
-        if self.prev_strings is not None and self.prev_strings[0] == svals:
+        svals = tuple(columns[k] for k in self.STRINGS) if keep else None
+        if svals is not None and self.prev_strings is not None and self.prev_strings[0] == svals:
             self.reused += 1
             _, sblobs, strings = self.prev_strings
         else:
@@ -149,6 +169,6 @@ class ColumnEncoder:
             cols = _string_columns(columns, table_codes, n)
             sblobs = {name: (name, arr.dtype.str, compress(arr.tobytes())) for name, arr in cols.items()}
             strings = compress(json.dumps(list(table_codes)).encode())
-            self.prev_strings = (svals, sblobs, strings)
+            self.prev_strings = (svals, sblobs, strings) if keep else None
         blobs.update(sblobs)
         return strings, list(blobs.values())

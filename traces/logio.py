@@ -1,67 +1,27 @@
 """Open an input (a path or a binary stream; plain, gzip, zstd or xz) decompressed, memory bounded.
 
 `LogReader` hands out the decompressed bytes (`binary`, `head`) to whatever
-reads them, or text lines for text formats. Bad input (missing paths,
-directories, empty or binary files, truncated compressed data) becomes a
-one-line UserError, never a traceback.
+reads them, or text lines for text formats. Decompression is incremental with a
+bounded output window and capped (bounded_io.Limits: decompressed bytes, CPU time,
+cancel). Bad input (missing paths, directories, empty or binary files, truncated
+compressed data, decompression bombs) becomes a one-line UserError, never a traceback.
 """
 from __future__ import annotations
 
-import gzip
 import io
-import lzma
 import os
 import zlib
 from pathlib import Path
 from typing import Iterator
 
-import zstandard
-
 from alloctrace.traces.errors import UserError
+
+from .bounded_io import BoundedRaw, Limits, kind_of
 
 MAX_LINE = 1 << 20  # longer lines are read in pieces, so memory stays bounded
 SNIFF = 8192
 BLOCK = 1 << 20  # decoded characters read at a time
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-XZ_MAGIC = b"\xfd7zXZ\x00"
 HEAD = 1 << 16  # decompressed bytes a source sees to recognise its format
-
-
-class _ZstdRaw(io.RawIOBase):
-    """A raw stream over zstd frames that notices a truncated last frame."""
-
-    def __init__(self, fileobj, name):
-        self.f, self.name = fileobj, name
-        self.dctx = zstandard.ZstdDecompressor()
-        self.dobj = self.dctx.decompressobj()
-        self.pending = b""
-        self.done = False
-
-    def readable(self):
-        return True
-
-    def readinto(self, b):
-        while not self.pending and not self.done:
-            chunk = self.f.read(1 << 20)
-            if not chunk:
-                if not self.dobj.eof:
-                    raise UserError(f"{self.name}: truncated zstd data")
-                self.done = True
-                break
-            try:
-                out = self.dobj.decompress(chunk)
-                while self.dobj.eof and self.dobj.unused_data:
-                    rest = self.dobj.unused_data
-                    self.dobj = self.dctx.decompressobj()
-                    out += self.dobj.decompress(rest)
-            except zstandard.ZstdError as e:
-                raise UserError(f"{self.name}: corrupt zstd data ({e})") from None
-            self.pending = out
-        n = min(len(b), len(self.pending))
-        b[:n] = self.pending[:n]
-        self.pending = self.pending[n:]
-        return n
 
 
 def check_path(path) -> Path:
@@ -118,7 +78,7 @@ class LogReader:
     """The decompressed bytes of one input (`binary`, starting with `head`) or its text lines;
     `position` is how far into the (compressed) input it has read, `size` its length if known."""
 
-    def __init__(self, src, label: str | None = None, text: bool = True):
+    def __init__(self, src, label: str | None = None, text: bool = True, limits: Limits | None = None):
         if isinstance(src, (str, os.PathLike)):
             self.path = check_path(src)
             self.size = self.path.stat().st_size
@@ -130,20 +90,12 @@ class LogReader:
         if label is not None:
             self.path = Path(label)
         raw = self.file
-        magic = raw.read(6)
+        magic = raw.read(8)
         raw = _rewind(raw, magic)
-        if magic[:2] == GZIP_MAGIC:
-            self.kind = "gzip"
-            binary = gzip.GzipFile(fileobj=raw, mode="rb")
-        elif magic[:4] == ZSTD_MAGIC:
-            self.kind = "zstd"
-            binary = _ZstdRaw(raw, self.path)
-        elif magic == XZ_MAGIC:
-            self.kind = "xz"
-            binary = lzma.LZMAFile(raw, mode="rb")
-        else:
-            self.kind = "plain"
-            binary = raw
+        self.kind = kind_of(magic)
+        self.bounded = BoundedRaw(raw, self.kind, str(self.path), limits or Limits.from_env())
+        binary = io.BufferedReader(self.bounded, 1 << 16)
+        self.ended_mid_line = False  # the text's last line has no line break (a cut log)
         self._text = None
         self.head = self._read_head(binary, text)
         self.binary = _rewind(binary, self.head)
@@ -157,7 +109,7 @@ class LogReader:
                 if not got:
                     break
                 head += got
-        except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
+        except (EOFError, OSError, zlib.error) as e:
             self.close()
             raise UserError(f"{self.path}: unreadable {self.kind} data ({_why(e)})") from None
         if not head:
@@ -173,6 +125,11 @@ class LogReader:
         if self._text is None:
             self._text = io.TextIOWrapper(self.binary, encoding="utf-8", errors="replace", newline=None)
         return self._text
+
+    @property
+    def truncated(self) -> bool:
+        """A truncated compressed stream was read as far as it went (Limits.salvage)."""
+        return self.bounded.truncated
 
     @property
     def position(self) -> int:
@@ -213,9 +170,10 @@ class LogReader:
                              for piece in (_pieces(line, True) if len(line) >= MAX_LINE else (line,))]
                 yield parts
                 del parts
-        except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
+        except (EOFError, OSError, zlib.error) as e:
             raise UserError(f"{self.path}: truncated or corrupt {self.kind} data ({_why(e)})") from None
         if carry:
+            self.ended_mid_line = True
             yield list(_pieces(carry, False)) if len(carry) > MAX_LINE else [carry]
 
     def close(self):

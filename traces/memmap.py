@@ -432,6 +432,12 @@ class LRU:
             for k in [k for k in self._items if k[0] == trace_id]:
                 del self._items[k]
 
+    def keep_traces(self, trace_ids: set):
+        """Forget the entries of traces not in `trace_ids` (deleted by another process)."""
+        with self._lock:
+            for k in [k for k in self._items if k[0] not in trace_ids]:
+                del self._items[k]
+
 
 def window(lt: Lifetimes, info: dict, x0, x1, y0, y1) -> tuple[int, int, int, int]:
     """The view window with defaults filled in: the whole graph, up to the highest byte any

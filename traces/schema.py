@@ -11,6 +11,10 @@ from alloctrace.allocator.events import Event
 
 FORMAT_VERSION = 1
 ROLES = ("measure", "eval", "reserve")  # the ggml sources' graph roles
+# what a real trace can hold; larger numbers are corrupt or hostile input and are refused on import
+MAX_BYTES = 1 << 50  # 1 PiB: no allocator buffer is larger
+MAX_GRAPH = 1_000_000  # graph indices
+MAX_COUNT = 1 << 31  # block indices, free-block counts, child counts, node indices
 
 
 @dataclass
@@ -29,7 +33,8 @@ class GraphRecord:
 
     def summary(self) -> dict:
         return {"index": self.index, "role": self.role, "n_events": len(self.events), "max_size": self.max_size,
-                "buffer_size": self.buffer_size, "oom": self.oom, "consistent": self.consistent}
+                "buffer_size": self.buffer_size, "oom": self.oom, "consistent": self.consistent,
+                "complete": not self.extra.get("incomplete")}
 
 
 @dataclass

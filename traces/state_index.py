@@ -3,8 +3,13 @@
 Only the events that change the free list or the live tensors (alloc, free,
 free_extra, reuse, realloc) are replayed, selected from the store's columns in
 one vectorised pass and fed to `Replay.apply_changes` (the loop the diff's
-cursors use too). Replay checkpoints every `step` events bound the work of any
-later request to one step.
+cursors use too). Replay checkpoints bound the work of any later request to the
+distance between two of them. A checkpoint is a copy of the state, so the next
+one comes at least as many events later as the state is large (and at least
+`step` events): all checkpoints together hold no more entries than the graph has
+events, and a request replays no more events than the state it answers holds
+(or `step`). A graph that only allocates would otherwise keep a growing copy
+every `step` events: quadratic memory.
 """
 from __future__ import annotations
 
@@ -91,13 +96,18 @@ class StateIndex:
     def _checkpoint_below(self, n: int) -> tuple[Replay, int]:
         """The latest checkpoint at or before n, making the missing ones on the way (under the lock)."""
         head, j = self._head
-        while head.n + self.step <= n:
-            at = (head.n // self.step + 1) * self.step
+        while head.n + self._spacing(head) <= n:
+            at = head.n + self._spacing(head)
             j = self._advance(head, j, at)
             self.checkpoints[at] = (head.copy(head.capacity), j)
             self._marks.append(at)
             self._head = (head, j)
         return self.checkpoints[self._marks[bisect_right(self._marks, n) - 1]]
+
+    def _spacing(self, r: Replay) -> int:
+        """Events until the next checkpoint: at least the entries a copy of `r` holds."""
+        size = len(r.live) + sum(len(offs) for offs, _ in r.free.chunks.values()) + len(r.where)
+        return max(self.step, size)
 
     def state(self, n: int) -> dict:
         if not 0 <= n <= self.n_events:

@@ -8,6 +8,7 @@ leaves nothing behind. WAL and a busy timeout make concurrent imports and reads 
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -31,6 +32,8 @@ from .columns import EncodedGraph, decode_events, encode, pack, public_columns
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
 
 DB_NAME = "alloctrace.db"
+TRUNCATED = """instr(extra, '"truncated": true') > 0"""  # salvaged from a truncated compressed file
+INCOMPLETE = """instr(extra, '"incomplete": true') > 0"""  # a graph the log did not finish (extra is sorted JSON)
 BUSY_TIMEOUT_S = 120.0
 ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
 
@@ -53,6 +56,20 @@ CREATE TABLE IF NOT EXISTS columns (
     PRIMARY KEY (trace_id, graph_idx, name),
     FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
 """
+
+
+class StoreFull(UserError):
+    """The disk (or the store's size limit) is full; nothing of the write was kept."""
+
+    status = 507
+
+
+def _is_full(e: BaseException) -> bool:
+    if isinstance(e, sqlite3.OperationalError):
+        # a write past the end of the disk or of the file size limit (RLIMIT_FSIZE gives EFBIG: IOERR_WRITE)
+        return getattr(e, "sqlite_errorcode", None) in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_WRITE) \
+            or "full" in str(e)
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
 class NotFound(KeyError, UserError):
@@ -154,6 +171,7 @@ class Store:
                 raise UserError(f"store {self.path} is busy: {e}") from None
             try:
                 tid = self._new_id()
+                self._bump()
                 self.db.execute(
                     "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version)"
                     " VALUES (?,?,?,?,?,?,?,?,?)",
@@ -162,10 +180,40 @@ class Store:
                 for g in graphs:
                     self._add_graph(tid, g)
                 self.db.execute("COMMIT")
-            except BaseException:
-                self.db.execute("ROLLBACK")
+            except BaseException as e:
+                self._abandon(e)
                 raise
         return tid
+
+    def _abandon(self, e: BaseException):
+        """Roll the open write back (sqlite may have done so already) and say "disk full" when it was."""
+        if self.db.in_transaction:
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        if _is_full(e):
+            try:  # give the WAL's pages back, so the disk is not left full
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:
+                pass
+            raise StoreFull(f"disk full: cannot write to the store {self.path.parent} (nothing was stored)") \
+                from None
+
+    def _bump(self):
+        """Every write moves the store's generation on, so caches in other processes notice."""
+        self.db.execute("INSERT INTO store_info VALUES ('generation', '1') ON CONFLICT(key) "
+                        "DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+
+    def generation(self) -> int:
+        """A number that changes whenever any process writes to the store."""
+        with self._lock:
+            row = self.db.execute("SELECT value FROM store_info WHERE key='generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    def trace_ids(self) -> set[str]:
+        with self._lock:
+            return {r[0] for r in self.db.execute("SELECT id FROM traces")}
 
     def _new_id(self) -> str:
         while True:
@@ -197,9 +245,10 @@ class Store:
                 self.db.execute("DELETE FROM columns WHERE trace_id=?", (tid,))
                 self.db.execute("DELETE FROM graphs WHERE trace_id=?", (tid,))
                 self.db.execute("DELETE FROM traces WHERE id=?", (tid,))
+                self._bump()
                 self.db.execute("COMMIT")
-            except BaseException:
-                self.db.execute("ROLLBACK")
+            except BaseException as e:
+                self._abandon(e)
                 raise
 
     # --- reading ------------------------------------------------------------------------
@@ -234,17 +283,17 @@ class Store:
     def summary(self, tid: str) -> dict:
         tid = self._id(tid)
         with self._snapshot() as db:
-            row = db.execute("SELECT id, name, source, generation, profile, created, tags FROM traces "
+            row = db.execute("SELECT id, name, source, generation, profile, created, tags, " + TRUNCATED + " FROM traces "
                              "WHERE id=?", (tid,)).fetchone()
-            graphs = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent "
-                                "FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
+            graphs = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, " + INCOMPLETE +
+                                " FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
         if row is None:
             raise NotFound(f"no trace {tid!r}")
         return _summary(row, graphs)
 
     def list(self, q: str | None = None) -> list[dict]:
         """Summaries, newest first; `q` keeps traces whose name contains it (case-insensitive)."""
-        sql = "SELECT id, name, source, generation, profile, created, tags FROM traces"
+        sql = "SELECT id, name, source, generation, profile, created, tags, " + TRUNCATED + " FROM traces"
         args: tuple = ()
         if q:
             sql += " WHERE instr(lower(name), lower(?)) > 0"
@@ -252,8 +301,8 @@ class Store:
         with self._snapshot() as db:
             rows = db.execute(sql + " ORDER BY created DESC, seq DESC", args).fetchall()
             graphs: dict[str, list] = {}
-            for r in db.execute("SELECT trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent "
-                                     "FROM graphs ORDER BY trace_id, idx"):
+            for r in db.execute("SELECT trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, " +
+                                INCOMPLETE + " FROM graphs ORDER BY trace_id, idx"):
                 graphs.setdefault(r[0], []).append(r[1:])
         return [_summary(r, graphs.get(r[0], [])) for r in rows]
 
@@ -300,9 +349,9 @@ class Store:
 
 
 def _summary(row, graphs) -> dict:
-    tid, name, source, generation, profile, created, tags = row
+    tid, name, source, generation, profile, created, tags, truncated = row
     return {"id": tid, "name": name, "source": source, "generation": generation or None, "profile": profile,
-            "created": created, "tags": json.loads(tags),
+            "created": created, "tags": json.loads(tags), "truncated": bool(truncated),
             "graphs": [{"index": g[0], "role": g[1], "n_events": g[2], "max_size": g[3], "buffer_size": g[4],
                         "oom": None if g[5] is None else json.loads(g[5]),
-                        "consistent": None if g[6] is None else bool(g[6])} for g in graphs]}
+                        "consistent": None if g[6] is None else bool(g[6]), "complete": not g[7]} for g in graphs]}

@@ -25,6 +25,11 @@ function statusBadge(t) {
 
 function traceRow(t) {
   const graphs = t.graphs;
+  const cut = graphs.filter((g) => g.complete === false);
+  const incomplete = cut.length
+    ? el("span", { class: "badge oom incomplete", title: "the log ends inside this graph walk" },
+      `incomplete graph ${cut.map((g) => g.index).join(", ")}`)
+    : null;
   const links = el("td", {}, el("a", { href: `/traces/${enc(t.id)}`, class: "open-trace" }, "trace"));
   if (graphs.length >= 2) {
     const a = graphs[0].index, b = graphs[1].index;
@@ -42,7 +47,7 @@ function traceRow(t) {
     el("td", { class: "num" }, fmtInt(graphs.length),
       el("div", { class: "hint" }, graphs.map((g) => g.role).filter(Boolean).join(", "))),
     el("td", { class: "num" }, bytesEl(maxSize(t))),
-    el("td", {}, statusBadge(t)),
+    el("td", {}, statusBadge(t), incomplete ? " " : null, incomplete),
     el("td", { class: "hint" }, t.created ? new Date(t.created).toLocaleString() : "–"),
     links,
     el("td", {}, del));

@@ -54,7 +54,8 @@ function header(t, gs) {
     fact("graph", `${gs.index} (${gs.role ?? "?"})`), fact("events", fmtInt(gs.n_events)),
     fact("high water (this graph)", el("span", { id: "high-water" }, "…")),
     fact("allocator max_size", el("span", { id: "max-size", title: "ggml's max_size; in 2023 generations a running maximum over every graph the allocator measured" }, gs.max_size === null ? "–" : exactEl(gs.max_size))),
-    fact("buffer", gs.buffer_size === null ? "–" : exactEl(gs.buffer_size)));
+    fact("buffer", gs.buffer_size === null ? "–" : exactEl(gs.buffer_size)),
+    ...(gs.complete === false ? [fact("complete", el("span", { class: "badge oom incomplete" }, "no: the log ends inside this walk"))] : []));
   $("exports").append("Download: ",
     el("a", { href: url.export(t.id, "chrome"), download: `trace-${t.id}.chrome.json`, id: "export-chrome", title: "open it in Perfetto (ui.perfetto.dev) or chrome://tracing" }, "Chrome trace (Perfetto)"),
     el("a", { href: url.export(t.id, "jsonl"), download: `trace-${t.id}.jsonl` }, "JSON Lines"),
@@ -63,7 +64,7 @@ function header(t, gs) {
   bar.append(el("span", { class: "hint" }, "Graph:"));
   for (const x of t.graphs) {
     const a = el("a", { href: `/traces/${enc(t.id)}?g=${x.index}`, class: `badge ${x.index === gs.index ? "role" : "kind"}` },
-      `${x.index} · ${x.role ?? ""}${x.oom ? " · OOM" : ""}`);
+      `${x.index} · ${x.role ?? ""}${x.oom ? " · OOM" : ""}${x.complete === false ? " · incomplete" : ""}`);
     if (x.index === gs.index) a.setAttribute("aria-current", "page");
     bar.append(a);
   }

@@ -1,6 +1,8 @@
 """Helpers shared by the store commands: the --store option and readable tables."""
 from __future__ import annotations
 
+from alloctrace.traces.textsafe import safe
+
 
 def register(subparsers):
     """Not a command: the CLI discovers every module here, so this adds nothing."""
@@ -29,11 +31,14 @@ def _oom(o) -> str:
     return f"{o.get('tensor') or '?'} needed {o['needed']:,} > {o['largest_available']:,}"
 
 
-def _yes_no(v) -> str:
+def _yes_no(v, complete: bool = True) -> str:
+    if not complete:
+        return "INCOMPLETE"  # the log ends inside the walk: never shown as a consistent whole
     return "-" if v is None else ("yes" if v else "NO")
 
 
 def table(rows: list[list[str]]) -> str:
+    rows = [[safe(c) for c in r] for r in rows]  # names are data: no escape sequences, no forged rows
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -52,17 +57,18 @@ def traces_table(summaries: list[dict]) -> str:
         consistent = [g["consistent"] for g in gs if g["consistent"] is not None]
         rows.append([s["id"], s["name"], s["generation"], ", ".join(f"{n} {r}" for r, n in roles.items()) or "0",
                      _size(max(bufs) if bufs else None), "yes" if any(g["oom"] for g in gs) else "-",
-                     _yes_no(all(consistent) if consistent else None), s["created"]])
+                     _yes_no(all(consistent) if consistent else None, all(g.get("complete", True) for g in gs)),
+                     s["created"]])
     return table(rows)
 
 
 def graphs_table(summary: dict) -> str:
     """A trace's header and one row per graph."""
-    head = (f"trace {summary['id']}  {summary['name']}\n"
-            f"  source {summary['source']}, generation {summary['generation']}, created {summary['created']}"
-            + (f", tags {', '.join(summary['tags'])}" if summary.get("tags") else ""))
+    head = (f"trace {summary['id']}  {safe(summary['name'])}\n"
+            + safe(f"  source {summary['source']}, generation {summary['generation']}, created {summary['created']}"
+                   + (f", tags {', '.join(map(str, summary['tags']))}" if summary.get("tags") else "")))
     rows = [["GRAPH", "ROLE", "EVENTS", "MAX_SIZE", "BUFFER", "OOM", "CONSISTENT"]]
     for g in summary["graphs"]:
         rows.append([str(g["index"]), g["role"], _size(g["n_events"]), _size(g["max_size"]),
-                     _size(g["buffer_size"]), _oom(g["oom"]), _yes_no(g["consistent"])])
+                     _size(g["buffer_size"]), _oom(g["oom"]), _yes_no(g["consistent"], g.get("complete", True))])
     return head + "\n" + table(rows)

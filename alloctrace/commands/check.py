@@ -17,6 +17,7 @@ import re
 
 from alloctrace.allocator.profiles import DEFAULT_PROFILE, names as profile_names
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.textsafe import safe, safe_lines
 
 EXIT_HAZARDS = 4
 MEMORY_SHARE = 0.75  # of MemAvailable, when no --max-memory is given: leave the rest to other programs
@@ -277,21 +278,21 @@ def run(args) -> int:
         print(f"graph {plan.graph_index}: {plan.profile}, {plan.graph.n_nodes} nodes, {_mode(plan)}, "
               f"buffer {plan.buffer_size} bytes: {len(hazards)} hazard{'s' if len(hazards) != 1 else ''}")
         if plan.note:
-            print(f"  note: {plan.note}")
+            print(safe(f"  note: {plan.note}"))
         if plan.unallocated:
             names = ", ".join(t.name for t in plan.unallocated)
-            print(f"  note: the allocator left {names} without memory (run in private memory here)")
+            print(safe(f"  note: the allocator left {names} without memory (run in private memory here)"))
         if args.json:
             for ev in hazards:
                 print(json.dumps(ev.to_dict()))
         elif hazards:
-            print("\n".join("  " + line for line in summary(hazards).splitlines()))
+            print(safe_lines("  " + line for line in summary(hazards).splitlines()))
         if args.numeric:
             try:
                 result = _numeric(plan, args)
             except UnsupportedOp as e:
                 raise UserError(f"numeric run: {e}") from None
-            print(f"  numeric ({args.order}): {describe(result)}")
+            print(safe(f"  numeric ({args.order}): {describe(result)}"))
             if not result.ok:
                 found += 1
     return EXIT_HAZARDS if found else 0

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.textsafe import safe_lines
 
 from ._common import add_store_arg, open_store_from, table
 
@@ -66,9 +67,9 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     elif isinstance(result, DiffResult):
-        print("\n".join(report_lines(result)))
+        print(safe_lines(report_lines(result)))
     else:
-        print("\n".join(trace_report_lines(result)))
+        print(safe_lines(trace_report_lines(result)))
     pairs = [result] if isinstance(result, DiffResult) else [d for _, _, d in result.pairs]
     return 1 if any(d.first_divergence for d in pairs) else 0
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -33,18 +34,54 @@ def run(args) -> int:
     if not args.output:
         export(store, tid, args.format, sys.stdout)
         return 0
-    out = Path(args.output)
-    if out.is_dir():
-        raise UserError(f"{out}: is a directory")
+    write_output(Path(args.output), lambda f: export(store, tid, args.format, f))
+    return 0
+
+
+def write_output(out: Path, write) -> None:
+    """Write `out` the way a shell redirection would, but atomically for regular files.
+
+    A FIFO or a character device (/dev/null, /dev/stdout, a terminal) is written directly:
+    replacing it would destroy it. A regular file (or what a symlink points to) is replaced
+    atomically, keeping its permissions; a new file gets the usual 0666 & ~umask. Anything
+    else (a directory, a socket, a block device) is refused."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent if str(out.parent) else ".")
+        st = os.stat(out)  # follows a symlink to what it names
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{out}: is a directory")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if not (stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+            raise UserError(f"{out}: not a regular file, a FIFO or a character device; refusing to write it")
+        try:
+            with open(out, "w", newline="") as f:
+                write(f)
+        except OSError as e:
+            raise UserError(f"cannot write {out}: {e.strerror}") from None
+        return
+    target = Path(os.path.realpath(out)) if out.is_symlink() else out  # the link stays a link
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent if str(target.parent) else ".")
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror}") from None
     try:
         with os.fdopen(fd, "w", newline="") as f:
-            export(store, tid, args.format, f)
-        os.replace(tmp, out)
+            write(f)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as e:
+        os.unlink(tmp)
+        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
     except BaseException:
         os.unlink(tmp)
         raise
-    return 0
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

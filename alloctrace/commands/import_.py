@@ -22,17 +22,31 @@ def register(subparsers):
     p.add_argument("--generation", metavar="G",
                    help=f"allocator generation of a ggml log, overriding detection: {profile_names()}")
     p.add_argument("--json", action="store_true", help="print the imported traces as JSON")
+    p.add_argument("--max-decompressed", metavar="BYTES",
+                   help="refuse a file that decompresses to more than this (e.g. 512M; default 2G, "
+                        "or $ALLOCTRACE_MAX_DECOMPRESSED)")
+    p.add_argument("--max-cpu", metavar="SECONDS",
+                   help="CPU time allowed per file (default 900, or $ALLOCTRACE_MAX_IMPORT_CPU)")
+    p.add_argument("--salvage", action="store_true",
+                   help="import what a truncated compressed file holds; the trace is marked truncated "
+                        "and its last graph incomplete")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from alloctrace.traces.bounded_io import Limits, parse_amount
     from alloctrace.traces.sources import import_files
     from alloctrace.traces.sources.ggml_log.import_log import check_generation
 
     check_generation(args.generation)
+    limits = Limits.from_env(
+        max_decompressed=None if args.max_decompressed is None else int(parse_amount(args.max_decompressed,
+                                                                                      "--max-decompressed")),
+        max_cpu_s=None if args.max_cpu is None else parse_amount(args.max_cpu, "--max-cpu"),
+        salvage=args.salvage or None)
     store = open_store_from(args)
     summaries = import_files(store, args.paths, name=args.name, generation=args.generation,
-                             progress=sys.stderr.isatty())
+                             progress=sys.stderr.isatty(), limits=limits)
     if args.json:
         print(json.dumps({"traces": [import_json(s) for s in summaries]}, indent=1))
     else:

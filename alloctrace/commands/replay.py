@@ -5,6 +5,7 @@ import json
 
 from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.textsafe import safe_lines
 
 
 def register(subparsers):
@@ -88,5 +89,5 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(r.to_json(), indent=2))
     else:
-        print("\n".join(summary_lines(r)))
+        print(safe_lines(summary_lines(r)))
     return EXIT_OOM if r.failed else 0

@@ -1,6 +1,8 @@
 """`alloctrace rm`: delete a stored trace."""
 from __future__ import annotations
 
+from alloctrace.traces.textsafe import safe
+
 from ._common import add_store_arg, open_store_from
 
 
@@ -15,5 +17,5 @@ def run(args) -> int:
     store = open_store_from(args)
     tid = store.resolve(args.id.partition(":")[0])[0]
     store.delete(tid)
-    print(f"removed {tid}")
+    print(f"removed {safe(tid)}")
     return 0

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
+import resource
+import secrets
 import socket
 import sys
 import threading
@@ -21,9 +24,13 @@ def register(subparsers):
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--open", action="store_true", help="open the dashboard in a browser")
     p.add_argument("--token", help=f"require this token on /api (default: ${TOKEN_ENV}); "
-                                   "required when binding a non-loopback address")
+                                   "required when binding a non-loopback address; `auto` makes a random one; "
+                                   "only A-Z a-z 0-9 _ - are allowed")
     p.add_argument("--examples", action="store_true", help="seed an empty store with example traces")
     p.add_argument("--max-upload-mb", type=int, default=2048, metavar="MB", help="upload size cap (default 2048)")
+    p.add_argument("--max-decompressed", metavar="BYTES",
+                   help="refuse an upload that decompresses to more than this (default 2G, or "
+                        "$ALLOCTRACE_MAX_DECOMPRESSED)")
     p.set_defaults(func=run)
 
 
@@ -38,16 +45,25 @@ def is_loopback(host: str) -> bool:
 
 def run(args) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or None
+    if token == "auto":
+        token = secrets.token_urlsafe(24)
+    from alloctrace.server.app import check_token
+    check_token(token)
     if not is_loopback(args.host) and not token:
         raise UserError(f"binding {args.host} exposes the store: give --token (or set {TOKEN_ENV})")
     if not 0 < args.port < 65536:
         raise UserError(f"bad port {args.port}")
     if args.max_upload_mb <= 0:
         raise UserError("--max-upload-mb must be positive")
+    from alloctrace.traces.bounded_io import Limits, parse_amount
+    limits = Limits.from_env(max_decompressed=None if args.max_decompressed is None
+                             else int(parse_amount(args.max_decompressed, "--max-decompressed")))
     sock = bind(args.host, args.port)
     import uvicorn
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     from alloctrace.server.app import create_app
+    from alloctrace.server.guard import allowed_hosts, slow_client_protocol
     from alloctrace.traces.store import open_store
     store = open_store(args.store)
     if args.examples:
@@ -55,7 +71,8 @@ def run(args) -> int:
         seeded = seed_examples(store)
         if seeded:
             print(f"examples: stored {len(seeded)} trace(s): {' '.join(seeded)}")
-    app = create_app(token=token, max_upload_bytes=args.max_upload_mb * 1024 * 1024, store=store)
+    app = create_app(token=token, max_upload_bytes=args.max_upload_mb * 1024 * 1024, store=store,
+                     hosts=allowed_hosts(args.host), limits=limits)
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}/"
     if token:
@@ -66,7 +83,17 @@ def run(args) -> int:
             threading.Timer(1.0, open_browser, (url,)).start()
         else:
             print(f"alloctrace: no display to open a browser on; open {url} in a browser", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=30))
+    files = _raise_file_limit()
+    handler = logging.StreamHandler()  # refusals, disconnects, exhausted resources: one line each
+    handler.setFormatter(logging.Formatter("alloctrace: %(levelname)s: %(message)s"))
+    server_log = logging.getLogger("alloctrace.server")
+    server_log.addHandler(handler)
+    server_log.setLevel(logging.WARNING)
+    server_log.propagate = False
+    # connections beyond what the file table can hold get a 503, never a 500
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=30,
+                                           http=slow_client_protocol(AutoHTTPProtocol),
+                                           limit_concurrency=max(8, files - 32)))
     try:
         server.run(sockets=[sock])
     finally:
@@ -84,6 +111,19 @@ def has_display() -> bool:
 def open_browser(url: str):
     if not webbrowser.open(url):
         print(f"alloctrace: found no browser to start; open {url} in a browser", flush=True)
+
+
+def _raise_file_limit() -> int:
+    """Open files allowed now: the soft limit raised to the hard one (many slow clients)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return soft if soft != resource.RLIM_INFINITY else 65536
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -17,11 +17,12 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..gcpause import gc_paused
+from ..bounded_io import Limits, capped_graphs
 from ..logio import LogReader, check_path
 from ..progress import Progress
 from .base import ImportedTrace, Source
 
-__all__ = ["ImportedTrace", "Source", "import_file", "import_files", "import_paths", "register", "registered"]
+__all__ = ["ImportedTrace", "Source", "read_file", "store_traces", "import_file", "import_files", "import_paths", "register", "registered"]
 
 
 _SOURCES: list[Source] = []
@@ -48,35 +49,53 @@ def source_for(head: bytes) -> Source:
     raise UserError("no trace source recognises this input")  # unreachable: the fallback reads any text
 
 
-def import_file(store, src, *, name: str | None = None, filename: str | None = None, buffered: bool = False,
-                progress: bool = False, **options) -> list[dict]:
-    """Import one input (a path or a binary stream) as one or more traces; their summaries.
+def read_file(src, *, name: str | None = None, filename: str | None = None, limits: Limits | None = None,
+              progress: bool = False, **options) -> list[ImportedTrace]:
+    """Read one input (a path or a binary stream) completely into its stored form, within the
+    caps of `limits` (decompressed bytes, CPU time, graphs and stored bytes per input byte,
+    cancel), before any store lock is taken: encoded graphs are compact.
 
     `filename` is what messages and metadata call the input (default: the path's name);
-    `buffered` reads every graph before the store's transaction opens (a server keeps slow
-    parsing out of the write lock); `options` go to the source when its `read` takes them
-    (e.g. `generation` for ggml logs)."""
+    `options` go to the source when its `read` takes them (e.g. `generation` for ggml logs)."""
+    limits = limits or Limits.from_env()
     named = src if isinstance(src, (str, Path)) else getattr(src, "name", None)
     label = filename or (Path(named).name if isinstance(named, (str, Path)) else "input")
-    done: list[str] = []
-    with LogReader(src, label=label, text=False) as reader:
+    with LogReader(src, label=label, text=False, limits=limits) as reader:
         source = source_for(reader.head)
         bar = Progress(reader.size, label, enabled=None if progress else False)
         wanted = dict(options, progress=lambda: bar.update(reader.position))
         try:
             with gc_paused():  # many small parsed objects, no cycles
                 traces = source.read(reader.binary, filename=label, name=name, **_accepted(source.read, wanted))
-                if buffered:
-                    for t in traces:
-                        t.graphs = list(t.graphs)
-            for t in traces:
-                done.append(store.add_trace(t.meta, t.graphs))
-        except BaseException:
-            for tid in done:
-                store.delete(tid)
-            raise
+                for t in traces:
+                    t.graphs = list(capped_graphs(t.graphs, limits, reader.size, label))
         finally:
             bar.close()
+        if reader.truncated:  # salvaged: what a cut compressed file held
+            for t in traces:
+                t.meta.extra = {**t.meta.extra, "truncated": True}
+    return traces
+
+
+def import_file(store, src, *, name: str | None = None, filename: str | None = None, limits: Limits | None = None,
+                progress: bool = False, **options) -> list[dict]:
+    """Import one input (a path or a binary stream) as one or more traces; their summaries.
+    Everything is read first (`read_file`), so the store's write lock is held only for the writes."""
+    return store_traces(store, read_file(src, name=name, filename=filename, limits=limits, progress=progress,
+                                         **options))
+
+
+def store_traces(store, traces: list[ImportedTrace]) -> list[dict]:
+    """Store what `read_file` read, one transaction per trace; if anything fails, none stays stored.
+    The summaries carry the source's `report` where it gave one."""
+    done: list[str] = []
+    try:
+        for t in traces:
+            done.append(store.add_trace(t.meta, t.graphs))
+    except BaseException:
+        for tid in done:
+            store.delete(tid)
+        raise
     summaries = [store.summary(tid) for tid in done]
     for s, t in zip(summaries, traces):
         if t.report:

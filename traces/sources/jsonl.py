@@ -5,10 +5,13 @@ import json
 import re
 from typing import Iterator
 
+from pydantic import ValidationError
+
 from alloctrace.allocator.events import Event
 
 from ..errors import UserError
 from ..logio import LogReader
+from ..records import EventLine, GraphLine, TraceLine, first_error
 from ..schema import FORMAT_VERSION, GraphRecord, TraceMeta
 from .base import ImportedTrace
 
@@ -32,59 +35,69 @@ class JsonlSource:
 SOURCE = JsonlSource()
 
 
-def read_jsonl(lines, where: str = "input") -> tuple[TraceMeta, Iterator[GraphRecord]]:
-    """A JSON Lines export as what `Store.add_trace` takes; graphs are read one at a time."""
+def read_jsonl(lines, filename: str = "input") -> tuple[TraceMeta, Iterator[GraphRecord]]:
+    """A JSON Lines export as what `Store.add_trace` takes; graphs are read one at a time.
+    Every line is checked against the one schema the API shares (records.py); a bad one is a
+    `filename:LINE:` error."""
     numbered = enumerate(lines, 1)
-    meta = None
     for n, line in numbered:
         if line.strip():
-            d = _json(line, n, where)
+            d = _json(line, n, filename)
             if d.get("type") != "trace" or not isinstance(d.get("version"), int):
                 break
             if d["version"] > FORMAT_VERSION:
-                raise UserError(f"{where}: trace format {d['version']} is newer than {FORMAT_VERSION}")
-            try:
-                meta = TraceMeta(name=d["name"], source=d["source"], generation=d["generation"],
-                                 profile=d.get("profile"), created=d.get("created"), tags=d.get("tags", []),
-                                 extra=d.get("extra", {}))
-            except KeyError as e:
-                raise UserError(f"{where}:{n}: trace header lacks {e}") from None
-            break
-    if meta is None:
-        raise UserError(f"{where}: not an alloctrace JSON Lines trace (no trace header)")
-    return meta, _graphs(numbered, where)
+                raise UserError(f"{filename}:{n}: trace format {d['version']} is newer than {FORMAT_VERSION}")
+            h = _valid(TraceLine, d, n, filename)
+            meta = TraceMeta(name=h.name, source=h.source, generation=h.generation, profile=h.profile,
+                             created=h.created, tags=h.tags, extra=h.extra)
+            return meta, _graphs(numbered, filename)
+        break
+    raise UserError(f"{filename}: not an alloctrace JSON Lines trace (no trace header)")
 
 
-def _graphs(numbered, where: str) -> Iterator[GraphRecord]:
+def _graphs(numbered, filename: str) -> Iterator[GraphRecord]:
     g = None
+    seen: set[int] = set()
     for n, line in numbered:
         if not line.strip():
             continue
-        d = _json(line, n, where)
-        t = d.pop("type", None)
-        try:
-            if t == "graph":
-                if g is not None:
-                    yield g
-                d.pop("n_events", None)
-                g = GraphRecord(events=[], **d)
-            elif t == "event" and g is not None:
-                g.events.append(Event(**d))
-            else:
-                raise ValueError(f"unexpected line type {t!r}")
-        except (ValueError, TypeError) as e:
-            raise UserError(f"{where}:{n}: not an alloctrace JSON Lines trace ({e})") from None
+        d = _json(line, n, filename)
+        t = d.get("type")
+        if t == "graph":
+            if g is not None:
+                yield g
+            gl = _valid(GraphLine, d, n, filename)
+            if gl.index in seen:
+                raise UserError(f"{filename}:{n}: duplicate graph index {gl.index}")
+            seen.add(gl.index)
+            extra = dict(gl.extra)
+            if not gl.complete:
+                extra["incomplete"] = True
+            g = GraphRecord(index=gl.index, role=gl.role, events=[], max_size=gl.max_size,
+                            buffer_size=gl.buffer_size, oom=None if gl.oom is None else gl.oom.model_dump(),
+                            consistent=gl.consistent, extra=extra)
+        elif t == "event" and g is not None:
+            ev = _valid(EventLine, d, n, filename).model_dump(exclude={"type"})
+            g.events.append(Event(**ev))
+        else:
+            raise UserError(f"{filename}:{n}: unexpected line type {t!r}" +
+                            (" before the first graph line" if t == "event" else ""))
     if g is not None:
         yield g
 
 
-def _json(line: str, n: int, where: str) -> dict:
+def _valid(model, d: dict, n: int, filename: str):
+    try:
+        return model.model_validate(d)
+    except ValidationError as e:
+        raise UserError(f"{filename}:{n}: {first_error(e)}") from None
+
+
+def _json(line: str, n: int, filename: str) -> dict:
     try:
         d = json.loads(line)
     except ValueError as e:
-        raise UserError(f"{where}:{n}: invalid JSON ({e.args[0][:60]})") from None
+        raise UserError(f"{filename}:{n}: invalid JSON ({e.args[0][:60]})") from None
     if not isinstance(d, dict):
-        raise UserError(f"{where}:{n}: not an alloctrace JSON Lines record")
+        raise UserError(f"{filename}:{n}: not an alloctrace JSON Lines record")
     return d
-
-

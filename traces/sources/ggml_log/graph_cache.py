@@ -27,10 +27,9 @@ def draft_key(d: Draft, memo: LineMemo) -> tuple:
     """The draft's hints and its items' values (as LineMemo numbers)."""
     items = d.items
     found = list(map(memo.keys.get, map(id, items), repeat(-1)))  # numbers are >= 0
-    i = -1
-    while -1 in found:  # items of their own (graph headers, aborts, copies)
-        i = found.index(-1, i + 1)
-        found[i] = memo.number(item_key(items[i]))
+    if -1 in found:  # items of their own (graph headers, aborts, copies, lines the memo forgot): one pass
+        number = memo.number
+        found = [k if k >= 0 else number(item_key(it)) for k, it in zip(found, items)]
     return d.measure_before, d.compute_after, d.buffer_before, d.buffer_after, d.alignment, d.vm_base, d.n_exec, \
         tuple(found)
 

@@ -76,7 +76,7 @@ class LogImport:
             if cache is None:
                 cache = self.cache = RecoveryCache(self._replayer(self.features, draft),
                                                    zstandard.ZstdCompressor(level=3).compress, self.memo)
-            yield cache.graph(draft)
+            yield _marked(cache.graph(draft), draft)
         if cache is None:
             raise UserError(f"{self.path}: no ggml-alloc trace lines found")
 
@@ -112,8 +112,12 @@ class LogImport:
                     if self.progress:
                         self.progress()
                 yield from feed_body(body)
+                walk_ended = split.gap  # program output came after the last walk's allocator lines
                 draft = split.finish()
                 if draft is not None:
+                    last = draft.items[-1]
+                    failed = type(last) is Event and last.kind in ("oom", "abort")  # a failure ends a walk
+                    draft.incomplete = not (walk_ended or failed)
                     yield draft
             except AbsurdNumber as e:
                 raise UserError(f"{self.path}:{bodies.lineno}: number out of range: {e}") from None
@@ -124,6 +128,13 @@ class LogImport:
         if PROFILES[self.generation].family == "legacy":
             return LegacyReplay(self.generation, features.addr_block, features.addr)
         return GallocrReplay(self.generation)
+
+
+def _marked(g, draft: Draft):
+    """A graph whose walk the log does not finish says so (`extra.incomplete`, summary `complete`)."""
+    if draft.incomplete:
+        g.extra = {**g.extra, "incomplete": True}
+    return g
 
 
 def _header_lines(block: list[str]) -> list[int]:

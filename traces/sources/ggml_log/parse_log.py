@@ -12,6 +12,9 @@ import re
 from operator import attrgetter
 
 from alloctrace.allocator.events import Event
+from alloctrace.traces.errors import UserError
+
+from ...schema import MAX_BYTES, MAX_COUNT, MAX_GRAPH
 
 INT_MAX = (1 << 63) - 1
 BLANK = ("blank",)
@@ -22,14 +25,41 @@ STEP = Event("step")  # what blank lines become; shared, read-only (see LineMemo
 BARRIER = Event("barrier")
 
 
-class AbsurdNumber(ValueError):
-    pass
+class AbsurdNumber(ValueError, UserError):
+    """A number no real log holds; the importer names the file and line."""
 
 
 def num(s: str) -> int:
     v = int(s)
     if v > INT_MAX or v < -INT_MAX:
         raise AbsurdNumber(s if len(s) < 40 else s[:37] + "...")
+    return v
+
+
+def _short(s: str) -> str:
+    return s if len(s) < 40 else s[:37] + "..."
+
+
+def nbytes(s: str) -> int:
+    """A byte count: 0 .. 1 PiB."""
+    v = int(s)
+    if not 0 <= v <= MAX_BYTES:
+        raise AbsurdNumber(f"{_short(s)} bytes")
+    return v
+
+
+def block_index(s: str) -> int:
+    """A free-block index: -1 (none / the fallback) or above."""
+    v = int(s)
+    if not -1 <= v <= MAX_COUNT:
+        raise AbsurdNumber(f"block {_short(s)}")
+    return v
+
+
+def graph_number(s: str) -> int:
+    v = int(s)
+    if not 0 <= v <= MAX_GRAPH:
+        raise AbsurdNumber(f"graph {_short(s)} (at most {MAX_GRAPH:,})")
     return v
 
 
@@ -44,10 +74,10 @@ def ptr(s: str | None) -> int | None:
 
 
 P = r"(0x[0-9a-fA-F]+|\(nil\))"
-ALLOC = re.compile(r"ggml_\w*: allocating (.*) \((\d+) bytes\) - "
+ALLOC = re.compile(r"ggml_\w*: allocating (.*) \((-?\d+) bytes\) - "
                    r"(?:block (-?\d+)(?:, addr " + P + r")?(?:, offset (\d+))?(?:, chunk (\d+))?)?$")
 FREE = re.compile(r"ggml_\w*: freeing (.*?)(?: at (?:\{chunk=(\d+), offset=(\d+)\}|" + P + r"|(\d+)))? "
-                  r"\((\d+) bytes\) - n_free_blocks = (-?\d+)$")
+                  r"\((-?\d+) bytes\) - n_free_blocks = (-?\d+)$")
 FREE_EXTRA = re.compile(r"freeing extra (\d+) bytes from parent (.*) for (.*)$")
 NOT_FREED = re.compile(r"not freeing output (.*)$")
 EXEC = re.compile(r"exec: (\S*) \((.*)\) <= (.*)$")
@@ -97,23 +127,23 @@ def parse_line(line: str):
         m = ALLOC.search(line)
         if m:
             name, size, block, addr, off, chunk = m.groups()
-            return _glued(line, m, Event("alloc", tensor=name, size=num(size),
-                                         block=None if block is None else num(block), addr=ptr(addr),
-                                         offset=None if off is None else num(off),
+            return _glued(line, m, Event("alloc", tensor=name, size=nbytes(size),
+                                         block=None if block is None else block_index(block), addr=ptr(addr),
+                                         offset=None if off is None else nbytes(off),
                                          chunk=None if chunk is None else num(chunk)))
     if "freeing " in line:
         m = FREE.search(line)
         if m:
             name, hchunk, hoff, addr, off, size, nfree = m.groups()
-            ev = Event("free", tensor=name, size=num(size), n_free_before=num(nfree), addr=ptr(addr))
+            ev = Event("free", tensor=name, size=nbytes(size), n_free_before=block_index(nfree), addr=ptr(addr))
             if hchunk is not None:
-                ev.chunk, ev.offset = num(hchunk), num(hoff)
+                ev.chunk, ev.offset = num(hchunk), nbytes(hoff)
             elif off is not None:
-                ev.offset = num(off)
+                ev.offset = nbytes(off)
             return _glued(line, m, ev)
         m = FREE_EXTRA.search(line)
         if m:
-            return Event("free_extra", size=num(m.group(1)), parent=m.group(2), tensor=m.group(3))
+            return Event("free_extra", size=nbytes(m.group(1)), parent=m.group(2), tensor=m.group(3))
         m = NOT_FREED.search(line)
         if m:
             return Event("not_freed", tensor=m.group(1))
@@ -136,7 +166,7 @@ def parse_line(line: str):
     if "#######" in line:
         m = GRAPH.search(line)
         if m:
-            return ("graph", num(m.group(1)), num(m.group(2)))
+            return ("graph", graph_number(m.group(1)), graph_number(m.group(2)))
     if "not enough space" in line:
         return _oom(line)
     if "ggml_" in line:
@@ -169,18 +199,18 @@ def _reuse(line: str):
 def _oom(line: str):
     m = OOM_2023.search(line)
     if m:
-        ev = Event("oom", needed=num(m.group(1)), largest=num(m.group(2)))
+        ev = Event("oom", needed=nbytes(m.group(1)), largest=nbytes(m.group(2)))
         pre = OOM_PREFIX.search(line)
         if pre:
             ev.tensor = pre.group(1)
         return ev
     m = OOM_NAMED.search(line)
     if m:
-        return Event("oom", tensor=m.group(1), needed=num(m.group(2)), largest=num(m.group(3)),
+        return Event("oom", tensor=m.group(1), needed=nbytes(m.group(2)), largest=nbytes(m.group(3)),
                      extra={"format": "named"})
     m = OOM_BYTES.search(line)
     if m:
-        return Event("oom", needed=num(m.group(1)), largest=num(m.group(2)), extra={"format": "bytes"})
+        return Event("oom", needed=nbytes(m.group(1)), largest=nbytes(m.group(2)), extra={"format": "bytes"})
     return _assert(line) if "GGML_ASSERT" in line else PROGRAM
 
 
@@ -223,7 +253,7 @@ def _program(line: str):
     if "buffer size = " in low:
         m = BUFFER_SIZE.search(low)
         if m:
-            return ("buffer_size", num(m.group(1)))
+            return ("buffer_size", nbytes(m.group(1)))
     if "alignment" in low:
         m = ALIGNMENT.search(low)
         if m:
@@ -299,7 +329,8 @@ def copy_event(ev: Event) -> Event:
     new = Event(*_row(ev))
     if ev.srcs is not None:
         new.srcs = list(ev.srcs)
-    new.extra = dict(ev.extra)
+    if ev.extra:  # an empty one is shared: extras are replaced, never changed in place
+        new.extra = dict(ev.extra)
     return new
 
 

@@ -25,6 +25,7 @@ class Draft:
     buffer_after: int | None = None  # `buffer size = N` printed after the walk (head harness)
     alignment: int | None = None
     vm_base: int | None = None  # measure buffer base address, when logged
+    incomplete: bool = False  # the log ends inside this walk (cut, truncated, or no line after it)
 
 
 @dataclass

@@ -1,0 +1,134 @@
+"""Hostile and unlucky inputs, made on the fly (issue: hostile input), shared by the tests and
+bench/bench_hostile.py. Every maker writes to `path` and returns it."""
+from __future__ import annotations
+
+import gzip
+import resource
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import zstandard
+
+HEADER = "####### graph 0/1\n"
+
+
+def zstd_zero_bomb(path: Path, size: int = 4 << 30) -> Path:
+    """`size` zero bytes in one zstd frame (4 GiB -> about 131 KB): the issue's bomb, verbatim."""
+    with open(path, "wb") as f:
+        w = zstandard.ZstdCompressor().stream_writer(f, size=size)
+        block = b"\0" * (64 << 20)
+        for _ in range(size // len(block)):
+            w.write(block)
+        w.flush(zstandard.FLUSH_FRAME)
+    return path
+
+
+def gzip_text_bomb(path: Path, size: int) -> Path:
+    """`size` bytes of plausible log text (program output lines), gzipped at level 9."""
+    line = b"llama_print_timings: prompt eval time = 1.00 ms / 1 tokens\n"
+    block = line * ((1 << 20) // len(line))
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        for _ in range(size // len(block)):
+            f.write(block)
+    return path
+
+
+def distinct_names_log(path: Path, n: int, size: int = 4096) -> Path:
+    """One graph of `n` allocations, each of its own tensor name (a 2023-08-16 measure walk)."""
+    with open(path, "w") as f:
+        f.write(HEADER)
+        for i in range(n):
+            f.write(f"ggml_allocr_alloc: allocating tensor_{i} ({size} bytes) - block 0\n"
+                    f"exec: ADD (tensor_{i}) <= a, b\n\n")
+    return path
+
+
+def long_graph_log(path: Path, n_allocs: int) -> Path:
+    """One graph that only allocates (the live set grows to `n_allocs`), zstd-compressed: a tiny
+    file, a huge graph."""
+    line = "ggml_allocr_alloc: allocating t (32 bytes) - block 0\n"
+    with open(path, "wb") as f:
+        w = zstandard.ZstdCompressor(level=19).stream_writer(f)
+        w.write(HEADER.encode())
+        chunk = (line * 10000).encode()
+        for _ in range(n_allocs // 10000):
+            w.write(chunk)
+        w.flush(zstandard.FLUSH_FRAME)
+    return path
+
+
+def many_distinct_graphs_zstd(path: Path, n_graphs: int, allocs: int) -> Path:
+    """`n_graphs` graphs of `allocs` allocations each, no two alike (every one is recovered)."""
+    with open(path, "wb") as f:
+        w = zstandard.ZstdCompressor(level=19).stream_writer(f)
+        for g in range(n_graphs):
+            node = f"ggml_allocr_alloc: allocating t ({32 * (g + 1)} bytes) - block 0\nexec: ADD (t) <= a, b\n\n"
+            w.write((HEADER + node * allocs + "program output\n").encode())
+        w.flush(zstandard.FLUSH_FRAME)
+    return path
+
+
+def same_name_log(path: Path, n: int) -> Path:
+    """`n` allocations of one tensor name, 84 bytes a line (10**6 -> an 84 MB log)."""
+    head, tail = "ggml_allocr_alloc: allocating ", " (4096 bytes) - block 0\n"
+    line = head + "same_named_tensor".ljust(84 - len(head) - len(tail), "_") + tail
+    with open(path, "w") as f:
+        f.write(HEADER)
+        block = line * 10000
+        for _ in range(n // 10000):
+            f.write(block)
+    return path
+
+
+def many_graphs_zstd(path: Path, n_graphs: int) -> Path:
+    """`n_graphs` tiny graphs in a few KB of zstd (amplification: graphs per compressed byte)."""
+    one = HEADER + "ggml_allocr_alloc: allocating t (32 bytes) - block 0\nexec: ADD (t) <= a, b\n\n"
+    with open(path, "wb") as f:
+        w = zstandard.ZstdCompressor(level=19).stream_writer(f)
+        w.write((one * n_graphs).encode())
+        w.flush(zstandard.FLUSH_FRAME)
+    return path
+
+
+def peak_rss_of(code: str, *args: str, env=None, timeout: float = 120) -> tuple[subprocess.CompletedProcess, int]:
+    """Run `code` in a fresh Python; returns the finished process and its peak RSS in bytes
+    (ru_maxrss of the child, from getrusage)."""
+    prog = textwrap.dedent(code) + textwrap.dedent("""
+        import resource as _r, sys as _s
+        print("PEAK_RSS", _r.getrusage(_r.RUSAGE_SELF).ru_maxrss * 1024, file=_s.stderr)
+    """)
+    p = subprocess.run([sys.executable, "-c", prog, *args], capture_output=True, text=True, env=env,
+                       timeout=timeout)
+    peak = 0
+    for line in p.stderr.splitlines():
+        if line.startswith("PEAK_RSS "):
+            peak = int(line.split()[1])
+    return p, peak
+
+
+def cli_peak_rss(args: list[str], env=None, timeout: float = 120) -> tuple[subprocess.CompletedProcess, int]:
+    """`alloctrace ARGS` in a child; its exit status, output and peak RSS (RUSAGE_CHILDREN of a
+    wrapper that runs only it)."""
+    wrapper = textwrap.dedent("""
+        import resource, subprocess, sys
+        p = subprocess.run([sys.executable, "-m", "alloctrace", *sys.argv[1:]])
+        print("PEAK_RSS", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, file=sys.stderr)
+        sys.exit(p.returncode)
+    """)
+    p = subprocess.run([sys.executable, "-c", wrapper, *args], capture_output=True, text=True, env=env,
+                       timeout=timeout)
+    peak = 0
+    lines = []
+    for line in p.stderr.splitlines():
+        if line.startswith("PEAK_RSS "):
+            peak = int(line.split()[1])
+        else:
+            lines.append(line)
+    p.stderr = "\n".join(lines) + ("\n" if lines else "")
+    return p, peak
+
+
+def self_peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,0 +1,30 @@
+"""Text for a terminal: names from traces are data, never terminal commands.
+
+A trace name or tensor name may hold escape sequences (an OSC title change, a
+cursor move) or a line break that forges a table row. Every human-readable
+line the CLI prints goes through `safe`, which shows such characters as
+visible escapes (`\\x1b`, `\\n`) instead of sending them to the terminal.
+"""
+from __future__ import annotations
+
+import re
+
+# C0 and C1 controls, DEL, line/paragraph separators and the bidirectional overrides
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def safe(text) -> str:
+    """`text` as one printable line: control characters become visible escapes."""
+    s = str(text)
+    return _CONTROL.sub(_escape, s) if _CONTROL.search(s) else s
+
+
+def safe_lines(lines) -> str:
+    """Lines joined for printing, each made safe (a line break inside one cannot forge another)."""
+    return "\n".join(safe(line) for line in lines)
