@@ -7,7 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from alloctrace.server.app import create_app
-from alloctrace.traces.export import read_jsonl
+from alloctrace.traces.sources.jsonl import read_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +26,7 @@ def test_export_downloads_every_format(client):
     assert {"fc_b", "KQV"} <= {e.get("name") for e in chrome.json()["traceEvents"]}
     jsonl = client.get(f"/api/traces/{tid}/export", params={"format": "jsonl"})
     meta, graphs = read_jsonl(jsonl.text.splitlines())
+    graphs = list(graphs)
     assert [len(g.events) for g in graphs] == [len(store.events(tid, g["index"])) for g in store.summary(tid)["graphs"]]
     csv = client.get(f"/api/traces/{tid}/export", params={"format": "csv"})
     assert csv.headers["content-type"].startswith("text/csv") and int(csv.headers["content-length"]) == len(csv.content)

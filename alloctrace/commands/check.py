@@ -208,7 +208,7 @@ def _smaller(args, limit: int) -> str:
     """A reduced-dimension variant of the preset that fits in limit, as --hparam flags to paste."""
     from alloctrace.allocator.presets import PRESETS
     from alloctrace.metal_exec.execute import estimate_bytes
-    from alloctrace.metal_exec.plan import preset_plans
+    from alloctrace.traces.replay_run import preset_plans
 
     preset = PRESETS.get(args.preset or "")
     if preset is None:
