@@ -49,18 +49,12 @@ def _answers(request: Request) -> _Answers:
     return st.whatif_answers
 
 
-def store_loader(store, trace_id: str, device: int) -> tuple[dict, dict]:
-    """(columns, info) of a stored torch trace's device, from the snapshot source's store."""
-    try:
-        from alloctrace.traces.torch import store as torch_store
-    except ImportError:
-        raise UserError("this build stores no PyTorch snapshots") from None
-    return torch_store.device_columns(store, trace_id, device), torch_store.device_info(store, trace_id, device)
+def _load(request: Request, trace_id: str, device: int) -> tuple[dict, dict]:
+    """(columns, info) of a stored torch trace's device."""
+    from alloctrace.traces.torch.store import device_columns, device_info
 
-
-def _load(request: Request, trace_id: str, device: int):
-    loader = getattr(request.app.state, "whatif_loader", None) or store_loader
-    return request.app.state.ctx.call(lambda store: loader(store, trace_id, device))
+    return request.app.state.ctx.call(
+        lambda store: (device_columns(store, trace_id, device), device_info(store, trace_id, device)))
 
 
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/whatif",

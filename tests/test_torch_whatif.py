@@ -268,10 +268,22 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "alloctrace", "whatif", *args], capture_output=True, text=True)
 
 
-def test_cli_json_on_a_snapshot_file():
-    p = _cli(str(DATA / "oom.pickle.gz"), "--cap", "6GiB", "--set", "expandable_segments=true", "--json")
+def _stored(store) -> list[str]:
+    p = subprocess.run([sys.executable, "-m", "alloctrace", "list", "--json", "--store", str(store)],
+                       capture_output=True, text=True)
+    return [t["id"] for t in json.loads(p.stdout)["traces"]]
+
+
+def test_cli_json_on_a_snapshot_file(tmp_path):
+    """A file is imported into the store first (as `diff` does), then replayed from there; the id works after."""
+    p = _cli(str(DATA / "oom.pickle.gz"), "--cap", "6GiB", "--set", "expandable_segments=true", "--json",
+             "--store", str(tmp_path))
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
+    assert _stored(tmp_path) == [out["trace_id"]] and out["device"] == 0
+    again = _cli(f"{out['trace_id']}:0", "--cap", "6GiB", "--set", "expandable_segments=true", "--json",
+                 "--store", str(tmp_path))
+    assert again.returncode == 0 and json.loads(again.stdout) == out
     assert set(out) >= {"settings", "real", "whatif"}
     for side in ("real", "whatif"):
         assert set(out[side]) >= {"peak_reserved", "peak_allocated", "fragmentation_at_peak", "oom"}
@@ -287,10 +299,11 @@ def test_cli_json_on_a_snapshot_file():
     (["--set", "bogus=1"], "unknown setting"),
     (["--cap", "lots"], "not a size"),
 ])
-def test_cli_bad_input_one_line(args, needle):
-    p = _cli(str(DATA / "small_default.pickle.gz"), *args)
+def test_cli_bad_input_one_line(args, needle, tmp_path):
+    p = _cli(str(DATA / "small_default.pickle.gz"), *args, "--store", str(tmp_path))
     assert p.returncode == 2 and needle in p.stderr
     assert p.stderr.startswith("alloctrace: error:") and p.stderr.count("\n") == 1
+    assert _stored(tmp_path) == []                         # checked before the file is imported
 
 
 def test_cli_refuses_a_pickle_that_runs_code(tmp_path):
@@ -301,8 +314,9 @@ def test_cli_refuses_a_pickle_that_runs_code(tmp_path):
             return (print, ("owned",))
     f = tmp_path / "evil.pickle"
     f.write_bytes(pickle.dumps({"device_traces": [[Evil()]]}))
-    p = _cli(str(f))
-    assert p.returncode == 2 and "owned" not in p.stdout and "plain data" in p.stderr
+    p = _cli(str(f), "--store", str(tmp_path / "store"))
+    assert p.returncode == 2 and "owned" not in p.stdout and "builtins.print: refused" in p.stderr
+    assert _stored(tmp_path / "store") == []
 
 
 def test_side_stream_run_has_deferred_frees_and_stays_consistent():
