@@ -27,7 +27,7 @@ from alloctrace.server.whatif_api import router as whatif_router
 
 COOKIE = "alloctrace_token"
 PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html",
-         "/torch": "torch.html"}
+         "/torch": "torch.html", "/whatif": "whatif.html"}
 
 
 def _not_found_type():

@@ -12,7 +12,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse
 
 from alloctrace.traces.errors import UserError
 
@@ -86,12 +85,3 @@ def _compare(request, trace_id, d, settings, cap, recorded_cap, points):
     out.update(trace_id=trace_id, device=d)
     _answers(request).put(key, out)
     return out
-
-
-@router.get("/whatif", include_in_schema=False)
-def whatif_page(request: Request):
-    web = getattr(request.app.state, "web_dir", None)
-    if web is None or not (web / "whatif.html").is_file():
-        return JSONResponse({"detail": "page whatif.html is not installed"}, status_code=404)
-    return FileResponse(web / "whatif.html", media_type="text/html; charset=utf-8",
-                        headers={"Cache-Control": "no-cache"})
