@@ -346,3 +346,14 @@ def test_check_device_takes_the_stored_column_layout():
     bad = check_device(cols, {"allocator_settings": d["allocator_settings"]})
     assert bad["consistent"] is False and bad["first_mismatch"]["event"] == int(
         np.flatnonzero(cols["action"] == SEGMENT_ALLOC)[5])
+
+
+@pytest.mark.parametrize("actions", [[SEGMENT_FREE], [ALLOC, SEGMENT_FREE, SEGMENT_FREE], [FREE_REQUESTED]])
+def test_entries_the_model_cannot_account_for_end_the_replay(actions):
+    """The import replays every uploaded trace: an entry the model makes no decision for (a release of a segment
+    it never had, a free of nothing) is the first mismatch, never a replay that stops advancing."""
+    n = len(actions)
+    cols = {"action": np.array(actions, dtype=np.int8), "addr": np.full(n, 1 << 30, dtype=np.int64),
+            "size": np.full(n, 2 << 20, dtype=np.int64), "stream": np.zeros(n, dtype=np.int64)}
+    out = check_device(cols, {})
+    assert out["consistent"] is False and 0 <= out["first_mismatch"]["event"] < n

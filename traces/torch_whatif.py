@@ -310,6 +310,9 @@ def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set |
                     nt = r + 1
             if check and not tried:
                 nt = compare(start)
+            if nt <= t:                    # nothing the model did accounts for this entry (e.g. the release of a
+                raise _Diverged(Mismatch(  # segment it never had): a mismatch, and the loop always moves on
+                    t, _entry(a, addr[t], size[t], stream[t]), None, "the model makes no such decision here"))
             if keep_series:
                 reserved_s[last:nt] = model.reserved
                 allocated_s[last:nt] = model.allocated
