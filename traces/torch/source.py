@@ -156,7 +156,7 @@ def cuda_model_check(dev: DeviceData, strings: list[str] | None = None) -> dict:
     what `store.device_columns` returns and its `info` what `store.device_info` does (built here before the row
     is stored). A trace with OOMs is checked under the cap its OOMs imply. A model that fails is reported
     (`model_error`), never an import failure."""
-    from alloctrace.traces import torch_whatif  # lazy: the model is heavy and only the import needs it
+    from alloctrace.traces import torch_whatif  # lazy: sniffing loads this module too; only reading needs the model
 
     from .store import info_from
     cols = dict(dev.cols)
