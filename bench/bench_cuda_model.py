@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import gc
 import resource
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +21,10 @@ import numpy as np
 
 from alloctrace.allocator.cuda_caching import (
     ALLOC, FREE_COMPLETED, FREE_REQUESTED, AllocatorSettings, CachingAllocator)
-from alloctrace.traces.torch_whatif import SimulatedDevice, load_snapshot_file, replay_check, what_if
+from alloctrace.traces import import_paths
+from alloctrace.traces.store import open_store
+from alloctrace.traces.torch.store import device_columns
+from alloctrace.traces.torch_whatif import SimulatedDevice, replay_check, what_if
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +70,11 @@ def main():
     ap.add_argument("--entries", type=int, default=1_000_000)
     ap.add_argument("--snapshot", default=str(ROOT / "tests/data/torch/gpt2_train_bs8.pickle.gz"))
     args = ap.parse_args()
-    cols, _ = load_snapshot_file(args.snapshot)
+    with tempfile.TemporaryDirectory() as tmp:          # the snapshot as the store holds it
+        store = open_store(tmp)
+        [tid] = import_paths(store, [Path(args.snapshot)])
+        cols = device_columns(store, tid, 0)
+        store.close()
     req = repeated_requests(cols, args.entries)
     settings = AllocatorSettings()
     gc.disable()

@@ -43,7 +43,7 @@ def check_token(token: str | None) -> str | None:
 
 
 PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html",
-         "/torch": "torch.html"}
+         "/torch": "torch.html", "/whatif": "whatif.html"}
 
 
 def _not_found_type():

@@ -12,7 +12,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse
 
 from alloctrace.traces.errors import UserError
 
@@ -49,18 +48,12 @@ def _answers(request: Request) -> _Answers:
     return st.whatif_answers
 
 
-def store_loader(store, trace_id: str, device: int) -> tuple[dict, dict]:
-    """(columns, info) of a stored torch trace's device, from the snapshot source's store."""
-    try:
-        from alloctrace.traces.torch import store as torch_store
-    except ImportError:
-        raise UserError("this build stores no PyTorch snapshots") from None
-    return torch_store.device_columns(store, trace_id, device), torch_store.device_info(store, trace_id, device)
+def _load(request: Request, trace_id: str, device: int) -> tuple[dict, dict]:
+    """(columns, info) of a stored torch trace's device."""
+    from alloctrace.traces.torch.store import device_columns, device_info
 
-
-def _load(request: Request, trace_id: str, device: int):
-    loader = getattr(request.app.state, "whatif_loader", None) or store_loader
-    return request.app.state.ctx.call(lambda store: loader(store, trace_id, device))
+    return request.app.state.ctx.call(
+        lambda store: (device_columns(store, trace_id, device), device_info(store, trace_id, device)))
 
 
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/whatif",
@@ -92,12 +85,3 @@ def _compare(request, trace_id, d, settings, cap, recorded_cap, points):
     out.update(trace_id=trace_id, device=d)
     _answers(request).put(key, out)
     return out
-
-
-@router.get("/whatif", include_in_schema=False)
-def whatif_page(request: Request):
-    web = getattr(request.app.state, "web_dir", None)
-    if web is None or not (web / "whatif.html").is_file():
-        return JSONResponse({"detail": "page whatif.html is not installed"}, status_code=404)
-    return FileResponse(web / "whatif.html", media_type="text/html; charset=utf-8",
-                        headers={"Cache-Control": "no-cache"})

@@ -35,7 +35,8 @@ def test_pages_name_versioned_assets_that_are_immutable(client):
 
 
 @pytest.mark.parametrize("route, module", [("/", "home.js"), ("/diff", "diff.js"), ("/replay", "replay.js"),
-                                           ("/sweep", "sweep.js"), ("/torch", "torch.js")])
+                                           ("/sweep", "sweep.js"), ("/torch", "torch.js"),
+                                           ("/whatif", "whatif-page.js")])
 def test_every_page_loads_its_module_from_a_versioned_url(client, route, module):
     page = client.get(route)
     assert page.status_code == 200 and page.headers["cache-control"] == "no-cache"

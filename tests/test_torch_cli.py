@@ -1,8 +1,8 @@
 """The CLI around PyTorch snapshots: diff (files or ids), export refusing, and the caching-allocator model hook."""
 import json
-import sys
-import types
 from pathlib import Path
+
+import pytest
 
 from alloctrace.cli import main
 
@@ -44,17 +44,48 @@ def test_export_refuses_a_snapshot_in_one_line(capsys, tmp_path):
     assert rc == 0 and "requested 50,331,648" in out
 
 
+FIXTURES = sorted(p.name[:-len(".pickle.gz")] for p in DATA.glob("*.pickle.gz"))
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_fixture_imports_consistent(capsys, tmp_path, name):
+    """`import --json` replays each real snapshot through the caching-allocator model: every device consistent,
+    no first mismatch. Runs with OOMs are checked under the cap their OOMs imply, which must not exceed the
+    cap the run really had (its sidecar's limit_bytes) and must explain as many OOMs as the run had."""
+    rc, out, err = cli(capsys, "import", DATA / f"{name}.pickle.gz", "--json", "--store", tmp_path)
+    assert rc == 0, err
+    (trace,) = json.loads(out)["traces"]
+    assert trace["devices"], trace
+    for d in trace["devices"]:
+        assert d["consistent"] is True, d
+        assert "first_mismatch" not in d and "model_error" not in d
+    from alloctrace.traces.store import open_store
+    from alloctrace.traces.torch.store import device_columns, device_info
+    from alloctrace.traces.torch_whatif import infer_memory_limit
+    s = open_store(tmp_path)
+    cols, info = device_columns(s, trace["id"], 0), device_info(s, trace["id"], 0)
+    assert info["consistent"] is True                      # stored with the row, not only printed
+    truth = sidecar(name)
+    limit = truth.get("limit_bytes", truth.get("scenario_details", {}).get("limit_bytes"))
+    n_ooms = truth.get("num_ooms", truth.get("memory_stats_full", {}).get("num_ooms", 0))
+    inferred = infer_memory_limit(cols)
+    if n_ooms:
+        assert inferred is not None and inferred <= limit
+        assert info["oom"] is not None and info["oom"]["n_ooms"] == n_ooms
+    else:
+        assert inferred is None and info["oom"] is None
+
+
 def test_the_caching_allocator_model_hook(capsys, tmp_path, monkeypatch):
-    """A stand-in model: what it answers lands in `import --json`, and what it was given is the stored form."""
+    """What the model answers lands in `import --json`, and what it was given is the stored form."""
+    from alloctrace.traces import torch_whatif
     seen = {}
 
     def check_device(columns, info):
         seen.update(columns=columns, info=info)
         return {"consistent": False, "first_mismatch": {"event": 7, "model": 1, "trace": 2}}
 
-    fake = types.ModuleType("alloctrace.allocator.cuda_caching")
-    fake.check_device = check_device
-    monkeypatch.setitem(sys.modules, "alloctrace.allocator.cuda_caching", fake)
+    monkeypatch.setattr(torch_whatif, "check_device", check_device)
     rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
     assert rc == 0, err
     (d,) = json.loads(out)["traces"][0]["devices"]
@@ -73,7 +104,7 @@ def test_the_caching_allocator_model_hook(capsys, tmp_path, monkeypatch):
     def broken(columns, info):
         raise RuntimeError("model bug")
 
-    fake.check_device = broken
+    monkeypatch.setattr(torch_whatif, "check_device", broken)
     rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
     (d,) = json.loads(out)["traces"][0]["devices"]
     assert rc == 0 and d["consistent"] is None and "model bug" in d["model_error"]

@@ -42,7 +42,7 @@ def server(tmp_path_factory):
         time.sleep(0.05)
     base = f"http://127.0.0.1:{port}"
     ids = {}
-    for name in ("oom", "gpt2_train_bs8", "gpt2_train_bs16"):
+    for name in ("oom", "gpt2_train_bs8", "gpt2_train_bs16", "fragmentation"):
         with open(DATA / f"{name}.pickle.gz", "rb") as f:
             r = httpx.post(f"{base}/api/torch/traces", files={"file": (f"{name}.pickle.gz", f)}, timeout=60)
         assert r.status_code == 201, r.text
@@ -137,10 +137,56 @@ def test_diff_of_batch_8_and_16(server, page):
 def test_home_lists_snapshots_and_links_a_diff(server, page):
     page.goto(f"{server['base']}/torch")
     page.wait_for_selector("body[data-loaded='1']", timeout=30000)
-    assert page.locator("#list tbody tr").count() == 3
+    assert page.locator("#list tbody tr").count() == 4
     page.click("#diff-form button")
     page.wait_for_selector("body[data-loaded='1']", timeout=30000)
     assert "a=" in page.url and "b=" in page.url
+
+
+def exact_cells(page, row):
+    """The exact byte counts of a what-if table row: (real, what-if)."""
+    import re
+    cells = page.locator(f"#whatif-result tr[data-row='{row}'] td").all_inner_texts()
+    return tuple(int(re.search(r"([\d,]+) B", c).group(1).replace(",", "")) for c in cells)
+
+
+def test_whatif_panel_shows_the_apis_peaks(server, page):
+    """The torch page's "What if…" panel, expandable segments preset, on the fragmentation run: the numbers shown
+    are the API's, the replay of the recorded run is consistent and its peak is the recorded one."""
+    frag = server["fragmentation"]
+    page.goto(f"{server['base']}/torch?id={frag}")
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    assert "caching-allocator replay\nconsistent" in page.inner_text("#facts").lower()
+    page.click("#whatif-details summary")
+    page.click("#whatif [data-preset='expandable']")
+    page.wait_for_selector("#whatif-result[data-ready='1']", timeout=30000)
+    api = httpx.get(f"{server['base']}/api/torch/traces/{frag}/devices/0/whatif",
+                    params={"set": "expandable_segments=true", "points": 600}, timeout=60).json()
+    assert exact_cells(page, "peak_reserved") == (api["real"]["peak_reserved"], api["whatif"]["peak_reserved"])
+    assert exact_cells(page, "peak_allocated") == (api["real"]["peak_allocated"], api["whatif"]["peak_allocated"])
+    assert api["real"]["peak_reserved"] == sidecar("fragmentation")["ground_truth"]["max_memory_reserved"]
+    assert api["whatif"]["peak_reserved"] < api["real"]["peak_reserved"]
+    assert "consistently" in page.inner_text("#wi-consistent")
+    assert page.eval_on_selector("#wi-expandable_segments", "e => e.value") == "true"   # the preset filled it
+    top = page.evaluate("Math.max(...document.getElementById('wi-plot-whatif').data[0].y)")
+    assert top == api["whatif"]["peak_reserved"]                 # bucket maxima keep the peak
+    shot(page, "whatif")
+
+
+def test_whatif_page_marks_where_a_capped_run_fails(server, page):
+    """/whatif on its own (a link from the panel): under a cap below the program's need the run stops, and the
+    plot marks the OOM where the API says."""
+    frag = server["fragmentation"]
+    page.goto(f"{server['base']}/whatif?trace={frag}&device=0&cap=4GiB")
+    page.wait_for_selector("#whatif-result[data-ready='1']", timeout=30000)
+    api = httpx.get(f"{server['base']}/api/torch/traces/{frag}/devices/0/whatif",
+                    params={"cap": "4GiB", "points": 600}, timeout=60).json()
+    stop = api["whatif"]["stopped_at"]
+    assert stop is not None and f"fails at entry {stop:,}" in page.inner_text("#whatif-result")
+    marks = page.evaluate("document.getElementById('wi-plot-whatif').data.filter(t => t.name === 'OOM')"
+                          ".map(t => t.x[0])")
+    assert marks == [api["whatif"]["oom"]["event"]]
+    assert "/static/" in page.evaluate("[...document.scripts].map(s => s.src).join(' ')")
 
 
 HOSTILE = "<img src=x onerror=alert(1)>"

@@ -268,10 +268,22 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "alloctrace", "whatif", *args], capture_output=True, text=True)
 
 
-def test_cli_json_on_a_snapshot_file():
-    p = _cli(str(DATA / "oom.pickle.gz"), "--cap", "6GiB", "--set", "expandable_segments=true", "--json")
+def _stored(store) -> list[str]:
+    p = subprocess.run([sys.executable, "-m", "alloctrace", "list", "--json", "--store", str(store)],
+                       capture_output=True, text=True)
+    return [t["id"] for t in json.loads(p.stdout)["traces"]]
+
+
+def test_cli_json_on_a_snapshot_file(tmp_path):
+    """A file is imported into the store first (as `diff` does), then replayed from there; the id works after."""
+    p = _cli(str(DATA / "oom.pickle.gz"), "--cap", "6GiB", "--set", "expandable_segments=true", "--json",
+             "--store", str(tmp_path))
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
+    assert _stored(tmp_path) == [out["trace_id"]] and out["device"] == 0
+    again = _cli(f"{out['trace_id']}:0", "--cap", "6GiB", "--set", "expandable_segments=true", "--json",
+                 "--store", str(tmp_path))
+    assert again.returncode == 0 and json.loads(again.stdout) == out
     assert set(out) >= {"settings", "real", "whatif"}
     for side in ("real", "whatif"):
         assert set(out[side]) >= {"peak_reserved", "peak_allocated", "fragmentation_at_peak", "oom"}
@@ -287,10 +299,11 @@ def test_cli_json_on_a_snapshot_file():
     (["--set", "bogus=1"], "unknown setting"),
     (["--cap", "lots"], "not a size"),
 ])
-def test_cli_bad_input_one_line(args, needle):
-    p = _cli(str(DATA / "small_default.pickle.gz"), *args)
+def test_cli_bad_input_one_line(args, needle, tmp_path):
+    p = _cli(str(DATA / "small_default.pickle.gz"), *args, "--store", str(tmp_path))
     assert p.returncode == 2 and needle in p.stderr
     assert p.stderr.startswith("alloctrace: error:") and p.stderr.count("\n") == 1
+    assert _stored(tmp_path) == []                         # checked before the file is imported
 
 
 def test_cli_refuses_a_pickle_that_runs_code(tmp_path):
@@ -301,8 +314,9 @@ def test_cli_refuses_a_pickle_that_runs_code(tmp_path):
             return (print, ("owned",))
     f = tmp_path / "evil.pickle"
     f.write_bytes(pickle.dumps({"device_traces": [[Evil()]]}))
-    p = _cli(str(f))
-    assert p.returncode == 2 and "owned" not in p.stdout and "plain data" in p.stderr
+    p = _cli(str(f), "--store", str(tmp_path / "store"))
+    assert p.returncode == 2 and "owned" not in p.stdout and "builtins.print: refused" in p.stderr
+    assert _stored(tmp_path / "store") == []
 
 
 def test_side_stream_run_has_deferred_frees_and_stays_consistent():
@@ -332,3 +346,14 @@ def test_check_device_takes_the_stored_column_layout():
     bad = check_device(cols, {"allocator_settings": d["allocator_settings"]})
     assert bad["consistent"] is False and bad["first_mismatch"]["event"] == int(
         np.flatnonzero(cols["action"] == SEGMENT_ALLOC)[5])
+
+
+@pytest.mark.parametrize("actions", [[SEGMENT_FREE], [ALLOC, SEGMENT_FREE, SEGMENT_FREE], [FREE_REQUESTED]])
+def test_entries_the_model_cannot_account_for_end_the_replay(actions):
+    """The import replays every uploaded trace: an entry the model makes no decision for (a release of a segment
+    it never had, a free of nothing) is the first mismatch, never a replay that stops advancing."""
+    n = len(actions)
+    cols = {"action": np.array(actions, dtype=np.int8), "addr": np.full(n, 1 << 30, dtype=np.int64),
+            "size": np.full(n, 2 << 20, dtype=np.int64), "stream": np.zeros(n, dtype=np.int64)}
+    out = check_device(cols, {})
+    assert out["consistent"] is False and 0 <= out["first_mismatch"]["event"] < n

@@ -310,6 +310,9 @@ def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set |
                     nt = r + 1
             if check and not tried:
                 nt = compare(start)
+            if nt <= t:                    # nothing the model did accounts for this entry (e.g. the release of a
+                raise _Diverged(Mismatch(  # segment it never had): a mismatch, and the loop always moves on
+                    t, _entry(a, addr[t], size[t], stream[t]), None, "the model makes no such decision here"))
             if keep_series:
                 reserved_s[last:nt] = model.reserved
                 allocated_s[last:nt] = model.allocated
@@ -577,70 +580,6 @@ def whatif_request(cols: dict, info: dict, settings: list[str], cap: str | None 
     out = compare_settings(cols, recorded, changed, keep_series=keep_series, progress=progress)
     out["recorded_settings"] = settings_dict(recorded)
     return out
-
-
-# -- TEMPORARY snapshot loader -------------------------------------------------------------------------------------
-# Lets `alloctrace whatif FILE` read a snapshot pickle directly while the stored torch source is not in this
-# branch. Replace with alloctrace.traces.torch (device_columns / device_info) once both are together.
-
-_MAX_SNAPSHOT_BYTES = 4 << 30
-
-
-def load_snapshot_file(path: str, device: int = 0) -> tuple[dict, dict]:
-    """(columns, info) of one device of a `.pickle[.gz|.zst]` snapshot, read without running pickle code."""
-    import gzip
-    import io
-    import pickle
-
-    class Refusing(pickle.Unpickler):
-        def find_class(self, module, name):
-            raise ValueError(f"the pickle wants {module}.{name}: a snapshot holds plain data only")
-
-    class Capped(io.RawIOBase):
-        def __init__(self, f):
-            self.f, self.n = f, 0
-
-        def readable(self):
-            return True
-
-        def readinto(self, b):
-            got = self.f.readinto(b)
-            self.n += got or 0
-            if self.n > _MAX_SNAPSHOT_BYTES:
-                raise ValueError("snapshot larger than 4 GiB uncompressed")
-            return got
-
-    with open(path, "rb") as raw:
-        head = raw.read(4)
-        raw.seek(0)
-        if head[:2] == b"\x1f\x8b":
-            f = gzip.GzipFile(fileobj=raw)
-        elif head == b"\x28\xb5\x2f\xfd":
-            import zstandard
-            f = zstandard.ZstdDecompressor().stream_reader(raw)
-        else:
-            f = raw
-        try:
-            snap = Refusing(io.BufferedReader(Capped(f), 1 << 20)).load()
-        except ValueError:
-            raise
-        except Exception as e:                      # truncated or garbled: one line for the user
-            raise ValueError(f"not a readable snapshot pickle: {type(e).__name__}: {e}") from None
-    if not isinstance(snap, dict) or "device_traces" not in snap:
-        raise ValueError("not a PyTorch memory snapshot (no device_traces)")
-    traces = snap["device_traces"]
-    if not 0 <= device < len(traces):
-        raise ValueError(f"the snapshot has {len(traces)} device(s); no device {device}")
-    code = {a: i for i, a in enumerate(ACTIONS)}
-    entries = traces[device]
-    try:
-        cols = {"action": np.array([code[e["action"]] for e in entries], dtype=np.int8),
-                "addr": np.array([e.get("addr", -1) for e in entries], dtype=np.int64),
-                "size": np.array([e["size"] for e in entries], dtype=np.int64),
-                "stream": np.array([e.get("stream", 0) for e in entries], dtype=np.int64)}
-    except (KeyError, TypeError) as e:
-        raise ValueError(f"unexpected trace entry in the snapshot: {e}") from None
-    return cols, {"allocator_settings": snap.get("allocator_settings") or {}}
 
 
 def downsample(series: dict, points: int) -> dict:

@@ -253,7 +253,8 @@ export async function uploadSnapshot(file) {
 
 /**
  * A snapshot's summary: {id, name, devices: [{device, n_events, peak_requested, peak_requested_event,
- * peak_reserved, n_segments, n_stacks, trace_matches_snapshot, trace_complete, oom_events: [entry]}]}.
+ * peak_reserved, n_segments, n_stacks, trace_matches_snapshot, trace_complete, oom_events: [entry],
+ * consistent: the caching-allocator model's replay matched (absent: not checked), first_mismatch}]}.
  */
 export function torchSummary(id) { return call(torchTrace(id)); }
 
@@ -300,3 +301,23 @@ export function torchState(id, d, event, skip = null) {
  * size_ratio: {median}, sequence: {index, a_bytes, b_bytes}|null}}.
  */
 export function torchDiff(a, b) { return call(`/api/torch/diff?a=${enc(a)}&b=${enc(b)}`); }
+
+/**
+ * One device replayed through the caching-allocator model, as recorded and under other settings (docs/api.md).
+ * `settings`: PYTORCH_CUDA_ALLOC_CONF-style "KEY=VALUE" strings (expandable_segments=true, max_split_size_mb=128,
+ * roundup_power2_divisions=4, garbage_collection_threshold=0.8, release_cached_on_oom=false, device_memory=80GiB);
+ * `cap`: the what-if run's memory cap ("6GiB", "fraction:0.5", "50%", "none"; "" keeps the recorded one);
+ * `points`: buckets of the curves (each a bucket's maximum, so peaks survive).
+ * Answer: {trace_id, device, settings, recorded_settings,
+ *   real: {peak_reserved, peak_allocated, fragmentation_at_peak, oom: {event, size}|null, consistent,
+ *          mismatch: {event, expected, model, reason}|null},
+ *   whatif: {peak_reserved, peak_allocated, fragmentation_at_peak, oom, stopped_at: entry|null, avoided_ooms: [entry]},
+ *   series: {n_events, event, real_reserved, real_allocated, whatif_reserved, whatif_allocated, whatif_stopped_at}}.
+ */
+export function torchWhatIf(id, d, { settings = [], cap = "", points = 600 } = {}) {
+  const q = new URLSearchParams();
+  for (const s of settings) q.append("set", s);
+  if (cap) q.set("cap", cap);
+  q.set("points", points);
+  return call(`${torchDevice(id, d)}/whatif?${q}`);
+}

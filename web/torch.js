@@ -6,6 +6,7 @@ import { listTraces, uploadSnapshot, torchSummary, torchTimeline, torchEntry, to
 import { $, el, clear, enc, bytesEl, fmtBytes, fmtInt, topNav, nameColor, plotConfig, plotTheme, loading, loaded,
   urlParam, FREE_COLOR } from "./common.js";
 import { plotText, byteTicks } from "./memmap.js";
+import { mountWhatIf } from "./whatif.js";
 
 const fact = (k, v) => el("div", {}, el("dt", {}, k), el("dd", {}, v));
 const pct = (share) => `${(share * 100).toFixed(1)}%`;
@@ -199,6 +200,8 @@ async function single(id, d) {
     fact("peak requested", bytesEl(dev.peak_requested)), fact("peak reserved", bytesEl(dev.peak_reserved)),
     fact("segments at snapshot", fmtInt(dev.n_segments)), fact("stacks", fmtInt(dev.n_stacks)),
     fact("rebuilt state = snapshot", dev.trace_matches_snapshot ? "yes" : "NO"),
+    ...(dev.consistent === undefined || dev.consistent === null ? [] : [fact("caching-allocator replay",
+      dev.consistent ? "consistent" : `departs at entry ${fmtInt(dev.first_mismatch ? dev.first_mismatch.event : null)}`)]),
     ...(dev.trace_complete === false ? [fact("trace", "wrapped or began late")] : []),
     ...(sum.devices.length > 1 ? [fact("devices", el("span", {}, sum.devices.map((x) =>
       el("a", { href: `/torch?id=${enc(id)}&device=${x.device}`, style: "margin-right:8px" }, String(x.device)))))] : []));
@@ -208,6 +211,12 @@ async function single(id, d) {
   $("state-peak").onclick = () => v.state(v.peakEvent + 1).catch(fail);
   $("state-end").onclick = () => v.state(dev.n_events).catch(fail);
   $("skip-go").onclick = () => { v.skip = $("skip").value; v.peak().catch(fail); };
+  // the what-if panel replays the whole trace twice: drawn when opened, not before
+  const details = $("whatif-details");
+  details.addEventListener("toggle", () => {
+    if (details.open && !$("whatif").firstChild) mountWhatIf($("whatif"), { trace: id, device: d, fixed: true });
+  });
+  if (urlParam("view") === "whatif") details.open = true;
   await Promise.all([v.timeline().finally(() => loaded($("timeline-note"))).then(() => v.wireTimeline()), v.peak(), v.oom()]);
   const at = urlParam("event");
   if (urlParam("view") === "oom" && dev.oom_events.length) await v.state(dev.oom_events[0]);

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 from alloctrace.traces.errors import UserError
 
@@ -15,8 +14,9 @@ def register(subparsers):
         description="Replay a PyTorch memory snapshot's allocation requests through a model of the CUDA caching "
                     "allocator, first as recorded (checked against every recorded decision), then under the "
                     "settings given here, and compare peak reserved, peak allocated, fragmentation and OOMs.")
-    p.add_argument("trace", metavar="ID", help="stored torch trace id (or a snapshot .pickle[.gz|.zst] file)")
-    p.add_argument("--device", type=int, default=0, help="CUDA device of the trace (default 0)")
+    p.add_argument("trace", metavar="ID", help="stored torch trace id (ID or ID:DEVICE), or a snapshot "
+                   ".pickle[.gz|.zst] file (FILE or FILE:DEVICE), imported into the store on the fly")
+    p.add_argument("--device", type=int, default=None, help="CUDA device of the trace (default 0)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                    help="allocator setting (repeatable): expandable_segments=true, max_split_size_mb=64, "
                         "roundup_power2_divisions=4, garbage_collection_threshold=0.8, release_cached_on_oom=false")
@@ -30,23 +30,36 @@ def register(subparsers):
     p.set_defaults(func=run)
 
 
-def load_device(args) -> tuple[dict, dict]:
-    """(columns, info) of the trace's device: from the store, or straight from a snapshot file."""
-    from alloctrace.traces import torch_whatif as tw
+def check_settings(args) -> None:
+    """Bad settings fail before anything is imported."""
+    from alloctrace.traces.torch_whatif import AllocatorSettings, apply_overrides, parse_pairs, parse_size
 
-    if os.path.isfile(args.trace):
-        try:
-            return tw.load_snapshot_file(args.trace, args.device)
-        except (OSError, ValueError, EOFError) as e:
-            raise UserError(f"{args.trace}: {e}") from None
     try:
-        from alloctrace.traces.torch import store as torch_store
-    except ImportError:
-        raise UserError(f"no snapshot file {args.trace!r} (this build reads PyTorch snapshots from files only)") \
-            from None
+        apply_overrides(AllocatorSettings(), parse_pairs(args.settings), args.cap)
+        if args.recorded_cap:
+            parse_size(args.recorded_cap)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def load_device(args) -> tuple[str, int, dict, dict]:
+    """(trace id, device, columns, info) of the trace's device; a snapshot file is imported first (as `diff`
+    does with files), then read back from the store like any stored trace."""
+    from alloctrace.traces.torch.store import device_columns, device_info
+
+    from .diff import resolve_ref
+
     store = open_store_from(args)
-    return torch_store.device_columns(store, args.trace, args.device), \
-        torch_store.device_info(store, args.trace, args.device)
+    ref = resolve_ref(store, args.trace, {})
+    tid, sep, dev = ref.partition(":")
+    if sep and not dev.isdigit():
+        raise UserError(f"{args.trace}: the device after ':' is a number")
+    device = int(dev) if sep else 0
+    if args.device is not None:
+        if sep and args.device != device:
+            raise UserError(f"{args.trace} names device {device} but --device says {args.device}")
+        device = args.device
+    return tid, device, device_columns(store, tid, device), device_info(store, tid, device)
 
 
 def compare(cols: dict, info: dict, settings: list[str], cap: str | None, recorded_cap: str | None,
@@ -60,7 +73,8 @@ def compare(cols: dict, info: dict, settings: list[str], cap: str | None, record
 
 
 def run(args) -> int:
-    cols, info = load_device(args)
+    check_settings(args)
+    tid, device, cols, info = load_device(args)
     n = len(cols["action"])
     if n > 200_000:
         from rich.console import Console
@@ -75,6 +89,7 @@ def run(args) -> int:
             out = compare(cols, info, args.settings, args.cap, args.recorded_cap, progress=tick)
     else:
         out = compare(cols, info, args.settings, args.cap, args.recorded_cap)
+    out.update(trace_id=tid, device=device)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
@@ -98,7 +113,8 @@ def text(out: dict) -> str:
         if k in ("max_split_size", "memory_limit") and v is not None:
             return f"{k}={_gib(v) if v >= 1 << 30 else f'{v / (1 << 20):.0f} MiB'}"
         return f"{k}={v}"
-    lines = [f"what if: {', '.join(show(k, v) for k, v in changed.items()) or 'the recorded settings'}",
+    lines = [f"trace {out['trace_id']} device {out['device']}",
+             f"what if: {', '.join(show(k, v) for k, v in changed.items()) or 'the recorded settings'}",
              f"  replay of the recorded run: {'consistent' if real['consistent'] else 'NOT consistent'}"]
     if real.get("mismatch"):
         m = real["mismatch"]

@@ -141,36 +141,30 @@ def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
     consistency = cuda_model_check(dev, strings)
     report = {"device": dev.device, "n_events": dev.n_events, "peak_requested": peak_req, "peak_reserved": peak_res,
               "oom": None if oom is None else {k: oom[k] for k in ("requested", "allocated", "reserved")}}
-    if consistency is not None:
-        report["consistent"] = consistency.get("consistent")
-        if consistency.get("first_mismatch") is not None:
-            report["first_mismatch"] = consistency["first_mismatch"]
-        extra["first_mismatch"] = consistency.get("first_mismatch")
-        if consistency.get("model_error"):
-            extra["model_error"] = report["model_error"] = consistency["model_error"]
-    return {"extra": extra, "oom": oom, "consistent": None if consistency is None else consistency.get("consistent"),
+    report["consistent"] = consistency["consistent"]
+    if consistency["first_mismatch"] is not None:
+        report["first_mismatch"] = consistency["first_mismatch"]
+    extra["first_mismatch"] = consistency["first_mismatch"]
+    if consistency.get("model_error"):
+        extra["model_error"] = report["model_error"] = consistency["model_error"]
+    return {"extra": extra, "oom": oom, "consistent": consistency["consistent"],
             "report": report}
 
 
-def cuda_model_check(dev: DeviceData, strings: list[str] | None = None) -> dict | None:
-    """The hook for the caching-allocator model, called when `alloctrace.allocator.cuda_caching` exists:
-    `check_device(columns, info) -> {"consistent": bool, "first_mismatch": dict | None}`, with `columns` as
-    `store.device_columns` returns them and `info` as `store.device_info` (before the row is stored). None
-    while there is no model; a model that fails is reported (`model_error`), never an import failure."""
-    try:
-        from alloctrace.allocator import cuda_caching  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    check = getattr(cuda_caching, "check_device", None)
-    if check is None:
-        return None
+def cuda_model_check(dev: DeviceData, strings: list[str] | None = None) -> dict:
+    """Replay the device through the caching-allocator model (`torch_whatif.check_device`): its `columns` are
+    what `store.device_columns` returns and its `info` what `store.device_info` does (built here before the row
+    is stored). A trace with OOMs is checked under the cap its OOMs imply. A model that fails is reported
+    (`model_error`), never an import failure."""
+    from alloctrace.traces import torch_whatif  # lazy: sniffing loads this module too; only reading needs the model
+
     from .store import info_from
     cols = dict(dev.cols)
     cols.setdefault("device_free", np.full(dev.n_events, -1, dtype=np.int64))
     info = info_from(dev.extra, dev.tables, strings)
     info["n_events"] = dev.n_events
     try:
-        out = check(cols, info)
+        out = torch_whatif.check_device(cols, info)
     except UserError:
         raise
     except Exception as e:  # the model's own bug: say so, keep the import
