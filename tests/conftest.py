@@ -41,3 +41,21 @@ def log_records(imp) -> list:
     if replay is None:
         raise AssertionError("no graphs")
     return out
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for every browser test (Playwright's sync API runs one instance per thread)."""
+    from playwright import sync_api as playwright_api
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM} (apt-get install chromium)")
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

@@ -93,11 +93,13 @@ def many_graphs_zstd(path: Path, n_graphs: int) -> Path:
 
 
 def peak_rss_of(code: str, *args: str, env=None, timeout: float = 120) -> tuple[subprocess.CompletedProcess, int]:
-    """Run `code` in a fresh Python; returns the finished process and its peak RSS in bytes
-    (ru_maxrss of the child, from getrusage)."""
+    """Run `code` in a fresh Python; returns the finished process and its peak RSS in bytes: the
+    high-water mark of its own memory (VmHWM). Not ru_maxrss: Linux carries the parent's peak across
+    fork and exec into it, so a child of a big test process would report the parent's size."""
     prog = textwrap.dedent(code) + textwrap.dedent("""
-        import resource as _r, sys as _s
-        print("PEAK_RSS", _r.getrusage(_r.RUSAGE_SELF).ru_maxrss * 1024, file=_s.stderr)
+        import re as _re, sys as _s
+        _hwm = _re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read())
+        print("PEAK_RSS", int(_hwm.group(1)) * 1024, file=_s.stderr)
     """)
     p = subprocess.run([sys.executable, "-c", prog, *args], capture_output=True, text=True, env=env,
                        timeout=timeout)
@@ -114,6 +116,7 @@ def cli_peak_rss(args: list[str], env=None, timeout: float = 120) -> tuple[subpr
     wrapper = textwrap.dedent("""
         import resource, subprocess, sys
         p = subprocess.run([sys.executable, "-m", "alloctrace", *sys.argv[1:]])
+        # the wrapper is small, so the peak it hands its child across fork and exec is too
         print("PEAK_RSS", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, file=sys.stderr)
         sys.exit(p.returncode)
     """)

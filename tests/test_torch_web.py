@@ -52,13 +52,6 @@ def server(tmp_path_factory):
     thread.join(timeout=10)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    assert Path(CHROMIUM).exists(), f"Chromium not found at {CHROMIUM}"
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

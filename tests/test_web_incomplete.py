@@ -13,12 +13,12 @@ from alloctrace.traces.store import open_store
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
-from test_web import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
+from test_web import free_port  # noqa: E402
 
 GPT2 = Path(__file__).parent / "data" / "hostile" / "gpt-2_tiny_short.AT.log"
 
 
-def test_cut_log_shows_incomplete_on_home_and_trace_pages(tmp_path):
+def test_cut_log_shows_incomplete_on_home_and_trace_pages(tmp_path, browser):
     cut = tmp_path / "cut.log"
     cut.write_bytes(GPT2.read_bytes()[:40_000])
     store = open_store(tmp_path / "s")
@@ -35,22 +35,20 @@ def test_cut_log_shows_incomplete_on_home_and_trace_pages(tmp_path):
         time.sleep(0.05)
     base = f"http://127.0.0.1:{port}"
     try:
-        with playwright_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page()
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(base + "/")
-            page.wait_for_selector("#trace-table .incomplete")
-            assert f"incomplete graph {last}" in page.inner_text("#trace-table")
-            page.goto(f"{base}/traces/{tid}?g={last}")
-            page.wait_for_selector("#facts .incomplete")
-            assert "incomplete" in page.inner_text("#graph-bar")
-            page.goto(f"{base}/traces/{tid}?g=0")
-            page.wait_for_selector("#graph-bar a")
-            assert page.query_selector("#facts .incomplete") is None  # a complete graph says nothing
-            browser.close()
-            assert errors == []
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(base + "/")
+        page.wait_for_selector("#trace-table .incomplete")
+        assert f"incomplete graph {last}" in page.inner_text("#trace-table")
+        page.goto(f"{base}/traces/{tid}?g={last}")
+        page.wait_for_selector("#facts .incomplete")
+        assert "incomplete" in page.inner_text("#graph-bar")
+        page.goto(f"{base}/traces/{tid}?g=0")
+        page.wait_for_selector("#graph-bar a")
+        assert page.query_selector("#facts .incomplete") is None  # a complete graph says nothing
+        page.close()
+        assert errors == []
     finally:
         srv.should_exit = True
         thread.join(timeout=10)
