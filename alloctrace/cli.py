@@ -19,7 +19,8 @@ from alloctrace.traces.textsafe import safe
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="alloctrace",
-        description="Record, replay, diff and see ggml graph-allocator traces.",
+        description="Record, replay, diff and explain memory planners: ggml's graph allocator and PyTorch's CUDA "
+                    "caching allocator.",
     )
     parser.add_argument("--version", action="version", version=f"alloctrace {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
