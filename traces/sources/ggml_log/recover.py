@@ -84,8 +84,9 @@ class LegacyReplay:
         """Bytes between a heap buffer's base and its first aligned address, which ggml counts in max_size.
 
         Logs of pointers show the aligned start only. glibc serves big buffers from mmap, 16 bytes past a
-        page start: an aligned start just past such a base is taken to be one (a small heap buffer's base
-        is not in the log; it is taken as aligned)."""
+        page start: an aligned start just past such a base is taken to be one. A small heap buffer's base
+        (the scheduler's 65-byte measure buffer) is 16-byte aligned and not in the log; it is taken as aligned,
+        so such a max_size can be up to alignment - 16 bytes short."""
         if self.shift is None:
             return 0
         start = self.t.base + self.shift
