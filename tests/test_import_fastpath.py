@@ -1,7 +1,10 @@
 """The fast import path (block reading, line memo, body memo, graph cache, encoded
 graphs) stores exactly what the plain path stores: every line parsed on its own,
 split one item at a time, every graph replayed and encoded from its Events."""
+import tracemalloc
+
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from alloctrace.allocator.events import Event
@@ -9,7 +12,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces import logio
 from alloctrace.traces.columns import EncodedGraph, encode, pack
 from alloctrace.traces.sources.ggml_log.graph_cache import RecoveryCache
-from alloctrace.traces.sources.ggml_log.import_log import LogImport, detect_generation
+from alloctrace.traces.sources.ggml_log.import_log import LogImport, _compressor, detect_generation
 from alloctrace.traces.sources import import_paths
 from alloctrace.traces.logio import LogReader
 from alloctrace.traces.sources.ggml_log.parse_log import LineMemo, own, parse_line
@@ -177,3 +180,18 @@ def test_store_takes_encoded_graphs_and_records_alike(tmp_path):
     assert store.events(tid, 0) == events
     assert [g["n_events"] for g in store.summary(tid)["graphs"]] == [3, 3]
     assert store.graph(tid, 1).summary() == {**store.graph(tid, 0).summary(), "index": 1}
+
+
+def test_compressed_columns_hold_no_block_of_the_input_size():
+    """zstandard's results keep a block as large as their input; the importer holds every
+    graph's blobs until they are stored, so each is copied into a block of its own size."""
+    compress = _compressor()
+    column = bytes(4 << 20)
+    tracemalloc.start()
+    try:
+        blob = compress(column)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert zstandard.ZstdDecompressor().decompress(blob) == column
+    assert held < 64 << 10, held  # 4 MB without the copy

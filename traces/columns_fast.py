@@ -67,18 +67,24 @@ def _dumps(key: tuple) -> str:
 def _string_columns(columns: dict, table: dict, n: int) -> dict[str, np.ndarray]:
     """The string, srcs and extra columns as codes into `table` (filled in as `columns.encode` does)."""
     cols = {}
+    # each field's values are let go before the next is read: `columns` may make them on demand
+    # (ColumnEncoder._Fields), and for a long graph each is n references
     for name in STR_FIELDS:
         vals = columns[name]
         if vals.count(None) != n:
             cols[name] = _codes(vals, table, n)
+        vals = None
     srcs = columns["srcs"]
     if srcs.count(None) != n:
         keys = [None if s is None else tuple(s) for s in srcs]
+        srcs = None
         lookup = {None: -1}
         for k in dict.fromkeys(keys):
             if k is not None:
                 lookup[k] = table.setdefault(_dumps(k), len(table))
         cols["srcs"] = np.fromiter(map(lookup.__getitem__, keys), dtype=np.int32, count=n)
+        keys = None
+    srcs = None
     extra = columns["extra"]
     if any(extra):
         cols["extra"] = np.array([table.setdefault(json.dumps(x, sort_keys=True), len(table)) if x else -1

@@ -74,8 +74,7 @@ class LogImport:
         cache = None
         for draft in self._drafts():
             if cache is None:
-                cache = self.cache = RecoveryCache(self._replayer(self.features, draft),
-                                                   zstandard.ZstdCompressor(level=3).compress, self.memo)
+                cache = self.cache = RecoveryCache(self._replayer(self.features, draft), _compressor(), self.memo)
             yield _marked(cache.graph(draft), draft)
         if cache is None:
             raise UserError(f"{self.path}: no ggml-alloc trace lines found")
@@ -128,6 +127,14 @@ class LogImport:
         if PROFILES[self.generation].family == "legacy":
             return LegacyReplay(self.generation, features.addr_block, features.addr)
         return GallocrReplay(self.generation)
+
+
+def _compressor() -> Callable[[bytes], bytes]:
+    """zstd at level 3, each result in a block of its own size: zstandard hands back bytes whose
+    block is as large as the input's worst case (a 4 MB column that packs into 100 bytes keeps
+    4 MB), and the importer holds every graph's blobs until the store takes them."""
+    compress = zstandard.ZstdCompressor(level=3).compress
+    return lambda data: bytes(memoryview(compress(data)))
 
 
 def _marked(g, draft: Draft):

@@ -113,6 +113,8 @@ class LegacyReplay:
     def _replay(self, items) -> bool:
         self.ok, self.pending_oom, self.oom_tensor = True, None, None
         self.shift = None  # logged address - model address (logs that print pointers of their own heap)
+        # tensor name -> its live allocations' alloc Events (offset and size say where; a tuple of
+        # its own per allocation cost ~100 bytes each, a third of a long walk's replay)
         self.live: dict[str, deque] = defaultdict(deque)
         step, replayed = self._step, REPLAYED
         for ev in items:
@@ -122,6 +124,7 @@ class LegacyReplay:
                 step(ev)
             except (OutOfFreeBlocks, IndexError, ValueError):
                 self.ok = False
+        self.live = None  # nothing reads it after the walk
         return self.ok and self.pending_oom is None
 
     def _step(self, ev: Event):
@@ -140,10 +143,10 @@ class LegacyReplay:
             if block != ev.block or (ev.addr is not None and ev.addr != ch.addr):
                 self.ok = False
             ev.offset = ch.addr - t.base
-            self.live[ev.tensor].append((ch.addr, ev.size))
+            self.live[ev.tensor].append(ev)
             ev.n_free, ev.largest_free, ev.total_free = t.summary()
         elif k == "free":
-            addr = _take(self.live, ev.tensor, ev.size)
+            addr = _take(self.live, ev.tensor, ev.size, t.base)
             if ev.addr is not None:
                 if addr is None:  # a name the walk handed on (view parents): the logged pointer says where
                     addr = ev.addr - (self.shift or 0)
@@ -183,16 +186,16 @@ def _first_addr(d: Draft):
     return None
 
 
-def _take(live: dict, name: str, size: int):
+def _take(live: dict, name: str, size: int, base: int):
     """The address of the live tensor a `freeing NAME` line means; explicit allocations
     logged before the graph named them are matched by size, oldest first."""
     for key in (name, ""):
         q = live.get(key)
         if q:
-            for i, (addr, s) in enumerate(q):
-                if s == size:
+            for i, alloc in enumerate(q):
+                if alloc.size == size:
                     del q[i]
-                    return addr
+                    return base + alloc.offset
     return None
 
 
