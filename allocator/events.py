@@ -44,6 +44,7 @@ class Event:
     offset: int | None = None  # from the start of the buffer (chunk for head)
     addr: int | None = None  # absolute address (2023 generations)
     chunk: int | None = None
+    buffer: int | None = None  # which buffer holds the bytes, for a gallocr over several buffer types
     block: int | None = None  # chosen free-block index (-1: fell back / none)
     n_free: int | None = None  # free blocks after the decision
     largest_free: int | None = None

@@ -133,8 +133,9 @@ class Gallocr:
 
     # --- allocation -------------------------------------------------------------------
     def _buf(self, buffer_id: int) -> dict:
-        """Event extra naming the buffer, only when there is more than one."""
-        return {"buffer": buffer_id} if self.n_buffers > 1 else {}
+        """The event's `buffer`, only when there is more than one: the id whose buffer holds the
+        bytes (ids of one buffer type object share the first one's)."""
+        return {"buffer": self.owner[buffer_id]} if self.n_buffers > 1 else {}
 
     def _alloc_bytes(self, node: Tensor, hn: _HashNode, buffer_id: int):
         dyn = self._dyn_of(buffer_id)
@@ -143,11 +144,11 @@ class Gallocr:
             chunk, block, off = dyn.alloc(self.alloc_size(node, buffer_id))
         except DynOutOfSpace as e:
             self.failed = self._emit("oom", tensor=node.name, op=node.op, needed=e.needed, largest=e.largest,
-                                     extra=self._buf(buffer_id))
+                                     **self._buf(buffer_id))
             raise _Stop from None
         hn.chunk, hn.offset = chunk, off
         ev = self._emit("alloc", tensor=node.name, op=node.op, size=pad(self.alloc_size(node, buffer_id),
-                        dyn.alignment), block=block, offset=off, chunk=chunk, extra=self._buf(buffer_id))
+                        dyn.alignment), block=block, offset=off, chunk=chunk, **self._buf(buffer_id))
         ev.n_free, ev.largest_free, ev.total_free = dyn.summary()
 
     def _free_bytes(self, buffer_id: int, chunk: int, offset: int, nbytes: int, who: str):
@@ -164,7 +165,7 @@ class Gallocr:
         nsize = pad(self.alloc_size(node, hn.buffer_id), align)
         if psize > nsize:
             self._emit("free_extra", tensor=node.name, parent=parent.name, size=psize - nsize, chunk=p.chunk,
-                       offset=p.offset + nsize, extra=self._buf(p.buffer_id))
+                       offset=p.offset + nsize, **self._buf(p.buffer_id))
             self._free_bytes(p.buffer_id, p.chunk, p.offset + nsize, psize - nsize, node.name)
 
     def _reuse(self, node: Tensor, hn: _HashNode) -> bool:
@@ -184,7 +185,7 @@ class Gallocr:
             if p.children == 1 and p.views == 0:
                 # a view is never "own" (views are not allocated), so only plain parents get here
                 self._emit("reuse", tensor=node.name, op=node.op, parent=parent.name, chunk=p.chunk, offset=p.offset,
-                           extra=self._buf(p.buffer_id))
+                           **self._buf(p.buffer_id))
                 hn.buffer_id, hn.chunk, hn.offset = p.buffer_id, p.chunk, p.offset
                 p.allocated = False
                 self._free_extra_space(node, parent)
@@ -209,7 +210,7 @@ class Gallocr:
         ch = dyn.chunks[hn.chunk]
         size = self.alloc_size(node, hn.buffer_id)
         ev = self._emit("free", tensor=node.name, op=node.op, size=size, chunk=hn.chunk, offset=hn.offset,
-                        n_free_before=len(ch.sizes), extra=self._buf(hn.buffer_id))
+                        n_free_before=len(ch.sizes), **self._buf(hn.buffer_id))
         self._free_bytes(hn.buffer_id, hn.chunk, hn.offset, size, node.name)
         hn.allocated = False
         ev.n_free, ev.largest_free, ev.total_free = dyn.summary()
@@ -298,7 +299,7 @@ class Gallocr:
                 cur_size = sum(cur) if cur else 0
                 if cur_size > 0:
                     self._emit("buffer", reason=self.buffer_types[i].name, size=sum(new_sizes),
-                               extra={"from": cur_size, **self._buf(i)})
+                               extra={"from": cur_size}, **self._buf(i))
                 self.buffer_chunk_sizes[i] = None if no_alloc else new_sizes
         return True
 

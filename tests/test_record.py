@@ -137,6 +137,62 @@ def test_a_big_graph_over_two_buffer_types_uses_several_chunks(tmp_path):
     assert plan.extra["real_sizes"][1] == 4 * 4096
 
 
+def chunked_outputs():
+    """Four 4 KiB outputs over a second buffer type of 1 KiB chunks (see the test above)."""
+    from realggml import Program, Ref, Step
+
+    steps = [Step("new_tensor_1d", ("f32", 1024), "x", input=True)]
+    for k in range(8):
+        steps.append(Step("cont", (Ref(k),), f"c{k}", output=k % 4 >= 2))
+    return Program(tuple(steps), (8,))
+
+
+@pytest.mark.parametrize("prog", ["mlp", "chunks"])
+def test_peak_is_split_per_buffer_type_and_chunk(tmp_path, capsys, prog):
+    """`alloctrace peak` on a two-buffer-type recording: one part per (buffer, chunk), named after the
+    recorded buffer type; each buffer's chunk marks add up to the size ggml really gave that buffer, and
+    the parts add up to the whole (bytes, families, fragmentation)."""
+    store_dir = tmp_path / "store"
+    rc, _, _ = record(tmp_path, "two_types", [mlp(16) if prog == "mlp" else chunked_outputs()], store=store_dir)
+    assert rc == 0
+    store = open_store(store_dir)
+    (summary,) = store.list()
+    plan = store.graph(summary["id"], 0)
+    assert plan.role == "reserve" and plan.consistent
+    assert {ev.buffer for ev in plan.events if ev.kind == "alloc"} == {0, 1}
+    assert main(["peak", f"{summary['id']}:0", "--store", str(store_dir), "--json"]) == 0
+    peak = json.loads(capsys.readouterr().out)
+    parts = peak["buffers"]
+    real = plan.extra["real_sizes"]  # ggml_gallocr_get_buffer_size after the reserve, per buffer id
+    for b, name in enumerate(["CPU", "TEST64"]):
+        mine = [p for p in parts if p["buffer"] == b]
+        assert mine and all(p["name"] == name for p in mine)
+        assert sum(p["peak"]["bytes"] for p in mine) == real[b] > 0
+        assert len({p["chunk"] for p in mine}) == len(mine)
+    if prog == "chunks":
+        assert sorted(p["chunk"] for p in parts if p["buffer"] == 1) == [0, 1, 2, 3]
+    assert sum(p["peak"]["bytes"] for p in parts) == peak["peak"]["bytes"] == sum(real)
+    for p in parts:
+        live = sum(f["bytes"] for f in p["families"])
+        assert live + p["fragmentation"]["free_below_peak"] == p["peak"]["bytes"]
+    assert sum(p["fragmentation"]["free_below_peak"] for p in parts) == peak["fragmentation"]["free_below_peak"]
+    whole = {f["family"]: f["bytes"] for f in peak["families"]}
+    summed: dict = {}
+    for p in parts:
+        for f in p["families"]:
+            summed[f["family"]] = summed.get(f["family"], 0) + f["bytes"]
+    assert summed == whole
+    assert main(["peak", f"{summary['id']}:0", "--store", str(store_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "buffer 0 (CPU) chunk 0" in text and "buffer 1 (TEST64) chunk 0" in text
+    # the buffer id survives a JSON Lines export and import, so the copy splits the same way
+    jsonl = tmp_path / "t.jsonl"
+    assert main(["export", summary["id"], "--format", "jsonl", "-o", str(jsonl), "--store", str(store_dir)]) == 0
+    assert main(["import", str(jsonl), "--store", str(store_dir)]) == 0
+    (copy,) = [t["id"] for t in store.list() if t["id"] != summary["id"]]
+    assert [e.buffer for e in store.events(copy, 0)] == [e.buffer for e in plan.events]
+
+
 def mlp(n_tokens: int):
     from realggml import Program, Ref, Step
 

@@ -1,7 +1,8 @@
 """Explain a buffer's size: what is live at its high-water mark, and what changed between two runs.
 
 A graph's *peak* is the allocation that sets its high-water mark (the end of the
-highest block it ever placed, per chunk). The bytes below that mark are either
+highest block it ever placed, per buffer and chunk: a gallocr over several buffer
+types tags its events with the buffer id). The bytes below that mark are either
 live tensors, grouped here by *family* (the tensor's name without layer index and
 ggml's decorations), or free holes (fragmentation). So for every graph
 
@@ -98,7 +99,7 @@ def families_json(live: list[Live], total: int) -> list[dict]:
 class GraphPeak:
     """A graph's peak: per chunk (ggml) or pool (other sources), and all of them together."""
 
-    buffers: list[dict]  # [{"chunk", "moment": Moment, "tensor": what set the mark}]
+    buffers: list[dict]  # [{"buffer", "chunk", "name", "moment": Moment, "tensor": what set the mark}]
     n_events: int
     failure: dict | None = None  # the first out-of-space event, with what filled the buffer then
 
@@ -150,7 +151,7 @@ class GraphPeak:
 
 def _buffer_json(b: dict) -> dict:
     m: Moment = b["moment"]
-    return {"chunk": b["chunk"], "peak": {"event": m.event, "bytes": m.bytes, "tensor": b["tensor"],
+    return {"buffer": b.get("buffer"), "chunk": b["chunk"], "name": b.get("name"), "peak": {"event": m.event, "bytes": m.bytes, "tensor": b["tensor"],
                                           "live_bytes": m.bytes - m.free_below},
             "families": m.families(), "fragmentation": {"free_below_peak": m.free_below,
                                                         "largest_hole": m.largest_hole}}
@@ -189,30 +190,52 @@ def _columns(events) -> dict:
     return public_columns(len(events), cols, table)
 
 
-def ggml_peak(events, capacity: int | None = None) -> GraphPeak:
-    """The peak of one ggml graph (its events, or the store's columns). `capacity` is the real
-    buffer's size, for the fragmentation at an out-of-space failure."""
+def ggml_peak(events, capacity: int | None = None, buffer_names: list[str] | None = None,
+              buffer_sizes: list[int] | None = None) -> GraphPeak:
+    """The peak of one ggml graph (its events, or the store's columns): one mark per (buffer, chunk).
+    `capacity` is the real buffer's size, for the fragmentation at an out-of-space failure;
+    `buffer_names` / `buffer_sizes` (a gallocr over several buffer types) name each buffer id and
+    give its real size."""
     cols = _columns(events)
-    lt = extract(cols)
     kind = np.asarray(cols["kind"], dtype=object)
+    buffer = cols.get("buffer")
+    ids = sorted(set(np.asarray(buffer)[np.asarray(buffer) >= 0].tolist())) if buffer is not None else []
+    per_buffer = {b: extract(_only_buffer(cols, kind, b)) for b in ids} or {None: extract(cols)}
     realloc = np.flatnonzero(kind == "realloc")
-    after = lt.start > (int(realloc[-1]) if len(realloc) else -1)  # head re-planned: the last plan counts
-    tops = lt.offset + lt.size
+    last_plan = int(realloc[-1]) if len(realloc) else -1  # head re-planned: the last plan counts
     buffers = []
-    for c in sorted(set(lt.chunk[after].tolist())):
-        mine = np.flatnonzero(after & (lt.chunk == c))
-        mark = int(tops[mine].max())
-        setter = mine[tops[mine] == mark]
-        k = int(setter[np.argmin(lt.start[setter])])
-        event = int(lt.start[k])
-        buffers.append({"chunk": c, "tensor": str(lt.tensor[k] or ""),
-                        "moment": _moment(lt, _live_at(lt, event, c), event, mark)})
-    peak = GraphPeak(buffers, lt.n_events)
-    peak.failure = _failure(cols, kind, lt, capacity)
+    for b, lt in per_buffer.items():
+        after = lt.start > last_plan
+        tops = lt.offset + lt.size
+        for c in sorted(set(lt.chunk[after].tolist())):
+            mine = np.flatnonzero(after & (lt.chunk == c))
+            mark = int(tops[mine].max())
+            setter = mine[tops[mine] == mark]
+            k = int(setter[np.argmin(lt.start[setter])])
+            event = int(lt.start[k])
+            name = buffer_names[b] if b is not None and buffer_names and b < len(buffer_names) else None
+            buffers.append({"buffer": b, "chunk": c, "name": name, "tensor": str(lt.tensor[k] or ""),
+                            "moment": _moment(lt, _live_at(lt, event, c), event, mark)})
+    peak = GraphPeak(buffers, len(kind))
+    ooms = np.flatnonzero(kind == "oom")
+    if len(ooms):
+        b = int(buffer[ooms[0]]) if buffer is not None and buffer[ooms[0]] >= 0 else None
+        if b is not None:  # the failing buffer's own lifetimes and real size
+            capacity = buffer_sizes[b] if buffer_sizes and b < len(buffer_sizes) else None
+        peak.failure = _failure(cols, kind, per_buffer[b] if b in per_buffer else extract(cols), capacity, b)
     return peak
 
 
-def _failure(cols, kind, lt: Lifetimes, capacity: int | None) -> dict | None:
+def _only_buffer(cols: dict, kind: np.ndarray, b: int) -> dict:
+    """The columns with every placing event of another buffer made inert (kind "other"): event
+    indices stay those of the whole graph, and offsets of different buffers never meet."""
+    other = (np.asarray(cols["buffer"]) != b) & (np.asarray(cols["buffer"]) >= 0)
+    k = kind.copy()
+    k[other] = "other"
+    return {**cols, "kind": k}
+
+
+def _failure(cols, kind, lt: Lifetimes, capacity: int | None, buffer: int | None = None) -> dict | None:
     ooms = np.flatnonzero(kind == "oom")
     if not len(ooms):
         return None
@@ -223,10 +246,13 @@ def _failure(cols, kind, lt: Lifetimes, capacity: int | None) -> dict | None:
     idx = _live_at(lt, e - 1, 0) if e > 0 else np.zeros(0, dtype=np.int64)
     top = capacity if capacity else int((lt.offset[idx] + lt.size[idx]).max(initial=0))
     m = _moment(lt, idx, e, top)
-    return {"event": e, "tensor": tensor, "needed": need,
-            "largest_available": int(largest[e]) if largest is not None and largest[e] >= 0 else None,
-            "capacity": capacity, "live_bytes": top - m.free_below, "free": m.free_below,
-            "largest_hole": m.largest_hole, "families": m.families()}
+    out = {"event": e, "tensor": tensor, "needed": need,
+           "largest_available": int(largest[e]) if largest is not None and largest[e] >= 0 else None,
+           "capacity": capacity, "live_bytes": top - m.free_below, "free": m.free_below,
+           "largest_hole": m.largest_hole, "families": m.families()}
+    if buffer is not None:
+        out["buffer"] = buffer
+    return out
 
 
 # --- sources ------------------------------------------------------------------------------------
@@ -240,7 +266,10 @@ def register_peak(source: str, fn: PeakFn) -> None:
 
 
 def _ggml_from_store(cols: dict, row: dict) -> GraphPeak:
-    return ggml_peak(cols, capacity=row.get("buffer_size") if row.get("oom") else None)
+    extra = row.get("extra") or {}  # a recording names its buffer types and their real sizes
+    names = [t.get("name") for t in extra.get("buffer_types") or ()] or None
+    return ggml_peak(cols, capacity=row.get("buffer_size") if row.get("oom") else None, buffer_names=names,
+                     buffer_sizes=extra.get("real_sizes"))
 
 
 def peak_fn(source: str | None) -> PeakFn:
@@ -257,6 +286,7 @@ def graph_peak(store, trace_id: str, g: int) -> tuple[GraphPeak, dict]:
 
         raise NotFound(f"trace {summary['id']} has no graph {g}")
     cols = store.columns(summary["id"], g)
+    row = {**row, "extra": store.graph_extra(summary["id"], g)}
     return peak_fn(summary.get("source"))(cols, row), row
 
 
@@ -298,6 +328,8 @@ def graphs_attribution(events_a, events_b, meta_a=None, meta_b=None) -> dict:
     peaks = []
     for events, meta in ((events_a, meta_a), (events_b, meta_b)):
         row = meta if isinstance(meta, dict) else (meta.summary() if hasattr(meta, "summary") else {})
+        if hasattr(meta, "extra") and "extra" not in row:
+            row = {**row, "extra": meta.extra}
         peaks.append(peak_fn(row.get("source"))(_columns(events), row))
     return size_attribution(*peaks)
 

@@ -94,6 +94,7 @@ class EventLine(_Strict):
     offset: int | None = Bytes
     addr: int | None = Field(default=None, ge=0, le=(1 << 64) - 1)
     chunk: int | None = Field(default=None, ge=0, le=1 << 16)
+    buffer: int | None = Field(default=None, ge=0, le=1 << 16)  # several buffer types: which one
     block: int | None = Count
     n_free: int | None = Count
     largest_free: int | None = Bytes

@@ -327,6 +327,15 @@ class Store:
     def events(self, tid: str, graph_index: int) -> list[Event]:
         return self._decoded(tid, graph_index, decode_events)[1]
 
+    def graph_extra(self, tid: str, graph_index: int) -> dict:
+        """A graph's extra (a recording's buffer types and sizes, ...) without its columns."""
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            row = db.execute("SELECT extra FROM graphs WHERE trace_id=? AND idx=?", (tid, int(graph_index))).fetchone()
+        if row is None:
+            raise NotFound(f"trace {tid} has no graph {graph_index}")
+        return json.loads(row[0])
+
     def columns(self, tid: str, graph_index: int) -> dict[str, np.ndarray]:
         return self._decoded(tid, graph_index, public_columns)[1]
 

@@ -69,7 +69,10 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
         return lines + ["  nothing was allocated"]
     lines += section("peak", p)
     for b in p.get("buffers") or []:
-        lines += [""] + section(f"chunk {b['chunk']}", b)
+        head = f"chunk {b['chunk']}"
+        if b.get("buffer") is not None:
+            head = f"buffer {b['buffer']} ({b.get('name') or '?'}) {head}"
+        lines += [""] + section(head, b)
     fail = p.get("failure")
     if fail:
         cap = f" of the {fmt_bytes(fail['capacity'])} buffer" if fail.get("capacity") else ""
