@@ -19,6 +19,7 @@ from alloctrace.server.app import create_app
 from alloctrace.server.guard import allowed_hosts
 from alloctrace.traces.bounded_io import Limits
 from alloctrace.traces.store import Store
+from conftest import free_port
 from hostile_inputs import (distinct_names_log, gzip_text_bomb, long_graph_log, many_distinct_graphs_zstd,
                             many_graphs_zstd, peak_rss_of, zstd_zero_bomb)
 
@@ -127,14 +128,8 @@ def test_pages_on_other_origins_cannot_store_or_delete(client):
 
 
 # --- 4: slow clients, vanishing clients, exhausted file table (a real server) -----------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _serve(store: Path, *extra, files: int | None = None, env=None):
-    port = _free_port()
+    port = free_port()
 
     def limits():
         if files:
@@ -291,7 +286,7 @@ def test_malformed_jsonl_upload_is_a_400_naming_the_line(client, tmp_path):
 # --- 10: tokens -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("token", ["tök", "a&b+c", "x y"])
 def test_tokens_that_are_not_url_safe_are_refused_at_start(tmp_path, token):
-    p = cli("serve", "--store", tmp_path / "s", "--port", _free_port(), "--token", token, timeout=30)
+    p = cli("serve", "--store", tmp_path / "s", "--port", free_port(), "--token", token, timeout=30)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "token" in p.stderr, p.stderr
 
 

@@ -10,7 +10,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -143,12 +143,6 @@ def test_python_snippet_runs_as_written(installed):
     assert res.returncode == 0, res.stderr
     expected = re.search(r"print\(measure\.t\.max_size\)\s*#\s*(\d+)", snippet).group(1)
     assert res.stdout.splitlines()[0] == expected
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_open_without_a_display_prints_the_url(installed):

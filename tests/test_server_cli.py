@@ -11,12 +11,7 @@ import httpx
 import pytest
 
 from alloctrace.cli import main
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import free_port
 
 
 @pytest.fixture()

@@ -1,25 +1,18 @@
 """The PyTorch snapshot page in a real headless Chromium against a real server: the timeline, the state view at
 the OOM, and the diff of the batch-8/16 pair. Screenshots go to test-artifacts/ (gitignored)."""
 import json
-import socket
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
+from conftest import live_server
 
-from alloctrace.server.app import create_app
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "torch"
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run", "--disable-sync"]
 
 
 def sidecar(name):
@@ -29,40 +22,16 @@ def sidecar(name):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     store_dir = tmp_path_factory.mktemp("store")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(create_app(store_dir=store_dir), host="127.0.0.1", port=port,
-                                        log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the test server did not start"
-        time.sleep(0.05)
-    base = f"http://127.0.0.1:{port}"
-    ids = {}
-    for name in ("oom", "gpt2_train_bs8", "gpt2_train_bs16", "fragmentation"):
-        with open(DATA / f"{name}.pickle.gz", "rb") as f:
-            r = httpx.post(f"{base}/api/torch/traces", files={"file": (f"{name}.pickle.gz", f)}, timeout=60)
-        assert r.status_code == 201, r.text
-        ids[name] = r.json()["traces"][0]["id"]
-    yield {"base": base, **ids}
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with live_server(store_dir) as base:
+        ids = {}
+        for name in ("oom", "gpt2_train_bs8", "gpt2_train_bs16", "fragmentation"):
+            with open(DATA / f"{name}.pickle.gz", "rb") as f:
+                r = httpx.post(f"{base}/api/torch/traces", files={"file": (f"{name}.pickle.gz", f)}, timeout=60)
+            assert r.status_code == 201, r.text
+            ids[name] = r.json()["traces"][0]["id"]
+        yield {"base": base, **ids}
 
 
-
-
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    yield pg
-    ctx.close()
-    assert errors == [], f"JavaScript errors: {errors}"
 
 
 def shot(page, name):

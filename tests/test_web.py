@@ -3,34 +3,21 @@
 Screenshots of every page are kept in test-artifacts/ (gitignored) for people to look at.
 """
 import json
-import socket
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from alloctrace.allocator.events import Event
-from alloctrace.server.app import create_app
 from alloctrace.traces.schema import GraphRecord, TraceMeta
 from alloctrace.traces.store import open_store
+from conftest import live_server
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
 HOSTILE = "<img src=x onerror=alert(1)>"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def hostile_trace() -> tuple[TraceMeta, list[GraphRecord]]:
@@ -72,42 +59,16 @@ def server(tmp_path_factory, fixtures):
     hostile_id = store.add_trace(*hostile_trace())
     running_max_id = store.add_trace(*running_max_trace())
     store.close()
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(store_dir=store_dir), host="127.0.0.1", port=port,
-                                        log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            pytest.fail("the test server did not start")
-        time.sleep(0.05)
-    base = f"http://127.0.0.1:{port}"
-    log = fixtures / "v2023-08-16-legacy" / "harness_plain.AT.log"
-    with open(log, "rb") as f:
-        r = httpx.post(f"{base}/api/traces", files={"file": (log.name, f)}, data={"name": "legacy harness"},
-                       timeout=60)
-    assert r.status_code == 201, r.text
-    info = {"base": base, "legacy": r.json()["traces"][0]["id"], "hostile": hostile_id, "running_max": running_max_id,
-            "fixtures": fixtures}
-    yield info
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with live_server(store_dir) as base:
+        log = fixtures / "v2023-08-16-legacy" / "harness_plain.AT.log"
+        with open(log, "rb") as f:
+            r = httpx.post(f"{base}/api/traces", files={"file": (log.name, f)}, data={"name": "legacy harness"},
+                           timeout=60)
+        assert r.status_code == 201, r.text
+        yield {"base": base, "legacy": r.json()["traces"][0]["id"], "hostile": hostile_id,
+               "running_max": running_max_id, "fixtures": fixtures}
 
 
-
-
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
-    pg.errors = []
-    pg.dialogs = []
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
-    yield pg
-    ctx.close()
-    assert pg.errors == [], f"JavaScript errors: {pg.errors}"
 
 
 def shot(page, name: str):

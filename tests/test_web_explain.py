@@ -4,33 +4,21 @@ Screenshots go to test-artifacts/explain-*.png. Numbers on screen are checked ag
 gpt-2 fixture model (n_embd 128): the n_batch 64 measure peaks in the MLP, two f32
 tensors of 4 * n_embd * 64 * 4 bytes.
 """
-import socket
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from alloctrace.traces.replay_run import replay, store_result
-from alloctrace.server.app import create_app
 from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store import open_store
+from conftest import live_server
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
 DATA = Path(__file__).resolve().parent / "data" / "explain"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 MLP = 4 * 128 * 64 * 4
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -41,30 +29,10 @@ def server(tmp_path_factory):
                                     DATA / "gpt-2_tiny_long.2023-08-28.AT+DEBUG.log.gz"])
     failing = store_result(replay("llama2-70b", "ggml-2023-08-16", metal_concurrency=True), s)
     s.close()
-    srv = uvicorn.Server(uvicorn.Config(create_app(store_dir=store_dir), host="127.0.0.1", port=_port(),
-                                        log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the test server did not start"
-        time.sleep(0.05)
-    yield {"base": f"http://127.0.0.1:{srv.config.port}", "short": short, "long": long_, "failing": failing}
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with live_server(store_dir) as base:
+        yield {"base": base, "short": short, "long": long_, "failing": failing}
 
 
-
-
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    yield pg
-    ctx.close()
-    assert errors == [], f"JavaScript errors: {errors}"
 
 
 def shot(page, name):

@@ -1,24 +1,20 @@
 """The dashboard marks a graph whose log ends inside its walk (a cut log) as incomplete,
 in a real headless Chromium against a real uvicorn server."""
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 
-from alloctrace.server.app import create_app
 from alloctrace.traces.sources import import_file
 from alloctrace.traces.store import open_store
+from conftest import live_server
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
-from test_web import free_port  # noqa: E402
 
 GPT2 = Path(__file__).parent / "data" / "hostile" / "gpt-2_tiny_short.AT.log"
 
 
-def test_cut_log_shows_incomplete_on_home_and_trace_pages(tmp_path, browser):
+def test_cut_log_shows_incomplete_on_home_and_trace_pages(tmp_path, page):
     cut = tmp_path / "cut.log"
     cut.write_bytes(GPT2.read_bytes()[:40_000])
     store = open_store(tmp_path / "s")
@@ -26,18 +22,7 @@ def test_cut_log_shows_incomplete_on_home_and_trace_pages(tmp_path, browser):
     tid = summary["id"]
     last = store.summary(tid)["graphs"][-1]["index"]
     store.close()
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(tmp_path / "s"), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    while not srv.started:
-        assert thread.is_alive()
-        time.sleep(0.05)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        page = browser.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
+    with live_server(tmp_path / "s") as base:
         page.goto(base + "/")
         page.wait_for_selector("#trace-table .incomplete")
         assert f"incomplete graph {last}" in page.inner_text("#trace-table")
@@ -47,8 +32,3 @@ def test_cut_log_shows_incomplete_on_home_and_trace_pages(tmp_path, browser):
         page.goto(f"{base}/traces/{tid}?g=0")
         page.wait_for_selector("#graph-bar a")
         assert page.query_selector("#facts .incomplete") is None  # a complete graph says nothing
-        page.close()
-        assert errors == []
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=10)
