@@ -70,7 +70,6 @@ class Gallocr:
         self.dyns = [DynTallocr(bt.alignment, bt.max_size, profile.max_free_blocks) if self.owner[i] == i else None
                      for i, bt in enumerate(buffer_types)]
         self.dyn = self.dyns[0]
-        self.buffer_type = self.buffer_types[0].name
         self.alloc_size = alloc_size or (lambda t, buffer_id: t.nbytes)
         self.chunk_bases = chunk_bases or [0x7F0000000000 + (c << 36) for c in range(16)]
         self.events: list[Event] = []
@@ -140,15 +139,16 @@ class Gallocr:
     def _alloc_bytes(self, node: Tensor, hn: _HashNode, buffer_id: int):
         dyn = self._dyn_of(buffer_id)
         hn.buffer_id = buffer_id
+        size = self.alloc_size(node, buffer_id)
         try:
-            chunk, block, off = dyn.alloc(self.alloc_size(node, buffer_id))
+            chunk, block, off = dyn.alloc(size)
         except DynOutOfSpace as e:
             self.failed = self._emit("oom", tensor=node.name, op=node.op, needed=e.needed, largest=e.largest,
                                      **self._buf(buffer_id))
             raise _Stop from None
         hn.chunk, hn.offset = chunk, off
-        ev = self._emit("alloc", tensor=node.name, op=node.op, size=pad(self.alloc_size(node, buffer_id),
-                        dyn.alignment), block=block, offset=off, chunk=chunk, **self._buf(buffer_id))
+        ev = self._emit("alloc", tensor=node.name, op=node.op, size=pad(size, dyn.alignment), block=block,
+                        offset=off, chunk=chunk, **self._buf(buffer_id))
         ev.n_free, ev.largest_free, ev.total_free = dyn.summary()
 
     def _free_bytes(self, buffer_id: int, chunk: int, offset: int, nbytes: int, who: str):

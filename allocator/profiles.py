@@ -21,8 +21,6 @@ INPLACE_HEAD = frozenset({
     "SOFT_MAX", "SOFT_MAX_BACK",
 })
 
-LOG_STYLES = ("block", "addr", "offset", "chunk")
-
 
 @dataclass(frozen=True)
 class Profile:
@@ -40,7 +38,6 @@ class Profile:
     # --- how its AT_PRINTF log looks (detection and recovery) ---
     log_style: str = "block"  # allocating lines print: "block" K only, "addr" heap addresses, "offset", "chunk"
     other_assert_lines: tuple = ()  # later builds of the same allocator whose assert line moved
-    graph_markers: bool = True  # `####### graph` lines separate the graph walks
     buffer_pad: int = 0  # bytes the CPU buffer type adds to the size gallocr asks for (v3: one alignment)
     reserve_fn: str = "ggml_gallocr_reserve_n"  # the function that prints "reallocating ... buffer"
     alignments: tuple = (32, 16)  # alignments programs of the time used, widest first (a log's sizes tell which)
@@ -90,7 +87,7 @@ PROFILES = {
             name="ggml-2023-10", commit="08d748b2", family="legacy",
             best_fit_skips_last=True, parse_seq="barrier", inplace_ops=INPLACE_2023, max_free_blocks=256,
             view_parent_returns=False, assert_line=148, other_assert_lines=(116, 114), log_style="addr",
-            graph_markers=False, alignments=(64, 32, 16), backend_alignment=64,
+            alignments=(64, 32, 16), backend_alignment=64,
             description="Oct 2023 - Jan 2024: the first ggml_tallocr / ggml_gallocr split (the scheduler); the "
                         "same free-block rules, messages with heap addresses, no graph markers",
         ),

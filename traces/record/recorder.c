@@ -576,7 +576,7 @@ static unsigned long call_begin(const char *kind, void *g, void *graph) {
     pthread_mutex_lock(&g_mu);
     unsigned long seq = ++g_seq;
     pthread_mutex_unlock(&g_mu);
-    put("C %lu %s %p %p %lu", seq, kind, g, graph, t_depth ? t_stack[t_depth - 1] : 0ul);
+    put("C %lu %s %p %p %lu", seq, kind, g, graph, cur_call());
     line_end();
     if (t_depth < MAX_DEPTH) t_stack[t_depth] = seq;
     t_depth++;

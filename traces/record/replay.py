@@ -24,7 +24,7 @@ from alloctrace.allocator.tensor import Graph, Tensor
 from alloctrace.traces.columns import EncodedGraph, encode, pack
 from alloctrace.traces.schema import GraphRecord, oom_of
 
-from .stream import INPUT, OUTPUT, PARAM, Call, Process, RecordingError
+from .stream import GALLOC_CALLS, INPUT, OUTPUT, PARAM, Call, Process, RecordingError
 
 PROFILE = "ggml-head"
 MAX_MISMATCHES = 10  # kept per graph
@@ -101,7 +101,7 @@ class Replayer:
             for child in call.children:
                 self.on_call(proc, child, via=call.kind)
             return
-        if call.kind not in ("reserve_n", "reserve_n_size", "alloc_graph"):
+        if call.kind not in GALLOC_CALLS:
             return
         if not call.dumped:
             self.skipped.append(f"call {call.seq} ({call.kind}): its graph was not recorded")
