@@ -222,7 +222,7 @@ def ggml_peak(events, capacity: int | None = None, buffer_names: list[str] | Non
         b = int(buffer[ooms[0]]) if buffer is not None and buffer[ooms[0]] >= 0 else None
         if b is not None:  # the failing buffer's own lifetimes and real size
             capacity = buffer_sizes[b] if buffer_sizes and b < len(buffer_sizes) else None
-        peak.failure = _failure(cols, kind, per_buffer[b] if b in per_buffer else extract(cols), capacity, b)
+        peak.failure = _failure(cols, int(ooms[0]), per_buffer[b] if b in per_buffer else extract(cols), capacity, b)
     return peak
 
 
@@ -235,11 +235,8 @@ def _only_buffer(cols: dict, kind: np.ndarray, b: int) -> dict:
     return {**cols, "kind": k}
 
 
-def _failure(cols, kind, lt: Lifetimes, capacity: int | None, buffer: int | None = None) -> dict | None:
-    ooms = np.flatnonzero(kind == "oom")
-    if not len(ooms):
-        return None
-    e = int(ooms[0])
+def _failure(cols, e: int, lt: Lifetimes, capacity: int | None, buffer: int | None = None) -> dict:
+    """The first out-of-space event `e`, with what filled the buffer then."""
     needed, largest = cols.get("needed"), cols.get("largest")
     tensor = cols["tensor"][e]
     need = int(needed[e]) if needed is not None and needed[e] >= 0 else None
