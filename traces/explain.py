@@ -115,12 +115,15 @@ class GraphPeak:
     def free_below(self) -> int:
         return sum(b["moment"].free_below for b in self.buffers)
 
+    def _top(self) -> dict | None:
+        """The buffer with the highest mark, the earliest set on ties (the only one for a single chunk)."""
+        return max(self.buffers, key=lambda b: (b["moment"].bytes, -b["moment"].event), default=None)
+
     @property
     def event(self) -> int | None:
         """The event that set the largest buffer's mark (the only one for a single chunk)."""
-        if not self.buffers:
-            return None
-        return max(self.buffers, key=lambda b: (b["moment"].bytes, -b["moment"].event))["moment"].event
+        top = self._top()
+        return top["moment"].event if top else None
 
     def family_bytes(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -130,9 +133,9 @@ class GraphPeak:
 
     def to_json(self, trace=None, graph=None, tensors: bool = True) -> dict:
         total = self.bytes
-        top = max(self.buffers, key=lambda b: (b["moment"].bytes, -b["moment"].event)) if self.buffers else None
+        top = self._top()
         out = {"trace": trace, "graph": graph,
-               "peak": {"event": self.event, "bytes": total,
+               "peak": {"event": top["moment"].event if top else None, "bytes": total,
                         "tensor": top["tensor"] if top else None,
                         "live_bytes": total - self.free_below},
                "families": families_json(self.live, total),
