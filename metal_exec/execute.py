@@ -48,23 +48,33 @@ class ExecResult:
         return self.first is None and not self.mismatched
 
 
+def _private_sizes(graph) -> dict:
+    """Bytes of private memory per root tensor: up to the furthest byte any tensor viewing it reaches."""
+    need: dict = {}
+    for t in graph.tensors():
+        root, off = root_of(t)
+        need[root] = max(need.get(root, 0), off + extent(t))
+    return need
+
+
+def _arena_size(plan: Plan) -> int:
+    """The arena's bytes: the buffer, or further where a planned range reaches past it."""
+    return max([plan.buffer_size] + [r[1] for r in plan.ranges.values() if r is not None])
+
+
 class Memory:
     """Where each tensor's bytes live: the arena at its planned offset, or private memory per root tensor."""
 
     def __init__(self, graph, plan: Plan | None = None):
         self.plan = plan
-        need: dict = {}
         for t in graph.tensors():
             if t.type not in DTYPES:
                 raise UnsupportedOp(f"no numpy type for {t.type} ({t.name})")
-            root, off = root_of(t)
-            need[root] = max(need.get(root, 0), off + extent(t))
-        self.private = {root: np.zeros(n, dtype=np.uint8) for root, n in need.items()}
+        self.private = {root: np.zeros(n, dtype=np.uint8) for root, n in _private_sizes(graph).items()}
         self.arena = None
         if plan is not None:
-            size = max([plan.buffer_size] + [r[1] for r in plan.ranges.values() if r is not None])
             rng = np.random.default_rng(0xA110C)
-            self.arena = rng.integers(0, 256, size=size, dtype=np.uint8)
+            self.arena = rng.integers(0, 256, size=_arena_size(plan), dtype=np.uint8)
 
     def array(self, t) -> np.ndarray:
         """A strided numpy view of t's elements, shaped (ne3, ne2, ne1, ne0)."""
@@ -231,20 +241,14 @@ def estimate_bytes(plan: Plan) -> int:
     exponentiated and normalized values). The reference's own private memory is freed before the planned run's is made, so the
     peak is the kept copies, one set of private memory, the arena and the largest node's float64 work.
     """
-    graph = plan.graph
-    private: dict = {}
-    for t in graph.tensors():
-        root, off = root_of(t)
-        private[root] = max(private.get(root, 0), off + extent(t))
-    arena = max([plan.buffer_size] + [r[1] for r in plan.ranges.values() if r is not None])
     kept, work = 0, 0
-    for node in graph.nodes:
+    for node in plan.graph.nodes:
         if not writes(node):
             continue
         srcs = read_srcs(node)
         kept += sum(map(_dense_bytes, srcs)) + _dense_bytes(node)
         work = max(work, WORK_COPIES * 8 * (sum(map(_elements, srcs)) + _elements(node)))
-    return sum(private.values()) + arena + kept + work
+    return sum(_private_sizes(plan.graph).values()) + _arena_size(plan) + kept + work
 
 
 def run(plan: Plan, order: str = "adversarial", seed: int = 0, params: dict | None = None,

@@ -115,12 +115,15 @@ class GraphPeak:
     def free_below(self) -> int:
         return sum(b["moment"].free_below for b in self.buffers)
 
+    def _top(self) -> dict | None:
+        """The buffer with the highest mark, the earliest set on ties (the only one for a single chunk)."""
+        return max(self.buffers, key=lambda b: (b["moment"].bytes, -b["moment"].event), default=None)
+
     @property
     def event(self) -> int | None:
         """The event that set the largest buffer's mark (the only one for a single chunk)."""
-        if not self.buffers:
-            return None
-        return max(self.buffers, key=lambda b: (b["moment"].bytes, -b["moment"].event))["moment"].event
+        top = self._top()
+        return top["moment"].event if top else None
 
     def family_bytes(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -130,9 +133,9 @@ class GraphPeak:
 
     def to_json(self, trace=None, graph=None, tensors: bool = True) -> dict:
         total = self.bytes
-        top = max(self.buffers, key=lambda b: (b["moment"].bytes, -b["moment"].event)) if self.buffers else None
+        top = self._top()
         out = {"trace": trace, "graph": graph,
-               "peak": {"event": self.event, "bytes": total,
+               "peak": {"event": top["moment"].event if top else None, "bytes": total,
                         "tensor": top["tensor"] if top else None,
                         "live_bytes": total - self.free_below},
                "families": families_json(self.live, total),
@@ -222,7 +225,7 @@ def ggml_peak(events, capacity: int | None = None, buffer_names: list[str] | Non
         b = int(buffer[ooms[0]]) if buffer is not None and buffer[ooms[0]] >= 0 else None
         if b is not None:  # the failing buffer's own lifetimes and real size
             capacity = buffer_sizes[b] if buffer_sizes and b < len(buffer_sizes) else None
-        peak.failure = _failure(cols, kind, per_buffer[b] if b in per_buffer else extract(cols), capacity, b)
+        peak.failure = _failure(cols, int(ooms[0]), per_buffer[b] if b in per_buffer else extract(cols), capacity, b)
     return peak
 
 
@@ -235,11 +238,8 @@ def _only_buffer(cols: dict, kind: np.ndarray, b: int) -> dict:
     return {**cols, "kind": k}
 
 
-def _failure(cols, kind, lt: Lifetimes, capacity: int | None, buffer: int | None = None) -> dict | None:
-    ooms = np.flatnonzero(kind == "oom")
-    if not len(ooms):
-        return None
-    e = int(ooms[0])
+def _failure(cols, e: int, lt: Lifetimes, capacity: int | None, buffer: int | None = None) -> dict:
+    """The first out-of-space event `e`, with what filled the buffer then."""
     needed, largest = cols.get("needed"), cols.get("largest")
     tensor = cols["tensor"][e]
     need = int(needed[e]) if needed is not None and needed[e] >= 0 else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
+from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
 
 
@@ -16,7 +17,7 @@ def register(subparsers):
                     "starts to run out of space. Points come in input order: profile, then n_ctx, then n_batch.")
     p.add_argument("--preset", required=True, help="preset name (see `alloctrace presets`)")
     p.add_argument("--profile", action="append", required=True, metavar="P[,P...]",
-                   help="allocator generation(s): ggml-2023-08-16, ggml-2023-08-22, ggml-2023-08-28")
+                   help=f"allocator generation(s): {profile_names(presets_only=True)}")
     p.add_argument("--n-ctx", metavar="N[,N...]", help="context sizes (default: the preset's)")
     p.add_argument("--n-batch", metavar="N[,N...]", help="batch sizes (default: the program's)")
     p.add_argument("--metal-concurrency", action="store_true", help="Metal's concurrency order, as in `replay`")
