@@ -639,6 +639,3 @@ class CachingAllocator:
                         "segment_type": "small" if heads[addr].small else "large",
                         "is_expandable": heads[addr].segment is not None, "blocks": blocks})
         return out
-
-    def largest_free_block(self) -> int:
-        return max((k[1] for p in (self.small, self.large) for k in p.blocks), default=0)

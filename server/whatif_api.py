@@ -6,45 +6,24 @@ payload does not grow with the snapshot). Answers are cached per (trace, device,
 """
 from __future__ import annotations
 
-import threading
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 
+from alloctrace.server.torch_api import Device, TraceId
 from alloctrace.traces.errors import UserError
-
-TRACE_ID = r"^[0-9a-f]{8}$"
-TraceId = Annotated[str, PathParam(pattern=TRACE_ID, description="8 hex digits")]
-Device = Annotated[int, PathParam(ge=0, le=4096, description="device index")]
+from alloctrace.traces.memmap import LRU
 
 router = APIRouter()
 CACHE_SIZE = 16
 
 
-class _Answers:
-    """The last CACHE_SIZE answers of one app (a what-if of a 1M-entry trace takes seconds)."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.items: dict = {}
-
-    def get(self, key):
-        with self.lock:
-            return self.items.get(key)
-
-    def put(self, key, value):
-        with self.lock:
-            if len(self.items) >= CACHE_SIZE:
-                self.items.pop(next(iter(self.items)))
-            self.items[key] = value
-
-
-def _answers(request: Request) -> _Answers:
+def _answers(request: Request) -> LRU:
+    """The CACHE_SIZE most recently used answers of one app (a what-if of a 1M-entry trace takes seconds)."""
     st = request.app.state
     if getattr(st, "whatif_answers", None) is None:
-        st.whatif_answers = _Answers()
+        st.whatif_answers = LRU(CACHE_SIZE)
     return st.whatif_answers
 
 
@@ -68,14 +47,15 @@ async def get_whatif(request: Request, trace_id: TraceId, d: Device,
 
 
 def _compare(request, trace_id, d, settings, cap, recorded_cap, points):
-    from alloctrace.traces.torch_whatif import downsample, whatif_request
-
     if any(len(s) > 200 for s in settings):
         raise UserError("a setting is too long")
     key = (trace_id, d, tuple(sorted(settings)), cap, recorded_cap, points)
-    hit = _answers(request).get(key)
-    if hit is not None:
-        return hit
+    return _answers(request).get(key, lambda: _answer(request, trace_id, d, settings, cap, recorded_cap, points))
+
+
+def _answer(request, trace_id, d, settings, cap, recorded_cap, points):
+    from alloctrace.traces.torch_whatif import downsample, whatif_request
+
     cols, info = _load(request, trace_id, d)
     try:
         out = whatif_request(cols, info, settings, cap, recorded_cap, keep_series=True)
@@ -83,5 +63,4 @@ def _compare(request, trace_id, d, settings, cap, recorded_cap, points):
         raise UserError(str(e)) from None
     out["series"] = downsample(out["series"], points)
     out.update(trace_id=trace_id, device=d)
-    _answers(request).put(key, out)
     return out

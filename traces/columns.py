@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from operator import attrgetter
 
 import numpy as np
+import zstandard
 
 from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
@@ -170,6 +171,14 @@ def pack(cols: dict[str, np.ndarray], table: list[str], compress) -> tuple[bytes
     """(compressed string table, [(name, dtype, compressed data)]), as the store keeps them."""
     return (compress(json.dumps(table).encode()),
             [(name, arr.dtype.str, compress(arr.tobytes())) for name, arr in cols.items()])
+
+
+def compressor():
+    """zstd at level 3, each result in a block of its own size: zstandard hands back bytes whose
+    block is as large as the input's worst case (a 4 MB column that packs into 100 bytes keeps
+    4 MB), and importers hold every graph's blobs until the store takes them."""
+    compress = zstandard.ZstdCompressor(level=3).compress
+    return lambda data: bytes(memoryview(compress(data)))
 
 
 def constant_column(name: str, value: int, n: int) -> np.ndarray:

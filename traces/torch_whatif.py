@@ -15,8 +15,9 @@ import numpy as np
 from sortedcontainers import SortedList
 
 from alloctrace.allocator.cuda_caching import (
-    ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP,
-    SNAPSHOT, AllocatorSettings, CachingAllocator, OutOfMemory)
+    ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, N_ROUNDUP_INTERVALS, NO_LIMIT, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
+    SEGMENT_MAP, SEGMENT_UNMAP, SNAPSHOT, AllocatorSettings, CachingAllocator, OutOfMemory, allocation_size,
+    round_size)
 
 SEGMENT_ACTIONS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
 
@@ -434,7 +435,7 @@ def compare_settings(cols: dict, recorded: AllocatorSettings, changed: Allocator
 
 def settings_dict(s: AllocatorSettings) -> dict:
     d = asdict(s)
-    d["max_split_size"] = None if s.max_split_size >= (1 << 64) - 1 else s.max_split_size
+    d["max_split_size"] = None if s.max_split_size >= NO_LIMIT else s.max_split_size
     d["roundup_power2_divisions"] = list(s.roundup_power2_divisions)
     return d
 
@@ -471,8 +472,6 @@ def apply_overrides(base: AllocatorSettings, items: dict[str, str], cap: str | N
     """`base` with PYTORCH_CUDA_ALLOC_CONF-style overrides (max_split_size_mb, expandable_segments,
     roundup_power2_divisions, garbage_collection_threshold, release_cached_on_oom; device_memory: the GPU's
     memory, default an H200's) and a memory cap."""
-    import dataclasses
-    from alloctrace.allocator.cuda_caching import N_ROUNDUP_INTERVALS, NO_LIMIT
     kw = {}
     for key, value in items.items():
         k = key.strip().lower()
@@ -513,7 +512,7 @@ def apply_overrides(base: AllocatorSettings, items: dict[str, str], cap: str | N
             kw["memory_limit"] = int(f * kw.get("device_total", base.device_total))
         else:
             kw["memory_limit"] = parse_size(cap)
-    return dataclasses.replace(base, **kw)
+    return replace(base, **kw)
 
 
 def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None) -> int | None:
@@ -524,7 +523,6 @@ def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None) ->
     happened because the check failed, at a sum > C ≥ L. Using L as the cap therefore gives each comparison the
     run made the same answer. (With expandable segments the mapped pages can exceed C, so L is not simply the
     peak reserved. The GC threshold depends on C itself: give the cap when it matters.)"""
-    from alloctrace.allocator.cuda_caching import allocation_size, round_size
     action = np.asarray(cols["action"]).tolist()
     if OOM not in action:
         return None

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-import zstandard
 
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.gcpause import gc_paused
-from alloctrace.traces.columns import EncodedGraph
+from alloctrace.traces.columns import EncodedGraph, compressor
 from alloctrace.traces.schema import TraceMeta
 from alloctrace.traces.sources.base import ImportedTrace
 
@@ -57,8 +56,8 @@ class TorchSource:
 SOURCE = TorchSource()
 
 
-def read_snapshot(stream: BinaryIO, *, filename: str, name: str | None = None, limit: int | None = None,
-                  zc=None) -> ImportedTrace:
+def read_snapshot(stream: BinaryIO, *, filename: str, name: str | None = None,
+                  limit: int | None = None) -> ImportedTrace:
     """One snapshot stream (decompressed) as one trace ready for the store."""
     label = Path(filename).name or "snapshot"
     with gc_paused():  # millions of plain objects, no cycles
@@ -68,12 +67,12 @@ def read_snapshot(stream: BinaryIO, *, filename: str, name: str | None = None, l
         except SnapshotError as e:
             raise SnapshotError(f"{label}: {e}") from None
         del snap
-    zc = zc or zstandard.ZstdCompressor(level=3)
-    strings = zc.compress(json.dumps(table).encode())
+    compress = compressor()  # blobs wait for the store: each in a block of its own size
+    strings = compress(json.dumps(table).encode())
     graphs, report = [], []
     for dev in devices:
         facts = device_facts(dev, table)
-        graphs.append(_encoded(dev, facts, strings, zc))
+        graphs.append(_encoded(dev, facts, strings, compress))
         report.append(facts["report"])
     meta = TraceMeta(name=name or label, source=NAME, generation=GENERATION,
                      extra={"format": "torch-snapshot", "file": label, "devices": len(devices)})
@@ -172,8 +171,8 @@ def cuda_model_check(dev: DeviceData, strings: list[str] | None = None) -> dict:
     return {"consistent": bool(out.get("consistent")), "first_mismatch": out.get("first_mismatch")}
 
 
-def _encoded(dev: DeviceData, facts: dict, strings: bytes, zc) -> EncodedGraph:
-    blobs = [(name, arr.dtype.str, zc.compress(np.ascontiguousarray(arr).tobytes()))
+def _encoded(dev: DeviceData, facts: dict, strings: bytes, compress) -> EncodedGraph:
+    blobs = [(name, arr.dtype.str, compress(np.ascontiguousarray(arr).tobytes()))
              for name, arr in {**dev.cols, **dev.tables}.items()]
     extra = facts["extra"]
     return EncodedGraph(index=dev.device, role=ROLE, n_events=dev.n_events, max_size=extra["peak_requested"],

@@ -83,10 +83,6 @@ def device_tables(store, trace_id: str, device: int) -> tuple[dict[str, np.ndarr
     return cols, table, json.loads(row[7])
 
 
-def devices_of(store, trace_id: str) -> list[int]:
-    return [g["index"] for g in store.summary(trace_id)["graphs"] if g["role"] == "device"]
-
-
 def _extras(store, tid: str) -> dict[int, dict]:
     with store._lock:
         rows = store.db.execute("SELECT idx, extra FROM graphs WHERE trace_id=?", (tid,)).fetchall()

@@ -8,12 +8,10 @@ from __future__ import annotations
 import itertools
 from typing import Callable, Iterator
 
-import zstandard
-
 from alloctrace.allocator.events import Event
 from alloctrace.allocator.profiles import PROFILES, names
 
-from ...columns import EncodedGraph
+from ...columns import EncodedGraph, compressor as _compressor
 from ...errors import UserError
 from ...logio import LogReader
 from ...schema import TraceMeta
@@ -127,14 +125,6 @@ class LogImport:
         if PROFILES[self.generation].family == "legacy":
             return LegacyReplay(self.generation, features.addr_block, features.addr)
         return GallocrReplay(self.generation)
-
-
-def _compressor() -> Callable[[bytes], bytes]:
-    """zstd at level 3, each result in a block of its own size: zstandard hands back bytes whose
-    block is as large as the input's worst case (a 4 MB column that packs into 100 bytes keeps
-    4 MB), and the importer holds every graph's blobs until the store takes them."""
-    compress = zstandard.ZstdCompressor(level=3).compress
-    return lambda data: bytes(memoryview(compress(data)))
 
 
 def _marked(g, draft: Draft):
