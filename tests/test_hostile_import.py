@@ -258,6 +258,17 @@ def test_names_cannot_drive_the_terminal(tmp_path):
     assert diff.returncode in (0, 1) and "\x1b" not in diff.stdout
 
 
+def test_tensor_names_cannot_drive_the_terminal_in_peak_and_diff(tmp_path):
+    """Tensor names are data too: `peak` and `diff` tables escape them like the trace list does."""
+    log = tmp_path / "evil.log"
+    log.write_text(GPT2.read_text().replace("node_", "n\x1b]0;pwned\x07_"))
+    tid = json.loads(cli("import", log, "--store", tmp_path / "s", "--json").stdout)["traces"][0]["id"]
+    for args in (["peak", f"{tid}:0", "--tensors"], ["diff", f"{tid}:0", f"{tid}:1"]):
+        out = cli(*args, "--store", tmp_path / "s").stdout
+        assert "\x1b" not in out and "\x07" not in out, args
+        assert "n\\x1b]0;pwned\\x07_" in out, args
+
+
 # --- 12: resource use at the boundaries ------------------------------------------------------
 def test_many_graphs_from_a_few_kb_are_capped(tmp_path):
     z = many_graphs_zstd(tmp_path / "g.zst", 23_087)

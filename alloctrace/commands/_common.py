@@ -38,9 +38,10 @@ def _yes_no(v, complete: bool = True) -> str:
 
 
 def table(rows: list[list[str]]) -> str:
-    rows = [[safe(c) for c in r] for r in rows]  # names are data: no escape sequences, no forged rows
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    from alloctrace.traces.explain import text_table
+
+    # names are data: no escape sequences, no forged rows
+    return "\n".join(text_table([[safe(c) for c in r] for r in rows]))
 
 
 def traces_table(summaries: list[dict]) -> str:

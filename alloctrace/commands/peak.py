@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.textsafe import safe_lines
 
 from ._common import add_store_arg, open_store_from
 
@@ -44,7 +45,7 @@ def run(args) -> int:
             out.pop("tensors", None)
         print(json.dumps(out, indent=1))
     else:
-        print("\n".join(report_lines(out, args.tensors)))
+        print(safe_lines(report_lines(out, args.tensors)))  # tensor names are data: escaped
     return 0
 
 

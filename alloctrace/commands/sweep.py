@@ -6,6 +6,7 @@ import sys
 
 from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.textsafe import safe_lines
 
 
 def register(subparsers):
@@ -34,7 +35,7 @@ def run(args) -> int:
     n_ctx, n_batch = parse_values(args.n_ctx, "--n-ctx"), parse_values(args.n_batch, "--n-batch")
     with _progress() as advance:
         out = sweep(args.preset, profiles, n_ctx, n_batch, args.metal_concurrency, progress=advance)
-    print(json.dumps(out, indent=1) if args.json else "\n".join(report_lines(out)))
+    print(json.dumps(out, indent=1) if args.json else safe_lines(report_lines(out)))  # names are data: escaped
     return 0
 
 
