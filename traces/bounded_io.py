@@ -153,13 +153,9 @@ class _Decoder:
 
     def _next_member(self, unused: bytes) -> bytes:
         """After one member ends: the next one starts, or only zero padding may follow."""
-        if not unused:
-            self.obj = self._new()
-            return b""
-        if unused.strip(b"\0") == b"":
-            self.obj = self._new()
-            return b""
         self.obj = self._new()
+        if unused.strip(b"\0") == b"":  # nothing, or only padding
+            return b""
         self.started = True
         return unused
 

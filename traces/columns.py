@@ -40,9 +40,9 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
     table: dict[str, int] = {}
     code = table.setdefault
     # one field at a time: a transposed copy of every row would cost 25 lists of n at once
-    columns = _FieldLists(events)
+    columns = FieldValues(events)
     for name in INT_FIELDS:
-        vals = columns.get(name, ())
+        vals = columns[name]
         n_missing = vals.count(None)
         if n_missing == n:
             continue
@@ -51,11 +51,11 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
         missing = int(np.iinfo(dt).min)
         cols[name] = np.array([missing if v is None else v for v in vals] if n_missing else vals, dtype=dt)
     for name in STR_FIELDS:
-        vals = columns.get(name, ())
+        vals = columns[name]
         if vals.count(None) == n:
             continue
         cols[name] = np.array([-1 if v is None else code(v, len(table)) for v in vals], dtype=np.int32)
-    srcs = columns.get("srcs", ())
+    srcs = columns["srcs"]
     if srcs.count(None) != n:
         known: dict[tuple, int] = {}  # exec lines repeat their sources; dump each list once
         codes = []
@@ -68,21 +68,22 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
                 c = known[key] = code(json.dumps(s), len(table))
             codes.append(c)
         cols["srcs"] = np.array(codes, dtype=np.int32)
-    extra = columns.get("extra", ())
+    extra = columns["extra"]
     if any(extra):
         cols["extra"] = np.array([code(json.dumps(x, sort_keys=True), len(table)) if x else -1 for x in extra],
                                  dtype=np.int32)
     return cols, list(table)
 
 
-class _FieldLists:
-    """`get(field)`: the events' values of one field, as a tuple made when asked."""
+class FieldValues:
+    """`values[field]`: the events' values of one field, as a tuple made when asked (a transposed copy of
+    every field at once would hold 25 tuples of n values)."""
 
     def __init__(self, events: list[Event]):
         self.events = events
 
-    def get(self, name: str, default=()):
-        return tuple(map(attrgetter(name), self.events)) if self.events else default
+    def __getitem__(self, name: str) -> tuple:
+        return tuple(map(attrgetter(name), self.events))
 
 
 def decode_events(n: int, cols: dict[str, np.ndarray], table: list[str]) -> list[Event]:

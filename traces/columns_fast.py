@@ -8,12 +8,11 @@ it once per distinct graph, where the plain version's Python loops over
 from __future__ import annotations
 
 import json
-from operator import attrgetter
 
 import numpy as np
 
 from alloctrace.allocator.events import Event
-from alloctrace.traces.columns import FIELDS, INT_FIELDS, STR_FIELDS, _row, narrowest
+from alloctrace.traces.columns import FIELDS, INT_FIELDS, STR_FIELDS, FieldValues, _row, narrowest
 from alloctrace.traces.gcpause import without_gc
 
 _DUMPED: dict[tuple, str] = {}  # srcs lists repeat across graphs: dump each once
@@ -68,7 +67,7 @@ def _string_columns(columns: dict, table: dict, n: int) -> dict[str, np.ndarray]
     """The string, srcs and extra columns as codes into `table` (filled in as `columns.encode` does)."""
     cols = {}
     # each field's values are let go before the next is read: `columns` may make them on demand
-    # (ColumnEncoder._Fields), and for a long graph each is n references
+    # (columns.FieldValues), and for a long graph each is n references
     for name in STR_FIELDS:
         vals = columns[name]
         if vals.count(None) != n:
@@ -109,17 +108,6 @@ def encode_fast(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
     return cols, list(table)
 
 
-class _Fields:
-    """`fields[name]`: the events' values of one field, as a tuple made when asked (a transposed copy of
-    every field at once would hold 25 tuples of n values)."""
-
-    def __init__(self, events: list[Event]):
-        self.events = events
-
-    def __getitem__(self, name: str) -> tuple:
-        return tuple(map(attrgetter(name), self.events))
-
-
 REUSE_MAX = 1 << 17  # larger graphs are not kept for reuse: their values would cost more memory than reuse saves
 
 
@@ -145,7 +133,7 @@ class ColumnEncoder:
         if not n:
             return self.compress(b"[]"), []
         keep = n <= REUSE_MAX
-        columns = dict(zip(FIELDS, zip(*map(_row, events)))) if keep else _Fields(events)
+        columns = dict(zip(FIELDS, zip(*map(_row, events)))) if keep else FieldValues(events)
         blobs: dict[str, tuple] = {}
         prev, compress = self.prev, self.compress
         for name in INT_FIELDS:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from operator import attrgetter
 
 from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
 
+from ...columns import FIELDS, _row
 from ...schema import MAX_BYTES, MAX_COUNT, MAX_GRAPH
 
 INT_MAX = (1 << 63) - 1
@@ -308,10 +308,8 @@ class LineMemo:
         return item
 
 
-_FIELDS = tuple(Event.__dataclass_fields__)
-_row = attrgetter(*_FIELDS)
-_SRCS = _FIELDS.index("srcs")
-_EXTRA = _FIELDS.index("extra")
+_SRCS = FIELDS.index("srcs")
+_EXTRA = FIELDS.index("extra")
 
 
 def item_key(item) -> tuple:
