@@ -108,3 +108,24 @@ def test_a_failing_trace_leaves_none_of_the_file(tmp_path, store, monkeypatch):
     with pytest.raises(UserError, match="p.bin: the second trace is broken"):
         import_file(store, path)
     assert store.list() == []
+
+
+@pytest.mark.parametrize("kind", ["log", "jsonl"])
+def test_the_callers_caps_apply_to_every_reader_of_the_input(fixtures, store, tmp_path, monkeypatch, kind):
+    """A source reads the seam's stream through its own text reader: the caps are the caller's,
+    not the environment's defaults, both ways."""
+    from alloctrace.traces.bounded_io import LimitExceeded, Limits
+    from alloctrace.traces.export import export
+
+    path = fixtures / "v2023-08-28-parseseq" / "harness_parseseq.AT.log"
+    if kind == "jsonl":
+        [tid] = import_paths(store, [path])
+        with open(tmp_path / "t.jsonl", "w") as f:
+            export(store, tid, "jsonl", f)
+        path = tmp_path / "t.jsonl"
+    monkeypatch.setenv("ALLOCTRACE_MAX_DECOMPRESSED", "2000")
+    [t] = sources.read_file(path, limits=Limits.from_env(max_decompressed=1 << 30))
+    assert list(t.graphs)
+    monkeypatch.delenv("ALLOCTRACE_MAX_DECOMPRESSED")
+    with pytest.raises(LimitExceeded, match="2,000 bytes"):
+        sources.read_file(path, limits=Limits.from_env(max_decompressed=2000))

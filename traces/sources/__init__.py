@@ -63,7 +63,8 @@ def read_file(src, *, name: str | None = None, filename: str | None = None, limi
     with LogReader(src, label=label, text=False, limits=limits) as reader:
         source = source_for(reader.head)
         bar = Progress(reader.size, label, enabled=None if progress else False)
-        wanted = dict(options, progress=lambda: bar.update(reader.position))
+        # a source that reads the stream through its own text reader applies the same caps, not the defaults
+        wanted = dict(options, progress=lambda: bar.update(reader.position), limits=limits)
         try:
             with gc_paused():  # many small parsed objects, no cycles
                 traces = source.read(reader.binary, filename=label, name=name, **_accepted(source.read, wanted))

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from alloctrace.allocator.events import Event
 
 from ..errors import UserError
+from ..bounded_io import Limits
 from ..logio import LogReader
 from ..records import EventLine, GraphLine, TraceLine, first_error
 from ..schema import FORMAT_VERSION, GraphRecord, TraceMeta
@@ -24,8 +25,8 @@ class JsonlSource:
     def sniff(self, head: bytes) -> bool:
         return HEADER.match(head) is not None
 
-    def read(self, stream, *, filename: str, name: str | None) -> list[ImportedTrace]:
-        reader = LogReader(stream, label=filename)  # bounded line length; closed with the stream
+    def read(self, stream, *, filename: str, name: str | None, limits: Limits | None = None) -> list[ImportedTrace]:
+        reader = LogReader(stream, label=filename, limits=limits)  # bounded line length; closed with the stream
         meta, graphs = read_jsonl(reader.lines(), filename)
         if name:
             meta.name = name

@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 from alloctrace.allocator.events import Event
 from alloctrace.allocator.profiles import PROFILES, names
 
+from ...bounded_io import Limits
 from ...columns import EncodedGraph, compressor as _compressor
 from ...errors import UserError
 from ...logio import LogReader
@@ -60,10 +61,11 @@ class LogImport:
     """One log file as a stream of encoded graphs; `generation` is known after the first graph."""
 
     def __init__(self, src, generation: str | None = None, progress: Callable[[], None] | None = None,
-                 label: str | None = None):
+                 label: str | None = None, limits: Limits | None = None):
         """`src` is a path or a decompressed binary stream; `label` names it in messages;
-        `progress()` is called after each block of lines."""
-        self.src, self.label = src, label
+        `progress()` is called after each block of lines; `limits` are the import's caps (the
+        caller's, not the defaults, when it gave some)."""
+        self.src, self.label, self.limits = src, label, limits
         self.generation = check_generation(generation)
         self.progress = progress
 
@@ -82,7 +84,7 @@ class LogImport:
 
         Lines are fed in bodies (the lines between `#######` lines), so a body the
         log repeats is split once (split_memo.py)."""
-        with LogReader(self.src, label=self.label) as reader:
+        with LogReader(self.src, label=self.label, limits=self.limits) as reader:
             self.path = reader.path
             split = Splitter()
             parse = self.memo = LineMemo()
@@ -156,8 +158,8 @@ class GgmlLogSource:
         return True  # the fallback: any text input is tried as a log ("no ggml-alloc trace lines" otherwise)
 
     def read(self, stream, *, filename: str, name: str | None, generation: str | None = None,
-             progress: Callable[[], None] | None = None) -> list[ImportedTrace]:
-        imp = LogImport(stream, generation, progress, label=filename)
+             progress: Callable[[], None] | None = None, limits: Limits | None = None) -> list[ImportedTrace]:
+        imp = LogImport(stream, generation, progress, label=filename, limits=limits)
         records = imp.encoded()
         first = next(records)  # raises the file's UserError, or "no trace lines"
         extra = {"format": "at_printf", "file": filename}
