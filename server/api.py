@@ -73,10 +73,10 @@ async def upload_trace(request: Request):
     try:
         if up.path is None:
             raise upload.UploadError("the form has no `file` field")
-        name = (up.fields.get("name") or "").strip() or display_name(up.filename)
+        label = display_name(up.filename)
+        name = (up.fields.get("name") or "").strip() or label
         gone = threading.Event()
-        work = asyncio.ensure_future(run_in_threadpool(c.import_file, up.path, name, display_name(up.filename),
-                                                       gone.is_set))
+        work = asyncio.ensure_future(run_in_threadpool(c.import_file, up.path, name, label, gone.is_set))
         while not work.done():  # the parse stops when the client goes away
             await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
             if not work.done() and await request.is_disconnected():
@@ -85,7 +85,7 @@ async def upload_trace(request: Request):
             summaries = await work
         except Cancelled:
             log.warning("upload %s: the client disconnected; import cancelled, nothing stored",
-                        safe(display_name(up.filename) or "upload"))
+                        safe(label or "upload"))
             return Response(status_code=499)
     finally:
         up.cleanup()

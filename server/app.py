@@ -183,7 +183,6 @@ def _pages(app: FastAPI, web: Path | None):
 
     @app.get("/traces/{trace_id}", include_in_schema=False)
     def trace_page(request: Request, trace_id: str):
-        import re
         if not re.fullmatch(TRACE_ID.strip("^$"), trace_id):
             return JSONResponse({"detail": "not a trace id"}, status_code=404)
         if torch_page_for(request.app.state.ctx.store, trace_id):  # PyTorch snapshots have their own page

@@ -49,6 +49,10 @@ export function bothBytes(n) {
 export function bytesEl(n, tag = "span") { return el(tag, { title: exactBytes(n), class: "bytes" }, fmtBytes(n)); }
 /** A byte count written out in full: human size and exact bytes. */
 export function exactEl(n, tag = "span") { return el(tag, { class: "bytes exact" }, bothBytes(n)); }
+/** One entry of a `<dl class="facts">`: its label and its value(s). */
+export function fact(label, ...value) { return el("div", {}, el("dt", {}, label), el("dd", {}, ...value)); }
+/** 0.123 -> "12.3%" */
+export const pct = (share) => `${(share * 100).toFixed(1)}%`;
 
 /** Text that wraps only between words: each word is kept whole (names like ggml-2023-08-16 never split). */
 export function words(text) {

@@ -2,7 +2,7 @@
 // a sortable table, and a click on a family outlines its tensors on the memory map and jumps to the peak.
 import { peak as getPeak } from "./api.js";
 import { el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, opColor, plotConfig, plotTheme, showError, loading, loaded,
-  tensorLabel, FREE_COLOR, FREE_FILL } from "./common.js";
+  tensorLabel, FREE_COLOR, FREE_FILL, pct } from "./common.js";
 import { plotText, byteTicks } from "./memmap.js";
 
 /** A sortable table: `cols` = [{key, label, num, cell(row)}]; returns {table, select(family)}. */
@@ -30,7 +30,6 @@ function sortableTable(id, cols, rows, onPick) {
 }
 
 const bytesCell = (n) => el("td", { class: "num", title: exactBytes(n) }, fmtBytes(n));
-const pct = (share) => `${(share * 100).toFixed(1)}%`;
 
 /** The stacked bar: one segment per family (largest first), then the free bytes below the mark. */
 function drawBar(chart, pk, fams, fr) {

@@ -4,12 +4,10 @@
 import { listTraces, uploadSnapshot, torchSummary, torchTimeline, torchEntry, torchOom, torchPeak, torchState,
   torchDiff } from "./api.js";
 import { $, el, clear, enc, bytesEl, fmtBytes, fmtInt, topNav, nameColor, plotConfig, plotTheme, loading, loaded,
-  urlParam, FREE_COLOR } from "./common.js";
+  urlParam, FREE_COLOR, fact, pct } from "./common.js";
 import { plotText, byteTicks } from "./memmap.js";
 import { mountWhatIf } from "./whatif.js";
 
-const fact = (k, v) => el("div", {}, el("dt", {}, k), el("dd", {}, v));
-const pct = (share) => `${(share * 100).toFixed(1)}%`;
 const setStatus = (msg, bad) => { const s = $("status"); s.textContent = msg || ""; s.className = bad ? "status error" : "status"; };
 const BLOCK_COLORS = { allocated: "#4c78a8", pending_free: "#f58518", free: "#54a24b" };
 

@@ -2,7 +2,7 @@
 // zoom, selected event, tensor search) lives in the URL, so a link reopens the same picture.
 import { getTrace, state, url } from "./api.js";
 import { $, el, clear, exactEl, fmtInt, topNav, showError, enc, loading, loaded, urlParam, setUrlParams,
-  tensorLabel, exactBytes, fmtBytes, words } from "./common.js";
+  tensorLabel, exactBytes, fmtBytes, words, fact } from "./common.js";
 import { MemoryMap, nameMatcher } from "./memmap.js";
 import { EventTable } from "./events-table.js";
 import { drawState } from "./statebar.js";
@@ -11,8 +11,6 @@ import { peakPanel } from "./peak.js";
 
 topNav("trace");
 const id = decodeURIComponent(location.pathname.replace(/^\/traces\//, "").replace(/\/$/, ""));
-
-function fact(label, ...value) { return el("div", {}, el("dt", {}, label), el("dd", {}, ...value)); }
 
 const BYTE_FIELDS = new Set(["size", "offset", "largest_free", "total_free", "needed", "largest"]);
 function selectionPanel(i, e, hit) {
