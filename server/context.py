@@ -121,7 +121,8 @@ class Context:
     def state_index(self, trace_id: str, g: int):
         from alloctrace.traces.state_index import StateIndex
         return _cached(self.states_cache, (trace_id, g),
-                       lambda: StateIndex(self.columns(trace_id, g), self.graph_info(trace_id, g)["capacity"]))
+                       lambda: StateIndex(self.columns(trace_id, g), self.graph_info(trace_id, g)["capacity"],
+                                          self.call(lambda s: s.saved_states(trace_id, g))))
 
     def graph_info(self, trace_id: str, g: int) -> dict:
         """The graph's summary row plus its oom event and real capacity (traces.graph_info)."""

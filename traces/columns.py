@@ -105,10 +105,11 @@ def decode_events(n: int, cols: dict[str, np.ndarray], table: list[str]) -> list
     return [Event(*row) for row in zip(*lists)] if n else []
 
 
-def public_columns(n: int, cols: dict[str, np.ndarray], table: list[str]) -> dict[str, np.ndarray]:
-    """Columns for analysis: int64 with -1 for missing, object arrays for strings, lists and dicts."""
+def public_columns(n: int, cols: dict[str, np.ndarray], table: list[str], names=FIELDS) -> dict[str, np.ndarray]:
+    """Columns for analysis: int64 with -1 for missing, object arrays for strings, lists and dicts
+    (`names`: only these fields)."""
     out: dict[str, np.ndarray] = {"i": np.arange(n, dtype=np.int64)}
-    for name in FIELDS:
+    for name in names:
         arr = cols.get(name)
         if name in INT_FIELDS:
             if arr is None:

@@ -3,13 +3,19 @@
 Only the events that change the free list or the live tensors (alloc, free,
 free_extra, reuse, realloc) are replayed, selected from the store's columns in
 one vectorised pass and fed to `Replay.apply_changes` (the loop the diff's
-cursors use too). Replay checkpoints bound the work of any later request to the
+cursors use too). Replay checkpoints bound the work of any request to the
 distance between two of them. A checkpoint is a copy of the state, so the next
 one comes at least as many events later as the state is large (and at least
 `step` events): all checkpoints together hold no more entries than the graph has
 events, and a request replays no more events than the state it answers holds
 (or `step`). A graph that only allocates would otherwise keep a growing copy
 every `step` events: quadratic memory.
+
+A graph of `SAVED_MIN_EVENTS` or more has its checkpoints made once, when it is
+stored (`saved_checkpoints`, the same replay), so even the first request loads
+one checkpoint and replays at most one spacing. Smaller graphs, and graphs of a
+store written before checkpoints were kept, make them on demand as requests go
+further (a first request replays up to its event).
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import threading
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -24,6 +31,8 @@ from alloctrace.traces.gcpause import gc_paused
 from alloctrace.traces.state import CHANGE_KINDS, MISSING, ColumnEvents, Replay, free_summary, infer_alignment
 
 CODE_OF = {k: code for code, k in enumerate(CHANGE_KINDS)}
+REPLAYED_FIELDS = ("kind", "chunk", "offset", "size", "tensor", "parent", "view_src")  # all a replay reads
+SAVED_MIN_EVENTS = 50_000  # below this a cold replay to the end takes a few tens of ms
 
 
 @dataclass
@@ -45,79 +54,128 @@ class Changes:
         return bool(np.any((self.code == CODE_OF["reuse"]) & (self.offset == MISSING)))
 
 
-def column_changes(cols: dict) -> Changes:
-    """The rows of `cols` (Store.columns) that change the free list; an alloc without an offset
-    (the failed attempt before an oom) changes nothing and is left out."""
-    kind = cols["kind"]
+def column_changes(cols: dict, lo: int = 0, hi: int | None = None) -> Changes:
+    """The rows lo..hi-1 of `cols` (Store.columns) that change the free list; an alloc without an
+    offset (the failed attempt before an oom) changes nothing and is left out."""
+    kind = cols["kind"][lo:hi]
     n = len(kind)
     code = np.fromiter(map(CODE_OF.get, kind, repeat(-1)), dtype=np.int8, count=n)
-    offset = _ints(cols, "offset", n)
-    event = np.flatnonzero((code >= 0) & ~((code == CODE_OF["alloc"]) & (offset == MISSING)))
+    offset = _ints(cols, "offset", lo, n)
+    rows = np.flatnonzero((code >= 0) & ~((code == CODE_OF["alloc"]) & (offset == MISSING)))
 
     def objects(name):
         col = cols.get(name)
-        return np.full(len(event), None, dtype=object) if col is None else np.asarray(col, dtype=object)[event]
+        return np.full(len(rows), None, dtype=object) if col is None else np.asarray(col[lo:lo + n], dtype=object)[rows]
 
-    return Changes(event, code[event], _ints(cols, "chunk", n)[event], offset[event], _ints(cols, "size", n)[event],
-                   objects("tensor"), objects("parent"), objects("view_src"))
+    return Changes(rows + lo, code[rows], _ints(cols, "chunk", lo, n)[rows], offset[rows],
+                   _ints(cols, "size", lo, n)[rows], objects("tensor"), objects("parent"), objects("view_src"))
 
 
-def _ints(cols: dict, name: str, n: int) -> np.ndarray:
+def _ints(cols: dict, name: str, lo: int, n: int) -> np.ndarray:
     col = cols.get(name)
-    return np.full(n, MISSING, dtype=np.int64) if col is None else np.asarray(col, dtype=np.int64)
+    return np.full(n, MISSING, dtype=np.int64) if col is None else np.asarray(col[lo:lo + n], dtype=np.int64)
+
+
+@dataclass
+class Saved:
+    """Checkpoints kept in the store: the events they stand at (0 first, ascending) and a loader."""
+
+    marks: list[int]
+    load: Callable[[int], dict]  # event -> checkpoint_dict
 
 
 class StateIndex:
-    """States after any number of events, replayed from the nearest checkpoint (every `step`
-    events; built on demand, at most once each)."""
+    """States after any number of events, replayed from the nearest checkpoint (stored ones, or
+    ones made on demand as requests go further, each at most once)."""
 
     step = 10000
 
-    def __init__(self, cols: dict, capacity: int | None):
+    def __init__(self, cols: dict, capacity: int | None, saved: Saved | None = None):
+        self.cols = cols
         self.n_events = len(cols["kind"])
-        self.changes = column_changes(cols)
-        first = Replay(capacity, infer_alignment(ColumnEvents(cols)), self.changes.needs_names)
-        self.checkpoints: dict[int, tuple[Replay, int]] = {0: (first, 0)}  # event -> (replay there, changes applied)
-        self._head = (first.copy(capacity), 0)  # the furthest replay, advanced in place
-        self._marks = [0]
         self.lock = threading.Lock()
+        self._saved = None
+        if saved is not None and saved.marks and saved.marks[0] == 0 and saved.marks[-1] <= self.n_events:
+            first = replay_from(saved.load(0))
+            if first.capacity == capacity:  # made for another capacity: replay on demand instead
+                self._saved, self._marks = saved, list(saved.marks)
+                self.checkpoints: dict[int, Replay] = {0: first}  # event -> the replay there (never changed)
+                return
+        first = Replay(capacity, infer_alignment(ColumnEvents(cols)), column_changes(cols).needs_names)
+        self.checkpoints = {0: first}
+        self._head = first.copy(capacity)  # the furthest replay, advanced in place
+        self._marks = [0]
 
-    def _advance(self, r: Replay, j: int, n: int) -> int:
-        """Apply the changes of events before n to r (which has applied j of them); returns the new j."""
-        c = self.changes
-        end = int(np.searchsorted(c.event, n))
-        if end > j:
-            sl = slice(j, end)
-            r.apply_changes(c.code[sl].tolist(), c.chunk[sl].tolist(), c.offset[sl].tolist(), c.size[sl].tolist(),
-                            c.tensor[sl].tolist(), lambda k: (c.parent[j + k], c.view_src[j + k]))
+    def _advance(self, r: Replay, n: int):
+        """Apply the changes of events r.n..n-1 to r."""
+        if n > r.n:
+            c = column_changes(self.cols, r.n, n)
+            r.apply_changes(c.code.tolist(), c.chunk.tolist(), c.offset.tolist(), c.size.tolist(),
+                            c.tensor.tolist(), lambda k: (c.parent[k], c.view_src[k]))
         r.n = n
-        return end
 
-    def _checkpoint_below(self, n: int) -> tuple[Replay, int]:
-        """The latest checkpoint at or before n, making the missing ones on the way (under the lock)."""
-        head, j = self._head
-        while head.n + self._spacing(head) <= n:
-            at = head.n + self._spacing(head)
-            j = self._advance(head, j, at)
-            self.checkpoints[at] = (head.copy(head.capacity), j)
-            self._marks.append(at)
-            self._head = (head, j)
-        return self.checkpoints[self._marks[bisect_right(self._marks, n) - 1]]
-
-    def _spacing(self, r: Replay) -> int:
-        """Events until the next checkpoint: at least the entries a copy of `r` holds."""
+    def _next_mark(self, r: Replay) -> int | None:
+        """Where the checkpoint after one at `r` goes: at least as many events on as a copy of `r`
+        holds entries (and `step`); None past the end."""
         size = len(r.live) + sum(len(offs) for offs, _ in r.free.chunks.values()) + len(r.where)
-        return max(self.step, size)
+        at = r.n + max(self.step, size)
+        return at if at <= self.n_events else None
+
+    def _checkpoint_below(self, n: int) -> Replay:
+        """The latest checkpoint at or before n: loaded from the store, or made on the way (under the lock)."""
+        if self._saved is None:
+            head = self._head
+            while (at := self._next_mark(head)) is not None and at <= n:
+                self._advance(head, at)
+                self.checkpoints[at] = head.copy(head.capacity)
+                self._marks.append(at)
+        mark = self._marks[bisect_right(self._marks, n) - 1]
+        if mark not in self.checkpoints:
+            self.checkpoints[mark] = replay_from(self._saved.load(mark))
+        return self.checkpoints[mark]
 
     def state(self, n: int) -> dict:
         if not 0 <= n <= self.n_events:
             raise ValueError(f"event {n} is out of range (0..{self.n_events})")
         with gc_paused():  # many small live records, no cycles
             with self.lock:
-                base, j = self._checkpoint_below(n)
+                base = self._checkpoint_below(n)
             r = base.copy(base.capacity)  # checkpoints are never changed once made
-            self._advance(r, j, n)
+            self._advance(r, n)
             return r.state()
+
+
+def saved_checkpoints(cols: dict, capacity: int | None) -> Iterator[dict]:
+    """The checkpoints a StateIndex makes on its way to the end, as checkpoint_dict, one at a time
+    (what the store keeps for a long graph; nothing but the replay itself stays in memory)."""
+    with gc_paused():
+        index = StateIndex(cols, capacity)
+        head = index._head
+        yield checkpoint_dict(head)
+        while (at := index._next_mark(head)) is not None:
+            index._advance(head, at)
+            yield checkpoint_dict(head)
+
+
+def checkpoint_dict(r: Replay) -> dict:
+    """A replay's whole state as JSON-ready lists (names may be None, so no name is a key)."""
+    return {"n": r.n, "capacity": r.capacity, "alignment": r.alignment, "track_names": r.track_names,
+            "free": [[c, offs, sizes] for c, (offs, sizes) in r.free.chunks.items()],
+            "anomalies": r.free.anomalies, "live": [[c, o, t, s] for (c, o), (t, s) in r.live.items()],
+            "where": [[t, c, o] for t, (c, o) in r.where.items()], "live_bytes": r.live_bytes,
+            "peak_live": r.peak_live, "reused": r._reused}
+
+
+def replay_from(d: dict) -> Replay:
+    """The Replay that checkpoint_dict(d) was made from."""
+    r = Replay(d["capacity"], d["alignment"], d["track_names"])
+    r.free.chunks = {c: (offs, sizes) for c, offs, sizes in d["free"]}
+    r.free.anomalies = list(d["anomalies"])
+    r.live = {(c, o): [t, s] for c, o, t, s in d["live"]}
+    r.where = {t: (c, o) for t, c, o in d["where"]}
+    r.live_bytes, r.peak_live, r.n = d["live_bytes"], d["peak_live"], d["n"]
+    r._reused = None if d["reused"] is None else tuple(d["reused"])
+    return r
 
 
 def state_json(index: StateIndex, n: int, next_event: dict | None) -> dict:

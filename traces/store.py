@@ -29,6 +29,8 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.gcpause import without_gc
 
 from .columns import EncodedGraph, decode_events, encode, pack, public_columns
+from .graph_info import capacity_of
+from .state_index import REPLAYED_FIELDS, SAVED_MIN_EVENTS, Saved, saved_checkpoints
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
 
 DB_NAME = "alloctrace.db"
@@ -54,6 +56,10 @@ CREATE TABLE IF NOT EXISTS columns (
     trace_id TEXT NOT NULL, graph_idx INTEGER NOT NULL, name TEXT NOT NULL, dtype TEXT NOT NULL,
     data BLOB NOT NULL,
     PRIMARY KEY (trace_id, graph_idx, name),
+    FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
+CREATE TABLE IF NOT EXISTS state_checkpoints (
+    trace_id TEXT NOT NULL, graph_idx INTEGER NOT NULL, event INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (trace_id, graph_idx, event),
     FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
 """
 
@@ -225,7 +231,8 @@ class Store:
         if isinstance(g, EncodedGraph):
             strings, blobs, n = g.strings, g.blobs, g.n_events
         else:
-            strings, blobs = pack(*encode(g.events), self._zc.compress)
+            encoded = encode(g.events)
+            strings, blobs = pack(*encoded, self._zc.compress)
             n = len(g.events)
         self.db.execute(
             "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings)"
@@ -236,6 +243,19 @@ class Store:
         self.db.executemany(
             "INSERT INTO columns (trace_id, graph_idx, name, dtype, data) VALUES (?,?,?,?,?)",
             [(tid, g.index, name, dtype, data) for name, dtype, data in blobs])
+        if n >= SAVED_MIN_EVENTS:
+            if isinstance(g, EncodedGraph):
+                encoded = ({name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt))
+                            for name, dt, data in blobs}, json.loads(self._zd.decompress(strings)))
+            self._add_checkpoints(tid, g, public_columns(n, *encoded, names=REPLAYED_FIELDS))
+
+    def _add_checkpoints(self, tid: str, g: GraphRecord | EncodedGraph, cols: dict):
+        """A long graph's state checkpoints (state_index.saved_checkpoints), made once here so
+        that no state request has to replay the graph from its start."""
+        capacity = capacity_of({"role": g.role, "buffer_size": g.buffer_size}, cols)
+        for cp in saved_checkpoints(cols, capacity):
+            self.db.execute("INSERT INTO state_checkpoints (trace_id, graph_idx, event, data) VALUES (?,?,?,?)",
+                            (tid, g.index, cp["n"], self._zc.compress(json.dumps(cp).encode())))
 
     def delete(self, tid: str) -> None:
         tid = self._id(tid)
@@ -243,6 +263,7 @@ class Store:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 self.db.execute("DELETE FROM columns WHERE trace_id=?", (tid,))
+                self.db.execute("DELETE FROM state_checkpoints WHERE trace_id=?", (tid,))
                 self.db.execute("DELETE FROM graphs WHERE trace_id=?", (tid,))
                 self.db.execute("DELETE FROM traces WHERE id=?", (tid,))
                 self._bump()
@@ -345,6 +366,23 @@ class Store:
         return GraphRecord(index=idx, role=role, events=events, max_size=max_size,
                            buffer_size=buffer_size, oom=None if oom is None else json.loads(oom),
                            consistent=None if consistent is None else bool(consistent), extra=json.loads(extra))
+
+    def saved_states(self, tid: str, graph_index: int) -> Saved | None:
+        """The graph's stored state checkpoints (state_index.Saved), None when it has none (a short
+        graph, or one stored before checkpoints were kept)."""
+        tid = self._id(tid)
+        with self._lock:
+            marks = [r[0] for r in self.db.execute("SELECT event FROM state_checkpoints WHERE trace_id=? AND "
+                                                   "graph_idx=? ORDER BY event", (tid, int(graph_index)))]
+
+        def load(event: int) -> dict:
+            with self._lock:
+                row = self.db.execute("SELECT data FROM state_checkpoints WHERE trace_id=? AND graph_idx=? AND "
+                                      "event=?", (tid, int(graph_index), event)).fetchone()
+            if row is None:
+                raise NotFound(f"trace {tid} graph {graph_index} has no state checkpoint at event {event}")
+            return json.loads(self._zd.decompress(row[0]))
+        return Saved(marks, load) if marks else None
 
     def meta(self, tid: str) -> TraceMeta:
         tid = self._id(tid)
