@@ -166,13 +166,11 @@ def test_a_long_graph_keeps_its_checkpoints_in_the_store(tmp_path, monkeypatch):
     assert index._saved is not None
     for n in points:
         assert index.state(n) == want[n], n
-    # the same events as a replay to the end makes them, so all of them hold no more entries than events
+    # the same events as a replay to the end makes them, and as few entries
     lazy = StateIndex(cols, None)
     lazy.state(len(events))
     assert saved.marks == sorted(lazy.checkpoints)
-    entries = sum(len(cp["live"]) + sum(len(f[1]) for f in cp["free"]) + len(cp["where"])
-                  for cp in map(saved.load, saved.marks))
-    assert entries <= len(events)
+    assert entries_of(saved) <= 2 * len(events)
     # another capacity than the one they were made for: made on demand instead
     other = StateIndex(cols, 1 << 40, saved)
     assert other._saved is None and other.state(len(events)) == states_at(events, [len(events)],
@@ -180,6 +178,27 @@ def test_a_long_graph_keeps_its_checkpoints_in_the_store(tmp_path, monkeypatch):
     store.delete(tid)
     assert store.db.execute("SELECT count(*) FROM state_checkpoints").fetchone()[0] == 0
     store.close()
+
+
+def entries_of(saved: Saved) -> int:
+    """Entries all the checkpoints hold together: live tensors, free blocks, names, anomalies."""
+    return sum(len(cp["live"]) + sum(len(f[1]) for f in cp["free"]) + len(cp["where"]) + len(cp["anomalies"])
+               for cp in map(saved.load, saved.marks))
+
+
+def test_a_graph_of_broken_frees_keeps_its_checkpoints_bounded(monkeypatch):
+    """Each double free adds an anomaly every later state carries: they count towards the spacing,
+    or a checkpoint every `step` events would copy a growing list (quadratic)."""
+    monkeypatch.setattr(StateIndex, "step", 50)
+    events = [Event("alloc", tensor="a", offset=0, size=64)] + [Event("free", tensor="a", offset=0, size=64)] * 4000
+    cols = columns_of(events)
+    saved = saved_of(cols, None)
+    # each checkpoint holds no more entries than the events since the one before, the last one at most its own
+    assert len(saved.marks) > 5 and entries_of(saved) <= 2 * len(events)
+    index = StateIndex(cols, None, saved)
+    want = states_at(events, [0, 1, 2, 777, 3999, 4001])
+    for n, st_n in want.items():
+        assert index.state(n) == st_n
 
 
 def test_a_store_written_before_checkpoints_still_answers(tmp_path, monkeypatch):

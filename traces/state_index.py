@@ -5,11 +5,14 @@ free_extra, reuse, realloc) are replayed, selected from the store's columns in
 one vectorised pass and fed to `Replay.apply_changes` (the loop the diff's
 cursors use too). Replay checkpoints bound the work of any request to the
 distance between two of them. A checkpoint is a copy of the state, so the next
-one comes at least as many events later as the state is large (and at least
-`step` events): all checkpoints together hold no more entries than the graph has
-events, and a request replays no more events than the state it answers holds
-(or `step`). A graph that only allocates would otherwise keep a growing copy
-every `step` events: quadratic memory.
+one comes at least as many events later as the state is large (live tensors,
+free blocks, names and anomalies; and at least `step` events): each checkpoint
+holds no more entries than there are events up to the next one (the last one
+holds what the events before it made), so all of them together stay within a
+small multiple of the graph's events, and a request replays no more events
+than the state it answers holds (or `step`). A graph that only allocates (or
+frees twice) would otherwise keep a growing copy every `step` events: quadratic
+memory.
 
 A graph of `SAVED_MIN_EVENTS` or more has its checkpoints made once, when it is
 stored (`saved_checkpoints`, the same replay), so even the first request loads
@@ -116,8 +119,9 @@ class StateIndex:
 
     def _next_mark(self, r: Replay) -> int | None:
         """Where the checkpoint after one at `r` goes: at least as many events on as a copy of `r`
-        holds entries (and `step`); None past the end."""
-        size = len(r.live) + sum(len(offs) for offs, _ in r.free.chunks.values()) + len(r.where)
+        holds entries (live tensors, free blocks, names, anomalies; and `step`); None past the end."""
+        size = len(r.live) + sum(len(offs) for offs, _ in r.free.chunks.values()) + len(r.where) \
+            + len(r.free.anomalies)
         at = r.n + max(self.step, size)
         return at if at <= self.n_events else None
 
