@@ -4,11 +4,13 @@ Builds a store holding one synthetic million-event graph (or reuses --store DIR)
 runs `alloctrace serve` on a free loopback port in its own process, and drives it
 from an asyncio load generator: each client asks for random view windows (whole
 graph, zoomed in, zoomed far in) until the request budget or the time limit runs out.
-Then the state endpoint: the first request at a late event (replay from the start,
-checkpoints made on the way), then random events (from the nearest checkpoint).
+Then the state endpoint: the first request at a late event, then random events (each
+from the nearest state checkpoint: kept in the store for a long graph, else made on the
+way by the first request).
 
     python bench/bench_server.py [--events 1000000] [--clients 50] [--requests 2000] [--seconds 90]
-                                 [--state-requests 30] [--upload-mb 20] [--no-map] [--no-state] [--json PATH]
+                                 [--state-requests 30] [--state-first N] [--upload-mb 20] [--no-map] [--no-state]
+                                 [--json PATH]
 """
 from __future__ import annotations
 
@@ -139,14 +141,15 @@ async def load(url: str, clients: int, budget: int, seconds: float, n: int, top:
     return latencies, errors, sizes, wall
 
 
-def state_bench(base: str, n: int, count: int):
-    """First state request at 90% of the graph, then `count` random events, one at a time."""
+def state_bench(base: str, n: int, count: int, first_event: int | None = None):
+    """First state request at 90% of the graph (or `first_event`), then `count` random events, one at a time."""
+    at = n * 9 // 10 if first_event is None else first_event
     with httpx.Client(timeout=600) as client:
         t0 = time.perf_counter()
-        r = client.get(base + "state", params={"event": n * 9 // 10})
+        r = client.get(base + "state", params={"event": at})
         first = time.perf_counter() - t0
         r.raise_for_status()
-        print(f"first state request (event {n * 9 // 10}): {first:.2f} s, {len(r.json()['live'])} live tensors")
+        print(f"first state request (event {at}): {first * 1000:.0f} ms, {len(r.json()['live'])} live tensors")
         FIGURES.append(at_most(f"state: first request at a late event, {n:,} events", first * 1000, "ms", 100))
         rng = random.Random(7)
         lat = []
@@ -207,6 +210,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peak_rss_mb(pid: int) -> float:
+    """A process's peak resident memory so far (Linux /proc; 0 elsewhere)."""
+    try:
+        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return 0.0
+    return int(line.split()[1]) / 1024
+
+
 def pct(sorted_values, q):
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
@@ -221,6 +233,7 @@ def main():
     ap.add_argument("--state-requests", type=int, default=30, help="random state requests after the first")
     ap.add_argument("--no-map", action="store_true", help="skip the memory-map load phase")
     ap.add_argument("--no-state", action="store_true", help="skip the state requests")
+    ap.add_argument("--state-first", type=int, help="event of the first state request (default: 90%% of the graph)")
     ap.add_argument("--upload-mb", type=int, default=20, help="size of the log uploaded while reads go on (0: skip)")
     add_option(ap)
     args = ap.parse_args()
@@ -246,7 +259,8 @@ def main():
             cpu = cpu_seconds(server.pid) - cpu0
             client_cpu = cpu_seconds(os.getpid()) - client0
         if not args.no_state:
-            state_bench(base, args.events, args.state_requests)
+            state_bench(base, args.events, args.state_requests, args.state_first)
+            print(f"server peak RSS so far: {peak_rss_mb(server.pid):.0f} MB")
         if args.upload_mb:
             upload_bench(f"http://127.0.0.1:{port}/api/traces", store, args.upload_mb)
     finally:
