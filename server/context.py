@@ -11,6 +11,7 @@ store's generation (a number every write moves on) before it is used.
 """
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
@@ -24,6 +25,8 @@ from alloctrace.traces import memmap
 from alloctrace.traces.columns import event_rows
 from alloctrace.traces.graph_info import graph_info
 from alloctrace.traces.store import NotFound
+
+log = logging.getLogger("alloctrace.server")
 
 
 def upload_dir_for(store) -> Path:
@@ -69,6 +72,7 @@ class Context:
         self.upload_dir = upload_dir_for(store)
         self._writer = None
         self._writer_lock = threading.Lock()
+        self.keeping: threading.Thread | None = None  # the last background build of state checkpoints
 
     def close(self):
         shutil.rmtree(self.upload_dir, ignore_errors=True)
@@ -119,10 +123,32 @@ class Context:
                        lambda: memmap.with_lod(memmap.extract(self.columns(trace_id, g))))  # with its tile pyramid
 
     def state_index(self, trace_id: str, g: int):
-        from alloctrace.traces.state_index import StateIndex
-        return _cached(self.states_cache, (trace_id, g),
-                       lambda: StateIndex(self.columns(trace_id, g), self.graph_info(trace_id, g)["capacity"],
-                                          self.call(lambda s: s.saved_states(trace_id, g))))
+        """The graph's StateIndex, from its stored checkpoints. A long graph stored without them (by an
+        older version) answers from checkpoints made on demand, and has them made and stored in the
+        background, for the next server."""
+        from alloctrace.traces.state_index import SAVED_MIN_EVENTS, StateIndex
+
+        def build():
+            cols, capacity = self.columns(trace_id, g), self.graph_info(trace_id, g)["capacity"]
+            index = StateIndex(cols, capacity, self.call(lambda s: s.saved_states(trace_id, g)))
+            if index._saved is None and index.n_events >= SAVED_MIN_EVENTS:
+                self.keeping = threading.Thread(target=self._keep_checkpoints, args=(trace_id, g, cols, capacity),
+                                                daemon=True, name=f"checkpoints {trace_id}:{g}")
+                self.keeping.start()
+            return index
+        return _cached(self.states_cache, (trace_id, g), build)
+
+    def _keep_checkpoints(self, trace_id: str, g: int, cols: dict, capacity: int | None):
+        """Make a graph's state checkpoints and store them (outside the write lock until they are made)."""
+        import zstandard
+
+        from alloctrace.traces.state_index import saved_checkpoints
+        from alloctrace.traces.store import checkpoint_rows
+        try:
+            rows = list(checkpoint_rows(saved_checkpoints(cols, capacity), zstandard.ZstdCompressor(level=3).compress))
+            self.write(lambda s: s.add_state_checkpoints(trace_id, g, rows))
+        except Exception as e:  # derived data: the states are answered without it
+            log.warning("state checkpoints of %s:%d not stored: %s", trace_id, g, e)
 
     def graph_info(self, trace_id: str, g: int) -> dict:
         """The graph's summary row plus its oom event and real capacity (traces.graph_info)."""

@@ -20,7 +20,7 @@ from hypothesis import given, settings, strategies as st
 from alloctrace.allocator import Event, get_profile
 from alloctrace.allocator.gallocr import BufferType, Gallocr
 from alloctrace.allocator.harness import graph_from_json
-from alloctrace.traces import store as store_mod
+from alloctrace.traces import state_index as state_index_mod, store as store_mod
 from alloctrace.traces.graph_info import graph_info
 from alloctrace.traces.sources import import_paths
 from alloctrace.traces.state import states_at
@@ -202,10 +202,13 @@ def test_a_graph_of_broken_frees_keeps_its_checkpoints_bounded(monkeypatch):
 
 
 def test_a_store_written_before_checkpoints_still_answers(tmp_path, monkeypatch):
-    """An older store has no checkpoint table: opening it adds the table, states are made on demand."""
+    """An older store has no checkpoint table: opening it adds the table, states are made on demand,
+    and the server stores the long graph's checkpoints meanwhile, for the next server."""
     from alloctrace.server.context import Context
     from alloctrace.traces.schema import GraphRecord, TraceMeta
     monkeypatch.setattr(store_mod, "SAVED_MIN_EVENTS", 1000)
+    monkeypatch.setattr(state_index_mod, "SAVED_MIN_EVENTS", 1000)
+    monkeypatch.setattr(StateIndex, "step", 100)
     events = synthetic_events(3000, seed=6, slots=64)
     store = open_store(tmp_path)
     tid = store.add_trace(TraceMeta("old", "synthetic", "ggml-head"), [GraphRecord(0, "reserve", events)])
@@ -216,11 +219,26 @@ def test_a_store_written_before_checkpoints_still_answers(tmp_path, monkeypatch)
     db.close()
     store = open_store(tmp_path)
     assert store.saved_states(tid, 0) is None
+    want = states_at(events, [0, 1234, len(events)])
     ctx = Context(store, 1 << 20)
     try:
         index = ctx.state_index(tid, 0)
         assert index._saved is None
-        want = states_at(events, [0, 1234, len(events)])
+        for n, st_n in want.items():
+            assert index.state(n) == st_n
+        ctx.keeping.join(60)
+    finally:
+        ctx.close()
+    store = open_store(tmp_path)
+    saved = store.saved_states(tid, 0)
+    lazy = StateIndex(store.columns(tid, 0), None)
+    lazy.state(len(events))
+    assert saved is not None and saved.marks == sorted(lazy.checkpoints)
+    assert not store.add_state_checkpoints(tid, 0, [(0, b"")])  # kept once
+    ctx = Context(store, 1 << 20)
+    try:
+        index = ctx.state_index(tid, 0)
+        assert index._saved is not None and ctx.keeping is None
         for n, st_n in want.items():
             assert index.state(n) == st_n
     finally:

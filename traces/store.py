@@ -19,7 +19,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import zstandard
@@ -253,9 +253,29 @@ class Store:
         """A long graph's state checkpoints (state_index.saved_checkpoints), made once here so
         that no state request has to replay the graph from its start."""
         capacity = capacity_of({"role": g.role, "buffer_size": g.buffer_size}, cols)
-        for cp in saved_checkpoints(cols, capacity):
+        for event, data in checkpoint_rows(saved_checkpoints(cols, capacity), self._zc.compress):
             self.db.execute("INSERT INTO state_checkpoints (trace_id, graph_idx, event, data) VALUES (?,?,?,?)",
-                            (tid, g.index, cp["n"], self._zc.compress(json.dumps(cp).encode())))
+                            (tid, g.index, event, data))
+
+    def add_state_checkpoints(self, tid: str, graph_index: int, rows: list[tuple[int, bytes]]) -> bool:
+        """Keep the checkpoints (checkpoint_rows) of a graph stored without them, in one transaction;
+        False when it has some already (another process was first) or is gone."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                have = self.db.execute("SELECT (SELECT count(*) FROM graphs WHERE trace_id=? AND idx=?), (SELECT "
+                                       "count(*) FROM state_checkpoints WHERE trace_id=? AND graph_idx=?)",
+                                       (tid, graph_index, tid, graph_index)).fetchone()
+                if have != (1, 0):
+                    self.db.execute("ROLLBACK")
+                    return False
+                self.db.executemany("INSERT INTO state_checkpoints (trace_id, graph_idx, event, data) VALUES "
+                                    "(?,?,?,?)", [(tid, graph_index, e, d) for e, d in rows])
+                self.db.execute("COMMIT")  # derived data: no generation bump, nothing cached changes
+                return True
+            except BaseException as e:
+                self._abandon(e)
+                raise
 
     def delete(self, tid: str) -> None:
         tid = self._id(tid)
@@ -393,6 +413,12 @@ class Store:
             raise NotFound(f"no trace {tid!r}")
         return TraceMeta(name=r[0], source=r[1], generation=r[2] or None, profile=r[3], created=r[4], tags=json.loads(r[5]),
                          extra=json.loads(r[6]))
+
+
+def checkpoint_rows(checkpoints, compress) -> Iterator[tuple[int, bytes]]:
+    """(event, stored bytes) of each state checkpoint (state_index.checkpoint_dict)."""
+    for cp in checkpoints:
+        yield cp["n"], compress(json.dumps(cp).encode())
 
 
 def _summary(row, graphs) -> dict:
