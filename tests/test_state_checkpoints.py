@@ -75,6 +75,17 @@ def test_real_logs_stored_with_checkpoints(log, tmp_path, monkeypatch, small_ste
     store.close()
 
 
+def test_pytorch_snapshots_keep_no_ggml_checkpoints(tmp_path, monkeypatch):
+    """A snapshot's devices are stored as graphs too, of allocator entries, not ggml events."""
+    monkeypatch.setattr(store_mod, "SAVED_MIN_EVENTS", 0)
+    store = open_store(tmp_path)
+    (tid,) = import_paths(store, [DATA / "torch" / "oom.pickle.gz"])
+    assert store.summary(tid)["graphs"]
+    assert store.db.execute("SELECT count(*) FROM state_checkpoints").fetchone()[0] == 0
+    assert not store.add_state_checkpoints(tid, 0, [(0, b"")])
+    store.close()
+
+
 def head_run(max_size: int, buffers: int) -> list[Event]:
     """The harness graphs through the head allocator model with small chunks (and several buffers)."""
     desc = load_harness(DATA / "ggml-real" / "head-gallocr" / "harness_gallocr.json")
@@ -177,6 +188,7 @@ def test_a_long_graph_keeps_its_checkpoints_in_the_store(tmp_path, monkeypatch):
                                                                           capacity=1 << 40)[len(events)]
     store.delete(tid)
     assert store.db.execute("SELECT count(*) FROM state_checkpoints").fetchone()[0] == 0
+    assert not store.add_state_checkpoints(tid, 0, [(0, b"")])
     store.close()
 
 

@@ -243,10 +243,11 @@ class Store:
         self.db.executemany(
             "INSERT INTO columns (trace_id, graph_idx, name, dtype, data) VALUES (?,?,?,?,?)",
             [(tid, g.index, name, dtype, data) for name, dtype, data in blobs])
-        if n >= SAVED_MIN_EVENTS:
-            if isinstance(g, EncodedGraph):
+        if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
+            if isinstance(g, EncodedGraph):  # ggml events (a PyTorch device's entries have no `kind`)
                 encoded = ({name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt))
-                            for name, dt, data in blobs}, json.loads(self._zd.decompress(strings)))
+                            for name, dt, data in blobs if name in REPLAYED_FIELDS},
+                           json.loads(self._zd.decompress(strings)))
             self._add_checkpoints(tid, g, public_columns(n, *encoded, names=REPLAYED_FIELDS))
 
     def _add_checkpoints(self, tid: str, g: GraphRecord | EncodedGraph, cols: dict):
@@ -258,15 +259,15 @@ class Store:
                             (tid, g.index, event, data))
 
     def add_state_checkpoints(self, tid: str, graph_index: int, rows: list[tuple[int, bytes]]) -> bool:
-        """Keep the checkpoints (checkpoint_rows) of a graph stored without them, in one transaction;
-        False when it has some already (another process was first) or is gone."""
+        """Keep the checkpoints (checkpoint_rows) of a graph of ggml events stored without them, in one
+        transaction; False when it has some already (another process was first), is gone, or is not one."""
         with self._lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                have = self.db.execute("SELECT (SELECT count(*) FROM graphs WHERE trace_id=? AND idx=?), (SELECT "
-                                       "count(*) FROM state_checkpoints WHERE trace_id=? AND graph_idx=?)",
-                                       (tid, graph_index, tid, graph_index)).fetchone()
-                if have != (1, 0):
+                have = self.db.execute("SELECT (SELECT count(*) FROM columns WHERE trace_id=? AND graph_idx=? AND "
+                                       "name='kind'), (SELECT count(*) FROM state_checkpoints WHERE trace_id=? AND "
+                                       "graph_idx=?)", (tid, graph_index, tid, graph_index)).fetchone()
+                if have != (1, 0):  # gone, not ggml events, or kept already
                     self.db.execute("ROLLBACK")
                     return False
                 self.db.executemany("INSERT INTO state_checkpoints (trace_id, graph_idx, event, data) VALUES "
@@ -399,9 +400,10 @@ class Store:
             with self._lock:
                 row = self.db.execute("SELECT data FROM state_checkpoints WHERE trace_id=? AND graph_idx=? AND "
                                       "event=?", (tid, int(graph_index), event)).fetchone()
-            if row is None:
-                raise NotFound(f"trace {tid} graph {graph_index} has no state checkpoint at event {event}")
-            return json.loads(self._zd.decompress(row[0]))
+                if row is None:
+                    raise NotFound(f"trace {tid} graph {graph_index} has no state checkpoint at event {event}")
+                data = self._zd.decompress(row[0])
+            return json.loads(data)
         return Saved(marks, load) if marks else None
 
     def meta(self, tid: str) -> TraceMeta:
