@@ -3,19 +3,20 @@
 A view window is a few thousand shapes and free-list rows: building a dict per
 row and running the generic JSON encoder over them cost more than cutting and
 reducing the window itself. Rows are formatted from column lists with one
-template; strings (tensor and op names) go through json.dumps once per distinct
-name. The document parses to exactly the dict of the generic reductions (tests/test_server_mapjson.py
+template; strings (tensor and op names) go through the C string encoder json.dumps
+uses, a column at a time. The document parses to exactly the dict of the generic reductions (tests/test_server_mapjson.py
 builds that reference and compares).
 
 With the graph's tile pyramid (traces/memmap_lod.py) built, a reduced window is
 rows of pyramid tiles: each tile's row and each series bucket's row is formatted
-once per graph and kept with the pyramid, so an answer is mostly a join.
+once per graph (`prepare`, when the graph's lifetimes are built) and kept with the
+pyramid, so an answer is mostly a join and no request formats a whole level.
 """
 from __future__ import annotations
 
 import json
-import re
 import threading
+from json.encoder import encode_basestring
 
 import numpy as np
 
@@ -28,30 +29,14 @@ SERIES = ("x", "used", "n_free", "largest_free", "total_free")
 SERIES_CACHED = 1 << 18  # series levels of up to this many buckets keep their JSON rows (~60 bytes each)
 
 
-class _Quoted(dict):
-    """name -> its JSON text, made on first use (None -> null)."""
-
-    def __missing__(self, key):
-        if key is not None and _PLAIN.fullmatch(key):
-            text = '"' + key + '"'
-        else:
-            text = json.dumps(key, ensure_ascii=False)
-        self[key] = text
-        return text
-
-
-_PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029]*')  # what json.dumps(ensure_ascii=False) just quotes
-MAX_QUOTED = 1 << 18  # names a graph keeps quoted (then it starts over)
-
-
-def _quoted(lt: memmap.Lifetimes) -> _Quoted:
-    """The graph's names as JSON text, kept with its pyramid (one fresh table without one)."""
-    if lt.lod is None:
-        return _Quoted()
-    q = _face(lt, "quoted", _Quoted)
-    if len(q) > MAX_QUOTED:
-        q.clear()
-    return q
+def quote_names(values) -> list[str]:
+    """Names as JSON text, exactly as json.dumps(name, ensure_ascii=False) writes each: the C string
+    encoder json.dumps itself calls, over the whole column; a column with None or non-string names
+    goes through json.dumps one by one."""
+    try:
+        return list(map(encode_basestring, values))
+    except TypeError:  # None (null) or not a string
+        return [json.dumps(v, ensure_ascii=False) for v in values]
 
 
 def _template(fields, kinds) -> str:
@@ -67,9 +52,8 @@ def _nullable(values: list) -> list:
     return ["null" if v is None else str(v) for v in values]
 
 
-def shape_rows(cols: dict, quoted: _Quoted | None = None) -> list[str]:
-    quoted = _Quoted() if quoted is None else quoted
-    names = [list(map(quoted.__getitem__, cols[k])) for k in SHAPE_NAMES]
+def shape_rows(cols: dict) -> list[str]:
+    names = [quote_names(cols[k]) for k in SHAPE_NAMES]
     return [SHAPE_ROW % r for r in zip(*([cols[k] for k in SHAPE_INTS] + names + [cols[k] for k in SHAPE_TAIL]))]
 
 
@@ -81,7 +65,7 @@ def _tile_rows(lt: memmap.Lifetimes, level: int) -> tuple[list[str], np.ndarray]
     """Every tile of a pyramid level as its JSON row (with all its members as `n`), made once."""
     lv = lt.lod.levels[level]
     rows = _face(lt, ("json-tiles", level),
-                 lambda: shape_rows(memmap_lod.tile_columns(lt, lv, np.arange(len(lv.key)), lv.count), _quoted(lt)))
+                 lambda: shape_rows(memmap_lod.tile_columns(lt, lv, np.arange(len(lv.key)), lv.count)))
     return rows, lv.count
 
 
@@ -96,6 +80,19 @@ def _face(lt: memmap.Lifetimes, key, build):
             if got is None:
                 got = faces[key] = build()
     return got
+
+
+def prepare(lt: memmap.Lifetimes) -> memmap.Lifetimes:
+    """Format every tile level's rows and every cached series level now, so that no later request
+    pays for a whole level (a tail of hundreds of ms under load). Returns `lt`."""
+    if lt.lod is None:
+        return lt
+    for level in range(len(lt.lod.levels)):
+        _tile_rows(lt, level)
+    for k, level in enumerate(lt.lod.series):
+        if len(level[0]) <= SERIES_CACHED:
+            _series_buffer(lt, k)
+    return lt
 
 
 def _rows_buffer(rows: list[str]) -> tuple[bytes, np.ndarray]:
@@ -113,10 +110,15 @@ def _series_text(lt: memmap.Lifetimes, k: int, lo: int, hi: int) -> bytes:
     if len(pyr.series[k][0]) > SERIES_CACHED:
         rows = series_rows(memmap_lod.series_columns(lt, pyr, lo << k, hi << k, hi - lo)[0])
         return ("[" + ",".join(rows) + "]").encode()
-    n = len(pyr.series[k][0])
-    buf, starts = _face(lt, ("json-series", k), lambda: _rows_buffer(
-        series_rows(memmap_lod.series_columns(lt, pyr, 0, min(lt.n_events, n << k), n)[0])))
+    buf, starts = _series_buffer(lt, k)
     return b"[" + buf[starts[lo]:starts[hi] - 1] + b"]"
+
+
+def _series_buffer(lt: memmap.Lifetimes, k: int) -> tuple[bytes, np.ndarray]:
+    pyr = lt.lod
+    n = len(pyr.series[k][0])
+    return _face(lt, ("json-series", k), lambda: _rows_buffer(
+        series_rows(memmap_lod.series_columns(lt, pyr, 0, min(lt.n_events, n << k), n)[0])))
 
 
 def _shapes_and_series(lt: memmap.Lifetimes, win, max_shapes: int, max_points: int):
@@ -135,12 +137,12 @@ def _shapes_and_series(lt: memmap.Lifetimes, win, max_shapes: int, max_points: i
         if len(cut):
             lv = lt.lod.levels[got.level]
             cut_cols = memmap_lod.tile_columns(lt, lv, got.rows[cut], got.n[cut])
-            for j, row in zip(cut.tolist(), shape_rows(cut_cols, _quoted(lt))):
+            for j, row in zip(cut.tolist(), shape_rows(cut_cols)):
                 out[j] = row
         merged = True
     else:  # the lifetimes in view, exact or bucketed over the window
         cols, _, merged = memmap.shape_columns(lt, win, max_shapes, vis=got)
-        out = shape_rows(cols, _quoted(lt))
+        out = shape_rows(cols)
     shapes, count = ("[" + ",".join(out) + "]").encode(), len(out)
     span = memmap_lod.series_range(lt, lt.lod, win[0], win[1], max_points)
     if span is None:

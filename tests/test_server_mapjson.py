@@ -97,11 +97,11 @@ def test_pyramid_answers_encode_like_the_generic_encoding(lt, monkeypatch, serie
 
 
 def test_names_are_quoted_as_json_dumps_quotes_them():
-    from alloctrace.server.mapjson import _Quoted
+    from alloctrace.server.mapjson import quote_names
     rng = random.Random(2)
-    chars = ['a', '"', '\\', '\x00', '\x1f', '\x7f', '\x85', '\u2028', 'ü', '✓', ' ', '<', '%', '/']
-    q = _Quoted()
-    for _ in range(3000):
-        s = "".join(rng.choice(chars) for _ in range(rng.randrange(6)))
-        assert q[s] == json.dumps(s, ensure_ascii=False), repr(s)
-    assert q[None] == "null"
+    chars = ['a', '"', '\\', '\x00', '\x1f', '\x7f', '\x85', '\u2028', '\ud800', 'ü', '✓', ' ', '<', '%', '/']
+    names = ["".join(rng.choice(chars) for _ in range(rng.randrange(6))) for _ in range(3000)]
+    assert quote_names(names) == [json.dumps(s, ensure_ascii=False) for s in names]
+    mixed = names[:50] + [None, 7] + names[50:100]  # None and non-strings: one by one
+    assert quote_names(mixed) == [json.dumps(s, ensure_ascii=False) for s in mixed]
+    assert quote_names(np.asarray(mixed, dtype=object)) == [json.dumps(s, ensure_ascii=False) for s in mixed]
