@@ -4,8 +4,8 @@ A view window is a few thousand shapes and free-list rows: building a dict per
 row and running the generic JSON encoder over them cost more than cutting and
 reducing the window itself. Rows are formatted from column lists with one
 template; strings (tensor and op names) go through the C string encoder json.dumps
-uses, a column at a time. The document parses to exactly the dict of the generic reductions (tests/test_server_mapjson.py
-builds that reference and compares).
+uses, a column at a time. The document parses to exactly the dict of the generic
+reductions (tests/test_server_mapjson.py builds that reference and compares).
 
 With the graph's tile pyramid (traces/memmap_lod.py) built, a reduced window is
 rows of pyramid tiles: each tile's row and each series bucket's row is formatted
@@ -26,7 +26,8 @@ SHAPE_INTS = ("x0", "x1", "y0", "y1", "n")
 SHAPE_NAMES = ("tensor", "op")
 SHAPE_TAIL = ("size", "offset", "chunk")
 SERIES = ("x", "used", "n_free", "largest_free", "total_free")
-SERIES_CACHED = 1 << 18  # series levels of up to this many buckets keep their JSON rows (~60 bytes each)
+SERIES_CACHED = 1 << 16  # series levels of up to this many buckets keep their JSON rows (~70 bytes each);
+# deeper levels serve only windows a few thousand events wide: their rows (at most max_points) are made per request
 
 
 def quote_names(values) -> list[str]:
@@ -95,30 +96,38 @@ def prepare(lt: memmap.Lifetimes) -> memmap.Lifetimes:
     return lt
 
 
-def _rows_buffer(rows: list[str]) -> tuple[bytes, np.ndarray]:
-    """Rows, each with a trailing comma, as one UTF-8 buffer and where each row starts (plus the end)."""
-    encoded = [(r + ",").encode() for r in rows]
-    starts = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=starts[1:])
-    return b"".join(encoded), starts
+def _level_rows(lt: memmap.Lifetimes, k: int, lo: int, hi: int) -> list[str]:
+    """Rows lo..hi of series level k (memmap_lod.series_columns' rows), each column turned to text
+    at once: a bucket's worst cases are whole numbers, NaN (not known yet) is null."""
+    texts = []
+    for a in lt.lod.series[k]:
+        a = a[lo:hi]
+        nan = np.isnan(a)
+        text = list(map(str, np.where(nan, 0, a).astype(np.int64).tolist()))
+        for i in np.flatnonzero(nan).tolist():
+            text[i] = "null"
+        texts.append(text)
+    return list(map(SERIES_ROW.__mod__, zip((np.arange(lo, hi) << k).tolist(), *texts)))
 
 
 def _series_text(lt: memmap.Lifetimes, k: int, lo: int, hi: int) -> bytes:
     """Rows lo..hi of series level k; levels of up to SERIES_CACHED buckets are formatted once, into one
     buffer, so an answer is one slice of it."""
-    pyr = lt.lod
-    if len(pyr.series[k][0]) > SERIES_CACHED:
-        rows = series_rows(memmap_lod.series_columns(lt, pyr, lo << k, hi << k, hi - lo)[0])
-        return ("[" + ",".join(rows) + "]").encode()
+    if len(lt.lod.series[k][0]) > SERIES_CACHED:
+        return ("[" + ",".join(_level_rows(lt, k, lo, hi)) + "]").encode()
     buf, starts = _series_buffer(lt, k)
     return b"[" + buf[starts[lo]:starts[hi] - 1] + b"]"
 
 
 def _series_buffer(lt: memmap.Lifetimes, k: int) -> tuple[bytes, np.ndarray]:
-    pyr = lt.lod
-    n = len(pyr.series[k][0])
-    return _face(lt, ("json-series", k), lambda: _rows_buffer(
-        series_rows(memmap_lod.series_columns(lt, pyr, 0, min(lt.n_events, n << k), n)[0])))
+    """The whole level as one buffer of rows, each with a trailing comma, and where each row starts
+    (plus the end). The rows are ASCII: a character is a byte."""
+    def build():
+        rows = _level_rows(lt, k, 0, len(lt.lod.series[k][0]))
+        starts = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)) + 1, out=starts[1:])
+        return ("".join(r + "," for r in rows)).encode("ascii"), starts
+    return _face(lt, ("json-series", k), build)
 
 
 def _shapes_and_series(lt: memmap.Lifetimes, win, max_shapes: int, max_points: int):
