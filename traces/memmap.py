@@ -287,10 +287,11 @@ def _settle(centres, g: int, max_shapes: int):
 
 
 def _count_occupied(cells: np.ndarray, g: int) -> int:
-    """len(_occupied(cells, g)[0]) without numbering the groups: the grid search only counts."""
-    if len(cells) * 16 < g * g:
-        return len(np.unique(cells))
-    return int(np.count_nonzero(np.bincount(cells, minlength=g * g)))
+    """len(_occupied(cells, g)[0]) without numbering the groups: the grid search only counts, and
+    marking cells in a g*g bitmap (at most GRID**2 bytes) is cheaper than sorting or counting them."""
+    seen = np.zeros(g * g, dtype=bool)
+    seen[cells] = True
+    return int(np.count_nonzero(seen))
 
 
 def _occupied(cells: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
