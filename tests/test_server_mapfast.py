@@ -162,3 +162,18 @@ def test_query_params_reads_only_plain_numbers_in_bounds():
     assert mapfast.query_params(b"x0=3&x1=9&max_shapes=20000&q=anything")["max_shapes"] == 20000
     for bad in (b"x0=3&x0=3", b"x0=+3", b"x0=03", b"max_points=0", b"max_points=10001", b"y1=0", b"x1="):
         assert mapfast.query_params(bad) is None, bad
+
+
+def test_the_guards_still_come_first(stored, taken):
+    d, tid = stored
+    url = f"/api/traces/{tid}/graphs/0/memory-map?x0=0&x1=500"
+    with TestClient(create_app(d, token="s3cret")) as c:
+        assert c.get(url, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        for _ in range(2):  # warm now, yet still refused without the token or from a foreign Host
+            r = c.get(url)
+            assert r.status_code == 401 and r.json() == {"detail": "missing or wrong token"}
+        assert c.get(url + "&token=s3cret").status_code == 200
+    with TestClient(create_app(d, hosts={"127.0.0.1"}), base_url="http://127.0.0.1") as c:
+        assert c.get(url).status_code == 200 and c.get(url).status_code == 200
+        assert c.get(url, headers={"Host": "evil.example"}).status_code == 403
+    assert taken["fast"] == 2  # the warm requests that got through the guards
