@@ -14,6 +14,7 @@ pyramid, so an answer is mostly a join and no request formats a whole level.
 """
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from json.encoder import encode_basestring
@@ -97,17 +98,29 @@ def prepare(lt: memmap.Lifetimes) -> memmap.Lifetimes:
 
 
 def _level_rows(lt: memmap.Lifetimes, k: int, lo: int, hi: int) -> list[str]:
-    """Rows lo..hi of series level k (memmap_lod.series_columns' rows), each column turned to text
-    at once: a bucket's worst cases are whole numbers, NaN (not known yet) is null."""
-    texts = []
+    """Rows lo..hi of series level k (memmap_lod.series_columns' rows). A bucket's worst cases are
+    whole numbers, NaN (not known yet: only before the first event that carries them) is null; a
+    column without NaN is formatted as ints by the row template itself."""
+    cols, kinds = [], ["%d"]
     for a in lt.lod.series[k]:
         a = a[lo:hi]
         nan = np.isnan(a)
-        text = list(map(str, np.where(nan, 0, a).astype(np.int64).tolist()))
-        for i in np.flatnonzero(nan).tolist():
-            text[i] = "null"
-        texts.append(text)
-    return list(map(SERIES_ROW.__mod__, zip((np.arange(lo, hi) << k).tolist(), *texts)))
+        if nan.any():
+            text = list(map(str, np.where(nan, 0, a).astype(np.int64).tolist()))
+            for i in np.flatnonzero(nan).tolist():
+                text[i] = "null"
+            cols.append(text)
+            kinds.append("%s")
+        else:
+            cols.append(a.astype(np.int64).tolist())
+            kinds.append("%d")
+    row = _series_template(tuple(kinds))
+    return list(map(row.__mod__, zip((np.arange(lo, hi) << k).tolist(), *cols)))
+
+
+@functools.lru_cache(maxsize=None)
+def _series_template(kinds: tuple) -> str:
+    return _template(SERIES, kinds)
 
 
 def _series_text(lt: memmap.Lifetimes, k: int, lo: int, hi: int) -> bytes:
