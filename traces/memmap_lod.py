@@ -7,7 +7,9 @@ occupied tile keeps the bounding box of its members, how many there are and its 
 member (by duration x bytes; the first one on ties). The finest level kept, the counting
 level (the finest with at most COUNT_TILES occupied tiles), also keeps its members grouped
 by tile, so a window's lifetimes are counted exactly: tiles inside the window count
-whole, only the members of tiles on its border are tested one by one.
+whole, only the members of tiles on its border are tested one by one. Its tiles are also
+indexed by event column, with each column's event extent, so a zoomed window tests only
+the tiles of the columns that reach into it.
 
 A window answer (see `shape_columns`) is exact when at most max_shapes lifetimes are in
 view (the same lifetimes, in the same order, as memmap.shape_columns gives), else the
