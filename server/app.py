@@ -27,6 +27,7 @@ from alloctrace.server.api import TRACE_ID, router
 from alloctrace.server.context import Context
 from alloctrace.server.torch_api import is_torch_trace as torch_page_for, router as torch_router
 from alloctrace.server.guard import OriginGuard, one_line_loop_errors, os_error_response
+from alloctrace.server.mapfast import MemoryMapFastPath
 from alloctrace.server.upload import UploadError
 from alloctrace.server.whatif_api import router as whatif_router
 
@@ -124,6 +125,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     app.include_router(whatif_router)  # caching-allocator what-if for PyTorch snapshots
     _errors(app)
     _pages(app, web)
+    app.add_middleware(MemoryMapFastPath, ctx=ctx)  # innermost: after the guards below
     if token:
         app.add_middleware(TokenGuard, token=token)
     app.add_middleware(OriginGuard, hosts=hosts)

@@ -25,6 +25,7 @@ from alloctrace.traces import memmap
 from alloctrace.traces.columns import event_rows
 from alloctrace.traces.graph_info import graph_info
 from alloctrace.traces.store import NotFound
+from alloctrace.server.mapjson import prepare
 
 log = logging.getLogger("alloctrace.server")
 
@@ -109,6 +110,15 @@ class Context:
         gen = self.call(lambda s: s.generation())
         if gen == self._generation:
             return
+        self._refresh(gen)
+
+    def fresh_now(self) -> bool:
+        """`fresh` for the event loop: True when the caches are known current without waiting;
+        False when the store is busy or has changed (the caller then takes the route that waits)."""
+        gen_of = getattr(self.store, "generation", None)
+        return gen_of is None or gen_of(wait=False) == self._generation
+
+    def _refresh(self, gen):
         with self._gen_lock:
             ids = self.call(lambda s: s.trace_ids())
             for cache in self._caches():
@@ -119,8 +129,10 @@ class Context:
         return _cached(self.columns_cache, (trace_id, g), lambda: self.call(lambda s: s.columns(trace_id, g)))
 
     def lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes:
+        """Built on the graph's first view with its tile pyramid and the pyramid's JSON rows, so
+        later views of it only cut and join."""
         return _cached(self.lifetimes_cache, (trace_id, g),
-                       lambda: memmap.with_lod(memmap.extract(self.columns(trace_id, g))))  # with its tile pyramid
+                       lambda: prepare(memmap.with_lod(memmap.extract(self.columns(trace_id, g)))))
 
     def state_index(self, trace_id: str, g: int):
         """The graph's StateIndex, from its stored checkpoints. A long graph stored without them (by an

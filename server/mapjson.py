@@ -3,19 +3,21 @@
 A view window is a few thousand shapes and free-list rows: building a dict per
 row and running the generic JSON encoder over them cost more than cutting and
 reducing the window itself. Rows are formatted from column lists with one
-template; strings (tensor and op names) go through json.dumps once per distinct
-name. The document parses to exactly the dict of the generic reductions (tests/test_server_mapjson.py
-builds that reference and compares).
+template; strings (tensor and op names) go through the C string encoder json.dumps
+uses, a column at a time. The document parses to exactly the dict of the generic
+reductions (tests/test_server_mapjson.py builds that reference and compares).
 
 With the graph's tile pyramid (traces/memmap_lod.py) built, a reduced window is
 rows of pyramid tiles: each tile's row and each series bucket's row is formatted
-once per graph and kept with the pyramid, so an answer is mostly a join.
+once per graph (`prepare`, when the graph's lifetimes are built) and kept with the
+pyramid, so an answer is mostly a join and no request formats a whole level.
 """
 from __future__ import annotations
 
+import functools
 import json
-import re
 import threading
+from json.encoder import encode_basestring
 
 import numpy as np
 
@@ -25,33 +27,18 @@ SHAPE_INTS = ("x0", "x1", "y0", "y1", "n")
 SHAPE_NAMES = ("tensor", "op")
 SHAPE_TAIL = ("size", "offset", "chunk")
 SERIES = ("x", "used", "n_free", "largest_free", "total_free")
-SERIES_CACHED = 1 << 18  # series levels of up to this many buckets keep their JSON rows (~60 bytes each)
+SERIES_CACHED = 1 << 16  # series levels of up to this many buckets keep their JSON rows (~70 bytes each);
+# deeper levels serve only windows a few thousand events wide: their rows (at most max_points) are made per request
 
 
-class _Quoted(dict):
-    """name -> its JSON text, made on first use (None -> null)."""
-
-    def __missing__(self, key):
-        if key is not None and _PLAIN.fullmatch(key):
-            text = '"' + key + '"'
-        else:
-            text = json.dumps(key, ensure_ascii=False)
-        self[key] = text
-        return text
-
-
-_PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029]*')  # what json.dumps(ensure_ascii=False) just quotes
-MAX_QUOTED = 1 << 18  # names a graph keeps quoted (then it starts over)
-
-
-def _quoted(lt: memmap.Lifetimes) -> _Quoted:
-    """The graph's names as JSON text, kept with its pyramid (one fresh table without one)."""
-    if lt.lod is None:
-        return _Quoted()
-    q = _face(lt, "quoted", _Quoted)
-    if len(q) > MAX_QUOTED:
-        q.clear()
-    return q
+def quote_names(values) -> list[str]:
+    """Names as JSON text, exactly as json.dumps(name, ensure_ascii=False) writes each: the C string
+    encoder json.dumps itself calls, over the whole column; a column with None or non-string names
+    goes through json.dumps one by one."""
+    try:
+        return list(map(encode_basestring, values))
+    except TypeError:  # None (null) or not a string
+        return [json.dumps(v, ensure_ascii=False) for v in values]
 
 
 def _template(fields, kinds) -> str:
@@ -67,9 +54,8 @@ def _nullable(values: list) -> list:
     return ["null" if v is None else str(v) for v in values]
 
 
-def shape_rows(cols: dict, quoted: _Quoted | None = None) -> list[str]:
-    quoted = _Quoted() if quoted is None else quoted
-    names = [list(map(quoted.__getitem__, cols[k])) for k in SHAPE_NAMES]
+def shape_rows(cols: dict) -> list[str]:
+    names = [quote_names(cols[k]) for k in SHAPE_NAMES]
     return [SHAPE_ROW % r for r in zip(*([cols[k] for k in SHAPE_INTS] + names + [cols[k] for k in SHAPE_TAIL]))]
 
 
@@ -81,7 +67,7 @@ def _tile_rows(lt: memmap.Lifetimes, level: int) -> tuple[list[str], np.ndarray]
     """Every tile of a pyramid level as its JSON row (with all its members as `n`), made once."""
     lv = lt.lod.levels[level]
     rows = _face(lt, ("json-tiles", level),
-                 lambda: shape_rows(memmap_lod.tile_columns(lt, lv, np.arange(len(lv.key)), lv.count), _quoted(lt)))
+                 lambda: shape_rows(memmap_lod.tile_columns(lt, lv, np.arange(len(lv.key)), lv.count)))
     return rows, lv.count
 
 
@@ -98,25 +84,63 @@ def _face(lt: memmap.Lifetimes, key, build):
     return got
 
 
-def _rows_buffer(rows: list[str]) -> tuple[bytes, np.ndarray]:
-    """Rows, each with a trailing comma, as one UTF-8 buffer and where each row starts (plus the end)."""
-    encoded = [(r + ",").encode() for r in rows]
-    starts = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=starts[1:])
-    return b"".join(encoded), starts
+def prepare(lt: memmap.Lifetimes) -> memmap.Lifetimes:
+    """Format every tile level's rows and every cached series level now, so that no later request
+    pays for a whole level (a tail of hundreds of ms under load). Returns `lt`."""
+    if lt.lod is None:
+        return lt
+    for level in range(len(lt.lod.levels)):
+        _tile_rows(lt, level)
+    for k, level in enumerate(lt.lod.series):
+        if len(level[0]) <= SERIES_CACHED:
+            _series_buffer(lt, k)
+    return lt
+
+
+def _level_rows(lt: memmap.Lifetimes, k: int, lo: int, hi: int) -> list[str]:
+    """Rows lo..hi of series level k (memmap_lod.series_columns' rows). A bucket's worst cases are
+    whole numbers, NaN (not known yet: only before the first event that carries them) is null; a
+    column without NaN is formatted as ints by the row template itself."""
+    cols, kinds = [], ["%d"]
+    for a in lt.lod.series[k]:
+        a = a[lo:hi]
+        nan = np.isnan(a)
+        if nan.any():
+            text = list(map(str, np.where(nan, 0, a).astype(np.int64).tolist()))
+            for i in np.flatnonzero(nan).tolist():
+                text[i] = "null"
+            cols.append(text)
+            kinds.append("%s")
+        else:
+            cols.append(a.astype(np.int64).tolist())
+            kinds.append("%d")
+    row = _series_template(tuple(kinds))
+    return list(map(row.__mod__, zip((np.arange(lo, hi) << k).tolist(), *cols)))
+
+
+@functools.lru_cache(maxsize=None)
+def _series_template(kinds: tuple) -> str:
+    return _template(SERIES, kinds)
 
 
 def _series_text(lt: memmap.Lifetimes, k: int, lo: int, hi: int) -> bytes:
     """Rows lo..hi of series level k; levels of up to SERIES_CACHED buckets are formatted once, into one
     buffer, so an answer is one slice of it."""
-    pyr = lt.lod
-    if len(pyr.series[k][0]) > SERIES_CACHED:
-        rows = series_rows(memmap_lod.series_columns(lt, pyr, lo << k, hi << k, hi - lo)[0])
-        return ("[" + ",".join(rows) + "]").encode()
-    n = len(pyr.series[k][0])
-    buf, starts = _face(lt, ("json-series", k), lambda: _rows_buffer(
-        series_rows(memmap_lod.series_columns(lt, pyr, 0, min(lt.n_events, n << k), n)[0])))
+    if len(lt.lod.series[k][0]) > SERIES_CACHED:
+        return ("[" + ",".join(_level_rows(lt, k, lo, hi)) + "]").encode()
+    buf, starts = _series_buffer(lt, k)
     return b"[" + buf[starts[lo]:starts[hi] - 1] + b"]"
+
+
+def _series_buffer(lt: memmap.Lifetimes, k: int) -> tuple[bytes, np.ndarray]:
+    """The whole level as one buffer of rows, each with a trailing comma, and where each row starts
+    (plus the end). The rows are ASCII: a character is a byte."""
+    def build():
+        rows = _level_rows(lt, k, 0, len(lt.lod.series[k][0]))
+        starts = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)) + 1, out=starts[1:])
+        return ("".join(r + "," for r in rows)).encode("ascii"), starts
+    return _face(lt, ("json-series", k), build)
 
 
 def _shapes_and_series(lt: memmap.Lifetimes, win, max_shapes: int, max_points: int):
@@ -135,12 +159,12 @@ def _shapes_and_series(lt: memmap.Lifetimes, win, max_shapes: int, max_points: i
         if len(cut):
             lv = lt.lod.levels[got.level]
             cut_cols = memmap_lod.tile_columns(lt, lv, got.rows[cut], got.n[cut])
-            for j, row in zip(cut.tolist(), shape_rows(cut_cols, _quoted(lt))):
+            for j, row in zip(cut.tolist(), shape_rows(cut_cols)):
                 out[j] = row
         merged = True
     else:  # the lifetimes in view, exact or bucketed over the window
         cols, _, merged = memmap.shape_columns(lt, win, max_shapes, vis=got)
-        out = shape_rows(cols, _quoted(lt))
+        out = shape_rows(cols)
     shapes, count = ("[" + ",".join(out) + "]").encode(), len(out)
     span = memmap_lod.series_range(lt, lt.lod, win[0], win[1], max_points)
     if span is None:

@@ -186,3 +186,21 @@ def test_lru_builds_once_and_drops_the_oldest():
     cache.drop("a")
     assert cache.get(("a", 0), lambda: build(5)) == 50
     assert built == [1, 2, 3, 4, 5]
+
+
+def test_the_grid_search_counts_occupied_cells_as_numbering_them_does():
+    rng = np.random.default_rng(4)
+    for g in (1, 2, 7, 64, 357, 1024):
+        for n in (0, 1, 10, 5000, 300_000):
+            cells = rng.integers(0, g * g, n) if rng.random() < 0.5 else rng.integers(0, max(1, g), n) * g
+            assert memmap._count_occupied(cells, g) == len(memmap._occupied(cells, g)[0]) == len(np.unique(cells))
+
+
+def test_lru_peek_never_builds():
+    cache = memmap.LRU(2)
+    assert cache.peek(("a", 0)) is None
+    cache.get(("a", 0), lambda: 1)
+    cache.get(("b", 0), lambda: 2)
+    assert cache.peek(("a", 0)) == 1  # used now: "b" is the oldest
+    cache.get(("c", 0), lambda: 3)
+    assert cache.peek(("b", 0)) is None and cache.peek(("a", 0)) == 1

@@ -109,3 +109,21 @@ def test_small_and_empty_graphs(fixtures):
     plain, lt = plain_and_lod(events)
     for win in windows(lt, 30, 6):
         assert memmap.shape_columns(lt, win, 2000) == memmap.shape_columns(plain, win, 2000)
+
+
+def test_column_pruning_finds_what_testing_every_tile_finds(graphs, monkeypatch):
+    """answer() tests only the tiles of event columns that reach into the window; the answers equal
+    those of testing every counting-level tile."""
+    _, lt = graphs
+    wins = list(windows(lt, 150, 7)) + [(0, lt.n_events, 0, lt.y_extent), (lt.n_events - 1, lt.n_events, 0, 1)]
+    pruned = [memmap_lod._rows_near(lt.lod, w[0], w[1]) for w in wins]
+    assert sum(r is not None for r in pruned) > 20
+    got = [memmap_lod.answer(lt, lt.lod, w, m) for w in wins for m in (1, 40, 2000)]
+    monkeypatch.setattr(memmap_lod, "_rows_near", lambda *a: None)
+    want = [memmap_lod.answer(lt, lt.lod, w, m) for w in wins for m in (1, 40, 2000)]
+    for (g, gt), (w, wt) in zip(got, want):
+        assert gt == wt and type(g) is type(w)
+        if isinstance(w, memmap_lod.Tiles):
+            assert g.level == w.level and np.array_equal(g.rows, w.rows) and np.array_equal(g.n, w.n)
+        else:
+            assert np.array_equal(g, w)

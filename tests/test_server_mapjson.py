@@ -97,11 +97,31 @@ def test_pyramid_answers_encode_like_the_generic_encoding(lt, monkeypatch, serie
 
 
 def test_names_are_quoted_as_json_dumps_quotes_them():
-    from alloctrace.server.mapjson import _Quoted
+    from alloctrace.server.mapjson import quote_names
     rng = random.Random(2)
-    chars = ['a', '"', '\\', '\x00', '\x1f', '\x7f', '\x85', '\u2028', 'ü', '✓', ' ', '<', '%', '/']
-    q = _Quoted()
-    for _ in range(3000):
-        s = "".join(rng.choice(chars) for _ in range(rng.randrange(6)))
-        assert q[s] == json.dumps(s, ensure_ascii=False), repr(s)
-    assert q[None] == "null"
+    chars = ['a', '"', '\\', '\x00', '\x1f', '\x7f', '\x85', '\u2028', '\ud800', 'ü', '✓', ' ', '<', '%', '/']
+    names = ["".join(rng.choice(chars) for _ in range(rng.randrange(6))) for _ in range(3000)]
+    assert quote_names(names) == [json.dumps(s, ensure_ascii=False) for s in names]
+    mixed = names[:50] + [None, 7] + names[50:100]  # None and non-strings: one by one
+    assert quote_names(mixed) == [json.dumps(s, ensure_ascii=False) for s in mixed]
+    assert quote_names(np.asarray(mixed, dtype=object)) == [json.dumps(s, ensure_ascii=False) for s in mixed]
+
+
+@pytest.mark.parametrize("series_cached", [1 << 16, 8])
+def test_unknown_free_list_values_are_null_in_cached_and_uncached_levels(lt, monkeypatch, series_cached):
+    """Before the first event that reports the free list its values are unknown (NaN): null."""
+    from dataclasses import replace
+    from alloctrace.server import mapjson
+    monkeypatch.setattr(mapjson, "SERIES_CACHED", series_cached)
+    head = np.arange(len(lt.n_free)) < 700
+    lod = memmap.with_lod(replace(lt, lod=None, _by_start=None, n_free=np.where(head, np.nan, lt.n_free),
+                                  total_free=np.where(head, np.nan, lt.total_free)))
+    info = {"max_size": None, "buffer_size": None, "oom": None}
+    nulls = 0
+    for win in [(0, 300, 0, lod.y_extent), (0, 5000, 0, lod.y_extent), (650, 900, 0, lod.y_extent),
+                (0, lod.n_events, 0, lod.y_extent)]:
+        for max_points in (1000, 7):
+            want = memory_map(lod, info, win, 50, max_points)
+            assert json.loads(memory_map_json(lod, info, win, 50, max_points)) == want, win
+            nulls += sum(r["n_free"] is None for r in want["free_list"])
+    assert nulls

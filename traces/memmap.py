@@ -280,10 +280,18 @@ def _settle(centres, g: int, max_shapes: int):
         cells = _cells(centres, g)
         if g * g <= max_shapes:
             return g, cells
-        occupied = len(_occupied(cells, g)[0])
+        occupied = _count_occupied(cells, g)
         if occupied <= max_shapes:
             return g, cells
         g = max(1, min(g - 1, int(g / math.sqrt(occupied / max_shapes))))
+
+
+def _count_occupied(cells: np.ndarray, g: int) -> int:
+    """len(_occupied(cells, g)[0]) without numbering the groups: the grid search only counts, and
+    marking cells in a g*g bitmap (at most GRID**2 bytes) is cheaper than sorting or counting them."""
+    seen = np.zeros(g * g, dtype=bool)
+    seen[cells] = True
+    return int(np.count_nonzero(seen))
 
 
 def _occupied(cells: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
@@ -424,6 +432,14 @@ class LRU:
             finally:
                 with self._lock:
                     self._building.pop(key, None)
+            return value
+
+    def peek(self, key):
+        """The value if it is built already (marked as used), else None; never builds."""
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
             return value
 
     def drop(self, trace_id: str):

@@ -7,7 +7,9 @@ occupied tile keeps the bounding box of its members, how many there are and its 
 member (by duration x bytes; the first one on ties). The finest level kept, the counting
 level (the finest with at most COUNT_TILES occupied tiles), also keeps its members grouped
 by tile, so a window's lifetimes are counted exactly: tiles inside the window count
-whole, only the members of tiles on its border are tested one by one.
+whole, only the members of tiles on its border are tested one by one. Its tiles are also
+indexed by event column, with each column's event extent, so a zoomed window tests only
+the tiles of the columns that reach into it.
 
 A window answer (see `shape_columns`) is exact when at most max_shapes lifetimes are in
 view (the same lifetimes, in the same order, as memmap.shape_columns gives), else the
@@ -48,6 +50,7 @@ class Pyramid:
     members: np.ndarray  # lifetime indices grouped by counting-level tile (rows in key order)
     first: np.ndarray  # members[first[r]:first[r + 1]] belong to counting-level row r
     series: list  # series[k]: (used, n_free, largest_free, total_free) per bucket of 2**k events
+    columns: tuple  # counting-level tiles by event column: (first row per column + end, lowest x0, highest x1)
     faces: dict = field(default_factory=dict)  # what a face derives once from the pyramid (the server's JSON rows)
 
 
@@ -101,7 +104,12 @@ def build(lt) -> Pyramid:
                    _at(np.minimum, up, finest.y0, k_tiles, top_int), _at(np.maximum, up, finest.y1, k_tiles, -1),
                    big, np.bincount(up, weights=finest.count, minlength=k_tiles).astype(np.int64), up)
         levels.append(lv)
-    return Pyramid(levels[::-1], order, first, _series_levels(lt))
+    n_cols = 1 << level
+    col_x0, col_x1 = np.full(n_cols, np.iinfo(np.int64).max), np.full(n_cols, -1, dtype=np.int64)
+    np.minimum.at(col_x0, tx, finest.x0)
+    np.maximum.at(col_x1, tx, finest.x1)
+    columns = (np.searchsorted(tx, np.arange(n_cols + 1)), col_x0, col_x1)
+    return Pyramid(levels[::-1], order, first, _series_levels(lt), columns)
 
 
 def _occupied(x: np.ndarray, y: np.ndarray, level: int) -> int:
@@ -152,9 +160,14 @@ def answer(lt, pyr: Pyramid, win, max_shapes: int) -> tuple[Tiles | np.ndarray, 
     lifetimes in view)."""
     wx0, wx1, wy0, wy1 = win
     cl = pyr.levels[-1]
-    overlap = (cl.x0 < wx1) & (cl.x1 > wx0) & (cl.y0 < wy1) & (cl.y1 > wy0)
-    inside = overlap & (cl.x0 >= wx0) & (cl.x1 <= wx1) & (cl.y0 >= wy0) & (cl.y1 <= wy1)
+    rows = _rows_near(pyr, wx0, wx1)
+    x0, x1, y0, y1 = (cl.x0, cl.x1, cl.y0, cl.y1) if rows is None else \
+        (cl.x0[rows], cl.x1[rows], cl.y0[rows], cl.y1[rows])
+    overlap = (x0 < wx1) & (x1 > wx0) & (y0 < wy1) & (y1 > wy0)
+    inside = overlap & (x0 >= wx0) & (x1 <= wx1) & (y0 >= wy0) & (y1 <= wy1)
     inside_rows, border = np.flatnonzero(inside), np.flatnonzero(overlap & ~inside)
+    if rows is not None:
+        inside_rows, border = rows[inside_rows], rows[border]
     cand = pyr.members[_ranges(pyr.first, border)]  # members of border tiles: tested one by one
     hit = (lt.start[cand] < wx1) & (lt.end[cand] > wx0) & (lt.y0[cand] < wy1) & (lt.y1[cand] > wy0)
     in_view = np.zeros(len(cl.key), dtype=np.int64)
@@ -183,6 +196,16 @@ def answer(lt, pyr: Pyramid, win, max_shapes: int) -> tuple[Tiles | np.ndarray, 
     if len(best.rows) * FEW < max_shapes and total <= REGRID * max_shapes:
         return visible(), total  # zoomed far in: the tiles are coarse here; a grid over the window shows more
     return best, total
+
+
+def _rows_near(pyr: Pyramid, wx0: int, wx1: int) -> np.ndarray | None:
+    """Counting-level rows of the event columns whose tiles reach into events [wx0, wx1), ascending;
+    None when that is most of them (then every row is tested)."""
+    first, col_x0, col_x1 = pyr.columns
+    cols = np.flatnonzero((col_x0 < wx1) & (col_x1 > wx0))
+    if len(cols) * 2 > len(col_x0):
+        return None
+    return _ranges(first, cols)
 
 
 def tile_columns(lt, lv: Level, rows: np.ndarray, n: np.ndarray) -> dict:

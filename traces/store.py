@@ -211,10 +211,15 @@ class Store:
         self.db.execute("INSERT INTO store_info VALUES ('generation', '1') ON CONFLICT(key) "
                         "DO UPDATE SET value = CAST(value AS INTEGER) + 1")
 
-    def generation(self) -> int:
-        """A number that changes whenever any process writes to the store."""
-        with self._lock:
+    def generation(self, wait: bool = True) -> int | None:
+        """A number that changes whenever any process writes to the store. wait=False: None when
+        this connection is busy (a long read in another thread) instead of waiting for it."""
+        if not self._lock.acquire(blocking=wait):
+            return None
+        try:
             row = self.db.execute("SELECT value FROM store_info WHERE key='generation'").fetchone()
+        finally:
+            self._lock.release()
         return int(row[0]) if row else 0
 
     def trace_ids(self) -> set[str]:

@@ -91,7 +91,8 @@ def run(args) -> int:
     server_log.setLevel(logging.WARNING)
     server_log.propagate = False
     # connections beyond what the file table can hold get a 503, never a 500
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=30,
+    # no access log: at this log level it would print nothing, yet build each request's line first
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30,
                                            http=slow_client_protocol(AutoHTTPProtocol),
                                            limit_concurrency=max(8, files - 32)))
     try:
