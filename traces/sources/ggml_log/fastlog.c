@@ -49,9 +49,18 @@ typedef struct {
     int32_t *slots; int64_t nslots;  /* open addressing, -1 empty */
 } Pool;
 
-static uint64_t hash_bytes(const char *p, int64_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (int64_t i = 0; i < n; i++) { h ^= (unsigned char)p[i]; h *= 1099511628211ULL; }
+static uint64_t hash_bytes(const char *p, int64_t n) {  /* 8 bytes at a time, multiply and fold */
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)n;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p + i, (size_t)(n - i));
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
     return h ^ (h >> 29);
 }
 
@@ -151,6 +160,8 @@ typedef struct {
     char *colbuf; int64_t capcol;
     char *table; int64_t ntable, captable;
     int32_t *table_ids; int64_t ntable_ids, cap_table_ids;
+    Draft *spare;
+    char *scratch; int64_t capscratch;  /* a line's lower-case copy, an exec line's sources as JSON */
     char reason[200];
     int declined;
 } St;
@@ -394,22 +405,22 @@ static int parse_exec(St *st, const char *s, int64_t n, Item *it, int *matched) 
         if (nonascii(s + a, n - a)) bad = 1;
         if (bad) return decline(st, "non-ASCII name in an exec line");
         /* the sources as their JSON list: split on ", " */
-        static char *js; static int64_t cap;
         int64_t jn = 0;
-        put(&js, &jn, &cap, "[", 1);
+        char **js = &st->scratch; int64_t *cap = &st->capscratch;
+        put(js, &jn, cap, "[", 1);
         if (a < n) {
             int64_t q = a;
             for (;;) {
                 int64_t c = find(s, n, q, ", ");
                 int64_t e = c < 0 ? n : c;
-                if (q > a) put(&js, &jn, &cap, ", ", 2);
-                put_json_str(&js, &jn, &cap, s + q, e - q);
+                if (q > a) put(js, &jn, cap, ", ", 2);
+                put_json_str(js, &jn, cap, s + q, e - q);
                 if (c < 0) break;
                 q = c + 2;
             }
         }
-        put(&js, &jn, &cap, "]", 1);
-        it->ev.s[S_SRCS] = intern(&st->pool, js, jn);
+        put(js, &jn, cap, "]", 1);
+        it->ev.s[S_SRCS] = intern(&st->pool, *js, jn);
         *matched = 1;
         int decl = 0;
         int g = glued(s, p, &decl);
@@ -592,8 +603,7 @@ static int parse_assert(St *st, const char *s, int64_t n, Item *it) {
 }
 
 static int parse_program(St *st, const char *s, int64_t n, Item *it) {
-    static char *low; static int64_t cap;
-    low = grow(low, &cap, n + 1, 1);
+    char *low = st->scratch = grow(st->scratch, &st->capscratch, n + 1, 1);
     for (int64_t i = 0; i < n; i++) { char c = s[i]; low[i] = (c >= 'A' && c <= 'Z') ? (char)(c | 32) : c; }
     if (has(low, n, "compute buffer")) return IT_COMPUTE;
     if (has(low, n, "measure allocator")) return IT_MEASURE;
@@ -649,8 +659,7 @@ static int parse_line(St *st, const char *s, int64_t n, Item *it) {
             int64_t p = find(s, n, 0, TRIGGERS[k]);
             if (p >= 0 && p <= last_na) return decline(st, "non-ASCII text before allocator text");
         }
-        static char *low; static int64_t cap;
-        low = grow(low, &cap, n + 1, 1);
+        char *low = st->scratch = grow(st->scratch, &st->capscratch, n + 1, 1);
         for (int64_t i = 0; i < n; i++) { char c = s[i]; low[i] = (c >= 'A' && c <= 'Z') ? (char)(c | 32) : c; }
         for (int k = 0; HINTS[k]; k++) if (has(low, n, HINTS[k])) return decline(st, "non-ASCII program hint line");
     }
@@ -764,12 +773,25 @@ static void take_snapshot(St *st) {
     }
 }
 
-static void draft_free(Draft *d) { if (d) { free(d->items); free(d); } }
+static void draft_free(St *st, Draft *d) {  /* one is kept for the next (no fresh pages per graph) */
+    if (!d) return;
+    if (st && !st->spare) { st->spare = d; return; }
+    free(d->items); free(d);
+}
+static Draft *draft_alloc(St *st) {
+    Draft *d = st->spare;
+    st->spare = NULL;
+    if (!d) return calloc(1, sizeof(Draft));
+    Ev *items = d->items; int64_t cap = d->cap;
+    memset(d, 0, sizeof *d);
+    d->items = items; d->cap = cap;
+    return d;
+}
 
 /* open the next draft with the pending hints; the one it ends (with items) is queued */
 static void new_draft(St *st, Ev *items, int64_t nitems) {
     Draft *done = st->cur;
-    Draft *d = calloc(1, sizeof(Draft));
+    Draft *d = draft_alloc(st);
     d->buffer_before = MISSING; d->alignment = MISSING;
     for (int64_t i = 0; i < nitems; i++) draft_push(d, &items[i]);
     if (st->has_pending_measure) d->measure_before = 1;
@@ -778,7 +800,7 @@ static void new_draft(St *st, Ev *items, int64_t nitems) {
     st->has_pending_measure = st->has_pending_buffer = st->has_pending_align = 0;
     st->cur = d; st->gap = 0; st->exec_since_blank = 0;
     if (done && done->n) queue_push(st, done);
-    else draft_free(done);
+    else draft_free(st, done);
 }
 
 static void feed_event(St *st, const Ev *ev) {
@@ -959,7 +981,7 @@ end:
             d->incomplete = !(walk_ended || failed);
             queue_push(st, d);
             take_snapshot(st);
-        } else draft_free(d);
+        } else draft_free(st, d);
         if (st->declined) return -1;
     }
     return 0;
@@ -1318,14 +1340,14 @@ EXPORT int fl_next(void *p, GraphOut *out) {
     St *st = p;
     if (st->declined) return -1;
     if (!st->configured) { decline(st, "not configured"); return -1; }
-    draft_free(st->out_draft);
+    draft_free(st, st->out_draft);
     st->out_draft = NULL;
     if (!st->qn) { st->qhead = 0; return 0; }
     Draft *d = st->queue[st->qhead++];
     st->qn--;
     if (!st->qn) st->qhead = 0;
     if (d->alignment != MISSING && (d->alignment < 0 || d->alignment > (1 << 30))) {
-        decline(st, "odd alignment"); draft_free(d); return -1;
+        decline(st, "odd alignment"); draft_free(st, d); return -1;
     }
     replay(st, d, out);
     encode(st, d, out);
@@ -1339,12 +1361,14 @@ EXPORT void fl_free(void *p) {
     free(st->pool.bytes); free(st->pool.off); free(st->pool.len); free(st->pool.slots);
     free(st->memo.start); free(st->memo.len); free(st->memo.item); free(st->memo.bytes); free(st->memo.slots);
     free(st->carry);
-    draft_free(st->cur); draft_free(st->out_draft);
-    for (int64_t i = 0; i < st->qn; i++) draft_free(st->queue[st->qhead + i]);
+    draft_free(st, st->cur); draft_free(st, st->out_draft);
+    for (int64_t i = 0; i < st->qn; i++) draft_free(st, st->queue[st->qhead + i]);
     free(st->queue); free(st->asserts);
     free(st->addrs); free(st->sizes);
     free(st->op_stamp); free(st->op_val); free(st->local); free(st->local_stamp);
     free(st->live_head); free(st->live_tail); free(st->live_stamp); free(st->lnext); free(st->lev);
+    if (st->spare) { free(st->spare->items); free(st->spare); }
+    free(st->scratch);
     free(st->colbuf); free(st->table); free(st->table_ids);
     free(st);
 }
