@@ -161,6 +161,11 @@ typedef struct {
     char *table; int64_t ntable, captable;
     int32_t *table_ids; int64_t ntable_ids, cap_table_ids;
     Draft *spare;
+    /* graphs recovered before: (replay state, draft hints, the items' keys) -> the state after, a slot number */
+    int64_t **cache_keys, **cache_ends; int64_t *cache_slot; int64_t ncache, capcache;
+    int32_t *cache_index; int64_t ncache_index;
+    int64_t cache_words, next_slot, epoch;
+    int64_t *keybuf; int64_t capkey;
     char *scratch; int64_t capscratch;  /* a line's lower-case copy, an exec line's sources as JSON */
     char reason[200];
     int declined;
@@ -173,6 +178,7 @@ typedef struct {
     const char *oom_tensor; int64_t oom_tensor_len;
     const char *cols[N_INTS + N_STRS]; int64_t itemsize[N_INTS + N_STRS];  /* itemsize 0: column absent */
     const char *table; int64_t table_len;
+    int64_t slot, hit, epoch;  /* the graph's cache slot; hit: it is the slot's graph again (columns not filled) */
 } GraphOut;
 
 static int decline(St *st, const char *why) {
@@ -1335,6 +1341,95 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     out->incomplete = d->incomplete;
 }
 
+/* ---------- the recovery cache (graph_cache.RecoveryCache) ---------- */
+#define CACHE_WORDS (1 << 21)  /* key and state words held; the cache starts over when it would hold more */
+
+static int64_t state_words(St *st, int64_t *w) {  /* everything `replay` reads besides the draft */
+    int64_t k = 0;
+    w[k++] = st->index == 0; w[k++] = st->life; w[k++] = st->measure_max; w[k++] = st->measure_align;
+    w[k++] = st->buffer; w[k++] = st->has_t;
+    if (st->has_t) {
+        w[k++] = st->t_base; w[k++] = st->t_size; w[k++] = st->t_align; w[k++] = st->t_measure; w[k++] = st->t_max;
+        w[k++] = st->nfree;
+        for (int64_t i = 0; i < st->nfree; i++) { w[k++] = st->addrs[i]; w[k++] = st->sizes[i]; }
+    }
+    return k;
+}
+static void state_restore(St *st, const int64_t *w) {
+    int64_t k = 1;
+    st->life = (int)w[k++]; st->measure_max = w[k++]; st->measure_align = w[k++]; st->buffer = w[k++];
+    st->has_t = (int)w[k++];
+    if (st->has_t) {
+        st->t_base = w[k++]; st->t_size = w[k++]; st->t_align = w[k++]; st->t_measure = (int)w[k++]; st->t_max = w[k++];
+        int64_t n = w[k++];
+        int64_t oldcap = st->capfree;
+        st->addrs = grow(st->addrs, &st->capfree, n + 1, sizeof(int64_t));
+        if (st->capfree != oldcap) st->sizes = realloc(st->sizes, st->capfree * sizeof(int64_t));
+        for (int64_t i = 0; i < n; i++) { st->addrs[i] = w[k++]; st->sizes[i] = w[k++]; }
+        st->nfree = n;
+    }
+}
+static int64_t draft_key(St *st, Draft *d) {  /* into st->keybuf: [length, state..., hints..., item keys...] */
+    st->keybuf = grow(st->keybuf, &st->capkey, 32 + 2 * st->nfree + d->n, sizeof(int64_t));
+    int64_t *w = st->keybuf, k = 1;
+    k += state_words(st, w + k);
+    w[k++] = d->measure_before; w[k++] = d->compute_after; w[k++] = d->buffer_before; w[k++] = d->alignment;
+    w[k++] = d->n_exec; w[k++] = d->n;
+    for (int64_t i = 0; i < d->n; i++) w[k++] = d->items[i].key;
+    w[0] = k;
+    return k;
+}
+static uint64_t key_hash(const int64_t *w, int64_t k) { return hash_bytes((const char *)w, k * 8); }
+
+static void cache_clear(St *st) {
+    for (int64_t i = 0; i < st->ncache; i++) { free(st->cache_keys[i]); free(st->cache_ends[i]); }
+    st->ncache = 0; st->cache_words = 0; st->epoch++;
+    if (st->cache_index) memset(st->cache_index, 0xff, st->ncache_index * sizeof(int32_t));
+}
+static int64_t cache_find(St *st, const int64_t *w, int64_t k) {
+    if (!st->ncache_index) return -1;
+    uint64_t h = key_hash(w, k) & (st->ncache_index - 1);
+    while (st->cache_index[h] >= 0) {
+        int64_t e = st->cache_index[h];
+        if (st->cache_keys[e][0] == k && memcmp(st->cache_keys[e], w, k * 8) == 0) return e;
+        h = (h + 1) & (st->ncache_index - 1);
+    }
+    return -1;
+}
+static void cache_insert(St *st, const int64_t *w, int64_t k, int64_t slot) {
+    int64_t end[64 + 2 * 256];
+    int64_t ke = 0;
+    if (st->nfree > 256) return;
+    ke = state_words(st, end);
+    if (st->cache_words + k + ke > CACHE_WORDS) cache_clear(st);
+    if (!st->ncache_index || (st->ncache + 1) * 2 > st->ncache_index) {
+        int64_t n = st->ncache_index ? st->ncache_index * 2 : 1024;
+        free(st->cache_index);
+        st->cache_index = malloc(n * sizeof(int32_t));
+        memset(st->cache_index, 0xff, n * sizeof(int32_t));
+        st->ncache_index = n;
+        for (int64_t e = 0; e < st->ncache; e++) {
+            uint64_t h = key_hash(st->cache_keys[e], st->cache_keys[e][0]) & (n - 1);
+            while (st->cache_index[h] >= 0) h = (h + 1) & (n - 1);
+            st->cache_index[h] = (int32_t)e;
+        }
+    }
+    int64_t oldcap = st->capcache;
+    st->cache_keys = grow(st->cache_keys, &st->capcache, st->ncache + 1, sizeof(int64_t *));
+    if (st->capcache != oldcap) {
+        st->cache_ends = realloc(st->cache_ends, st->capcache * sizeof(int64_t *));
+        st->cache_slot = realloc(st->cache_slot, st->capcache * sizeof(int64_t));
+    }
+    int64_t e = st->ncache++;
+    st->cache_keys[e] = malloc(k * 8); memcpy(st->cache_keys[e], w, k * 8);
+    st->cache_ends[e] = malloc(ke * 8); memcpy(st->cache_ends[e], end, ke * 8);
+    st->cache_slot[e] = slot;
+    st->cache_words += k + ke;
+    uint64_t h = key_hash(w, k) & (st->ncache_index - 1);
+    while (st->cache_index[h] >= 0) h = (h + 1) & (st->ncache_index - 1);
+    st->cache_index[h] = (int32_t)e;
+}
+
 /* replay and encode the next finished graph: 1 one is in *out, 0 none queued, -1 declined */
 EXPORT int fl_next(void *p, GraphOut *out) {
     St *st = p;
@@ -1349,8 +1444,25 @@ EXPORT int fl_next(void *p, GraphOut *out) {
     if (d->alignment != MISSING && (d->alignment < 0 || d->alignment > (1 << 30))) {
         decline(st, "odd alignment"); draft_free(st, d); return -1;
     }
+    int64_t k = draft_key(st, d);
+    int64_t e = cache_find(st, st->keybuf, k);
+    out->incomplete = d->incomplete;
+    out->n = d->n;
+    if (e >= 0) {  /* the graph the replay would produce again: jump to the state it would reach */
+        state_restore(st, st->cache_ends[e]);
+        out->index = st->index++;
+        out->slot = st->cache_slot[e];
+        out->hit = 1;
+        out->epoch = st->epoch;
+        st->out_draft = d;
+        return 1;
+    }
     replay(st, d, out);
     encode(st, d, out);
+    out->slot = st->next_slot++;
+    out->hit = 0;
+    cache_insert(st, st->keybuf, k, out->slot);
+    out->epoch = st->epoch;
     st->out_draft = d;
     return 1;
 }
@@ -1369,6 +1481,8 @@ EXPORT void fl_free(void *p) {
     free(st->live_head); free(st->live_tail); free(st->live_stamp); free(st->lnext); free(st->lev);
     if (st->spare) { free(st->spare->items); free(st->spare); }
     free(st->scratch);
+    cache_clear(st);
+    free(st->cache_keys); free(st->cache_ends); free(st->cache_slot); free(st->cache_index); free(st->keybuf);
     free(st->colbuf); free(st->table); free(st->table_ids);
     free(st);
 }

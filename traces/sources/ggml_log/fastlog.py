@@ -46,7 +46,8 @@ class GraphOut(ctypes.Structure):
                                                    "pad")] + \
                [("oom_tensor", ctypes.c_void_p), ("oom_tensor_len", ctypes.c_int64),
                 ("cols", ctypes.c_void_p * len(COLUMNS)), ("itemsize", ctypes.c_int64 * len(COLUMNS)),
-                ("table", ctypes.c_void_p), ("table_len", ctypes.c_int64)]
+                ("table", ctypes.c_void_p), ("table_len", ctypes.c_int64),
+                ("slot", ctypes.c_int64), ("hit", ctypes.c_int64), ("epoch", ctypes.c_int64)]
 
 
 _LIB: list = []  # [library or None], once tried
@@ -208,36 +209,55 @@ def _configure(lib, st, generation, detect_generation, Features):
 
 
 class _Encoder:
-    """A graph's columns, compressed; a column equal to the previous graph's reuses its blob."""
+    """Graphs in their stored form. A graph the C side recovered before (its cache slot) reuses that
+    graph's parts; a column whose bytes were packed before (by an earlier graph) reuses its blob."""
+
+    MAX_KEPT = 32 << 20  # column bytes kept as keys of packed blobs; they start over when more
 
     def __init__(self):
         self.compress = compressor()
-        self.prev: dict[str, tuple] = {}
+        self.slots: dict[int, tuple] = {}
+        self.epoch = None
+        self.packed: dict[bytes, bytes] = {}
+        self.kept = 0
 
-    def _blob(self, name: str, dtype: str, data: bytes):
-        old = self.prev.get(name)
-        if old is not None and old[0] == data:
-            return old[1]
-        blob = (name, dtype, self.compress(data))
-        self.prev[name] = (data, blob)
+    def _pack(self, data: bytes) -> bytes:
+        blob = self.packed.get(data)
+        if blob is None:
+            blob = self.compress(data)
+            if self.kept + len(data) > self.MAX_KEPT:
+                self.packed.clear()
+                self.kept = 0
+            self.packed[data] = blob
+            self.kept += len(data)
         return blob
 
     def graph(self, out: GraphOut) -> EncodedGraph:
         n, index = out.n, out.index
-        blobs = []
+        if out.epoch != self.epoch:  # the C side's cache started over
+            self.slots.clear()
+            self.epoch = out.epoch
+        if out.hit:
+            parts = self.slots[out.slot]
+        else:
+            parts = self.slots[out.slot] = self._parts(out)
+        role, max_size, buffer_size, oom, consistent, strings, blobs = parts
         if n:
             col = constant_column("graph", index, n)
-            blobs.append(("graph", col.dtype.str, self.compress(col.tobytes())))
-        for i, name in enumerate(COLUMNS):
-            size = out.itemsize[i]
-            if size:
-                blobs.append(self._blob(name, DTYPE[size], ctypes.string_at(out.cols[i], size * n)))
-        strings = self._blob("", "", ctypes.string_at(out.table, out.table_len))[2]
+            blobs = [("graph", col.dtype.str, self._pack(col.tobytes()))] + blobs
+        return EncodedGraph(index=index, role=role, n_events=n, max_size=max_size, buffer_size=buffer_size,
+                            oom=None if oom is None else dict(oom), consistent=consistent, strings=strings,
+                            blobs=blobs, extra={"incomplete": True} if out.incomplete else {})
+
+    def _parts(self, out: GraphOut) -> tuple:
+        n, pack, at = out.n, self._pack, ctypes.string_at
+        itemsize, cols = out.itemsize, out.cols
+        blobs = [(name, DTYPE[size], pack(at(cols[i], size * n)))
+                 for i, (name, size) in enumerate(zip(COLUMNS, itemsize)) if size]
+        strings = pack(at(out.table, out.table_len))
         oom = None
         if out.has_oom:
-            tensor = ctypes.string_at(out.oom_tensor, out.oom_tensor_len).decode() if out.oom_has_tensor else None
+            tensor = at(out.oom_tensor, out.oom_tensor_len).decode() if out.oom_has_tensor else None
             oom = {"tensor": tensor, "needed": out.oom_needed, "largest_available": out.oom_largest}
-        return EncodedGraph(index=index, role="eval" if out.role else "measure", n_events=n, max_size=out.max_size,
-                            buffer_size=out.buffer_size if out.has_buffer else None, oom=oom,
-                            consistent=bool(out.consistent), strings=strings, blobs=blobs,
-                            extra={"incomplete": True} if out.incomplete else {})
+        return ("eval" if out.role else "measure", out.max_size, out.buffer_size if out.has_buffer else None, oom,
+                bool(out.consistent), strings, blobs)
