@@ -81,6 +81,19 @@ def test_the_real_long_log_stores_the_same_bytes(tmp_path, monkeypatch):
     assert imp.fast, imp.declined
 
 
+def test_repeated_graphs_come_from_the_recovery_cache(tmp_path, monkeypatch):
+    """Four runs of one program: later graphs repeat earlier ones line for line, from the same allocator
+    state; the C cache serves the graphs the Python path's RecoveryCache serves (no more, no fewer)."""
+    data = (FIXTURES / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log").read_bytes() * 4
+    assert_same_store(tmp_path, data, monkeypatch)
+    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "1")
+    pure = fast_run(io.BytesIO(data))
+    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
+    fastlog._LIB.clear()
+    imp = fast_run(io.BytesIO(data))
+    assert imp.fast and imp.fast_hits == pure.cache.hits >= 12
+
+
 def test_a_forced_generation_and_a_compressed_input_store_the_same_bytes(tmp_path, monkeypatch):
     data = lzma.compress((FIXTURES / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log").read_bytes())
     got = assert_same_store(tmp_path, data, monkeypatch, name="in.log.xz", generation="ggml-2023-08-16")

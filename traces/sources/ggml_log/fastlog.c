@@ -912,7 +912,9 @@ static void feed_line(St *st, const char *s, int64_t n) {
     if (t == IT_DECLINE) { decline(st, "line not understood"); return; }
     feed(st, &it);
     take_snapshot(st);
-    if (st->pool.nbytes > (256LL << 20)) decline(st, "too many distinct names");
+    /* memory stays bounded: the Python path takes inputs that would hold more */
+    if (st->pool.nbytes > (128LL << 20)) decline(st, "too many distinct names");
+    if (st->cur && st->cur->n > (1 << 20)) decline(st, "a graph walk of more than 2^20 lines");
 }
 
 /* ---------- API: lines in ---------- */

@@ -156,6 +156,7 @@ def fast_graphs(imp, src):
 
     st = lib.fl_new()
     out = GraphOut()
+    imp.fast_hits = 0  # graphs the C side's recovery cache served
     try:
         encoder = _Encoder()
         configured = False
@@ -178,6 +179,7 @@ def fast_graphs(imp, src):
                         raise Declined(lib.fl_reason(st).decode())
                     if not got:
                         break
+                    imp.fast_hits += out.hit
                     yield encoder.graph(out)
                 if imp.progress and not final:
                     imp.progress()
