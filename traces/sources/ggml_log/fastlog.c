@@ -124,6 +124,7 @@ typedef struct {
         k_abort, r_external, r_layout, r_output, r_oofb, k_none, k_empty;
     LineMemo memo;
     int64_t next_key;
+    int64_t memo_hits, memo_lookups, memo_skip;  /* a memo that rarely hits is left alone for a while */
     /* line carry between blocks */
     char *carry; int64_t ncarry, capcarry;
     int64_t lineno;
@@ -716,7 +717,13 @@ static void memo_clear(LineMemo *m) {
 
 static int parse_memo(St *st, const char *s, int64_t n, Item *it) {
     LineMemo *m = &st->memo;
-    if (n > MEMO_LONGEST) {
+    if (st->memo_lookups == MEMO_LIMIT) {  /* every MEMO_LIMIT lookups: was the memo worth it? */
+        if (st->memo_hits * 8 < st->memo_lookups) st->memo_skip = 4 * MEMO_LIMIT;
+        st->memo_hits = st->memo_lookups = 0;
+    }
+    if (st->memo_skip > 0) st->memo_skip--;
+    else st->memo_lookups++;
+    if (n > MEMO_LONGEST || st->memo_skip > 0) {
         int t = parse_line(st, s, n, it);
         it->type = t;
         it->ev.key = st->next_key++;
@@ -726,7 +733,11 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it) {
     uint64_t h = hash_bytes(s, n) & (m->nslots - 1);
     while (m->slots[h] >= 0) {
         int32_t id = m->slots[h];
-        if (m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) { *it = m->item[id]; return it->type; }
+        if (m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
+            st->memo_hits++;
+            *it = m->item[id];
+            return it->type;
+        }
         h = (h + 1) & (m->nslots - 1);
     }
     int t = parse_line(st, s, n, it);

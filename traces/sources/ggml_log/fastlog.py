@@ -21,7 +21,7 @@ from pathlib import Path
 from alloctrace.allocator.profiles import PROFILES
 
 from ...cbuild import build_library
-from ...columns import EncodedGraph, STR_FIELDS, compressor, constant_column
+from ...columns import EncodedGraph, STR_FIELDS, compressor
 from ...errors import UserError
 from ...logio import LogReader
 
@@ -244,9 +244,9 @@ class _Encoder:
         else:
             parts = self.slots[out.slot] = self._parts(out)
         role, max_size, buffer_size, oom, consistent, strings, blobs = parts
-        if n:
-            col = constant_column("graph", index, n)
-            blobs = [("graph", col.dtype.str, self._pack(col.tobytes()))] + blobs
+        if n:  # the graph's index in every row (columns.constant_column), without numpy
+            size = 1 if index < 1 << 7 else 2 if index < 1 << 15 else 4 if index < 1 << 31 else 8
+            blobs = [("graph", DTYPE[size], self.compress(index.to_bytes(size, "little") * n))] + blobs
         return EncodedGraph(index=index, role=role, n_events=n, max_size=max_size, buffer_size=buffer_size,
                             oom=None if oom is None else dict(oom), consistent=consistent, strings=strings,
                             blobs=blobs, extra={"incomplete": True} if out.incomplete else {})
