@@ -245,3 +245,19 @@ def test_many_graph_log_with_random_edits_stores_the_same_bytes(tmp_path, monkey
     edits = [(rng.choice(["delete", "duplicate", "swap", "program", "glue", "blank", "allocator"]),
               rng.randrange(10**6), rng.randrange(10**6)) for _ in range(40)]
     assert_same_store(tmp_path, mutated(lines, edits, False), monkeypatch)
+
+
+def test_text_blocks_split_inside_a_character_and_a_line_break(tmp_path, monkeypatch):
+    """A multi-byte character and a CR LF pair across the 1 MiB read blocks, plain ASCII blocks
+    between: the text the C side scans is what LogReader decodes."""
+    body = lzma.decompress(MANY.read_bytes())[:3 * fastlog.TEXT_BLOCK]
+    body = body[:body.rindex(b"\n") + 1]
+    cut = body.index(b"\n", fastlog.TEXT_BLOCK - 200) + 1
+    program = "r\u00e9sum\u00e9 of the run\n".encode()
+    pad = b"x" * (fastlog.TEXT_BLOCK - cut - 2)  # the second byte of "é" is the next block's first
+    data = body[:cut] + pad + program + body[cut:]
+    cut2 = data.index(b"\n", 2 * fastlog.TEXT_BLOCK - 100)
+    data = data[:cut2] + b"\r" + data[cut2:]  # a CR LF pair, the CR before the block boundary
+    for edit in (data, data[:2 * fastlog.TEXT_BLOCK - 1] + b"\r" + data[2 * fastlog.TEXT_BLOCK - 1:]):
+        assert_same_store(tmp_path / str(len(edit)), edit, monkeypatch)
+        assert fast_run(io.BytesIO(edit)).fast

@@ -11,11 +11,13 @@ with ALLOCTRACE_PURE_PYTHON=1, the Python path runs alone.
 """
 from __future__ import annotations
 
+import codecs
 import ctypes
 import io
 import logging
 import os
 import tempfile
+import zlib
 from pathlib import Path
 
 from alloctrace.allocator.profiles import PROFILES
@@ -23,7 +25,7 @@ from alloctrace.allocator.profiles import PROFILES
 from ...cbuild import build_library
 from ...columns import EncodedGraph, STR_FIELDS, compressor
 from ...errors import UserError
-from ...logio import LogReader
+from ...logio import LogReader, _why
 
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("fastlog.c")
@@ -162,12 +164,9 @@ def fast_graphs(imp, src):
         configured = False
         with LogReader(src, label=imp.label, limits=imp.limits) as reader:
             imp.path = reader.path
-            read = reader.text.read
             final = False
-            while not final:
-                block = read(TEXT_BLOCK)
-                final = not block
-                data = block.encode()
+            for data in _utf8_text(reader):
+                final = not data
                 if lib.fl_feed(st, data, len(data), final) < 0:
                     raise Declined(lib.fl_reason(st).decode())
                 if not configured and lib.fl_queued(st):
@@ -187,6 +186,29 @@ def fast_graphs(imp, src):
             raise Declined("no graph walks")  # the Python path says what is wrong
     finally:
         lib.fl_free(st)
+
+
+def _utf8_text(reader):
+    """The input's text as LogReader.text decodes it (UTF-8, bad bytes replaced, universal newlines),
+    re-encoded as UTF-8, in blocks; b"" at the end. Blocks of plain ASCII without a carriage return
+    are that text already and skip the decoder."""
+    read = reader.binary.read
+    decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder("utf-8")(errors="replace"), True)
+    clean = decoder.getstate()
+    while True:
+        try:
+            raw = read(TEXT_BLOCK)
+            if raw and raw.isascii() and b"\r" not in raw and decoder.getstate() == clean:
+                yield raw
+                continue
+            text = decoder.decode(raw, final=not raw)
+        except (EOFError, OSError, zlib.error) as e:  # LogReader.blocks' message
+            raise UserError(f"{reader.path}: truncated or corrupt {reader.kind} data ({_why(e)})") from None
+        if text:
+            yield text.encode()
+        if not raw:
+            yield b""
+            return
 
 
 def _configure(lib, st, generation, detect_generation, Features):
