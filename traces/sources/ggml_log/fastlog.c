@@ -261,23 +261,29 @@ static void put(char **buf, int64_t *n, int64_t *cap, const char *p, int64_t m) 
     *n += m;
 }
 static void put_json_str(char **buf, int64_t *n, int64_t *cap, const char *p, int64_t m) {
-    put(buf, n, cap, "\"", 1);
-    int64_t run = 0;
+    *buf = grow(*buf, cap, *n + 6 * m + 3, 1);  /* the longest escape (\u00XX) is 6 bytes */
+    char *w = *buf + *n;
+    *w++ = '"';
     for (int64_t i = 0; i < m; i++) {
         unsigned char c = (unsigned char)p[i];
-        const char *esc = NULL; char tmp[8];
-        if (c == '"') esc = "\\\""; else if (c == '\\') esc = "\\\\"; else if (c == '\n') esc = "\\n";
-        else if (c == '\r') esc = "\\r"; else if (c == '\t') esc = "\\t"; else if (c == '\b') esc = "\\b";
-        else if (c == '\f') esc = "\\f";
-        else if (c < 0x20 || c == 0x7f) { snprintf(tmp, sizeof tmp, "\\u%04x", c); esc = tmp; }
-        if (esc) {
-            put(buf, n, cap, p + i - run, run);
-            run = 0;
-            put(buf, n, cap, esc, (int64_t)strlen(esc));
-        } else run++;
+        if (c >= 0x20 && c != '"' && c != '\\' && c != 0x7f) { *w++ = (char)c; continue; }
+        *w++ = '\\';
+        switch (c) {
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '\n': *w++ = 'n'; break;
+        case '\r': *w++ = 'r'; break;
+        case '\t': *w++ = 't'; break;
+        case '\b': *w++ = 'b'; break;
+        case '\f': *w++ = 'f'; break;
+        default: {
+            static const char hex[] = "0123456789abcdef";
+            *w++ = 'u'; *w++ = '0'; *w++ = '0'; *w++ = hex[c >> 4]; *w++ = hex[c & 15];
+        }
+        }
     }
-    put(buf, n, cap, p + m - run, run);
-    put(buf, n, cap, "\"", 1);
+    *w++ = '"';
+    *n = w - *buf;
 }
 
 /* ---------- one line -> one item (parse_log.parse_line) ---------- */
@@ -1278,24 +1284,27 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     Ev *E = d->items;
     int64_t n = d->n;
     out->n = n;
-    /* sizes first, then fill */
+    /* the range of every integer field in one pass, then each present field's column */
     int64_t total = 0;
-    int64_t isz[N_INTS]; int64_t lo[N_INTS], hi[N_INTS];
-    for (int f = 0; f < N_INTS; f++) {
-        int any = 0; int64_t l = 0, h = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t v = E[i].v[f];
-            if (v == MISSING) continue;
-            if (!any) { l = h = v; any = 1; } else { if (v < l) l = v; if (v > h) h = v; }
+    int64_t isz[N_INTS], lo[N_INTS], hi[N_INTS];
+    for (int f = 0; f < N_INTS; f++) { lo[f] = INT64_MAX; hi[f] = INT64_MIN; }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t *v = E[i].v;
+        for (int f = 0; f < N_INTS; f++) {
+            if (v[f] == MISSING) continue;  /* hi stays INT64_MIN (= MISSING) only when nothing is present */
+            if (v[f] < lo[f]) lo[f] = v[f];
+            if (v[f] > hi[f]) hi[f] = v[f];
         }
+    }
+    for (int f = 0; f < N_INTS; f++) {
+        int64_t l = lo[f], h = hi[f];
         isz[f] = 0;
-        if (any) {
+        if (l <= h) {
             if (l > INT8_MIN && h <= INT8_MAX) isz[f] = 1;
             else if (l > INT16_MIN && h <= INT16_MAX) isz[f] = 2;
             else if (l > INT32_MIN && h <= INT32_MAX) isz[f] = 4;
             else isz[f] = 8;
         }
-        lo[f] = l; hi[f] = h;
         total += isz[f] * n;
     }
     total += N_STRS * 4 * n;
@@ -1304,19 +1313,13 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     for (int f = 0; f < N_INTS; f++) {
         out->itemsize[f] = isz[f];
         out->cols[f] = w;
-        if (!isz[f]) continue;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t v = E[i].v[f];
-            switch (isz[f]) {
-            case 1: { int8_t x = v == MISSING ? INT8_MIN : (int8_t)v; memcpy(w, &x, 1); break; }
-            case 2: { int16_t x = v == MISSING ? INT16_MIN : (int16_t)v; memcpy(w, &x, 2); break; }
-            case 4: { int32_t x = v == MISSING ? INT32_MIN : (int32_t)v; memcpy(w, &x, 4); break; }
-            default: memcpy(w, &v, 8);
-            }
-            w += isz[f];
+        switch (isz[f]) {
+        case 1: for (int64_t i = 0; i < n; i++) { int64_t v = E[i].v[f]; int8_t x = v == MISSING ? INT8_MIN : (int8_t)v; memcpy(w, &x, 1); w += 1; } break;
+        case 2: for (int64_t i = 0; i < n; i++) { int64_t v = E[i].v[f]; int16_t x = v == MISSING ? INT16_MIN : (int16_t)v; memcpy(w, &x, 2); w += 2; } break;
+        case 4: for (int64_t i = 0; i < n; i++) { int64_t v = E[i].v[f]; int32_t x = v == MISSING ? INT32_MIN : (int32_t)v; memcpy(w, &x, 4); w += 4; } break;
+        case 8: for (int64_t i = 0; i < n; i++) { memcpy(w, &E[i].v[f], 8); w += 8; } break;
         }
     }
-    (void)lo; (void)hi;
     /* the string table: first appearance over kind, tensor, op, parent, view_src, reason, srcs, extra */
     ensure_ids(st);
     st->stamp++;
