@@ -160,6 +160,8 @@ typedef struct {
     Draft *out_draft;
     char *colbuf; int64_t capcol;
     char *table; int64_t ntable, captable;
+    char *prevcol; int64_t nprevcol, capprevcol; int64_t prev_n, prev_off[N_INTS + N_STRS], prev_size[N_INTS + N_STRS];
+    char *prevtable; int64_t nprevtable, capprevtable;
     int32_t *table_ids; int64_t ntable_ids, cap_table_ids;
     Draft *spare;
     /* graphs recovered before: (replay state, draft hints, the items' keys) -> the state after, a slot number */
@@ -180,6 +182,7 @@ typedef struct {
     const char *cols[N_INTS + N_STRS]; int64_t itemsize[N_INTS + N_STRS];  /* itemsize 0: column absent */
     const char *table; int64_t table_len;
     int64_t slot, hit, epoch;  /* the graph's cache slot; hit: it is the slot's graph again (columns not filled) */
+    int64_t same[N_INTS + N_STRS + 1];  /* this column (and, last, the table) equals the previous encoded graph's */
 } GraphOut;
 
 static int decline(St *st, const char *why) {
@@ -1355,6 +1358,21 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     put(&st->table, &st->ntable, &st->captable, "]", 1);
     out->table = st->table; out->table_len = st->ntable;
     out->incomplete = d->incomplete;
+    /* which columns repeat the previous encoded graph's (their packed bytes are reused) */
+    for (int f = 0; f < N_INTS + N_STRS; f++) {
+        int64_t sz = out->itemsize[f], off = out->cols[f] - st->colbuf;
+        out->same[f] = st->prev_n == n && st->prev_size[f] == sz && sz &&
+                       memcmp(st->prevcol + st->prev_off[f], out->cols[f], sz * n) == 0;
+        st->prev_off[f] = off; st->prev_size[f] = sz;
+    }
+    out->same[N_INTS + N_STRS] = st->nprevtable == st->ntable && memcmp(st->prevtable, st->table, st->ntable) == 0;
+    st->prev_n = n;
+    st->nprevcol = w - st->colbuf;
+    st->prevcol = grow(st->prevcol, &st->capprevcol, st->nprevcol + 1, 1);
+    memcpy(st->prevcol, st->colbuf, st->nprevcol);
+    st->prevtable = grow(st->prevtable, &st->capprevtable, st->ntable + 1, 1);
+    memcpy(st->prevtable, st->table, st->ntable);
+    st->nprevtable = st->ntable;
 }
 
 /* ---------- the recovery cache (graph_cache.RecoveryCache) ---------- */
@@ -1499,6 +1517,6 @@ EXPORT void fl_free(void *p) {
     free(st->scratch);
     cache_clear(st);
     free(st->cache_keys); free(st->cache_ends); free(st->cache_slot); free(st->cache_index); free(st->keybuf);
-    free(st->colbuf); free(st->table); free(st->table_ids);
+    free(st->colbuf); free(st->prevcol); free(st->prevtable); free(st->table); free(st->table_ids);
     free(st);
 }

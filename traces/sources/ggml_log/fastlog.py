@@ -49,7 +49,8 @@ class GraphOut(ctypes.Structure):
                [("oom_tensor", ctypes.c_void_p), ("oom_tensor_len", ctypes.c_int64),
                 ("cols", ctypes.c_void_p * len(COLUMNS)), ("itemsize", ctypes.c_int64 * len(COLUMNS)),
                 ("table", ctypes.c_void_p), ("table_len", ctypes.c_int64),
-                ("slot", ctypes.c_int64), ("hit", ctypes.c_int64), ("epoch", ctypes.c_int64)]
+                ("slot", ctypes.c_int64), ("hit", ctypes.c_int64), ("epoch", ctypes.c_int64),
+                ("same", ctypes.c_int64 * (len(COLUMNS) + 1))]
 
 
 _LIB: list = []  # [library or None], once tried
@@ -244,6 +245,7 @@ class _Encoder:
         self.epoch = None
         self.packed: dict[bytes, bytes] = {}
         self.kept = 0
+        self.prev: list = [None] * (len(COLUMNS) + 1)  # the previous encoded graph's blobs, by column
 
     def _pack(self, data: bytes) -> bytes:
         blob = self.packed.get(data)
@@ -274,11 +276,15 @@ class _Encoder:
                             blobs=blobs, extra={"incomplete": True} if out.incomplete else {})
 
     def _parts(self, out: GraphOut) -> tuple:
-        n, pack, at = out.n, self._pack, ctypes.string_at
-        itemsize, cols = out.itemsize, out.cols
-        blobs = [(name, DTYPE[size], pack(at(cols[i], size * n)))
-                 for i, (name, size) in enumerate(zip(COLUMNS, itemsize)) if size]
-        strings = pack(at(out.table, out.table_len))
+        n, pack, at, prev = out.n, self._pack, ctypes.string_at, self.prev
+        itemsize, cols, same = out.itemsize, out.cols, out.same
+        blobs = []
+        for i, (name, size) in enumerate(zip(COLUMNS, itemsize)):
+            if size:
+                blob = prev[i] if same[i] else (name, DTYPE[size], pack(at(cols[i], size * n)))
+                blobs.append(blob)
+                prev[i] = blob
+        strings = prev[-1] = prev[-1] if same[-1] else pack(at(out.table, out.table_len))
         oom = None
         if out.has_oom:
             tensor = at(out.oom_tensor, out.oom_tensor_len).decode() if out.oom_has_tensor else None
