@@ -261,3 +261,12 @@ def test_text_blocks_split_inside_a_character_and_a_line_break(tmp_path, monkeyp
     for edit in (data, data[:2 * fastlog.TEXT_BLOCK - 1] + b"\r" + data[2 * fastlog.TEXT_BLOCK - 1:]):
         assert_same_store(tmp_path / str(len(edit)), edit, monkeypatch)
         assert fast_run(io.BytesIO(edit)).fast
+
+
+@pytest.mark.parametrize("log", SUPPORTED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_legacy_logs_without_graph_headers_store_the_same_bytes(tmp_path, monkeypatch, log):
+    """Walks cut where program output or glued text comes between them (Splitter's rules without headers)."""
+    data = b"".join(line for line in log.read_bytes().splitlines(keepends=True) if not line.startswith(b"#######"))
+    assert_same_store(tmp_path, data, monkeypatch)
+    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
+    assert fast_run(io.BytesIO(data)).fast
