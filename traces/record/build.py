@@ -5,7 +5,7 @@ import os
 import re
 from pathlib import Path
 
-from alloctrace.traces.cbuild import build_library, cache_dir, compiler  # noqa: F401 (cache_dir, compiler: re-exported)
+from alloctrace.traces.cbuild import build_library
 from alloctrace.traces.errors import UserError
 
 SOURCE = Path(__file__).with_name("recorder.c")
