@@ -738,7 +738,7 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it) {
         it->ev.key = st->next_key++;
         return t;
     }
-    if (!m->slots) { m->nslots = 2 * MEMO_LIMIT * 2; m->slots = malloc(m->nslots * sizeof(int32_t)); memset(m->slots, 0xff, m->nslots * sizeof(int32_t)); }
+    if (!m->slots) { m->nslots = 4096; m->slots = malloc(m->nslots * sizeof(int32_t)); memset(m->slots, 0xff, m->nslots * sizeof(int32_t)); }
     uint64_t h = hash_bytes(s, n) & (m->nslots - 1);
     while (m->slots[h] >= 0) {
         int32_t id = m->slots[h];
@@ -756,6 +756,18 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it) {
     if (m->n >= MEMO_LIMIT) {
         memo_clear(m);
         h = hash_bytes(s, n) & (m->nslots - 1);
+    } else if ((m->n + 1) * 2 > m->nslots) {  /* a table no larger than the lines it holds: it stays in cache */
+        m->nslots *= 2;
+        free(m->slots);
+        m->slots = malloc(m->nslots * sizeof(int32_t));
+        memset(m->slots, 0xff, m->nslots * sizeof(int32_t));
+        for (int64_t i = 0; i < m->n; i++) {
+            uint64_t g = hash_bytes(m->bytes + m->start[i], m->len[i]) & (m->nslots - 1);
+            while (m->slots[g] >= 0) g = (g + 1) & (m->nslots - 1);
+            m->slots[g] = (int32_t)i;
+        }
+        h = hash_bytes(s, n) & (m->nslots - 1);
+        while (m->slots[h] >= 0) h = (h + 1) & (m->nslots - 1);
     }
     m->bytes = grow(m->bytes, &m->capbytes, m->nbytes + n + 1, 1);
     memcpy(m->bytes + m->nbytes, s, n);
