@@ -162,6 +162,7 @@ typedef struct {
     char *table; int64_t ntable, captable;
     char *prevcol; int64_t nprevcol, capprevcol; int64_t prev_n, prev_off[N_INTS + N_STRS], prev_size[N_INTS + N_STRS];
     char *prevtable; int64_t nprevtable, capprevtable;
+    int32_t *prev_ids; int64_t nprev_ids, cap_prev_ids; int table_made;
     int32_t *table_ids; int64_t ntable_ids, cap_table_ids;
     Draft *spare;
     /* graphs recovered before: (replay state, draft hints, the items' keys) -> the state after, a slot number */
@@ -724,7 +725,9 @@ static void memo_clear(LineMemo *m) {
     if (m->slots) memset(m->slots, 0xff, m->nslots * sizeof(int32_t));
 }
 
-static int parse_memo(St *st, const char *s, int64_t n, Item *it) {
+/* the line's item: in *it, or (*use) the memo's own copy */
+static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **use) {
+    *use = it;
     LineMemo *m = &st->memo;
     if (st->memo_lookups == MEMO_LIMIT) {  /* every MEMO_LIMIT lookups: was the memo worth it? */
         if (st->memo_hits * 8 < st->memo_lookups) st->memo_skip = 4 * MEMO_LIMIT;
@@ -744,8 +747,8 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it) {
         int32_t id = m->slots[h];
         if (m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
             st->memo_hits++;
-            *it = m->item[id];
-            return it->type;
+            *use = &m->item[id];
+            return m->item[id].type;
         }
         h = (h + 1) & (m->nslots - 1);
     }
@@ -890,7 +893,7 @@ static void feed_header(St *st, const Ev *ev) {
     free(tail);
 }
 
-static void feed(St *st, Item *it) {
+static void feed(St *st, const Item *it) {
     int t = it->type;
     if (t == IT_EVENT) { feed_event(st, &it->ev); return; }
     if (t == IT_GLUED) {
@@ -940,9 +943,10 @@ static void feed_line(St *st, const char *s, int64_t n) {
     st->lineno++;
     if (n >= (1 << 20)) { decline(st, "over-long line"); return; }
     Item it;
-    int t = parse_memo(st, s, n, &it);
+    const Item *use;
+    int t = parse_memo(st, s, n, &it, &use);
     if (t == IT_DECLINE) { decline(st, "line not understood"); return; }
-    feed(st, &it);
+    feed(st, use);
     take_snapshot(st);
     /* memory stays bounded: the Python path takes inputs that would hold more */
     if (st->pool.nbytes > (128LL << 20)) decline(st, "too many distinct names");
@@ -1360,14 +1364,23 @@ static void encode(St *st, Draft *d, GraphOut *out) {
             w += 4;
         }
     }
-    st->ntable = 0;
-    put(&st->table, &st->ntable, &st->captable, "[", 1);
-    for (int64_t j = 0; j < st->ntable_ids; j++) {
-        int32_t id = st->table_ids[j];
-        if (j) put(&st->table, &st->ntable, &st->captable, ", ", 2);
-        put_json_str(&st->table, &st->ntable, &st->captable, st->pool.bytes + st->pool.off[id], st->pool.len[id]);
+    /* the table as JSON; the previous graph's text stands when its strings are the same ones */
+    int same_ids = st->table_made && st->nprev_ids == st->ntable_ids &&
+                   memcmp(st->prev_ids, st->table_ids, st->ntable_ids * sizeof(int32_t)) == 0;
+    if (!same_ids) {
+        st->ntable = 0;
+        put(&st->table, &st->ntable, &st->captable, "[", 1);
+        for (int64_t j = 0; j < st->ntable_ids; j++) {
+            int32_t id = st->table_ids[j];
+            if (j) put(&st->table, &st->ntable, &st->captable, ", ", 2);
+            put_json_str(&st->table, &st->ntable, &st->captable, st->pool.bytes + st->pool.off[id], st->pool.len[id]);
+        }
+        put(&st->table, &st->ntable, &st->captable, "]", 1);
+        st->prev_ids = grow(st->prev_ids, &st->cap_prev_ids, st->ntable_ids + 1, sizeof(int32_t));
+        memcpy(st->prev_ids, st->table_ids, st->ntable_ids * sizeof(int32_t));
+        st->nprev_ids = st->ntable_ids;
+        st->table_made = 1;
     }
-    put(&st->table, &st->ntable, &st->captable, "]", 1);
     out->table = st->table; out->table_len = st->ntable;
     out->incomplete = d->incomplete;
     /* which columns repeat the previous encoded graph's (their packed bytes are reused) */
@@ -1529,6 +1542,6 @@ EXPORT void fl_free(void *p) {
     free(st->scratch);
     cache_clear(st);
     free(st->cache_keys); free(st->cache_ends); free(st->cache_slot); free(st->cache_index); free(st->keybuf);
-    free(st->colbuf); free(st->prevcol); free(st->prevtable); free(st->table); free(st->table_ids);
+    free(st->colbuf); free(st->prevcol); free(st->prevtable); free(st->prev_ids); free(st->table); free(st->table_ids);
     free(st);
 }
