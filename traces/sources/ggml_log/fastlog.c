@@ -1309,10 +1309,10 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     for (int f = 0; f < N_INTS; f++) { lo[f] = INT64_MAX; hi[f] = INT64_MIN; }
     for (int64_t i = 0; i < n; i++) {
         const int64_t *v = E[i].v;
-        for (int f = 0; f < N_INTS; f++) {
-            if (v[f] == MISSING) continue;  /* hi stays INT64_MIN (= MISSING) only when nothing is present */
-            if (v[f] < lo[f]) lo[f] = v[f];
-            if (v[f] > hi[f]) hi[f] = v[f];
+        for (int f = 0; f < N_INTS; f++) {  /* branch-free: MISSING is INT64_MIN, below every value */
+            int64_t x = v[f], y = x == MISSING ? INT64_MAX : x;
+            lo[f] = y < lo[f] ? y : lo[f];
+            hi[f] = x > hi[f] ? x : hi[f];
         }
     }
     for (int f = 0; f < N_INTS; f++) {
