@@ -603,6 +603,7 @@ static int parse_oom(St *st, const char *s, int64_t n, Item *it) {
 }
 
 static int parse_assert(St *st, const char *s, int64_t n, Item *it) {
+    (void)st;
     int64_t p = find(s, n, 0, "GGML_ASSERT: ");
     if (p < 0) return IT_PROGRAM;
     for (int64_t c = n - 1; c >= p + 13; c--) {

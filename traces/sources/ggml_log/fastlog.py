@@ -103,6 +103,12 @@ class Replayable:
         self.spool = tempfile.SpooledTemporaryFile(SPOOL_IN_MEMORY)
         self.stream = io.BufferedReader(_Recording(src, self.spool), 1 << 16)
 
+    def close(self):
+        """Let go of the kept bytes (once the fast path imported the input)."""
+        if self.spool is not None:
+            self.spool.close()
+            self.spool = None
+
     def rewound(self):
         """The input again, from where it started."""
         if self.start is not None:

@@ -61,7 +61,8 @@ def check_generation(generation: str | None) -> str | None:
 
 
 class LogImport:
-    """One log file as a stream of encoded graphs; `generation` is known after the first graph."""
+    """One log file as a stream of encoded graphs; `generation` and `features` are known after the first
+    graph (the features as they were when the first graph walk ended; the Python path goes on updating them)."""
 
     def __init__(self, src, generation: str | None = None, progress: Callable[[], None] | None = None,
                  label: str | None = None, limits: Limits | None = None):
@@ -85,6 +86,7 @@ class LogImport:
                     yield g
                     handed_out += 1
                 self.fast = True
+                again.close()
                 return
             except fastlog.Declined as e:
                 log.debug("%s: the fast path declined (%s); importing on the Python path", self.label, e)
