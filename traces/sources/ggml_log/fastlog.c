@@ -160,8 +160,7 @@ typedef struct {
     Draft *out_draft;
     char *colbuf; int64_t capcol;
     char *table; int64_t ntable, captable;
-    char *prevcol; int64_t nprevcol, capprevcol; int64_t prev_n, prev_off[N_INTS + N_STRS], prev_size[N_INTS + N_STRS];
-    char *prevtable; int64_t nprevtable, capprevtable;
+    char *prevcol; int64_t capprevcol; int64_t prev_n, prev_off[N_INTS + N_STRS], prev_size[N_INTS + N_STRS];
     int32_t *prev_ids; int64_t nprev_ids, cap_prev_ids; int table_made;
     int32_t *table_ids; int64_t ntable_ids, cap_table_ids;
     Draft *spare;
@@ -1391,14 +1390,12 @@ static void encode(St *st, Draft *d, GraphOut *out) {
                        memcmp(st->prevcol + st->prev_off[f], out->cols[f], sz * n) == 0;
         st->prev_off[f] = off; st->prev_size[f] = sz;
     }
-    out->same[N_INTS + N_STRS] = st->nprevtable == st->ntable && memcmp(st->prevtable, st->table, st->ntable) == 0;
+    out->same[N_INTS + N_STRS] = same_ids;  /* other strings (ids are distinct strings): other JSON */
     st->prev_n = n;
-    st->nprevcol = w - st->colbuf;
-    st->prevcol = grow(st->prevcol, &st->capprevcol, st->nprevcol + 1, 1);
-    memcpy(st->prevcol, st->colbuf, st->nprevcol);
-    st->prevtable = grow(st->prevtable, &st->capprevtable, st->ntable + 1, 1);
-    memcpy(st->prevtable, st->table, st->ntable);
-    st->nprevtable = st->ntable;
+    /* this graph's columns become the previous ones; the next graph writes into the other buffer */
+    char *t = st->prevcol; int64_t tc = st->capprevcol;
+    st->prevcol = st->colbuf; st->capprevcol = st->capcol;
+    st->colbuf = t; st->capcol = tc;
 }
 
 /* ---------- the recovery cache (graph_cache.RecoveryCache) ---------- */
@@ -1543,6 +1540,6 @@ EXPORT void fl_free(void *p) {
     free(st->scratch);
     cache_clear(st);
     free(st->cache_keys); free(st->cache_ends); free(st->cache_slot); free(st->cache_index); free(st->keybuf);
-    free(st->colbuf); free(st->prevcol); free(st->prevtable); free(st->prev_ids); free(st->table); free(st->table_ids);
+    free(st->colbuf); free(st->prevcol); free(st->prev_ids); free(st->table); free(st->table_ids);
     free(st);
 }
