@@ -74,6 +74,9 @@ def test_the_real_long_log_stores_the_same_bytes(tmp_path, monkeypatch):
     data = lzma.decompress(MANY.read_bytes())
     traces, graphs, columns = assert_same_store(tmp_path, data, monkeypatch)
     assert len(graphs) == 302 and all(g[6] for g in graphs)  # every graph consistent with the model
+    # the sizes ggml printed for this run (the fixtures README)
+    assert (graphs[0][1], graphs[0][3]) == ("measure", 3_760_208)
+    assert {(g[1], g[3], g[4]) for g in graphs[1:]} == {("eval", 1_657_376, 3_760_224)}
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
     path = tmp_path / "many.log"
     path.write_bytes(data)
