@@ -97,6 +97,19 @@ def test_repeated_graphs_come_from_the_recovery_cache(tmp_path, monkeypatch):
     assert imp.fast and imp.fast_hits == pure.cache.hits >= 12
 
 
+@pytest.mark.parametrize("tune", [(30_000, 1 << 21), (1 << 25, 3_000), (30_000, 3_000)])
+def test_memos_that_start_over_store_the_same_bytes(tmp_path, monkeypatch, tune):
+    """Small limits on the packed-column numbers and the recovery cache: they start over many times."""
+    monkeypatch.setattr(fastlog, "TUNE", tune)
+    log = (FIXTURES / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log").read_bytes()
+    data = b"".join(log.replace(b"node_", b"n%d_" % (i % 3)) for i in range(8))  # repeats, and not
+    assert_same_store(tmp_path, data, monkeypatch)
+    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
+    imp = fast_run(io.BytesIO(data))
+    cache_starts, number_starts = imp.fast_restarts
+    assert imp.fast and (cache_starts > 1) == (tune[1] < 1 << 21) and (number_starts > 1) == (tune[0] < 1 << 25)
+
+
 def test_a_forced_generation_and_a_compressed_input_store_the_same_bytes(tmp_path, monkeypatch):
     data = lzma.compress((FIXTURES / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log").read_bytes())
     got = assert_same_store(tmp_path, data, monkeypatch, name="in.log.xz", generation="ggml-2023-08-16")

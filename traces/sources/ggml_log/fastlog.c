@@ -19,6 +19,8 @@
 #define MAX_COUNT (1LL << 31)
 #define MAX_GRAPH 1000000LL
 #define INT_MAX63 INT64_MAX
+#define SEEN_BYTES (32 << 20)  /* column bytes kept under numbers; the numbers start over when more */
+#define CACHE_WORDS (1 << 21)  /* recovery cache key and state words held; it starts over when more */
 
 /* ---------- fields (columns.FIELDS order, less `graph`, `srcs`, `extra`) ---------- */
 enum { F_SIZE, F_OFFSET, F_ADDR, F_CHUNK, F_BUFFER, F_BLOCK, F_N_FREE, F_LARGEST_FREE, F_TOTAL_FREE,
@@ -162,6 +164,11 @@ typedef struct {
     char *table; int64_t ntable, captable;
     char *prevcol; int64_t capprevcol; int64_t prev_n, prev_off[N_INTS + N_STRS], prev_size[N_INTS + N_STRS];
     int32_t *prev_ids; int64_t nprev_ids, cap_prev_ids; int table_made;
+    /* column bytes seen before (a number each, compared in full), so a column packed once is not packed again */
+    char *seen_bytes; int64_t nseen_bytes, capseen_bytes;
+    int64_t *seen_off, *seen_len; int64_t nseen, capseen;
+    int32_t *seen_index; int64_t nseen_index, seen_epoch;
+    int64_t seen_limit, cache_limit;  /* SEEN_BYTES and CACHE_WORDS unless fl_tune changed them */
     int32_t *table_ids; int64_t ntable_ids, cap_table_ids;
     Draft *spare;
     /* graphs recovered before: (replay state, draft hints, the items' keys) -> the state after, a slot number */
@@ -183,6 +190,8 @@ typedef struct {
     const char *table; int64_t table_len;
     int64_t slot, hit, epoch;  /* the graph's cache slot; hit: it is the slot's graph again (columns not filled) */
     int64_t same[N_INTS + N_STRS + 1];  /* this column (and, last, the table) equals the previous encoded graph's */
+    int64_t blob[N_INTS + N_STRS], seen[N_INTS + N_STRS];  /* else: the number of its bytes; seen before? */
+    int64_t seen_epoch;  /* changes when the numbers start over */
 } GraphOut;
 
 static int decline(St *st, const char *why) {
@@ -967,7 +976,15 @@ EXPORT void *fl_new(void) {
     st->setup_at = -1;
     st->measure_max = st->buffer = MISSING;
     st->measure_align = 16;
+    st->seen_limit = SEEN_BYTES;
+    st->cache_limit = CACHE_WORDS;
     return st;
+}
+
+/* smaller memo limits, for tests of what happens when they start over */
+EXPORT void fl_tune(void *p, int64_t seen_bytes, int64_t cache_words) {
+    St *st = p;
+    st->seen_limit = seen_bytes; st->cache_limit = cache_words;
 }
 
 EXPORT const char *fl_reason(void *p) { return ((St *)p)->reason; }
@@ -1298,6 +1315,46 @@ static void replay(St *st, Draft *d, GraphOut *out) {
     out->index = st->index++;
 }
 
+/* ---------- column bytes seen before ---------- */
+
+static void seen_clear(St *st) {
+    st->nseen = st->nseen_bytes = 0;
+    st->seen_epoch++;
+    if (st->seen_index) memset(st->seen_index, 0xff, st->nseen_index * sizeof(int32_t));
+}
+/* the number of these bytes; *was: seen before */
+static int64_t seen_id(St *st, const char *p, int64_t n, int64_t *was) {
+    if (!st->seen_index || (st->nseen + 1) * 2 > st->nseen_index) {
+        int64_t m = st->seen_index ? st->nseen_index * 2 : 4096;
+        free(st->seen_index);
+        st->seen_index = malloc(m * sizeof(int32_t));
+        memset(st->seen_index, 0xff, m * sizeof(int32_t));
+        st->nseen_index = m;
+        for (int64_t e = 0; e < st->nseen; e++) {
+            uint64_t h = hash_bytes(st->seen_bytes + st->seen_off[e], st->seen_len[e]) & (m - 1);
+            while (st->seen_index[h] >= 0) h = (h + 1) & (m - 1);
+            st->seen_index[h] = (int32_t)e;
+        }
+    }
+    uint64_t h = hash_bytes(p, n) & (st->nseen_index - 1);
+    while (st->seen_index[h] >= 0) {
+        int64_t e = st->seen_index[h];
+        if (st->seen_len[e] == n && memcmp(st->seen_bytes + st->seen_off[e], p, n) == 0) { *was = 1; return e; }
+        h = (h + 1) & (st->nseen_index - 1);
+    }
+    st->seen_bytes = grow(st->seen_bytes, &st->capseen_bytes, st->nseen_bytes + n + 1, 1);
+    memcpy(st->seen_bytes + st->nseen_bytes, p, n);
+    int64_t oldcap = st->capseen;
+    st->seen_off = grow(st->seen_off, &st->capseen, st->nseen + 1, sizeof(int64_t));
+    if (st->capseen != oldcap) st->seen_len = realloc(st->seen_len, st->capseen * sizeof(int64_t));
+    int64_t e = st->nseen++;
+    st->seen_off[e] = st->nseen_bytes; st->seen_len[e] = n;
+    st->nseen_bytes += n;
+    st->seen_index[h] = (int32_t)e;
+    *was = 0;
+    return e;
+}
+
 /* ---------- columns (columns.encode) ---------- */
 static void encode(St *st, Draft *d, GraphOut *out) {
     Ev *E = d->items;
@@ -1383,13 +1440,19 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     }
     out->table = st->table; out->table_len = st->ntable;
     out->incomplete = d->incomplete;
-    /* which columns repeat the previous encoded graph's (their packed bytes are reused) */
+    /* which columns repeat the previous encoded graph's, or bytes numbered before (their packed bytes are
+       reused); the numbers start over between graphs only, and a huge graph's columns get none */
+    int number = w - st->colbuf <= st->seen_limit;
+    if (number && st->nseen_bytes + (w - st->colbuf) > st->seen_limit) seen_clear(st);
     for (int f = 0; f < N_INTS + N_STRS; f++) {
         int64_t sz = out->itemsize[f], off = out->cols[f] - st->colbuf;
         out->same[f] = st->prev_n == n && st->prev_size[f] == sz && sz &&
                        memcmp(st->prevcol + st->prev_off[f], out->cols[f], sz * n) == 0;
         st->prev_off[f] = off; st->prev_size[f] = sz;
+        out->blob[f] = -1; out->seen[f] = 0;
+        if (sz && !out->same[f] && number) out->blob[f] = seen_id(st, out->cols[f], sz * n, &out->seen[f]);
     }
+    out->seen_epoch = st->seen_epoch;
     out->same[N_INTS + N_STRS] = same_ids;  /* other strings (ids are distinct strings): other JSON */
     st->prev_n = n;
     /* this graph's columns become the previous ones; the next graph writes into the other buffer */
@@ -1399,7 +1462,6 @@ static void encode(St *st, Draft *d, GraphOut *out) {
 }
 
 /* ---------- the recovery cache (graph_cache.RecoveryCache) ---------- */
-#define CACHE_WORDS (1 << 21)  /* key and state words held; the cache starts over when it would hold more */
 
 static int64_t state_words(St *st, int64_t *w) {  /* everything `replay` reads besides the draft */
     int64_t k = 0;
@@ -1458,7 +1520,7 @@ static void cache_insert(St *st, const int64_t *w, int64_t k, int64_t slot) {
     int64_t ke = 0;
     if (st->nfree > 256) return;
     ke = state_words(st, end);
-    if (st->cache_words + k + ke > CACHE_WORDS) cache_clear(st);
+    if (st->cache_words + k + ke > st->cache_limit) cache_clear(st);
     if (!st->ncache_index || (st->ncache + 1) * 2 > st->ncache_index) {
         int64_t n = st->ncache_index ? st->ncache_index * 2 : 1024;
         free(st->cache_index);
@@ -1540,6 +1602,7 @@ EXPORT void fl_free(void *p) {
     free(st->scratch);
     cache_clear(st);
     free(st->cache_keys); free(st->cache_ends); free(st->cache_slot); free(st->cache_index); free(st->keybuf);
-    free(st->colbuf); free(st->prevcol); free(st->prev_ids); free(st->table); free(st->table_ids);
+    free(st->colbuf); free(st->prevcol); free(st->prev_ids);
+    free(st->seen_bytes); free(st->seen_off); free(st->seen_len); free(st->seen_index); free(st->table); free(st->table_ids);
     free(st);
 }

@@ -35,6 +35,7 @@ INT_COLUMNS = ("size", "offset", "addr", "chunk", "buffer", "block", "n_free", "
                "n_free_before", "children", "views", "allocated", "needed", "largest", "node")
 COLUMNS = INT_COLUMNS + STR_FIELDS + ("srcs", "extra")  # fastlog.c's column order (columns.encode's, less graph)
 DTYPE = {1: "|i1", 2: "<i2", 4: "<i4", 8: "<i8"}
+TUNE: tuple | None = None  # (column bytes kept, cache words kept): smaller limits for tests
 
 
 class Declined(Exception):
@@ -50,7 +51,8 @@ class GraphOut(ctypes.Structure):
                 ("cols", ctypes.c_void_p * len(COLUMNS)), ("itemsize", ctypes.c_int64 * len(COLUMNS)),
                 ("table", ctypes.c_void_p), ("table_len", ctypes.c_int64),
                 ("slot", ctypes.c_int64), ("hit", ctypes.c_int64), ("epoch", ctypes.c_int64),
-                ("same", ctypes.c_int64 * (len(COLUMNS) + 1))]
+                ("same", ctypes.c_int64 * (len(COLUMNS) + 1)), ("blob", ctypes.c_int64 * len(COLUMNS)),
+                ("seen", ctypes.c_int64 * len(COLUMNS)), ("seen_epoch", ctypes.c_int64)]
 
 
 _LIB: list = []  # [library or None], once tried
@@ -81,6 +83,7 @@ def library():
             lib.fl_configure.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
                                          ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
             lib.fl_next.argtypes = [ctypes.c_void_p, ctypes.POINTER(GraphOut)]
+            lib.fl_tune.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         _LIB.append(lib)
     return _LIB[0]
 
@@ -166,6 +169,8 @@ def fast_graphs(imp, src):
     st = lib.fl_new()
     out = GraphOut()
     imp.fast_hits = 0  # graphs the C side's recovery cache served
+    if TUNE is not None:
+        lib.fl_tune(st, *TUNE)
     try:
         encoder = _Encoder()
         configured = False
@@ -186,6 +191,7 @@ def fast_graphs(imp, src):
                     if not got:
                         break
                     imp.fast_hits += out.hit
+                    imp.fast_restarts = (out.epoch, out.seen_epoch)  # how often the two memos started over
                     yield encoder.graph(out)
                 if imp.progress and not final:
                     imp.progress()
@@ -241,28 +247,15 @@ def _configure(lib, st, generation, detect_generation, Features):
 
 class _Encoder:
     """Graphs in their stored form. A graph the C side recovered before (its cache slot) reuses that
-    graph's parts; a column whose bytes were packed before (by an earlier graph) reuses its blob."""
-
-    MAX_KEPT = 32 << 20  # column bytes kept as keys of packed blobs; they start over when more
+    graph's parts; a column C flags as equal to the previous graph's, or as bytes it numbered before,
+    reuses their compressed bytes."""
 
     def __init__(self):
         self.compress = compressor()
         self.slots: dict[int, tuple] = {}
-        self.epoch = None
-        self.packed: dict[bytes, bytes] = {}
-        self.kept = 0
+        self.epoch = self.seen_epoch = None
+        self.packed: dict[int, bytes] = {}  # compressed column bytes by C's number for them
         self.prev: list = [None] * (len(COLUMNS) + 1)  # the previous encoded graph's blobs, by column
-
-    def _pack(self, data: bytes) -> bytes:
-        blob = self.packed.get(data)
-        if blob is None:
-            blob = self.compress(data)
-            if self.kept + len(data) > self.MAX_KEPT:
-                self.packed.clear()
-                self.kept = 0
-            self.packed[data] = blob
-            self.kept += len(data)
-        return blob
 
     def graph(self, out: GraphOut) -> EncodedGraph:
         n, index = out.n, out.index
@@ -282,15 +275,26 @@ class _Encoder:
                             blobs=blobs, extra={"incomplete": True} if out.incomplete else {})
 
     def _parts(self, out: GraphOut) -> tuple:
-        n, pack, at, prev = out.n, self._pack, ctypes.string_at, self.prev
-        itemsize, cols, same = out.itemsize, out.cols, out.same
+        if out.seen_epoch != self.seen_epoch:  # C's numbers for column bytes started over
+            self.packed.clear()
+            self.seen_epoch = out.seen_epoch
+        n, at, prev, packed, compress = out.n, ctypes.string_at, self.prev, self.packed, self.compress
+        itemsize, cols, same, number, seen = out.itemsize, out.cols, out.same, out.blob, out.seen
         blobs = []
         for i, (name, size) in enumerate(zip(COLUMNS, itemsize)):
             if size:
-                blob = prev[i] if same[i] else (name, DTYPE[size], pack(at(cols[i], size * n)))
+                if same[i]:
+                    blob = prev[i]
+                else:
+                    data = packed.get(number[i]) if seen[i] else None
+                    if data is None:
+                        data = compress(at(cols[i], size * n))
+                        if number[i] >= 0:
+                            packed[number[i]] = data
+                    blob = (name, DTYPE[size], data)
                 blobs.append(blob)
                 prev[i] = blob
-        strings = prev[-1] = prev[-1] if same[-1] else pack(at(out.table, out.table_len))
+        strings = prev[-1] = prev[-1] if same[-1] else compress(at(out.table, out.table_len))
         oom = None
         if out.has_oom:
             tensor = at(out.oom_tensor, out.oom_tensor_len).decode() if out.oom_has_tensor else None
