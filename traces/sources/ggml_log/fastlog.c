@@ -19,7 +19,7 @@
 #define MAX_COUNT (1LL << 31)
 #define MAX_GRAPH 1000000LL
 #define INT_MAX63 INT64_MAX
-#define SEEN_BYTES (32 << 20)  /* column bytes kept under numbers; the numbers start over when more */
+#define SEEN_BYTES (4 << 20)  /* column bytes kept under numbers; the numbers start over when more */
 #define CACHE_WORDS (1 << 21)  /* recovery cache key and state words held; it starts over when more */
 
 /* ---------- fields (columns.FIELDS order, less `graph`, `srcs`, `extra`) ---------- */
