@@ -6,6 +6,10 @@
  * the per-graph string table as JSON). Whatever it is not sure to treat exactly as the Python path
  * (a line shape it does not know that holds an allocator phrase, a number out of range, non-ASCII
  * text where decoding could differ, ...) makes it DECLINE: the import then runs the Python path.
+ *
+ * Sections: the string pool (every name once, a number each), parse_line's port, the line memo, the
+ * splitter, the replay (LegacyTallocr's free list), the columns, the recovery cache (a graph seen before
+ * from the same allocator state: the replay jumps to where it would end) and the exported calls.
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -168,7 +168,7 @@ def fast_graphs(imp, src):
 
     st = lib.fl_new()
     out = GraphOut()
-    imp.fast_hits = 0  # graphs the C side's recovery cache served
+    imp.fast_hits, imp.fast_restarts = 0, (0, 0)  # graphs the recovery cache served; how often the memos started over
     if TUNE is not None:
         lib.fl_tune(st, *TUNE)
     try:
