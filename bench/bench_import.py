@@ -7,7 +7,9 @@ graphs); `--vary` renames the tensors in every copy, so no graph repeats and
 every line is new: the importer's cold path.
 `--log PATH` imports one log as it is instead (e.g. a real long generation run; .xz/.gz/.zst
 are decompressed first, outside the timing). `--json PATH` writes the figures (bench/figures.py).
-Usage: python bench/bench_import.py [--mb 100] [--fixture PATH] [--vary] [--log PATH] [--json PATH]
+`--warm` leaves the modules an import loads on first use (numpy, the sources, the compiled fast
+path) out of the timing. ALLOCTRACE_PURE_PYTHON=1 times the Python path alone.
+Usage: python bench/bench_import.py [--mb 100] [--fixture PATH] [--vary] [--log PATH] [--warm] [--json PATH]
 """
 from __future__ import annotations
 
@@ -72,11 +74,16 @@ def whole_processes(log: Path, store: Path) -> tuple[float, float]:
     return time.perf_counter() - t, t_read
 
 
-def child(path: str, store: str):
+def child(path: str, store: str, warm: bool = False):
     from alloctrace.traces import import_paths
     from alloctrace.traces.store import open_store
 
     s = open_store(store)
+    if warm:  # load what an import loads on first use (numpy, the sources, the built fast path), untimed
+        from alloctrace.traces.sources import registered
+        from alloctrace.traces.sources.ggml_log import fastlog
+        registered()
+        fastlog.library()
     t, c = time.perf_counter(), time.process_time()
     [tid] = import_paths(s, [path])
     dt, dc = time.perf_counter() - t, time.process_time() - c
@@ -116,11 +123,13 @@ def main():
     ap.add_argument("--vary", action="store_true", help="rename tensors in every copy (nothing repeats)")
     ap.add_argument("--log", type=Path, help="import this log as it is (no copies)")
     ap.add_argument("--no-large-graph", action="store_true", help="skip the 1M-event store round trip")
+    ap.add_argument("--warm", action="store_true",
+                    help="time the import after the modules it loads on first use are loaded (a server's steady state)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     add_option(ap)
     a = ap.parse_args()
     if a.child:
-        return child(*a.child)
+        return child(*a.child, warm=a.warm)
     with tempfile.TemporaryDirectory() as d:
         log = Path(d) / "big.log"
         if a.log:
@@ -132,7 +141,8 @@ def main():
         size = log.stat().st_size
         read_lines(log)  # warm the page cache
         t_read, c_read, n_lines = read_lines(log)
-        out = subprocess.run([sys.executable, __file__, "--child", str(log), str(Path(d) / "store")],
+        out = subprocess.run([sys.executable, __file__, "--child", str(log), str(Path(d) / "store")] +
+                             (["--warm"] if a.warm else []),
                              capture_output=True, text=True, check=True).stdout.split()
         t_import, c_import = float(out[0]), float(out[1])
         n_graphs, n_events, n_consistent = int(out[2]), int(out[3]), int(out[4])

@@ -306,8 +306,9 @@ def test_cli_import_parses_before_taking_the_write_lock(tmp_path):
     store = tmp_path / "s"
     assert cli("import", GPT2, "--store", store).returncode == 0
     slow = same_name_log(tmp_path / "same.log", 600_000)
+    # the Python path keeps it slow (the compiled fast path reads this log in well under the sleep below)
     big = subprocess.Popen([sys.executable, "-m", "alloctrace", "import", str(slow), "--store", str(store)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "ALLOCTRACE_PURE_PYTHON": "1"})
     try:
         time.sleep(0.3)  # the big import is parsing now
         small = cli("import", GPT2, "--store", store, timeout=60)

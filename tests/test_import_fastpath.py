@@ -73,7 +73,8 @@ def test_repeated_fixture_logs_store_what_the_plain_path_computes(tmp_path, path
     assert_stored_like_plain(store, tid, log)
 
 
-def test_repeats_are_served_from_the_memos(fixtures, tmp_path):
+def test_repeats_are_served_from_the_memos(fixtures, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "1")  # the Python path's memos (the compiled path: test_fastlog.py)
     log = tmp_path / "x4.log"
     log.write_bytes((fixtures / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log").read_bytes() * 4)
     imp = LogImport(log)

@@ -160,3 +160,13 @@ def test_serve_open_without_a_display_prints_the_url(installed):
     finally:
         p.terminate()
         p.wait(timeout=10)
+
+
+def test_the_installed_log_import_runs_compiled(installed, tmp_path):
+    """The C sources ship in the package and build on first use (in the fresh HOME's cache)."""
+    src, env = installed
+    probe = ("import sys; from alloctrace.traces.sources.ggml_log.import_log import LogImport; "
+             "imp = LogImport(sys.argv[1]); n = sum(1 for _ in imp.encoded()); print(imp.fast, n)")
+    log = ROOT / "tests" / "data" / "ggml-real" / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log"
+    res = run(["python", "-c", probe, str(log)], tmp_path, {**env, "ALLOCTRACE_PURE_PYTHON": "0"})
+    assert res.returncode == 0 and res.stdout.split() == ["True", "6"], res.stdout + res.stderr

@@ -180,6 +180,21 @@ class BoundedRaw(io.RawIOBase):
     def readable(self):
         return True
 
+    def seekable(self):
+        """Plain bytes of a seekable file can be read again (a source's second pass); decompressed ones cannot."""
+        return self.decoder is None and self.f.seekable()
+
+    def tell(self) -> int:
+        if not self.seekable():
+            raise io.UnsupportedOperation("tell")
+        return self.f.tell()
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        if not self.seekable():
+            raise io.UnsupportedOperation("seek")
+        self.produced = self.f.seek(pos, whence)  # bytes read again are not counted twice against the cap
+        return self.produced
+
     def check(self):
         """The CPU and cancel caps; called as data is read, so parsing is covered too."""
         lim = self.limits

@@ -5,14 +5,11 @@ import json
 import re
 from typing import Iterator
 
-from pydantic import ValidationError
-
 from alloctrace.allocator.events import Event
 
 from ..errors import UserError
 from ..bounded_io import Limits
 from ..logio import LogReader
-from ..records import EventLine, GraphLine, TraceLine, first_error
 from ..schema import FORMAT_VERSION, GraphRecord, TraceMeta
 from .base import ImportedTrace
 
@@ -40,6 +37,7 @@ def read_jsonl(lines, filename: str = "input") -> tuple[TraceMeta, Iterator[Grap
     """A JSON Lines export as what `Store.add_trace` takes; graphs are read one at a time.
     Every line is checked against the one schema the API shares (records.py); a bad one is a
     `filename:LINE:` error."""
+    from ..records import TraceLine  # pydantic: loaded when a JSON Lines input is read, not by every import
     numbered = enumerate(lines, 1)
     for n, line in numbered:
         if line.strip():
@@ -57,6 +55,7 @@ def read_jsonl(lines, filename: str = "input") -> tuple[TraceMeta, Iterator[Grap
 
 
 def _graphs(numbered, filename: str) -> Iterator[GraphRecord]:
+    from ..records import EventLine, GraphLine
     g = None
     seen: set[int] = set()
     for n, line in numbered:
@@ -88,6 +87,9 @@ def _graphs(numbered, filename: str) -> Iterator[GraphRecord]:
 
 
 def _valid(model, d: dict, n: int, filename: str):
+    from pydantic import ValidationError
+
+    from ..records import first_error
     try:
         return model.model_validate(d)
     except ValidationError as e:

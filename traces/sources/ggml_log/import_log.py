@@ -6,6 +6,7 @@ text input reaches last); `LogImport` is one log as a stream of graphs.
 from __future__ import annotations
 
 import itertools
+import logging
 from typing import Callable, Iterator
 
 from alloctrace.allocator.events import Event
@@ -17,12 +18,14 @@ from ...errors import UserError
 from ...logio import LogReader
 from ...schema import TraceMeta
 from ..base import ImportedTrace
+from . import fastlog
 from .graph_cache import RecoveryCache
 from .parse_log import AbsurdNumber, LineMemo
 from .recover import GallocrReplay, LegacyReplay
 from .split import Draft, Features, Splitter
 from .split_memo import BodyMemo
 
+log = logging.getLogger(__name__)
 MAX_BODY = 1 << 16  # lines without a `#######` line that are fed at once
 HEADER = "#######"
 
@@ -58,7 +61,8 @@ def check_generation(generation: str | None) -> str | None:
 
 
 class LogImport:
-    """One log file as a stream of encoded graphs; `generation` is known after the first graph."""
+    """One log file as a stream of encoded graphs; `generation` and `features` are known after the first
+    graph (the features as they were when the first graph walk ended; the Python path goes on updating them)."""
 
     def __init__(self, src, generation: str | None = None, progress: Callable[[], None] | None = None,
                  label: str | None = None, limits: Limits | None = None):
@@ -68,9 +72,32 @@ class LogImport:
         self.src, self.label, self.limits = src, label, limits
         self.generation = check_generation(generation)
         self.progress = progress
+        self.fast = False  # the compiled fast path imported the log
+        self.declined: str | None = None  # why the fast path did not
 
     def encoded(self) -> Iterator[EncodedGraph]:
-        """The graphs in their stored form; identical graphs are recovered once (graph_cache.py)."""
+        """The graphs in their stored form: the compiled fast path's (fastlog.py) where it covers the
+        log, else the Python path's, where identical graphs are recovered once (graph_cache.py)."""
+        handed_out = 0
+        if fastlog.library() is not None:
+            again = fastlog.Replayable(self.src)
+            try:
+                for g in fastlog.fast_graphs(self, again.stream):
+                    yield g
+                    handed_out += 1
+                self.fast = True
+                again.close()
+                return
+            except fastlog.Declined as e:
+                log.debug("%s: the fast path declined (%s); importing on the Python path", self.label, e)
+                self.declined = str(e)
+                self.src = again.rewound()
+        graphs = self._python_graphs()
+        for _ in range(handed_out):  # the fast path handed these out already (the same graphs)
+            next(graphs)
+        yield from graphs
+
+    def _python_graphs(self) -> Iterator[EncodedGraph]:
         cache = None
         for draft in self._drafts():
             if cache is None:
