@@ -147,7 +147,10 @@ async function main() {
       if (view.some((v) => v === null)) await map.focus(i, Math.max(30, Math.min(200, Math.round((gs.n_events || 0) / 4))));
       pickEvent(i);
     } else if (map.oom && map.oom.event !== null && map.oom.event !== undefined) pickEvent(map.oom.event);
-  } catch (e) { showError($("map"), e); }
+  } catch (e) {
+    if ($("map").dataset.overview) $("map-note").textContent = `The chart is a still picture: ${e.message}`;
+    else showError($("map"), e);
+  }
   peakPanel($("peak"), id, gs.index, { map, onEvent: (i) => {
     if (map) { map.focus(i, 60); $("map").scrollIntoView({ behavior: "smooth", block: "start" }); }
     pickEvent(i);
