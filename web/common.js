@@ -128,6 +128,13 @@ export function plotlyReady() {
   return plotlyLoading;
 }
 
+/** Run Plotly.js `ms` from now unless the returned function is called first: a page that holds Plotly.js back
+ * until its first picture is painted does not also hold it back for a slow answer. */
+export function plotlyAfter(ms) {
+  const timer = setTimeout(() => plotlyReady().catch(() => {}), ms);
+  return () => clearTimeout(timer);
+}
+
 /** Resolves after the browser has painted what the page drew so far (a frame, then the task after it). */
 export function afterPaint() {
   return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));

@@ -3,7 +3,7 @@
 // visible range from the server. The lower panel is the free list over time.
 import { memoryMap, oomEvent } from "./api.js";
 import { el, fmtBytes, exactBytes, bothBytes, fmtInt, opColor, nameColor, plotConfig, plotTheme, tensorLabel,
-  plotlyReady, afterPaint } from "./common.js";
+  plotlyReady, plotlyAfter, afterPaint } from "./common.js";
 import { sketchFigure } from "./sketch.js";
 
 /** Text for Plotly labels: Plotly reads a few tags and entities, so escape everything. */
@@ -37,7 +37,7 @@ export function nameMatcher(text, regex) {
 const WEBGL_ABOVE = 3500;
 // how long a page that loads Plotly.js late keeps it waiting for the map's data (a cold server builds the
 // graph's tile pyramid first): after that Plotly.js runs anyway and the picture waits for it
-const PLOTLY_WAIT_MS = 400;
+export const PLOTLY_WAIT_MS = 400;
 
 export class MemoryMap {
   /**
@@ -75,10 +75,9 @@ export class MemoryMap {
    * it starts PLOTLY_WAIT_MS after the request at the latest.
    */
   async first(view) {
-    const late = !window.Plotly;
-    const timer = late ? setTimeout(() => plotlyReady().catch(() => {}), PLOTLY_WAIT_MS) : null;
+    const cancel = window.Plotly ? null : plotlyAfter(PLOTLY_WAIT_MS);
     const data = await memoryMap(this.ref.id, this.ref.g);
-    clearTimeout(timer);
+    if (cancel) cancel();
     this.nEvents = data.nEvents || this.summary.n_events || 1;
     this.maxSize = data.maxSize ?? this.summary.max_size ?? null;
     this.bufferSize = data.bufferSize ?? this.summary.buffer_size ?? null;

@@ -1,8 +1,9 @@
 // A still picture of a Plotly figure on a <canvas>, drawn from the same traces and layout the page hands to
 // Plotly.react: the map is on screen while Plotly.js (about a second of parsing and start-up) still loads, and
 // Plotly's chart then takes its place with the same colours, axes and plot area. It draws the subset the map
-// uses: scatter lines (filled polygons, steps, dashes), text, markers, shapes and annotations on x / paper
-// references, one to three y axes, and the key.
+// and the PyTorch timeline use: scatter lines (filled polygons or to zero, steps, dashes), text, markers, line
+// and rectangle shapes, annotations on x / paper references, one to three y axes, and the key (a column right
+// of the plot or a row below it).
 
 const DASH = { dot: [3, 3], dash: [9, 9], longdash: [15, 15], dashdot: [9, 3, 3, 3] };  // Plotly's, for widths <= 3
 const unescape = (s) => String(s ?? "").replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
@@ -15,7 +16,7 @@ function autoTicks(lo, hi, lengthPx, minPx) {
   const base = 10 ** Math.floor(Math.log10(rough));
   const step = base * ([1, 2, 5, 10].find((m) => base * m >= rough) || 10);
   const out = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi && out.length < 50; v += step) out.push(v);
+  for (let k = Math.ceil(lo / step); k * step <= hi && out.length < 50; k++) out.push(k * step || 0);  // never -0
   return out;
 }
 
@@ -29,13 +30,41 @@ function axis(spec, range, from, to, vertical) {
   return { spec, range, from, to, px, len: Math.abs(len) };
 }
 
+/** An axis range from the data: x spans it exactly, y from zero with 5% room above (Plotly's autorange for lines). */
 function dataRange(traces, key, which) {
-  let hi = 0;
+  let lo = Infinity, hi = -Infinity;
   for (const t of traces) {
     if ((t[which] || (which === "yaxis" ? "y" : "x")) !== key) continue;
-    for (const v of (which === "yaxis" ? t.y : t.x) || []) if (v !== null && v > hi) hi = v;
+    for (const v of (which === "yaxis" ? t.y : t.x) || []) if (v !== null && v !== undefined) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
   }
+  if (!(hi >= lo)) return [0, 1];
+  if (which === "xaxis") return hi > lo ? [lo, hi] : [lo - 1, hi + 1];
   return [0, hi > 0 ? hi * 1.05 : 1];
+}
+
+/**
+ * Plotly's autorange of an x axis: the data and x-referenced shapes span it, and each x-referenced
+ * annotation needs half its text's width (plus 2 px) inside the plot: of every pair of a lowest and a highest
+ * point, the one needing the most units per pixel sets the range.
+ */
+function xAutoRange(ctx, traces, layout, len, family, size) {
+  const [lo, hi] = dataRange(traces, "x", "xaxis");
+  const pts = [{ v: lo, p: 0 }, { v: hi, p: 0 }];
+  for (const s of layout.shapes || []) if (s.xref === "x") pts.push({ v: s.x0, p: 0 }, { v: s.x1, p: 0 });
+  for (const a of layout.annotations || []) {
+    if (a.xref !== "x") continue;
+    ctx.font = `${(a.font || {}).size || size}px ${family}`;
+    pts.push({ v: a.x, p: ctx.measureText(unescape(a.text)).width / 2 + 2 });
+  }
+  let best = null;
+  for (const a of pts) {
+    for (const b of pts) {
+      if (!(b.v > a.v) || len - a.p - b.p <= 0) continue;
+      const k = (b.v - a.v) / (len - a.p - b.p);
+      if (!best || k > best.k) best = { k, a, b };
+    }
+  }
+  return best ? [best.a.v - best.k * best.a.p, best.b.v + best.k * best.b.p] : [lo, hi];
 }
 
 function setLine(ctx, line = {}) {
@@ -61,9 +90,14 @@ function drawLines(ctx, t, xa, ya) {
       else { if (hv) ctx.lineTo(x, pts[i - 1][1]); ctx.lineTo(x, y); }
     });
   };
-  if (t.fill === "toself") {
+  if (t.fill === "toself" || t.fill === "tozeroy") {
     ctx.fillStyle = t.fillcolor || (t.line && t.line.color) || "#888";
-    for (const p of parts) { path(p); ctx.closePath(); ctx.fill(); }
+    const zero = ya.px(0);
+    for (const p of parts) {
+      path(p);
+      if (t.fill === "tozeroy") { ctx.lineTo(p[p.length - 1][0], zero); ctx.lineTo(p[0][0], zero); }
+      ctx.closePath(); ctx.fill();
+    }
   }
   if ((t.line && t.line.width === 0)) return t.fill === "toself" ? parts.length : 0;
   setLine(ctx, t.line);
@@ -91,7 +125,7 @@ export function sketchFigure(div, traces, layout) {
   canvas.width = Math.round(W * ratio); canvas.height = Math.round(H * ratio);
   Object.assign(canvas.style, { position: "absolute", left: "0", top: "0", width: `${W}px`, height: `${H}px`, zIndex: 1 });
   canvas.setAttribute("role", "img");
-  canvas.setAttribute("aria-label", "memory map (loading the interactive chart)");
+  canvas.setAttribute("aria-label", "the chart, as a still picture while the interactive one loads");
   const ctx = canvas.getContext("2d");
   ctx.scale(ratio, ratio);
   const m = layout.margin || { l: 80, r: 80, t: 100, b: 80 };
@@ -101,7 +135,14 @@ export function sketchFigure(div, traces, layout) {
   const legendFont = lg ? `${(lg.font || {}).size || size}px ${family}` : "";
   const keyed = lg ? traces.filter((t) => t.showlegend !== false && t.name) : [];
   let right = m.r;
-  if (lg && (lg.x ?? 1.02) > 1) {
+  const horizontal = lg && lg.orientation === "h";
+  let bottom = m.b;
+  if (horizontal && (lg.y ?? 1) < 0) {
+    // a one-row key below the plot: Plotly widens the bottom margin until its 28 px (plus a 12 px pad),
+    // hung at y (a fraction of the plot's height below it), fit
+    const y = lg.y;
+    bottom = Math.max(m.b, Math.round((40 + (m.t - H) * y) / (1 - y)));
+  } else if (lg && (lg.x ?? 1.02) > 1) {
     // Plotly widens the right margin until a key placed right of the plot fits: its left edge sits at
     // x (a fraction of the plot's width) and it is 45 px wider than its longest name, plus a 12 px pad
     ctx.font = legendFont;
@@ -109,13 +150,13 @@ export function sketchFigure(div, traces, layout) {
     const x = lg.x ?? 1.02;
     right = Math.max(m.r, Math.round(W - m.l - (W - m.l - width - 12) / x));
   }
-  const x0 = m.l, x1 = W - right, y0 = m.t, y1 = H - m.b, pw = x1 - x0, ph = y1 - y0;
+  const x0 = m.l, x1 = W - right, y0 = m.t, y1 = H - bottom, pw = x1 - x0, ph = y1 - y0;
   ctx.fillStyle = layout.paper_bgcolor || "#fff";
   ctx.fillRect(0, 0, W, H);
 
   // axes: x over the full width, each y over its domain (yaxis3 overlays yaxis2 on the right)
   const xs = layout.xaxis || {};
-  const xa = axis(xs, xs.range || dataRange(traces, "x", "xaxis"), x0, x1, false);
+  const xa = axis(xs, xs.range || xAutoRange(ctx, traces, layout, pw, family, size), x0, x1, false);
   const ys = {};
   for (const key of ["y", "y2", "y3"]) {
     const name = key === "y" ? "yaxis" : `yaxis${key.slice(1)}`;
@@ -141,12 +182,13 @@ export function sketchFigure(div, traces, layout) {
     ctx.strokeStyle = ya.spec.gridcolor || "#eee";
     for (const v of yt) { const p = Math.round(ya.px(v)) + 0.5; if (p < ya.from || p > ya.to + 1) continue; ctx.beginPath(); ctx.moveTo(x0, p); ctx.lineTo(x1, p); ctx.stroke(); }
   }
-  const bottom = ys.y2 ? ys.y2.to : ys.y.to;
+  const axisBottom = ys.y2 ? ys.y2.to : ys.y.to;
   for (const v of xticks) {
     if (v < Math.min(...xa.range) || v > Math.max(...xa.range)) continue;
-    drawText(ctx, xs.tickformat === ",d" ? intText(v) : String(v), xa.px(v), bottom + 4, tickFont, xs.color || ink, "center", "top");
+    drawText(ctx, xs.tickformat === ",d" ? intText(v) : String(v), xa.px(v), axisBottom + 4, tickFont, xs.color || ink, "center", "top");
   }
-  if (xs.title) drawText(ctx, xs.title.text, x0 + pw / 2, bottom + 26, `${(xs.title.font || {}).size || size + 2}px ${family}`, xs.color || ink, "center", "top");
+  // axis titles where Plotly puts them without automargin: about 46 px under the x axis, 42 px beside a y axis
+  if (xs.title) drawText(ctx, xs.title.text, x0 + pw / 2, axisBottom + 46, `${(xs.title.font || {}).size || size + 2}px ${family}`, xs.color || ink);
   for (const [, ya] of Object.entries(ys)) {
     const s = ya.spec, right = s.side === "right";
     const vals = s.tickvals || autoTicks(ya.range[0], ya.range[1], ya.len, 40).filter((v) => !s.dtick || Number.isInteger(v));
@@ -158,7 +200,7 @@ export function sketchFigure(div, traces, layout) {
     });
     if (s.title) {
       ctx.save();
-      const tx = right ? x1 + 48 : x0 - 62;
+      const tx = right ? x1 + 42 : x0 - 42;
       ctx.translate(tx, (ya.from + ya.to) / 2);
       ctx.rotate(right ? Math.PI / 2 : -Math.PI / 2);
       drawText(ctx, s.title.text, 0, 0, `${(s.title.font || {}).size || size + 2}px ${family}`, s.color || ink);
@@ -166,7 +208,23 @@ export function sketchFigure(div, traces, layout) {
     }
   }
 
-  // traces, each clipped to its subplot
+  // shapes on the layer below the traces (bands), then the traces, each clipped to its subplot
+  const paperY = (v) => y1 - v * ph;
+  const shapeY = (s, v) => (s.yref === "paper" ? paperY(v) : (ys[s.yref || "y"] || ys.y).px(v));
+  const drawShape = (s) => {
+    if (s.type === "rect") {
+      const a = xa.px(s.x0), b = xa.px(s.x1), c = shapeY(s, s.y0), d = shapeY(s, s.y1);
+      if (s.fillcolor) { ctx.fillStyle = s.fillcolor; ctx.fillRect(Math.min(a, b), Math.min(c, d), Math.abs(b - a), Math.abs(d - c)); }
+      if (s.line && s.line.width) { setLine(ctx, s.line); ctx.strokeRect(Math.min(a, b), Math.min(c, d), Math.abs(b - a), Math.abs(d - c)); }
+    } else if (s.type === "line") {
+      setLine(ctx, s.line);
+      ctx.beginPath(); ctx.moveTo(xa.px(s.x0), shapeY(s, s.y0)); ctx.lineTo(xa.px(s.x1), shapeY(s, s.y1)); ctx.stroke();
+    }
+  };
+  ctx.save();
+  ctx.beginPath(); ctx.rect(x0, y1 - ph, pw, ph); ctx.clip();
+  for (const s of layout.shapes || []) if (s.layer === "below") drawShape(s);
+  ctx.restore();
   let shapes = 0;
   for (const t of traces) {
     const ya = ys[t.yaxis || "y"];
@@ -196,36 +254,32 @@ export function sketchFigure(div, traces, layout) {
     ctx.restore();
   }
 
-  // shapes and annotations placed in x and paper coordinates
-  const paperY = (v) => y1 - v * ph;
-  for (const s of layout.shapes || []) {
-    if (s.type !== "line") continue;
-    const ya = s.yref === "paper" ? null : ys[s.yref || "y"];
-    const py = (v) => (ya ? ya.px(v) : paperY(v));
-    setLine(ctx, s.line);
-    ctx.beginPath(); ctx.moveTo(xa.px(s.x0), py(s.y0)); ctx.lineTo(xa.px(s.x1), py(s.y1)); ctx.stroke();
-  }
+  // shapes above the traces, and annotations placed in x and paper coordinates
+  for (const s of layout.shapes || []) if (s.layer !== "below") drawShape(s);
   for (const a of layout.annotations || []) {
     if (a.xref !== "x" || a.yref !== "paper") continue;
-    const f = a.font || {};
-    const fnt = `${f.size || size}px ${family}`;
+    const f = a.font || {}, fs = f.size || size;
+    const fnt = `${fs}px ${family}`;
     ctx.font = fnt;
     const w = ctx.measureText(unescape(a.text)).width;
     const px = xa.px(a.x) - (a.xanchor === "right" ? w : a.xanchor === "left" ? 0 : w / 2);
-    const py = paperY(a.y);
-    if (a.bgcolor) { ctx.fillStyle = a.bgcolor; ctx.fillRect(px - 2, py - 1, w + 4, (f.size || size) + 4); }
+    const py = paperY(a.y) - (a.yanchor === "top" ? 0 : a.yanchor === "bottom" ? fs + 4 : (fs + 4) / 2);
+    if (px + w < x0 || px > x1) continue;
+    if (a.bgcolor) { ctx.fillStyle = a.bgcolor; ctx.fillRect(px - 2, py - 1, w + 4, fs + 4); }
     drawText(ctx, a.text, px, py + 1, fnt, f.color || ink, "left", "top");
   }
 
   // the key: one row per trace that shows in the legend
   if (lg) {
     const lf = legendFont;
-    const lx = x0 + (lg.x ?? 1.02) * pw;
-    let ly = y1 - (lg.y ?? 1) * ph;
+    let lx = x0 + (lg.x ?? (horizontal ? 0 : 1.02)) * pw;
+    let ly = y1 - (lg.y ?? 1) * ph + (horizontal ? 5 : 0);
     if (lg.title && lg.title.text) { drawText(ctx, lg.title.text, lx + 2, ly + 10, lf, (lg.title.font || {}).color || ink, "left"); ly += 20; }
+    ctx.font = lf;
     for (const t of keyed) {
       const cy = ly + 10;
-      if (t.fill === "toself") {
+      const advance = 45 + ctx.measureText(unescape(t.name)).width;
+      if (t.fill === "toself" || t.fill === "tozeroy") {
         ctx.fillStyle = t.fillcolor || "#888"; ctx.fillRect(lx + 8, cy - 6, 24, 12);
         setLine(ctx, t.line); ctx.strokeRect(lx + 8, cy - 6, 24, 12);
       } else if ((t.mode || "").includes("lines")) {
@@ -234,7 +288,7 @@ export function sketchFigure(div, traces, layout) {
         ctx.fillStyle = (t.marker || {}).color || ink; ctx.fillRect(lx + 17, cy - 3, 6, 6);
       }
       drawText(ctx, t.name, lx + 40, cy, lf, ink, "left");
-      ly += 19;
+      if (horizontal) lx += advance; else ly += 19;
     }
   }
   canvas.dataset.shapes = String(shapes);
