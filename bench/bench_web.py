@@ -11,7 +11,7 @@ Baseline, in the same run and browser: a page on the same server that only loads
 beside a repeat visit. Each run opens fresh browser contexts; the server's caches are cold only in run 1.
 Prints medians of the ratios over the runs, then times a zoom (relayout -> windowed fetch -> redraw).
 
-    python bench/bench_web.py [--events 1000000] [--runs 5]
+    python bench/bench_web.py [--events 1000000] [--runs 5] [--web OLD_CHECKOUT/web]
 """
 from __future__ import annotations
 
@@ -78,11 +78,11 @@ def plotly_alone_ms(page, base: str) -> float:
     return float(page.get_attribute("body", "data-plotly-at"))
 
 
-def serve(store_dir: Path):
+def serve(store_dir: Path, web_dir: Path | None = None):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app = create_app(store_dir=store_dir)
+    app = create_app(store_dir=store_dir, web_dir=web_dir)
     plotly_alone_page(app)
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     threading.Thread(target=srv.run, daemon=True).start()
@@ -107,6 +107,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--web", type=Path, help="serve the dashboard from this folder (e.g. an older checkout's web/, "
+                    "to compare side by side)")
     add_option(ap)
     args = ap.parse_args()
     figures = []
@@ -121,7 +123,7 @@ def main():
                               [GraphRecord(0, "eval", events, max_size=96 << 20, buffer_size=96 << 20)])
         store.close()
         print(f"stored {len(events):,} events in {time.perf_counter() - t0:.1f} s (trace {tid})")
-        srv, base = serve(Path(tmp))
+        srv, base = serve(Path(tmp), args.web)
         rows = []  # per run: baseline cold/warm, first visit, repeat visit
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
