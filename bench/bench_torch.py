@@ -60,7 +60,7 @@ def measure(code: str, path: Path) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def first_picture(path: Path, runs: int = 3) -> None:
+def first_picture(path: Path, runs: int = 3, web_dir: Path | None = None) -> None:
     """Import the snapshot, serve it, and time Chromium from opening /torch?id= to the timeline's first picture
     (the canvas drawn before Plotly.js runs) and to the interactive chart, as ratios to a page on the same server
     that only loads Plotly.js (bench_web.py's baseline), each in a fresh browser context; medians of `runs`."""
@@ -82,7 +82,7 @@ def first_picture(path: Path, runs: int = 3) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        app = create_app(store_dir=store_dir)
+        app = create_app(store_dir=store_dir, web_dir=web_dir)
         plotly_alone_page(app)
         srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         threading.Thread(target=srv.run, daemon=True).start()
@@ -122,6 +122,8 @@ def main(argv=None) -> int:
                          "1M-entry, 145 MB snapshot)")
     ap.add_argument("--browser", action="store_true", help="also time the dashboard's first picture and interactive "
                     "timeline in Chromium, as ratios to Plotly.js alone loading")
+    ap.add_argument("--web", type=Path, help="with --browser: serve the dashboard from this folder (e.g. an older "
+                    "checkout's web/, to compare)")
     ap.add_argument("--keep", type=Path, help="write the synthetic pickle here and keep it")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
                   f"{m['cpu_s']:6.2f} s CPU ({m['cpu_s'] / base['cpu_s']:.2f}x)   "
                   f"peak RSS {m['rss_mb']:7.0f} MB ({m['rss_mb'] / base['rss_mb']:.2f}x)")
         if args.browser:
-            first_picture(path)
+            first_picture(path, web_dir=args.web)
     return 0
 
 

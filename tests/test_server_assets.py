@@ -87,3 +87,24 @@ def test_only_web_files_are_served(client):
                 "/static/0000000000/common.js/x", "/vendor/0.0.0/plotly.min.js"):
         assert client.get(url).status_code == 404, url
 
+
+
+@pytest.mark.parametrize("route", ["/traces/0123abcd", "/torch?id=0123abcd"])
+def test_pages_with_a_first_picture_preload_plotly_instead_of_blocking_on_it(client, route):
+    """The trace view and the PyTorch page draw their first chart before Plotly.js runs: no parser-blocking
+    script tag for it, a preload (same versioned URL) that web/common.js plotlyReady() runs later."""
+    html = client.get(route).text
+    assert not re.search(r"<script[^>]*plotly\.min\.js", html)
+    link = re.search(r'<link rel="preload" as="script" href="(/vendor/[^"]+/plotly\.min\.js)" id="plotly-js">', html)
+    assert link and client.get(link.group(1)).status_code == 200
+
+
+def test_plotly_is_compressed_once_per_process(tmp_path):
+    """Every app in a process shares one compressed copy of Plotly.js, and it decodes to the file."""
+    apps = [create_app(store_dir=tmp_path / name) for name in ("a", "b")]
+    with TestClient(apps[0]) as c:
+        first = apps[0].state.assets.plotly()
+        assert first is apps[1].state.assets.plotly()
+        r = c.get(f"/vendor/{apps[0].state.assets.plotly_version}/plotly.min.js", headers={"Accept-Encoding": "gzip"})
+        assert r.content == apps[0].state.assets.plotly_path.read_bytes()  # the compressed copy decodes to the file
+        assert int(r.headers["content-length"]) == len(first.gzipped)
