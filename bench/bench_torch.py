@@ -63,7 +63,8 @@ def measure(code: str, path: Path) -> dict:
 def first_picture(path: Path, runs: int = 3, web_dir: Path | None = None) -> None:
     """Import the snapshot, serve it, and time Chromium from opening /torch?id= to the timeline's first picture
     (the canvas drawn before Plotly.js runs) and to the interactive chart, as ratios to a page on the same server
-    that only loads Plotly.js (bench_web.py's baseline), each in a fresh browser context; medians of `runs`."""
+    that only loads Plotly.js (bench_web.py's baseline), each in a fresh browser context: one round on a cold
+    server, reported apart, then the medians of `runs` rounds on a warm one."""
     import socket
     import statistics
     import threading
@@ -91,7 +92,7 @@ def first_picture(path: Path, runs: int = 3, web_dir: Path | None = None) -> Non
         base, rows = f"http://127.0.0.1:{port}", []
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            for run in range(runs):
+            for run in range(runs + 1):  # run 0: the server builds the snapshot's caches (reported apart)
                 ctx = b.new_context(viewport={"width": 1400, "height": 1000})
                 alone = plotly_alone_ms(ctx.new_page(), base)
                 ctx.close()
@@ -102,14 +103,15 @@ def first_picture(path: Path, runs: int = 3, web_dir: Path | None = None) -> Non
                 ready = page.evaluate("performance.now()")
                 at = page.get_attribute("#timeline", "data-picture-at")
                 picture = float(at) if at else ready
-                rows.append((alone, picture, ready))
-                print(f"dashboard run {run + 1}{' (server builds its caches)' if run == 0 else ''}: Plotly.js alone "
+                if run:
+                    rows.append((alone, picture, ready))
+                print(f"dashboard {'cold server (it builds its caches)' if run == 0 else f'run {run}'}: Plotly.js alone "
                       f"{alone:,.0f} ms; first picture {picture:,.0f} ms, interactive {ready:,.0f} ms")
                 ctx.close()
             b.close()
         srv.should_exit = True
     med = statistics.median
-    print(f"dashboard, empty browser cache, median of {runs}: first picture {med(r[1] / r[0] for r in rows):.2f}x, "
+    print(f"dashboard, empty browser cache, warm server, median of {runs}: first picture {med(r[1] / r[0] for r in rows):.2f}x, "
           f"interactive {med(r[2] / r[0] for r in rows):.2f}x Plotly.js alone ({med(r[0] for r in rows):,.0f} ms)")
 
 
