@@ -108,3 +108,18 @@ def test_plotly_is_compressed_once_per_process(tmp_path):
         r = c.get(f"/vendor/{apps[0].state.assets.plotly_version}/plotly.min.js", headers={"Accept-Encoding": "gzip"})
         assert r.content == apps[0].state.assets.plotly_path.read_bytes()  # the compressed copy decodes to the file
         assert int(r.headers["content-length"]) == len(first.gzipped)
+
+
+def test_pages_preload_their_whole_module_graph(client):
+    """Every module a page's module imports, directly or not, is named in a modulepreload, so the browser fetches
+    the graph at once; the list is derived from the import statements, here checked against the files."""
+    version = client.app.state.assets.version
+    html = client.get("/traces/0123abcd").text
+    preloaded = set(re.findall(rf'<link rel="modulepreload" href="/static/{version}/([\w.-]+\.js)">', html))
+    todo, graph = ["trace.js"], set()
+    while todo:
+        name = todo.pop()
+        if name not in graph:
+            graph.add(name)
+            todo += re.findall(r'from\s+"\./([\w.-]+\.js)"', (WEB / name).read_text())
+    assert {"memmap.js", "sketch.js", "common.js"} <= graph and preloaded == graph

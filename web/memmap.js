@@ -48,6 +48,8 @@ export class MemoryMap {
     this.div = div; this.ref = ref; this.opts = { freeList: true, ...opts };
     this.rects = []; this.marker = null; this.extraShapes = []; this.extraAnnotations = [];
     this.fetchSeq = 0; this.syncing = false; this.match = null;
+    // resolves once the first picture is on screen (the still one or the chart), or the map failed
+    this.pictured = new Promise((resolve) => { this.markPictured = resolve; });
     this.shift = Number(this.opts.xShift || 0); // display x = event index + shift (aligns two runs)
     this.tip = el("div", { class: "map-tip", role: "tooltip" });
     Object.assign(this.tip.style, {
@@ -64,7 +66,7 @@ export class MemoryMap {
     this.busy = el("p", { class: "loading", role: "status" }, el("span", { class: "spinner", "aria-hidden": "true" }), "Loading the memory map…");
     this.div.append(this.busy);
     this.div.setAttribute("aria-busy", "true");
-    try { await this.first(view); } finally { this.busy.remove(); this.div.removeAttribute("aria-busy"); }
+    try { await this.first(view); } finally { this.busy.remove(); this.div.removeAttribute("aria-busy"); this.markPictured(); }
     this.div.dataset.ready = "1";  // what tests and benchmarks wait for: the interactive chart is drawn
     return this;
   }
@@ -94,6 +96,7 @@ export class MemoryMap {
       await afterPaint();
       this.div.dataset.pictureAt = String(performance.now());  // when the first picture was on screen
       this.div.dataset.overview = "1";
+      this.markPictured();
     }
     await plotlyReady();  // on failure the picture stays and the page says why
     await this.draw(true, view);
