@@ -8,13 +8,16 @@
 const DASH = { dot: [3, 3], dash: [9, 9], longdash: [15, 15], dashdot: [9, 3, 3, 3] };  // Plotly's, for widths <= 3
 const unescape = (s) => String(s ?? "").replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
 
-/** Plotly's automatic tick step: about one tick per 80 px (x) or 40 px (y), rounded to 1, 2 or 5 x 10^n. */
+/**
+ * Plotly's automatic ticks: the range over 5-10 parts (one per 80 px on x, 40 px on y), the part rounded up to
+ * the next of 2, 5 or 10 x 10^n strictly above it (so 2,000 becomes 5,000, as Plotly does).
+ */
 function autoTicks(lo, hi, lengthPx, minPx) {
   const n = Math.min(9, Math.max(4, lengthPx / minPx)) + 1;
   const rough = Math.abs(hi - lo) / n;
   if (!(rough > 0)) return [lo];
   const base = 10 ** Math.floor(Math.log10(rough));
-  const step = base * ([1, 2, 5, 10].find((m) => base * m >= rough) || 10);
+  const step = base * ([2, 5, 10].find((m) => m > rough / base) || 20);
   const out = [];
   for (let k = Math.ceil(lo / step); k * step <= hi && out.length < 50; k++) out.push(k * step || 0);  // never -0
   return out;
@@ -187,20 +190,22 @@ export function sketchFigure(div, traces, layout) {
     if (v < Math.min(...xa.range) || v > Math.max(...xa.range)) continue;
     drawText(ctx, xs.tickformat === ",d" ? intText(v) : String(v), xa.px(v), axisBottom + 4, tickFont, xs.color || ink, "center", "top");
   }
-  // axis titles where Plotly puts them without automargin: about 46 px under the x axis, 42 px beside a y axis
-  if (xs.title) drawText(ctx, xs.title.text, x0 + pw / 2, axisBottom + 46, `${(xs.title.font || {}).size || size + 2}px ${family}`, xs.color || ink);
+  // axis titles about where Plotly puts them: 36 px under the x axis, beside a y axis's widest tick label
+  if (xs.title) drawText(ctx, xs.title.text, x0 + pw / 2, axisBottom + 36, `${(xs.title.font || {}).size || size + 2}px ${family}`, xs.color || ink);
   for (const [, ya] of Object.entries(ys)) {
     const s = ya.spec, right = s.side === "right";
     const vals = s.tickvals || autoTicks(ya.range[0], ya.range[1], ya.len, 40).filter((v) => !s.dtick || Number.isInteger(v));
+    let widest = 0;
     vals.forEach((v, i) => {
       const p = ya.px(v);
       if (p < ya.from - 1 || p > ya.to + 1) return;
       const text = s.ticktext ? s.ticktext[i] : s.tickformat === ",d" ? intText(v) : String(v);
       drawText(ctx, text, right ? x1 + 4 : x0 - 4, p, tickFont, s.color || ink, right ? "left" : "right");
+      widest = Math.max(widest, ctx.measureText(text).width);
     });
     if (s.title) {
       ctx.save();
-      const tx = right ? x1 + 42 : x0 - 42;
+      const tx = right ? x1 + widest + 15 : x0 - widest - 15;
       ctx.translate(tx, (ya.from + ya.to) / 2);
       ctx.rotate(right ? Math.PI / 2 : -Math.PI / 2);
       drawText(ctx, s.title.text, 0, 0, `${(s.title.font || {}).size || size + 2}px ${family}`, s.color || ink);
@@ -276,7 +281,10 @@ export function sketchFigure(div, traces, layout) {
     let ly = y1 - (lg.y ?? 1) * ph + (horizontal ? 5 : 0);
     if (lg.title && lg.title.text) { drawText(ctx, lg.title.text, lx + 2, ly + 10, lf, (lg.title.font || {}).color || ink, "left"); ly += 20; }
     ctx.font = lf;
-    for (const t of keyed) {
+    let group;  // Plotly leaves 10 px between legend groups; a trace without a group is a group of its own
+    keyed.forEach((t, i) => {
+      if (!horizontal && i > 0 && (t.legendgroup === undefined || t.legendgroup !== group)) ly += 10;
+      group = t.legendgroup;
       const cy = ly + 10;
       const advance = 45 + ctx.measureText(unescape(t.name)).width;
       if (t.fill === "toself" || t.fill === "tozeroy") {
@@ -289,7 +297,7 @@ export function sketchFigure(div, traces, layout) {
       }
       drawText(ctx, t.name, lx + 40, cy, lf, ink, "left");
       if (horizontal) lx += advance; else ly += 19;
-    }
+    });
   }
   canvas.dataset.shapes = String(shapes);
   div.append(canvas);
