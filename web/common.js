@@ -135,8 +135,10 @@ export function plotlyAfter(ms) {
   return () => clearTimeout(timer);
 }
 
-/** Resolves after the browser has painted what the page drew so far (a frame, then the task after it). */
+/** Resolves after the browser has painted what the page drew so far (a frame, then the task after it); at once
+ * in a hidden tab, which paints nothing and runs no frames. */
 export function afterPaint() {
+  if (document.visibilityState === "hidden") return Promise.resolve();
   return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 }
 
