@@ -105,14 +105,15 @@ def first_picture(path: Path, runs: int = 3, web_dir: Path | None = None) -> Non
                 picture = float(at) if at else ready
                 if run:
                     rows.append((alone, picture, ready))
-                print(f"dashboard {'cold server (it builds its caches)' if run == 0 else f'run {run}'}: Plotly.js alone "
-                      f"{alone:,.0f} ms; first picture {picture:,.0f} ms, interactive {ready:,.0f} ms")
+                label = "cold server (it builds its caches)" if run == 0 else f"run {run}"
+                print(f"dashboard {label}: Plotly.js alone {alone:,.0f} ms; first picture {picture:,.0f} ms, "
+                      f"interactive {ready:,.0f} ms")
                 ctx.close()
             b.close()
         srv.should_exit = True
     med = statistics.median
-    print(f"dashboard, empty browser cache, warm server, median of {runs}: first picture {med(r[1] / r[0] for r in rows):.2f}x, "
-          f"interactive {med(r[2] / r[0] for r in rows):.2f}x Plotly.js alone ({med(r[0] for r in rows):,.0f} ms)")
+    print(f"dashboard, empty browser cache, warm server, median of {runs}: first picture "
+          f"{med(r[1] / r[0] for r in rows):.2f}x, interactive {med(r[2] / r[0] for r in rows):.2f}x Plotly.js alone ({med(r[0] for r in rows):,.0f} ms)")
 
 
 def main(argv=None) -> int:

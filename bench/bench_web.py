@@ -165,7 +165,8 @@ def main():
         for what, goal in (("picture", 1.25), ("ready", None)):
             ratio = med(r[col][what] / r[base_col] for r in rows)
             name = "first picture" if what == "picture" else "interactive"
-            text = (f"dashboard: {name} of a {args.events:,}-event map, {label}, median of {len(rows)} run{'s' if len(rows) != 1 else ''}")
+            runs = f"{len(rows)} run{'s' if len(rows) != 1 else ''}"
+            text = f"dashboard: {name} of a {args.events:,}-event map, {label}, median of {runs}"
             baseline = (f"Plotly.js alone loading in the same browser run: median {base_ms:,.0f} ms "
                         f"(map {name}: median {med(r[col][what] for r in rows):,.0f} ms)")
             figures.append(at_most(text, ratio, "x", goal, baseline) if goal else

@@ -64,7 +64,7 @@ COUNT_OP_PIXELS = """async ([src, ops]) => {
   for (let p = 0; p < img.data.length; p += 4) {
     if ((p / 4) % img.width > plotRight) continue;
     want.forEach((w, k) => {
-      if (Math.abs(img.data[p] - w[0]) <= 3 && Math.abs(img.data[p + 1] - w[1]) <= 3 && Math.abs(img.data[p + 2] - w[2]) <= 3) {
+      if ([0, 1, 2].every((c) => Math.abs(img.data[p + c] - w[c]) <= 3)) {
         const i = p / 4; out[k].n++; out[k].x += i % img.width; out[k].y += Math.floor(i / img.width);
       }
     });
