@@ -5,7 +5,7 @@ lists, shared frame dicts), shifting the timestamps, so the pickle looks like on
 Prints, each measured in a fresh process: plain `pickle.load` (the floor), alloctrace's restricted
 read into columns, and the full import into a store; wall time and peak RSS, and their ratios to
 pickle.load (goals: time <= 3x, RSS <= 1.5x). CPU seconds (whole process, interpreter start
-included) are the steadier figure on a busy machine.
+included) are the steadier figure on a busy machine. `--browser` also opens the snapshot's page in Chromium.
 Usage: python bench/bench_torch.py [--entries 1000000] [--deepen 3] [--fixture tests/data/torch/gpt2_train_bs8.pickle.gz]
 """
 from __future__ import annotations
@@ -60,9 +60,13 @@ def measure(code: str, path: Path) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def first_picture(path: Path) -> None:
-    """Import the snapshot, serve it, and time Chromium from opening /torch?id= to the drawn timeline."""
+def first_picture(path: Path, runs: int = 3, web_dir: Path | None = None) -> None:
+    """Import the snapshot, serve it, and time Chromium from opening /torch?id= to the timeline's first picture
+    (the canvas drawn before Plotly.js runs) and to the interactive chart, as ratios to a page on the same server
+    that only loads Plotly.js (bench_web.py's baseline), each in a fresh browser context: one round on a cold
+    server, reported apart, then the medians of `runs` rounds on a warm one."""
     import socket
+    import statistics
     import threading
     import time
 
@@ -72,29 +76,44 @@ def first_picture(path: Path) -> None:
     from alloctrace.server.app import create_app
     from alloctrace.traces.store import open_store
     from alloctrace.traces import import_paths
+    from bench_web import ARGS, CHROMIUM, plotly_alone_ms, plotly_alone_page
 
     with tempfile.TemporaryDirectory() as store_dir:
         [tid] = import_paths(open_store(store_dir), [path])
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        srv = uvicorn.Server(uvicorn.Config(create_app(store_dir=store_dir), host="127.0.0.1", port=port,
-                                            log_level="warning"))
+        app = create_app(store_dir=store_dir, web_dir=web_dir)
+        plotly_alone_page(app)
+        srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         threading.Thread(target=srv.run, daemon=True).start()
         while not srv.started:
             time.sleep(0.05)
+        base, rows = f"http://127.0.0.1:{port}", []
         with sync_playwright() as p:
-            b = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                  args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-            for run in ("cold (server builds its caches)", "warm"):
-                page = b.new_page(viewport={"width": 1400, "height": 1000})
-                t = time.perf_counter()
-                page.goto(f"http://127.0.0.1:{port}/torch?id={tid}")
-                page.wait_for_selector("#timeline[data-ready='1']", timeout=120_000)
-                print(f"{'first picture, ' + run:>44}: {time.perf_counter() - t:5.2f} s")
-                page.close()
+            b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            for run in range(runs + 1):  # run 0: the server builds the snapshot's caches (reported apart)
+                ctx = b.new_context(viewport={"width": 1400, "height": 1000})
+                alone = plotly_alone_ms(ctx.new_page(), base)
+                ctx.close()
+                ctx = b.new_context(viewport={"width": 1400, "height": 1000})
+                page = ctx.new_page()
+                page.goto(f"{base}/torch?id={tid}", wait_until="commit")
+                page.wait_for_selector("#timeline[data-ready='1']", state="attached", timeout=120_000)
+                ready = page.evaluate("performance.now()")
+                at = page.get_attribute("#timeline", "data-picture-at")
+                picture = float(at) if at else ready
+                if run:
+                    rows.append((alone, picture, ready))
+                label = "cold server (it builds its caches)" if run == 0 else f"run {run}"
+                print(f"dashboard {label}: Plotly.js alone {alone:,.0f} ms; first picture {picture:,.0f} ms, "
+                      f"interactive {ready:,.0f} ms")
+                ctx.close()
             b.close()
         srv.should_exit = True
+    med = statistics.median
+    print(f"dashboard, empty browser cache, warm server, median of {runs}: first picture "
+          f"{med(r[1] / r[0] for r in rows):.2f}x, interactive {med(r[2] / r[0] for r in rows):.2f}x Plotly.js alone ({med(r[0] for r in rows):,.0f} ms)")
 
 
 def main(argv=None) -> int:
@@ -104,7 +123,10 @@ def main(argv=None) -> int:
     ap.add_argument("--deepen", type=int, default=1,
                     help="repeat each stack's frames this many times (3 gives ~20 frames per entry, like a real "
                          "1M-entry, 145 MB snapshot)")
-    ap.add_argument("--browser", action="store_true", help="also time the dashboard's first picture in Chromium")
+    ap.add_argument("--browser", action="store_true", help="also time the dashboard's first picture and interactive "
+                    "timeline in Chromium, as ratios to Plotly.js alone loading")
+    ap.add_argument("--web", type=Path, help="with --browser: serve the dashboard from this folder (e.g. an older "
+                    "checkout's web/, to compare)")
     ap.add_argument("--keep", type=Path, help="write the synthetic pickle here and keep it")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,7 +142,7 @@ def main(argv=None) -> int:
                   f"{m['cpu_s']:6.2f} s CPU ({m['cpu_s'] / base['cpu_s']:.2f}x)   "
                   f"peak RSS {m['rss_mb']:7.0f} MB ({m['rss_mb'] / base['rss_mb']:.2f}x)")
         if args.browser:
-            first_picture(path)
+            first_picture(path, web_dir=args.web)
     return 0
 
 

@@ -113,6 +113,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     @asynccontextmanager
     async def lifespan(app):
         one_line_loop_errors(asyncio.get_running_loop())
+        app.state.assets.warm()
         yield
         ctx.close()
 

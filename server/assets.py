@@ -5,12 +5,15 @@ browser keeps them for good (Cache-Control: immutable) and a new release changes
 modules import each other by relative paths, so the version carries through. Plotly.js is
 /vendor/<plotly version>/plotly.min.js. Pages and unversioned /static/<file> are revalidated by ETag (304).
 Only files found under web/ at start are served (a request names a key of that table, never a path).
+Plotly.js is compressed once per process, in the background as the server starts.
 """
 from __future__ import annotations
 
 import gzip
 import hashlib
 import mimetypes
+import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from fastapi.responses import Response
 COMPRESSIBLE = ("text/", "application/javascript", "application/json", "image/svg+xml")
 IMMUTABLE = "public, max-age=31536000, immutable"
 REVALIDATE = "no-cache"
+IMPORT_RE = re.compile(r'(?:from|import)\s*"\./([\w.-]+\.js)"')  # a module's static imports of its siblings
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,21 @@ def make_asset(body: bytes, name: str) -> Asset:
     return Asset(body, packed, '"' + hashlib.sha256(body).hexdigest()[:32] + '"', media)
 
 
+_PLOTLY: dict[tuple, Asset] = {}  # one compressed copy per process, shared by every app
+_PLOTLY_LOCK = threading.Lock()
+
+
+def plotly_asset(path: Path) -> Asset:
+    """Plotly.js (4.6 MB; about 1.4 MB gzipped) read and compressed once per process: the half second of
+    compression is paid at start (`Assets.warm`), not by the first page that asks for it."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    with _PLOTLY_LOCK:  # a request during the warm-up waits for it rather than compressing again
+        if key not in _PLOTLY:
+            _PLOTLY[key] = make_asset(path.read_bytes(), "plotly.min.js")
+        return _PLOTLY[key]
+
+
 class Assets:
     """web/'s files (read at start) and Plotly.js, with the version that goes into their URLs."""
 
@@ -69,18 +88,39 @@ class Assets:
         self._pages: dict[str, Asset] = {}
 
     def plotly(self) -> Asset | None:
-        """Plotly.js, read and compressed on first use (4.6 MB; about 1.4 MB gzipped)."""
+        """Plotly.js, compressed (once per process)."""
         if self._plotly is None and self.plotly_path is not None:
-            self._plotly = make_asset(self.plotly_path.read_bytes(), "plotly.min.js")
+            self._plotly = plotly_asset(self.plotly_path)
         return self._plotly
 
+    def warm(self) -> None:
+        """Compress Plotly.js in the background, so the first visitor does not wait for it."""
+        if self.plotly_path is not None:
+            threading.Thread(target=self.plotly, name="compress-plotly", daemon=True).start()
+
+    def module_graph(self, entry: str) -> list[str]:
+        """`entry` and every module it imports, directly or not, by relative path (web/ is flat)."""
+        seen, todo = [], [entry]
+        while todo:
+            rel = todo.pop(0)
+            if rel in seen or rel not in self.files:
+                continue
+            seen.append(rel)
+            todo.extend(IMPORT_RE.findall(self.files[rel].body.decode("utf-8")))
+        return seen
+
     def page(self, name: str) -> Asset | None:
-        """An HTML page with its asset URLs versioned."""
+        """An HTML page with its asset URLs versioned, and a modulepreload for every module its module
+        imports: the browser fetches the whole graph at once instead of one level of imports at a time."""
         if name not in self._pages:
             src = self.files.get(name)
             if src is None:
                 return None
             html = src.body.decode("utf-8")
+            entries = re.findall(r'<script type="module" src="/static/([\w.-]+\.js)"></script>', html)
+            preloads = "".join(f'  <link rel="modulepreload" href="/static/{rel}">\n'
+                               for entry in entries for rel in self.module_graph(entry))
+            html = html.replace("</head>", preloads + "</head>", 1)
             html = html.replace('"/static/', f'"/static/{self.version}/')
             html = html.replace('"/vendor/plotly.min.js"', f'"/vendor/{self.plotly_version}/plotly.min.js"')
             self._pages[name] = make_asset(html.encode("utf-8"), name)

@@ -87,3 +87,39 @@ def test_only_web_files_are_served(client):
                 "/static/0000000000/common.js/x", "/vendor/0.0.0/plotly.min.js"):
         assert client.get(url).status_code == 404, url
 
+
+
+@pytest.mark.parametrize("route", ["/traces/0123abcd", "/torch?id=0123abcd"])
+def test_pages_with_a_first_picture_preload_plotly_instead_of_blocking_on_it(client, route):
+    """The trace view and the PyTorch page draw their first chart before Plotly.js runs: no parser-blocking
+    script tag for it, a preload (same versioned URL) that web/common.js plotlyReady() runs later."""
+    html = client.get(route).text
+    assert not re.search(r"<script[^>]*plotly\.min\.js", html)
+    link = re.search(r'<link rel="preload" as="script" href="(/vendor/[^"]+/plotly\.min\.js)" id="plotly-js">', html)
+    assert link and client.get(link.group(1)).status_code == 200
+
+
+def test_plotly_is_compressed_once_per_process(tmp_path):
+    """Every app in a process shares one compressed copy of Plotly.js, and it decodes to the file."""
+    apps = [create_app(store_dir=tmp_path / name) for name in ("a", "b")]
+    with TestClient(apps[0]) as c:
+        first = apps[0].state.assets.plotly()
+        assert first is apps[1].state.assets.plotly()
+        r = c.get(f"/vendor/{apps[0].state.assets.plotly_version}/plotly.min.js", headers={"Accept-Encoding": "gzip"})
+        assert r.content == apps[0].state.assets.plotly_path.read_bytes()  # the compressed copy decodes to the file
+        assert int(r.headers["content-length"]) == len(first.gzipped)
+
+
+def test_pages_preload_their_whole_module_graph(client):
+    """Every module a page's module imports, directly or not, is named in a modulepreload, so the browser fetches
+    the graph at once; the list is derived from the import statements, here checked against the files."""
+    version = client.app.state.assets.version
+    html = client.get("/traces/0123abcd").text
+    preloaded = set(re.findall(rf'<link rel="modulepreload" href="/static/{version}/([\w.-]+\.js)">', html))
+    todo, graph = ["trace.js"], set()
+    while todo:
+        name = todo.pop()
+        if name not in graph:
+            graph.add(name)
+            todo += re.findall(r'from\s+"\./([\w.-]+\.js)"', (WEB / name).read_text())
+    assert {"memmap.js", "sketch.js", "common.js"} <= graph and preloaded == graph

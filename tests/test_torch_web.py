@@ -204,3 +204,26 @@ def test_clicking_a_band_shows_its_stack(server, page):
     assert f"entry {alloc:,}" in page.inner_text("#allocation h2")
     assert page.locator("#allocation li").count() >= 1  # the stack, innermost first
     page.wait_for_selector(f"#segments[data-event='{alloc + 1}']", timeout=30000)
+
+
+def test_the_timeline_is_drawn_before_plotly_and_the_chart_takes_its_place(server, page):
+    """The first picture is the timeline's real data on a canvas while Plotly.js is held back; the
+    interactive chart then replaces it."""
+    tid = server["gpt2_train_bs8"]
+    api = httpx.get(f"{server['base']}/api/torch/traces/{tid}/devices/0/timeline?max_points=800&max_bands=120",
+                    timeout=60).json()
+    held = []
+    page.route("**/plotly.min.js", lambda route: held.append(route))
+    page.goto(f"{server['base']}/torch?id={tid}")
+    page.wait_for_selector("#timeline[data-overview='1'] canvas.figure-sketch", timeout=30000)
+    assert page.evaluate("typeof window.Plotly") == "undefined"
+    assert page.get_attribute("#timeline canvas", "data-shapes") == str(len(api["bands"]))  # one polygon a band
+    while not held:
+        page.wait_for_timeout(20)
+    for r in held:
+        r.continue_()
+    page.unroute("**/plotly.min.js")
+    page.wait_for_selector("#timeline[data-ready='1']", timeout=30000)
+    assert page.locator("#timeline canvas.figure-sketch").count() == 0
+    assert page.get_attribute("#timeline", "data-bands") == str(len(api["bands"]))
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)  # the state view drew with Plotly too

@@ -107,6 +107,41 @@ export function opColor(op) {
 export function nameColor(name) { return HASHED[fnv1a(String(name || "?")) % HASHED.length]; }
 
 // --- Plotly ------------------------------------------------------------------------------------------
+let plotlyLoading = null;
+/**
+ * Plotly.js, loaded once: pages that draw a first picture without it (the trace view's map) name it in a
+ * `<link rel="preload" as="script" id="plotly-js">`, so it downloads while the page starts, and run it
+ * (about a second of main-thread work) only once that picture is on screen. Pages that load it with a plain
+ * `<script>` tag already have it.
+ */
+export function plotlyReady() {
+  if (window.Plotly) return Promise.resolve(window.Plotly);
+  if (!plotlyLoading) {
+    const link = document.getElementById("plotly-js");
+    plotlyLoading = new Promise((resolve, reject) => {
+      const s = el("script", { src: link ? link.href : "/vendor/plotly.min.js" });
+      s.addEventListener("load", () => (window.Plotly ? resolve(window.Plotly) : reject(new Error("Plotly.js did not start"))));
+      s.addEventListener("error", () => { plotlyLoading = null; reject(new Error("Plotly.js could not be loaded")); });
+      document.head.append(s);
+    });
+  }
+  return plotlyLoading;
+}
+
+/** Run Plotly.js `ms` from now unless the returned function is called first: a page that holds Plotly.js back
+ * until its first picture is painted does not also hold it back for a slow answer. */
+export function plotlyAfter(ms) {
+  const timer = setTimeout(() => plotlyReady().catch(() => {}), ms);
+  return () => clearTimeout(timer);
+}
+
+/** Resolves after the browser has painted what the page drew so far (a frame, then the task after it); at once
+ * in a hidden tab, which paints nothing and runs no frames. */
+export function afterPaint() {
+  if (document.visibilityState === "hidden") return Promise.resolve();
+  return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+}
+
 /** Plotly's config for every chart: nothing that sends a chart anywhere, no logo. */
 export function plotConfig(extra = {}) {
   return { responsive: true, displaylogo: false, showSendToCloud: false, showEditInChartStudio: false,

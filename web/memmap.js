@@ -2,7 +2,9 @@
 // Rectangles are filled polygons, one trace per op (null-separated); zoom and pan re-fetch detail for the
 // visible range from the server. The lower panel is the free list over time.
 import { memoryMap, oomEvent } from "./api.js";
-import { el, fmtBytes, exactBytes, bothBytes, fmtInt, opColor, nameColor, plotConfig, plotTheme, tensorLabel } from "./common.js";
+import { el, fmtBytes, exactBytes, bothBytes, fmtInt, opColor, nameColor, plotConfig, plotTheme, tensorLabel,
+  plotlyReady, plotlyAfter, afterPaint } from "./common.js";
+import { sketchFigure } from "./sketch.js";
 
 /** Text for Plotly labels: Plotly reads a few tags and entities, so escape everything. */
 export function plotText(s) {
@@ -33,6 +35,9 @@ export function nameMatcher(text, regex) {
 // SVG draws a few thousand rectangles faster than starting WebGL (much faster without a GPU);
 // the server caps a view at max_shapes, so WebGL is only used when a page asks for more.
 const WEBGL_ABOVE = 3500;
+// how long a page that loads Plotly.js late keeps it waiting for the map's data (a cold server builds the
+// graph's tile pyramid first): after that Plotly.js runs anyway and the picture waits for it
+export const PLOTLY_WAIT_MS = 400;
 
 export class MemoryMap {
   /**
@@ -43,6 +48,8 @@ export class MemoryMap {
     this.div = div; this.ref = ref; this.opts = { freeList: true, ...opts };
     this.rects = []; this.marker = null; this.extraShapes = []; this.extraAnnotations = [];
     this.fetchSeq = 0; this.syncing = false; this.match = null;
+    // resolves once the first picture is on screen (the still one or the chart), or the map failed
+    this.pictured = new Promise((resolve) => { this.markPictured = resolve; });
     this.shift = Number(this.opts.xShift || 0); // display x = event index + shift (aligns two runs)
     this.tip = el("div", { class: "map-tip", role: "tooltip" });
     Object.assign(this.tip.style, {
@@ -56,16 +63,23 @@ export class MemoryMap {
   /** First render of the whole graph; `view` ({x0, x1, y0, y1}) zooms straight to a saved view. */
   async load(summary, view) {
     this.summary = summary || {};
-    const busy = el("p", { class: "loading", role: "status" }, el("span", { class: "spinner", "aria-hidden": "true" }), "Loading the memory map…");
-    this.div.append(busy);
+    this.busy = el("p", { class: "loading", role: "status" }, el("span", { class: "spinner", "aria-hidden": "true" }), "Loading the memory map…");
+    this.div.append(this.busy);
     this.div.setAttribute("aria-busy", "true");
-    try { await this.first(view); } finally { busy.remove(); this.div.removeAttribute("aria-busy"); }
-    this.div.dataset.ready = "1";  // what tests and benchmarks wait for
+    try { await this.first(view); } finally { this.busy.remove(); this.div.removeAttribute("aria-busy"); this.markPictured(); }
+    this.div.dataset.ready = "1";  // what tests and benchmarks wait for: the interactive chart is drawn
     return this;
   }
 
+  /**
+   * Without Plotly.js yet (a page that loads it late), the same figure as a still picture on a canvas, then
+   * Plotly.js runs once that picture is painted. A map whose data is slow does not hold Plotly.js back:
+   * it starts PLOTLY_WAIT_MS after the request at the latest.
+   */
   async first(view) {
+    const cancel = window.Plotly ? null : plotlyAfter(PLOTLY_WAIT_MS);
     const data = await memoryMap(this.ref.id, this.ref.g);
+    if (cancel) cancel();
     this.nEvents = data.nEvents || this.summary.n_events || 1;
     this.maxSize = data.maxSize ?? this.summary.max_size ?? null;
     this.bufferSize = data.bufferSize ?? this.summary.buffer_size ?? null;
@@ -74,7 +88,19 @@ export class MemoryMap {
     if (this.oom && this.oom.event === null) this.oom = { ...this.oom, event: await oomEvent(this.ref.id, this.ref.g) };
     this.apply(data);
     if (view && [view.x0, view.x1, view.y0, view.y1].every(Number.isFinite)) this.opts.xRange = null;
+    let sketch = null;
+    if (!window.Plotly) {
+      const layout = this.layout(false, view);
+      sketch = sketchFigure(this.div, this.traces(layout.xaxis.range, layout.yaxis.range), layout);
+      this.busy.remove();
+      await afterPaint();
+      this.div.dataset.pictureAt = String(performance.now());  // when the first picture was on screen
+      this.div.dataset.overview = "1";
+      this.markPictured();
+    }
+    await plotlyReady();  // on failure the picture stays and the page says why
     await this.draw(true, view);
+    if (sketch) sketch.remove();
     this.bind();
     if (view && [view.x0, view.x1, view.y0, view.y1].every(Number.isFinite)) await this.refetch();
   }
@@ -352,6 +378,7 @@ export class MemoryMap {
   /** Mark event i; if it is off screen, pan (same zoom) so it is in view. */
   setMarker(i) {
     this.marker = i;
+    if (!this.div._fullLayout) return Promise.resolve();  // drawn with the marker once the chart is up
     this.redrawing = true;
     const fl = this.div._fullLayout;
     const update = { shapes: this.layout(true).shapes };
@@ -379,6 +406,7 @@ export class MemoryMap {
 
   /** Show x range [a, b] (used to keep two maps aligned, and to jump to an event). */
   setXRange(range) {
+    if (!this.div._fullLayout) return Promise.resolve();
     this.syncing = true;
     return Plotly.relayout(this.div, { "xaxis.range": range }).finally(() => { this.syncing = false; });
   }

@@ -1,7 +1,7 @@
 // Peak panel (trace page): what is live at the graph's high-water mark, by family: a stacked bar,
 // a sortable table, and a click on a family outlines its tensors on the memory map and jumps to the peak.
 import { peak as getPeak } from "./api.js";
-import { el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, opColor, plotConfig, plotTheme, showError, loading, loaded,
+import { plotlyReady, el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, opColor, plotConfig, plotTheme, showError, loading, loaded,
   tensorLabel, FREE_COLOR, FREE_FILL, pct } from "./common.js";
 import { plotText, byteTicks } from "./memmap.js";
 
@@ -32,7 +32,7 @@ function sortableTable(id, cols, rows, onPick) {
 const bytesCell = (n) => el("td", { class: "num", title: exactBytes(n) }, fmtBytes(n));
 
 /** The stacked bar: one segment per family (largest first), then the free bytes below the mark. */
-function drawBar(chart, pk, fams, fr) {
+async function drawBar(chart, pk, fams, fr) {
   const theme = plotTheme();
   const traces = fams.map((f) => ({
     type: "bar", orientation: "h", y: ["peak"], x: [f.bytes], name: plotText(f.family), marker: { color: opColor(f.family), line: { color: theme.paper, width: 1 } },
@@ -45,7 +45,7 @@ function drawBar(chart, pk, fams, fr) {
     hovertemplate: "%{customdata[0]}: %{customdata[1]}<extra></extra>" });
   const ticks = byteTicks(0, pk.bytes, 5);
   const axis = { gridcolor: theme.grid, zeroline: false, color: theme.muted };
-  return Plotly.react(chart, traces, {
+  return (await plotlyReady()).react(chart, traces, {
     barmode: "stack", margin: { l: 20, r: 10, t: 10, b: 40 }, showlegend: true, legend: { orientation: "h", y: -0.5 },
     paper_bgcolor: theme.paper, plot_bgcolor: theme.plot, font: { family: "system-ui, sans-serif", size: 12, color: theme.ink },
     xaxis: { ...axis, range: [0, pk.bytes], tickvals: ticks.tickvals, ticktext: ticks.ticktext },
@@ -79,7 +79,7 @@ export async function peakPanel(box, id, g, { map, onEvent } = {}) {
   }
   const chart = el("div", { id: "peak-bar", class: "chart", style: "height:150px;min-height:150px" });
   box.append(chart);
-  await drawBar(chart, pk, fams, fr);
+  await drawBar(chart, pk, fams, fr).catch((e) => chart.replaceWith(el("p", { class: "hint" }, `Chart unavailable: ${e.message}`)));
 
   const status = el("p", { id: "peak-selection", class: "hint", role: "status" }, "Click a family to outline its tensors on the memory map.");
   const cols = [
@@ -108,7 +108,7 @@ export async function peakPanel(box, id, g, { map, onEvent } = {}) {
     if (onEvent) onEvent(pk.event);
   };
   const tbl = sortableTable("peak-table", cols, fams, select);
-  chart.on("plotly_click", (ev) => {
+  if (chart.on) chart.on("plotly_click", (ev) => {  // no .on when the chart could not be drawn
     const pt = ev && ev.points && ev.points[0];
     const fam = pt && pt.customdata && pt.customdata[4];
     if (fam && fams.some((f) => f.family === fam)) select(fam);

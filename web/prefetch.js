@@ -1,6 +1,6 @@
-// Starts the trace, diff and PyTorch views' first API requests while Plotly.js is still being parsed: a classic
-// script, run before it, that adds <link rel="preload" as="fetch"> for the URLs the page's modules will
-// ask for (api.js builds the same URLs), so the browser answers their fetch() from the preload.
+// Starts the trace, diff and PyTorch views' first API requests before the page's modules (and Plotly.js) run:
+// a classic script at the top of the page that adds <link rel="preload" as="fetch"> for the URLs the modules
+// will ask for (api.js builds the same URLs), so the browser answers their fetch() from the preload.
 (function () {
   var shapes = Math.max(1200, Math.min(3000, Math.round(window.innerWidth * 1.5)));  // api.js maxShapes()
   var q = new URLSearchParams(location.search), urls = [];

@@ -1,7 +1,7 @@
 // The allocator state just before one event, drawn as an address bar: live tensors (coloured by op, as on the
 // map) and free blocks (hatched grey) by offset; the selected event's own placement is outlined on top.
 import { state } from "./api.js";
-import { clear, fmtBytes, fmtInt, opColor, nameColor, plotConfig, plotTheme, bytesEl, tensorLabel, FREE_COLOR, FREE_FILL } from "./common.js";
+import { plotlyReady, clear, fmtBytes, fmtInt, opColor, nameColor, plotConfig, plotTheme, bytesEl, tensorLabel, FREE_COLOR, FREE_FILL } from "./common.js";
 import { plotText, byteTicks } from "./memmap.js";
 
 /**
@@ -47,7 +47,7 @@ export async function drawState(div, note, ref, i, top, event) {
     yaxis: { categoryorder: "array", categoryarray: ["free blocks", "live tensors"], fixedrange: true, color: theme.muted },
   };
   div.hidden = false;
-  await Plotly.react(div, traces, layout, plotConfig({ displayModeBar: false }));
+  await (await plotlyReady()).react(div, traces, layout, plotConfig({ displayModeBar: false }));
   const finite = free.filter((b) => !b.endless);
   const totalFree = finite.reduce((s, b) => s + b.size, 0);
   const largest = finite.reduce((m, b) => Math.max(m, b.size), 0);

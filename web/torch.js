@@ -4,8 +4,9 @@
 import { listTraces, uploadSnapshot, torchSummary, torchTimeline, torchEntry, torchOom, torchPeak, torchState,
   torchDiff } from "./api.js";
 import { $, el, clear, enc, bytesEl, fmtBytes, fmtInt, topNav, nameColor, plotConfig, plotTheme, loading, loaded,
-  urlParam, FREE_COLOR, fact, pct } from "./common.js";
-import { plotText, byteTicks } from "./memmap.js";
+  urlParam, FREE_COLOR, fact, pct, plotlyReady, plotlyAfter, afterPaint } from "./common.js";
+import { plotText, byteTicks, PLOTLY_WAIT_MS } from "./memmap.js";
+import { sketchFigure } from "./sketch.js";
 import { mountWhatIf } from "./whatif.js";
 
 const setStatus = (msg, bad) => { const s = $("status"); s.textContent = msg || ""; s.className = bad ? "status error" : "status"; };
@@ -93,7 +94,15 @@ class SnapshotView {
       showlegend: true, legend: { orientation: "h", y: -0.15 }, uirevision: "keep" });
     if (x0 !== undefined) layout.xaxis.range = [x0, x1];
     const div = $("timeline");
-    await Plotly.react(div, traces, layout, plotConfig());
+    if (this.cancelPlotly) { this.cancelPlotly(); this.cancelPlotly = null; }
+    let sketch = null;
+    if (!window.Plotly) {  // the first picture while Plotly.js loads: the same figure on a canvas
+      sketch = sketchFigure(div, traces, layout);
+      await afterPaint();
+      Object.assign(div.dataset, { pictureAt: String(performance.now()), overview: "1" });
+    }
+    await (await plotlyReady()).react(div, traces, layout, plotConfig());
+    if (sketch) sketch.remove();
     Object.assign(div.dataset, { bands: String(t.bands.length), x0: String(t.x0), x1: String(t.x1), ready: "1" });
     $("timeline-note").textContent = `Entries ${fmtInt(t.x0)}–${fmtInt(t.x1)} of ${fmtInt(t.n_events)}; ${t.bands.length} largest allocations drawn, ${fmtInt(t.omitted_allocations)} more only in the total.`;
   }
@@ -176,7 +185,7 @@ class SnapshotView {
     const div = $("segments");
     div.style.height = `${Math.min(Math.max(220, 16 * s.segments.length + 80), 2400)}px`;
     const widest = most(s.segments.map((g) => g.size));
-    await Plotly.react(div, data, themed(theme, { barmode: "overlay", margin: { l: 130, r: 20, t: 10, b: 40 },
+    await (await plotlyReady()).react(div, data, themed(theme, { barmode: "overlay", margin: { l: 130, r: 20, t: 10, b: 40 },
       xaxis: { title: { text: "offset in segment" }, ...bytesAxis(widest) },
       yaxis: { autorange: "reversed", type: "category", categoryorder: "array", categoryarray: labels, tickfont: { size: 9 } },
       legend: { orientation: "h", y: -0.1 } }), plotConfig());
@@ -188,10 +197,12 @@ class SnapshotView {
 async function single(id, d) {
   $("single").hidden = false;
   loading($("timeline-note"), "Loading the timeline…");
+  const cancelPlotly = window.Plotly ? null : plotlyAfter(PLOTLY_WAIT_MS);
   const sum = await torchSummary(id);
   const dev = sum.devices.find((x) => x.device === d);
   if (!dev) throw new Error(`trace ${id} has no device ${d}`);
   const v = new SnapshotView(id, d, dev);
+  v.cancelPlotly = cancelPlotly;  // the timeline's picture lets Plotly.js run, or this timer does
   document.title = `alloctrace · ${sum.name}`;
   $("title").textContent = sum.name;
   clear($("facts")).append(fact("device", String(d)), fact("entries", fmtInt(dev.n_events)),
@@ -241,7 +252,7 @@ async function diff(a, b) {
   $("align-note").textContent = `${fmtInt(al.paired)} allocations paired by stack and occurrence (${al.same_sequence ? "the same call-site sequence" : `first divergence at allocation ${fmtInt(al.first_divergence)}`}${al.in_order ? ", in order" : ""}); ${fmtInt(al.only_a)} only in A, ${fmtInt(al.only_b)} only in B; ${fmtInt(al.same_size)} same size, ${fmtInt(al.grew)} grew, ${fmtInt(al.shrank)} shrank${al.size_ratio && al.size_ratio.median !== null ? `; median size ratio B/A ${al.size_ratio.median.toFixed(2)}` : ""}.`;
   if (al.sequence) {
     const theme = plotTheme(), sq = al.sequence;
-    await Plotly.react($("sequence"), [
+    await (await plotlyReady()).react($("sequence"), [
       { x: sq.index, y: sq.a_bytes, name: plotText(`A ${d.a.name}`), type: "scatter", mode: "lines", line: { shape: "hv", color: theme.accent } },
       { x: sq.index, y: sq.b_bytes, name: plotText(`B ${d.b.name}`), type: "scatter", mode: "lines", line: { shape: "hv", color: theme.warn } }],
     themed(theme, { margin: { l: 80, r: 20, t: 10, b: 40 }, xaxis: { title: { text: "aligned allocation (A's order)" }, tickformat: ",d" },

@@ -105,7 +105,6 @@ async function main() {
     catch (err) { $("state-note").textContent = `State unavailable: ${err.message}`; }
     finally { loaded($("state-note")); }
   };
-  table.load(0);
 
   // the tensor search: highlight matches on the map, count them, filter the table on an exact single match
   const search = () => {
@@ -133,6 +132,7 @@ async function main() {
         : { x0: Math.round(v.x0), x1: Math.round(v.x1), y0: Math.round(v.y0), y1: Math.round(v.y1) }),
       onRefetch: () => { if ($("search").value.trim()) search(); },
     });
+    map.pictured.then(() => table.load(0));  // the map's picture first; the table's rows (already fetched) after it
     await map.load(gs, view.every((v) => v !== null) ? { x0: view[0], x1: view[1], y0: view[2], y1: view[3] } : null);
     $("high-water").replaceWith(map.highWater ? exactEl(map.highWater) : "–");
     $("map-note").textContent = [
@@ -147,7 +147,11 @@ async function main() {
       if (view.some((v) => v === null)) await map.focus(i, Math.max(30, Math.min(200, Math.round((gs.n_events || 0) / 4))));
       pickEvent(i);
     } else if (map.oom && map.oom.event !== null && map.oom.event !== undefined) pickEvent(map.oom.event);
-  } catch (e) { showError($("map"), e); }
+  } catch (e) {
+    if (!map) table.load(0);
+    if ($("map").dataset.overview) $("map-note").textContent = `The chart is a still picture: ${e.message}`;
+    else showError($("map"), e);
+  }
   peakPanel($("peak"), id, gs.index, { map, onEvent: (i) => {
     if (map) { map.focus(i, 60); $("map").scrollIntoView({ behavior: "smooth", block: "start" }); }
     pickEvent(i);

@@ -3,8 +3,8 @@
 // `mountWhatIf(root, {trace, device, settings, cap, run})` draws it into `root`; the PyTorch page embeds it for
 // the snapshot it shows, and /whatif is the same panel on its own page (`whatIfPage()`).
 import { torchWhatIf } from "./api.js";
-import { el, clear, exactEl, fmtInt, fmtBytes, showError, plotConfig, plotTheme, loading, loaded, topNav, urlParam }
-  from "./common.js";
+import { el, clear, exactEl, fmtInt, fmtBytes, showError, plotConfig, plotTheme, loading, loaded, topNav, urlParam,
+  plotlyReady } from "./common.js";
 import { byteTicks } from "./memmap.js";
 
 const FIELDS = [
@@ -141,7 +141,7 @@ function render(result, out) {
 }
 
 /** One run's reserved and allocated bytes over the entries; both plots share the axes to compare at a glance. */
-function plot(div, title, s, reserved, allocated, oom, top, stoppedAt, theme) {
+async function plot(div, title, s, reserved, allocated, oom, top, stoppedAt, theme) {
   let x = s.event, rr = reserved, ar = allocated;
   if (stoppedAt !== null && stoppedAt !== undefined) {       // nothing is known past the failing request
     const k = x.findIndex((e) => e > stoppedAt);
@@ -158,7 +158,7 @@ function plot(div, title, s, reserved, allocated, oom, top, stoppedAt, theme) {
   }
   const axis = { gridcolor: theme.grid, zeroline: false, color: theme.muted };
   const ticks = byteTicks(0, top, 6);
-  return Plotly.react(div, traces, {
+  return (await plotlyReady()).react(div, traces, {
     paper_bgcolor: theme.paper, plot_bgcolor: theme.plot, font: { family: "system-ui, sans-serif", size: 12, color: theme.ink },
     title: { text: title, font: { size: 14 } }, margin: { l: 70, r: 10, t: 30, b: 40 },
     xaxis: { ...axis, title: { text: "trace entry" }, range: [0, s.n_events], tickformat: ",d" },
