@@ -44,7 +44,7 @@ def stored(tmp_path, data: bytes, pure: bool, monkeypatch, name="in.log", **opti
         return ("error", str(e))
     db = store.db
     traces = db.execute("SELECT name, source, generation, profile, tags, extra, format_version FROM traces").fetchall()
-    graphs = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings "
+    graphs = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, packed "
                         "FROM graphs ORDER BY idx").fetchall()
     columns = db.execute("SELECT graph_idx, name, dtype, data FROM columns ORDER BY graph_idx, rowid").fetchall()
     return traces, graphs, columns

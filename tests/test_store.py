@@ -98,9 +98,9 @@ def test_failed_add_leaves_nothing(store):
     with pytest.raises(KeyboardInterrupt):
         store.add_trace(TraceMeta("y", "test", "ggml-head"), interrupted())
     assert [s["id"] for s in store.list()] == [keep]
-    counts = store.db.execute("SELECT (SELECT count(*) FROM graphs), (SELECT count(*) FROM columns)").fetchone()
-    assert counts[0] == 2 and counts[1] > 0
-    assert store.db.execute("SELECT count(*) FROM columns WHERE trace_id != ?", (keep,)).fetchone()[0] == 0
+    counts = store.db.execute("SELECT count(*), count(packed) FROM graphs").fetchone()
+    assert counts == (2, 2)
+    assert store.db.execute("SELECT count(*) FROM graphs WHERE trace_id != ?", (keep,)).fetchone()[0] == 0
 
 
 def test_ids_resolution_and_not_found(store):

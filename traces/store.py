@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import sqlite3
+import struct
 import threading
 import time
 from contextlib import contextmanager
@@ -34,6 +35,9 @@ from .state_index import REPLAYED_FIELDS, SAVED_MIN_EVENTS, Saved, saved_checkpo
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
 
 DB_NAME = "alloctrace.db"
+# the database's layout: 1 kept each column of a graph in a row of `columns`; 2 keeps them in the graph's
+# own row (`graphs.packed`), one insert per graph instead of ~20 (older graphs keep their rows and are read)
+STORE_FORMAT = 2
 TRUNCATED = """instr(extra, '"truncated": true') > 0"""  # salvaged from a truncated compressed file
 INCOMPLETE = """instr(extra, '"incomplete": true') > 0"""  # a graph the log did not finish (extra is sorted JSON)
 BUSY_TIMEOUT_S = 120.0
@@ -50,7 +54,7 @@ CREATE TABLE IF NOT EXISTS graphs (
     trace_id TEXT NOT NULL REFERENCES traces(id) ON DELETE CASCADE,
     idx INTEGER NOT NULL, role TEXT NOT NULL, n_events INTEGER NOT NULL,
     max_size INTEGER, buffer_size INTEGER, oom TEXT, consistent INTEGER, extra TEXT NOT NULL,
-    strings BLOB NOT NULL,
+    strings BLOB NOT NULL, packed BLOB,
     PRIMARY KEY (trace_id, idx));
 CREATE TABLE IF NOT EXISTS columns (
     trace_id TEXT NOT NULL, graph_idx INTEGER NOT NULL, name TEXT NOT NULL, dtype TEXT NOT NULL,
@@ -125,8 +129,8 @@ class Store:
             ver = self._setup()
         except sqlite3.DatabaseError as e:
             raise UserError(f"cannot open store {self.path}: {e}") from None
-        if int(ver) > FORMAT_VERSION:
-            raise UserError(f"store {self.path} has format {ver}; this alloctrace reads up to {FORMAT_VERSION}")
+        if int(ver) > STORE_FORMAT:
+            raise UserError(f"store {self.path} has format {ver}; this alloctrace reads up to {STORE_FORMAT}")
 
     def _setup(self) -> str:
         """WAL mode and tables; other processes may be creating the same store right now."""
@@ -139,8 +143,10 @@ class Store:
                         if stmt.strip():
                             self.db.execute(stmt)
                     self.db.execute("INSERT OR IGNORE INTO store_info VALUES ('format_version', ?)",
-                                    (str(FORMAT_VERSION),))
+                                    (str(STORE_FORMAT),))
                     (ver,) = self.db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()
+                    if int(ver) < STORE_FORMAT:
+                        ver = self._upgrade(int(ver))
                     self.db.execute("COMMIT")
                     return ver
                 except BaseException:
@@ -151,6 +157,16 @@ class Store:
                     raise
                 time.sleep(0.05)
         raise AssertionError("unreachable")
+
+    def _upgrade(self, ver: int) -> str:
+        """Bring an older store to STORE_FORMAT inside _setup's transaction: what it holds stays as it is
+        (older graphs are read from their `columns` rows); the version says the layout changed, so an older
+        alloctrace refuses the store instead of missing the columns of graphs stored from now on."""
+        have = {r[1] for r in self.db.execute("PRAGMA table_info(graphs)")}
+        if "packed" not in have:
+            self.db.execute("ALTER TABLE graphs ADD COLUMN packed BLOB")
+        self.db.execute("UPDATE store_info SET value=? WHERE key='format_version'", (str(STORE_FORMAT),))
+        return str(STORE_FORMAT)
 
     @contextmanager
     def _snapshot(self):
@@ -240,14 +256,11 @@ class Store:
             strings, blobs = pack(*encoded, self._zc.compress)
             n = len(g.events)
         self.db.execute(
-            "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings,"
+            " packed) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (tid, g.index, g.role, n, g.max_size, g.buffer_size,
              None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
-             json.dumps(g.extra, sort_keys=True), strings))
-        self.db.executemany(
-            "INSERT INTO columns (trace_id, graph_idx, name, dtype, data) VALUES (?,?,?,?,?)",
-            [(tid, g.index, name, dtype, data) for name, dtype, data in blobs])
+             json.dumps(g.extra, sort_keys=True), strings, pack_blobs(blobs)))
         if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
             if isinstance(g, EncodedGraph):  # ggml events (a PyTorch device's entries have no `kind`)
                 encoded = ({name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt))
@@ -269,9 +282,9 @@ class Store:
         with self._lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                have = self.db.execute("SELECT (SELECT count(*) FROM columns WHERE trace_id=? AND graph_idx=? AND "
-                                       "name='kind'), (SELECT count(*) FROM state_checkpoints WHERE trace_id=? AND "
-                                       "graph_idx=?)", (tid, graph_index, tid, graph_index)).fetchone()
+                have = (int("kind" in self._column_names(tid, graph_index)),
+                        self.db.execute("SELECT count(*) FROM state_checkpoints WHERE trace_id=? AND graph_idx=?",
+                                        (tid, graph_index)).fetchone()[0])
                 if have != (1, 0):  # gone, not ggml events, or kept already
                     self.db.execute("ROLLBACK")
                     return False
@@ -282,6 +295,16 @@ class Store:
             except BaseException as e:
                 self._abandon(e)
                 raise
+
+    def _column_names(self, tid: str, g: int) -> list[str]:
+        """The names of a graph's stored columns (none when the graph is gone)."""
+        row = self.db.execute("SELECT packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
+        if row is None:
+            return []
+        if row[0] is not None:
+            return [name for name, _, _ in unpack_blobs(row[0])]
+        return [r[0] for r in self.db.execute("SELECT name FROM columns WHERE trace_id=? AND graph_idx=?",
+                                              (tid, int(g)))]
 
     def delete(self, tid: str) -> None:
         tid = self._id(tid)
@@ -361,12 +384,16 @@ class Store:
     def _raw(self, tid: str, g: int):
         tid = self._id(tid)
         with self._snapshot() as db:
-            row = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings "
-                             "FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
-            blobs = db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
-                               (tid, int(g))).fetchall()
+            row = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, "
+                             "packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
+            if row is not None and row[9] is None:  # stored by format 1: a row per column
+                blobs = db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
+                                   (tid, int(g))).fetchall()
         if row is None:
             raise NotFound(f"trace {tid} has no graph {g}")
+        if row[9] is not None:
+            blobs = unpack_blobs(row[9])
+        row = row[:9]
         table = json.loads(self._zd.decompress(row[8]))
         cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
         return row, cols, table
@@ -420,6 +447,36 @@ class Store:
             raise NotFound(f"no trace {tid!r}")
         return TraceMeta(name=r[0], source=r[1], generation=r[2] or None, profile=r[3], created=r[4], tags=json.loads(r[5]),
                          extra=json.loads(r[6]))
+
+
+_LENGTH = struct.Struct("<I")
+
+
+def pack_blobs(blobs) -> bytes:
+    """A graph's compressed columns [(name, dtype, data)] as one value: per column the name and
+    dtype (a length byte and ASCII each), the data's length (4 bytes, little-endian) and the data."""
+    parts = []
+    for name, dtype, data in blobs:
+        n, d = name.encode("ascii"), dtype.encode("ascii")
+        parts += (bytes((len(n),)), n, bytes((len(d),)), d, _LENGTH.pack(len(data)), data)
+    return b"".join(parts)
+
+
+def unpack_blobs(packed: bytes) -> list[tuple[str, str, memoryview]]:
+    """pack_blobs' columns back; each data a view into `packed` (no copies)."""
+    view, at, out = memoryview(packed), 0, []
+    while at < len(view):
+        n = view[at]
+        name = bytes(view[at + 1:at + 1 + n]).decode("ascii")
+        at += 1 + n
+        d = view[at]
+        dtype = bytes(view[at + 1:at + 1 + d]).decode("ascii")
+        at += 1 + d
+        (size,) = _LENGTH.unpack_from(view, at)
+        at += 4
+        out.append((name, dtype, view[at:at + size]))
+        at += size
+    return out
 
 
 def checkpoint_rows(checkpoints, compress) -> Iterator[tuple[int, bytes]]:
