@@ -450,15 +450,21 @@ class Store:
 
 
 _LENGTH = struct.Struct("<I")
+_HEADS: dict[tuple[str, str], bytes] = {}  # (name, dtype) -> its packed name and dtype: a few dozen pairs
 
 
 def pack_blobs(blobs) -> bytes:
     """A graph's compressed columns [(name, dtype, data)] as one value: per column the name and
     dtype (a length byte and ASCII each), the data's length (4 bytes, little-endian) and the data."""
-    parts = []
+    parts, heads, length = [], _HEADS, _LENGTH.pack
     for name, dtype, data in blobs:
-        n, d = name.encode("ascii"), dtype.encode("ascii")
-        parts += (bytes((len(n),)), n, bytes((len(d),)), d, _LENGTH.pack(len(data)), data)
+        head = heads.get((name, dtype))
+        if head is None:
+            n, d = name.encode("ascii"), dtype.encode("ascii")
+            head = bytes((len(n),)) + n + bytes((len(d),)) + d
+            if len(heads) < 4096:
+                heads[name, dtype] = head
+        parts += (head, length(len(data)), data)
     return b"".join(parts)
 
 
