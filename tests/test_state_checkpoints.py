@@ -213,6 +213,24 @@ def test_a_graph_of_broken_frees_keeps_its_checkpoints_bounded(monkeypatch):
         assert index.state(n) == st_n
 
 
+def test_stored_checkpoints_end_where_the_state_grows_too_big(monkeypatch):
+    """A graph whose live set keeps growing (allocations never freed) stores checkpoints only while a
+    state holds at most SAVED_MAX_ENTRIES entries; states past the last one replay from it, unchanged."""
+    monkeypatch.setattr(StateIndex, "step", 50)
+    monkeypatch.setattr(state_index_mod, "SAVED_MAX_ENTRIES", 200)
+    events = [Event("alloc", tensor=f"t{i}", offset=64 * i, size=64) for i in range(2000)]
+    cols = columns_of(events)
+    saved = saved_of(cols, None)
+    lazy = StateIndex(cols, None)
+    lazy.state(len(events))
+    assert saved.marks == sorted(lazy.checkpoints)[:len(saved.marks)] and saved.marks[-1] < 1000
+    assert max(len(saved.load(m)["live"]) for m in saved.marks) <= 2 * 200
+    index = StateIndex(cols, None, saved)
+    want = states_at(events, [0, 199, 400, 1500, 2000])
+    for n, st_n in want.items():
+        assert index.state(n) == st_n
+
+
 def test_a_store_written_before_checkpoints_still_answers(tmp_path, monkeypatch):
     """An older store has no checkpoint table: opening it adds the table, states are made on demand,
     and the server stores the long graph's checkpoints meanwhile, for the next server."""

@@ -36,6 +36,10 @@ from alloctrace.traces.state import CHANGE_KINDS, MISSING, ColumnEvents, Replay,
 CODE_OF = {k: code for code, k in enumerate(CHANGE_KINDS)}
 REPLAYED_FIELDS = ("kind", "chunk", "offset", "size", "tensor", "parent", "view_src")  # all a replay reads
 SAVED_MIN_EVENTS = 50_000  # below this a cold replay to the end takes a few tens of ms
+# stored checkpoints end where the state holds more entries than this: a replay holding a million live
+# tensors costs ~300 MB, more than the import it would ride on may take (requests past the last one
+# replay from it, as every request did before checkpoints were stored)
+SAVED_MAX_ENTRIES = 1 << 17
 
 
 @dataclass
@@ -151,12 +155,13 @@ class StateIndex:
 
 def saved_checkpoints(cols: dict, capacity: int | None) -> Iterator[dict]:
     """The checkpoints a StateIndex makes on its way to the end, as checkpoint_dict, one at a time
-    (what the store keeps for a long graph; nothing but the replay itself stays in memory)."""
+    (what the store keeps for a long graph; nothing but the replay itself stays in memory), up to
+    the first whose state holds more than SAVED_MAX_ENTRIES entries."""
     with gc_paused():
         index = StateIndex(cols, capacity)
         head = index._head
         yield checkpoint_dict(head)
-        while (at := index._next_mark(head)) is not None:
+        while (at := index._next_mark(head)) is not None and at - head.n <= SAVED_MAX_ENTRIES:
             index._advance(head, at)
             yield checkpoint_dict(head)
 
