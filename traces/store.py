@@ -30,6 +30,7 @@ from alloctrace.traces.gcpause import without_gc
 
 from .columns import EncodedGraph, decode_events, encode, pack, public_columns
 from .graph_info import capacity_of
+from .columns_lazy import LazyColumns
 from .state_index import REPLAYED_FIELDS, SAVED_MIN_EVENTS, Saved, saved_checkpoints
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
 
@@ -370,6 +371,20 @@ class Store:
         table = json.loads(self._zd.decompress(row[8]))
         cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
         return row, cols, table
+
+    def lazy_columns(self, tid: str, graph_index: int) -> LazyColumns:
+        """The graph's columns still compressed, each decompressed when first read (columns_lazy)."""
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            row = db.execute("SELECT n_events, strings FROM graphs WHERE trace_id=? AND idx=?",
+                             (tid, int(graph_index))).fetchone()
+            blobs = db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
+                               (tid, int(graph_index))).fetchall()
+        if row is None:
+            raise NotFound(f"trace {tid} has no graph {graph_index}")
+        table = json.loads(self._zd.decompress(row[1]))
+        return LazyColumns(row[0], {name: (dt, data) for name, dt, data in blobs}, table,
+                           zstandard.ZstdDecompressor().decompress)
 
     def events(self, tid: str, graph_index: int) -> list[Event]:
         return self._decoded(tid, graph_index, decode_events)[1]
