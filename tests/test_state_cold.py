@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import random
 
 import numpy as np
@@ -21,7 +22,7 @@ from alloctrace.server.api import _name_live_ops
 from alloctrace.server.app import create_app
 from alloctrace.traces import live_ops, memmap, store as store_mod
 from alloctrace.traces.columns import FIELDS, event_rows
-from alloctrace.traces.columns_lazy import LazyColumns
+from alloctrace.traces.columns_lazy import LazyColumns, StringTable
 from alloctrace.traces.graph_info import graph_info
 from alloctrace.traces.live_ops import name_live_ops
 from alloctrace.traces.schema import GraphRecord, TraceMeta
@@ -30,6 +31,15 @@ from alloctrace.traces.state_index import StateIndex
 from alloctrace.traces.store import open_store
 from test_memmap import columns_of, synthetic_events
 from test_state_checkpoints import REAL_LOGS, events_of, head_run, op
+
+
+@settings(max_examples=200, deadline=None)
+@given(strings=st.lists(st.text(alphabet=st.sampled_from('ab"\\\n\té€\U0001f600 ,[]'), max_size=8), max_size=30),
+       ascii_only=st.booleans())
+def test_string_table_reads_what_json_reads(strings, ascii_only):
+    data = json.dumps(strings, ensure_ascii=ascii_only).encode()
+    table = StringTable(data)
+    assert len(table) == len(strings) and [table[k] for k in range(len(table))] == json.loads(data)
 
 
 def assert_same_columns(lazy: LazyColumns, cols: dict, seed: int = 0):

@@ -7,11 +7,16 @@ nearest checkpoint), one row (the next event) and a few masks, so `LazyColumns`
 keeps the columns compressed as stored, decompresses a column the first time it
 is touched and decodes only the rows asked for, with the values
 `public_columns` gives for them (tests/test_state_cold.py compares both).
+The columns start decompressing side by side in background threads as soon as
+the graph is opened (zstd lets go of the interpreter lock meanwhile), while the
+caller parses the string table; a read waits for its column only.
 """
 from __future__ import annotations
 
 import json
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 import numpy as np
@@ -19,28 +24,59 @@ import numpy as np
 from .columns import FIELDS, INT_FIELDS, STR_FIELDS
 
 
-class LazyColumns:
-    """`cols[name]` -> a LazyColumn for every field (and "i"), like public_columns' dict."""
+class StringTable:
+    """A graph's string table (the JSON text of a list of strings) read one entry at a time: parsing
+    all of it takes tens of ms on a million-event graph, a state answer needs a few thousand entries.
+    Outside its strings JSON has quotes only around them, and a quote inside one is escaped."""
 
-    def __init__(self, n: int, blobs: dict[str, tuple[str, bytes]], table: list[str],
-                 decompress: Callable[[bytes], bytes]):
-        self.n, self.table = n, table
-        self._blobs, self._decompress = blobs, decompress
-        self._raw: dict[str, np.ndarray] = {}
+    def __init__(self, data: bytes):
+        self.data = data
+        b = np.frombuffer(data, dtype=np.uint8)
+        quotes = np.flatnonzero(b == 0x22)
+        maybe = quotes[(quotes > 0) & (b[np.maximum(quotes - 1, 0)] == 0x5C)]  # after a backslash: rare
+        if len(maybe):
+            quotes = np.setdiff1d(quotes, [q for q in maybe.tolist() if _escaped(data, q)])
+        if len(quotes) % 2:
+            raise ValueError("not a JSON list of strings")
+        self._start, self._end = quotes[0::2], quotes[1::2]
+
+    def __len__(self) -> int:
+        return len(self._start)
+
+    def __getitem__(self, k: int) -> str:
+        s, e = int(self._start[k]), int(self._end[k])
+        piece = self.data[s + 1:e]
+        return json.loads(self.data[s:e + 1]) if b"\\" in piece else piece.decode()
+
+
+def _escaped(data: bytes, q: int) -> bool:
+    """True when the quote at q follows an odd number of backslashes."""
+    k = q
+    while k > 0 and data[k - 1] == 0x5C:
+        k -= 1
+    return (q - k) % 2 == 1
+
+
+_FIRST = ("kind", "chunk", "offset", "size", "tensor")
+_POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="columns")
+
+
+class LazyColumns:
+    """`cols[name]` -> a LazyColumn for every field (and "i"), like public_columns' dict. `table` is
+    set by the caller once parsed (the columns decompress meanwhile)."""
+
+    def __init__(self, n: int, blobs: dict[str, tuple[str, bytes]], decompress: Callable[[bytes], bytes]):
+        self.n, self.table = n, StringTable(b"[]")
+        first = sorted(blobs, key=lambda name: name not in _FIRST)  # what every state request reads
+        self._raw = {name: _POOL.submit(_array, decompress, blobs[name][1], blobs[name][0]) for name in first}
         self._codes: dict[str, dict[str, int]] = {}
         self._lock = threading.Lock()
         self._cols = {"i": LazyColumn(self, "i")} | {name: LazyColumn(self, name) for name in FIELDS}
 
     def raw(self, name: str) -> np.ndarray | None:
         """The column as stored (codes, narrowest ints with their minimum as missing), None if absent."""
-        if name not in self._blobs:
-            return None
-        with self._lock:
-            arr = self._raw.get(name)
-            if arr is None:
-                dtype, data = self._blobs[name]
-                arr = self._raw[name] = np.frombuffer(self._decompress(data), dtype=np.dtype(dtype))
-        return arr
+        arr = self._raw.get(name)
+        return None if arr is None else arr.result()
 
     def codes(self, name: str) -> dict[str, int]:
         """The table index of each string a string column holds (strings are kept once each): for a
@@ -135,3 +171,7 @@ def _count(rows, n: int) -> int:
         return len(range(*rows.indices(n)))
     rows = np.asarray(rows)
     return int(rows.sum()) if rows.dtype == bool else len(rows)
+
+
+def _array(decompress, data: bytes, dtype: str) -> np.ndarray:
+    return np.frombuffer(decompress(data), dtype=np.dtype(dtype))

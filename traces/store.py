@@ -30,7 +30,7 @@ from alloctrace.traces.gcpause import without_gc
 
 from .columns import EncodedGraph, decode_events, encode, pack, public_columns
 from .graph_info import capacity_of
-from .columns_lazy import LazyColumns
+from .columns_lazy import LazyColumns, StringTable
 from .state_index import REPLAYED_FIELDS, SAVED_MIN_EVENTS, Saved, saved_checkpoints
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
 
@@ -382,9 +382,9 @@ class Store:
                                (tid, int(graph_index))).fetchall()
         if row is None:
             raise NotFound(f"trace {tid} has no graph {graph_index}")
-        table = json.loads(self._zd.decompress(row[1]))
-        return LazyColumns(row[0], {name: (dt, data) for name, dt, data in blobs}, table,
-                           zstandard.ZstdDecompressor().decompress)
+        cols = LazyColumns(row[0], {name: (dt, data) for name, dt, data in blobs}, _decompress)
+        cols.table = StringTable(zstandard.ZstdDecompressor().decompress(row[1]))
+        return cols
 
     def events(self, tid: str, graph_index: int) -> list[Event]:
         return self._decoded(tid, graph_index, decode_events)[1]
@@ -435,6 +435,11 @@ class Store:
             raise NotFound(f"no trace {tid!r}")
         return TraceMeta(name=r[0], source=r[1], generation=r[2] or None, profile=r[3], created=r[4], tags=json.loads(r[5]),
                          extra=json.loads(r[6]))
+
+
+def _decompress(data: bytes) -> bytes:
+    """One frame, with a decompressor of its own (this runs in several threads at once)."""
+    return zstandard.ZstdDecompressor().decompress(data)
 
 
 def checkpoint_rows(checkpoints, compress) -> Iterator[tuple[int, bytes]]:
