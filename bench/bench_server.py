@@ -145,17 +145,21 @@ async def load(url: str, clients: int, budget: int, seconds: float, n: int, top:
     return latencies, errors, sizes, wall
 
 
-def state_bench(base: str, n: int, count: int, first_event: int | None = None, cold: bool = False):
+def state_bench(base: str, n: int, count: int, first_event: int | None = None, cold: bool = False,
+                pid: int | None = None):
     """First state request at 90% of the graph (or `first_event`), then `count` random events, one at a time.
-    `cold`: the state request is the server's first on the graph (else the memory map came first)."""
+    `cold`: the state request is the server's first on the graph (else the memory map came first);
+    `pid`: the server's, to report the CPU time the first request took (all its threads)."""
     at = n * 9 // 10 if first_event is None else first_event
     what = "the server's first request on the graph" if cold else "first state request, after the memory map"
     with httpx.Client(timeout=600) as client:
+        cpu0 = cpu_seconds(pid) if pid else 0.0
         t0 = time.perf_counter()
         r = client.get(base + "state", params={"event": at})
         first = time.perf_counter() - t0
+        cpu = f", server CPU {(cpu_seconds(pid) - cpu0) * 1000:.0f} ms" if pid else ""
         r.raise_for_status()
-        print(f"{what} (state at event {at}): {first * 1000:.0f} ms, {len(r.json()['live'])} live tensors")
+        print(f"{what} (state at event {at}): {first * 1000:.0f} ms{cpu}, {len(r.json()['live'])} live tensors")
         FIGURES.append(at_most(f"state: {what}, at a late event, {n:,} events", first * 1000, "ms", 100))
         rng = random.Random(7)
         lat = []
@@ -254,7 +258,7 @@ def main():
         server = start_server(store, port)
         try:
             state_bench(f"http://127.0.0.1:{port}/api/traces/{tid}/graphs/0/", args.events, args.state_requests,
-                        args.state_first, cold=True)
+                        args.state_first, cold=True, pid=server.pid)
             print(f"server peak RSS after the cold state requests: {peak_rss_mb(server.pid):.0f} MB")
         finally:
             server.terminate()
