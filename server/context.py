@@ -132,10 +132,15 @@ class Context:
 
     def some_columns(self, trace_id: str, g: int):
         """The decoded columns when another view has loaded them, else the graph's LazyColumns: what a
-        request reading a few rows needs (a state request as the graph's first, say), without decoding all."""
-        cols = self.columns_cache.peek((trace_id, g))
-        if cols is not None:
-            return cols
+        request reading a few rows needs (a state request as the graph's first, say), without decoding all.
+        A graph without stored state checkpoints (a short one, or one of an older store) is decoded: its
+        StateIndex replays from the start, reading every column anyway."""
+        for cache in (self.columns_cache, self.lazy_cache):
+            cols = cache.peek((trace_id, g))
+            if cols is not None:
+                return cols
+        if self.call(lambda s: s.saved_states(trace_id, g)) is None:
+            return self.columns(trace_id, g)
         return _cached(self.lazy_cache, (trace_id, g), lambda: self.call(lambda s: s.lazy_columns(trace_id, g)))
 
     def lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes:

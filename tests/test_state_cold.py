@@ -188,3 +188,21 @@ def test_cold_state_requests_answer_as_after_the_map(tmp_path, monkeypatch):
         assert cold.get(base + "state", params={"event": 6001}).status_code == 400
     assert got == want
     assert b'"op":"ADD"' in got[0]  # live tensors named by their ops
+
+
+def test_a_graph_without_stored_checkpoints_is_decoded(tmp_path):
+    """A short graph replays from its start: its state request decodes the columns, never twice."""
+    events = synthetic_events(400, seed=2)
+    store = open_store(tmp_path)
+    tid = store.add_trace(TraceMeta("short", "synthetic", "ggml-head"), [GraphRecord(0, "reserve", events)])
+    assert store.saved_states(tid, 0) is None
+    store.close()
+    base = f"/api/traces/{tid}/graphs/0/"
+    with TestClient(create_app(tmp_path, token=None)) as cold:
+        got = [cold.get(base + "state", params={"event": n}).content for n in (400, 17)]
+        ctx = cold.app.state.ctx
+        assert ctx.lazy_cache.peek((tid, 0)) is None and ctx.columns_cache.peek((tid, 0)) is not None
+        assert ctx.lifetimes_cache.peek((tid, 0)) is None  # the live ops without the lifetimes
+    with TestClient(create_app(tmp_path, token=None)) as warm:
+        assert warm.get(base + "memory-map").status_code == 200
+        assert [warm.get(base + "state", params={"event": n}).content for n in (400, 17)] == got
