@@ -62,8 +62,8 @@ _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_
 
 
 class LazyColumns:
-    """`cols[name]` -> a LazyColumn for every field (and "i"), like public_columns' dict. `table` is
-    set by the caller once parsed (the columns decompress meanwhile)."""
+    """`cols[name]` -> a LazyColumn for every field (and "i"), like public_columns' dict. The caller
+    sets `table` (a StringTable) after this starts the columns decompressing, so both go on at once."""
 
     def __init__(self, n: int, blobs: dict[str, tuple[str, bytes]], decompress: Callable[[bytes], bytes]):
         self.n, self.table = n, StringTable(b"[]")
@@ -150,8 +150,7 @@ class LazyColumn:
             if np.ndim(rows) == 0 and not isinstance(rows, slice):
                 return absent
             return np.full(_count(rows, owner.n), absent, dtype=object)
-        else:
-            codes = raw[rows]
+        codes = raw[rows]
         if np.ndim(codes) == 0:
             return self._value(int(codes), absent)
         values = np.empty(len(codes), dtype=object)
