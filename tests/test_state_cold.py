@@ -156,7 +156,7 @@ def test_a_free_extra_whose_reuse_is_before_the_window():
 
 
 def test_synthetic_graph_lazy_columns(tmp_path):
-    events = synthetic_events(3000, seed=3)
+    events = synthetic_events(1200, seed=3)
     store = open_store(tmp_path)
     tid = store.add_trace(TraceMeta("synthetic", "synthetic", "ggml-head"), [GraphRecord(0, "reserve", events)])
     cols, lazy = store.columns(tid, 0), store.lazy_columns(tid, 0)
