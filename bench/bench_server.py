@@ -6,11 +6,15 @@ from an asyncio load generator: each client asks for random view windows (whole
 graph, zoomed in, zoomed far in) until the request budget or the time limit runs out.
 Then the state endpoint: the first request at a late event, then random events (each
 from the nearest state checkpoint: kept in the store for a long graph, else made on the
-way by the first request).
+way by the first request). The first memory-map request comes before all of that (it
+loads the graph's columns and lifetimes, as the dashboard's first view does); with
+--state-cold a server started first answers state requests before anything else on the
+graph (a deep link to the state view: nothing of the graph in its caches), then the run
+goes on as without it.
 
     python bench/bench_server.py [--events 1000000] [--clients 50] [--requests 2000] [--seconds 90]
-                                 [--state-requests 30] [--state-first N] [--upload-mb 20] [--no-map] [--no-state]
-                                 [--json PATH]
+                                 [--state-requests 30] [--state-first N] [--state-cold] [--upload-mb 20]
+                                 [--no-map] [--no-state] [--json PATH]
 """
 from __future__ import annotations
 
@@ -141,16 +145,22 @@ async def load(url: str, clients: int, budget: int, seconds: float, n: int, top:
     return latencies, errors, sizes, wall
 
 
-def state_bench(base: str, n: int, count: int, first_event: int | None = None):
-    """First state request at 90% of the graph (or `first_event`), then `count` random events, one at a time."""
+def state_bench(base: str, n: int, count: int, first_event: int | None = None, cold: bool = False,
+                pid: int | None = None):
+    """First state request at 90% of the graph (or `first_event`), then `count` random events, one at a time.
+    `cold`: the state request is the server's first on the graph (else the memory map came first);
+    `pid`: the server's, to report the CPU time the first request took (all its threads)."""
     at = n * 9 // 10 if first_event is None else first_event
+    what = "the server's first request on the graph" if cold else "first state request, after the memory map"
     with httpx.Client(timeout=600) as client:
+        cpu0 = cpu_seconds(pid) if pid else 0.0
         t0 = time.perf_counter()
         r = client.get(base + "state", params={"event": at})
         first = time.perf_counter() - t0
+        cpu = f", server CPU {(cpu_seconds(pid) - cpu0) * 1000:.0f} ms" if pid else ""
         r.raise_for_status()
-        print(f"first state request (event {at}): {first * 1000:.0f} ms, {len(r.json()['live'])} live tensors")
-        FIGURES.append(at_most(f"state: first request at a late event, {n:,} events", first * 1000, "ms", 100))
+        print(f"{what} (state at event {at}): {first * 1000:.0f} ms{cpu}, {len(r.json()['live'])} live tensors")
+        FIGURES.append(at_most(f"state: {what}, at a late event, {n:,} events", first * 1000, "ms", 100))
         rng = random.Random(7)
         lat = []
         for _ in range(count):
@@ -160,7 +170,8 @@ def state_bench(base: str, n: int, count: int, first_event: int | None = None):
     lat.sort()
     if lat:
         print(f"{count} random state requests: p50 {pct(lat, 0.5) * 1000:.0f} ms  max {lat[-1] * 1000:.0f} ms")
-        FIGURES.append(at_most(f"state: random events after the first, {n:,} events, max", lat[-1] * 1000, "ms", 100))
+        after = "after a cold first" if cold else "after the first"
+        FIGURES.append(at_most(f"state: random events {after}, {n:,} events, max", lat[-1] * 1000, "ms", 100))
 
 
 def upload_bench(url: str, store: Path, mb: int):
@@ -234,12 +245,24 @@ def main():
     ap.add_argument("--no-map", action="store_true", help="skip the memory-map load phase")
     ap.add_argument("--no-state", action="store_true", help="skip the state requests")
     ap.add_argument("--state-first", type=int, help="event of the first state request (default: 90%% of the graph)")
+    ap.add_argument("--state-cold", action="store_true",
+                    help="first, on a server of its own, state requests before any other request on the graph")
     ap.add_argument("--upload-mb", type=int, default=20, help="size of the log uploaded while reads go on (0: skip)")
     add_option(ap)
     args = ap.parse_args()
 
     store = Path(args.store) if args.store else Path(tempfile.mkdtemp(prefix="bench-server-"))
     tid = build_store(store, args.events)
+    if args.state_cold:
+        port = free_port()
+        server = start_server(store, port)
+        try:
+            state_bench(f"http://127.0.0.1:{port}/api/traces/{tid}/graphs/0/", args.events, args.state_requests,
+                        args.state_first, cold=True, pid=server.pid)
+            print(f"server peak RSS after the cold state requests: {peak_rss_mb(server.pid):.0f} MB")
+        finally:
+            server.terminate()
+            server.wait(30)
     port = free_port()
     server = start_server(store, port)
     try:

@@ -25,6 +25,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.server import graphs, upload
 from alloctrace.traces import memmap
 from alloctrace.traces.graph_info import events_page
+from alloctrace.traces.live_ops import name_live_ops
 from alloctrace.traces.state_index import state_json
 from alloctrace.server.context import Context
 from alloctrace.server.mapjson import memory_map_json
@@ -147,17 +148,23 @@ def get_memory_map(request: Request, trace_id: TraceId, g: GraphIndex,
 def get_state(request: Request, trace_id: TraceId, g: GraphIndex,
               event: Annotated[int, Query(ge=0, description="events applied (0..n_events)")]):
     c = ctx(request)
-    info = c.graph_info(trace_id, g)
+    info = c.graph_info(trace_id, g, lazy=True)
     if event > info["n_events"]:
         raise UserError(f"event {event} is out of range (0..{info['n_events']})")
     nxt = c.event_rows(trace_id, g, [event])[0] if event < info["n_events"] else None
     body = state_json(c.state_index(trace_id, g), event, nxt)
-    _name_live_ops(body.get("live") or [], c.lifetimes(trace_id, g), event)
+    live = body.get("live") or []
+    lt = c.lifetimes_cache.peek((trace_id, g))  # the map's, when it was drawn; else only the live bytes' events
+    if lt is None and not name_live_ops(live, c.some_columns(trace_id, g), event):
+        lt = c.lifetimes(trace_id, g)
+    if lt is not None:
+        _name_live_ops(live, lt, event)
     return JSONResponse(body)
 
 
 def _name_live_ops(live: list, lt, applied: int):
-    """Give each live tensor the op of its lifetime, so the dashboard colours it as on the map."""
+    """Give each live tensor the op of its lifetime, so the dashboard colours it as on the map
+    (traces.live_ops.name_live_ops gives the same without the lifetimes)."""
     if not live or not len(lt.start):
         return
     alive = np.flatnonzero((lt.start < applied) & (lt.end >= applied))

@@ -70,6 +70,7 @@ class Context:
         self.info_cache = memmap.LRU(64)
         self.map_cache = memmap.LRU(128)
         self.states_cache = memmap.LRU(8)
+        self.lazy_cache = memmap.LRU(8)  # columns still compressed, for graphs only asked for states
         self.upload_dir = upload_dir_for(store)
         self._writer = None
         self._writer_lock = threading.Lock()
@@ -100,7 +101,8 @@ class Context:
 
     # --- per-graph caches -------------------------------------------------------------
     def _caches(self):
-        return (self.columns_cache, self.lifetimes_cache, self.info_cache, self.map_cache, self.states_cache)
+        return (self.columns_cache, self.lifetimes_cache, self.info_cache, self.map_cache, self.states_cache,
+                self.lazy_cache)
 
     def fresh(self):
         """Forget cached answers of traces that another process deleted since the last look."""
@@ -128,6 +130,19 @@ class Context:
     def columns(self, trace_id: str, g: int) -> dict:
         return _cached(self.columns_cache, (trace_id, g), lambda: self.call(lambda s: s.columns(trace_id, g)))
 
+    def some_columns(self, trace_id: str, g: int):
+        """The decoded columns when another view has loaded them, else the graph's LazyColumns: what a
+        request reading a few rows needs (a state request as the graph's first, say), without decoding all.
+        A graph without stored state checkpoints (a short one, or one of an older store) is decoded: its
+        StateIndex replays from the start, reading every column anyway."""
+        for cache in (self.columns_cache, self.lazy_cache):
+            cols = cache.peek((trace_id, g))
+            if cols is not None:
+                return cols
+        if self.call(lambda s: s.saved_states(trace_id, g)) is None:
+            return self.columns(trace_id, g)
+        return _cached(self.lazy_cache, (trace_id, g), lambda: self.call(lambda s: s.lazy_columns(trace_id, g)))
+
     def lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes:
         """Built on the graph's first view with its tile pyramid and the pyramid's JSON rows, so
         later views of it only cut and join."""
@@ -138,11 +153,15 @@ class Context:
         """The graph's StateIndex, from its stored checkpoints. A long graph stored without them (by an
         older version) answers from checkpoints made on demand, and has them made and stored in the
         background, for the next server."""
-        from alloctrace.traces.state_index import SAVED_MIN_EVENTS, StateIndex
+        from alloctrace.traces.state_index import SAVED_MIN_EVENTS, StateIndex, first_saved
 
         def build():
-            cols, capacity = self.columns(trace_id, g), self.graph_info(trace_id, g)["capacity"]
-            index = StateIndex(cols, capacity, self.call(lambda s: s.saved_states(trace_id, g)))
+            info = self.graph_info(trace_id, g, lazy=True)
+            capacity, saved = info["capacity"], self.call(lambda s: s.saved_states(trace_id, g))
+            if first_saved(saved, info["n_events"], capacity) is not None:  # only the rows after a checkpoint
+                return StateIndex(self.some_columns(trace_id, g), capacity, saved)
+            cols = self.columns(trace_id, g)
+            index = StateIndex(cols, capacity, saved)
             if index._saved is None and index.n_events >= SAVED_MIN_EVENTS:
                 self.keeping = threading.Thread(target=self._keep_checkpoints, args=(trace_id, g, cols, capacity),
                                                 daemon=True, name=f"checkpoints {trace_id}:{g}")
@@ -162,8 +181,9 @@ class Context:
         except Exception as e:  # derived data: the states are answered without it
             log.warning("state checkpoints of %s:%d not stored: %s", trace_id, g, e)
 
-    def graph_info(self, trace_id: str, g: int) -> dict:
-        """The graph's summary row plus its oom event and real capacity (traces.graph_info)."""
+    def graph_info(self, trace_id: str, g: int, lazy: bool = False) -> dict:
+        """The graph's summary row plus its oom event and real capacity (traces.graph_info); `lazy`: from
+        the columns still compressed unless they are decoded already (for a view that decodes few rows)."""
         def build():
             summary = self.call(lambda s: s.summary(trace_id))
             rows = [r for r in summary.get("graphs", []) if r.get("index") == g]
@@ -172,7 +192,7 @@ class Context:
                     rows = [summary["graphs"][g]]
                 else:
                     raise NotFound(f"trace {trace_id} has no graph {g}")
-            return graph_info(rows[0], self.columns(trace_id, g))
+            return graph_info(rows[0], self.some_columns(trace_id, g) if lazy else self.columns(trace_id, g))
         return self.info_cache.get((trace_id, g), build)
 
     def forget(self, trace_id: str):
@@ -205,8 +225,8 @@ class Context:
 
     # --- reads ------------------------------------------------------------------------
     def event_rows(self, trace_id: str, g: int, indices: list[int]) -> list[dict]:
-        """Event dicts (with their index `i`) from the cached columns."""
-        return event_rows(self.columns(trace_id, g), indices)
+        """Event dicts (with their index `i`), from the columns decoded or still compressed."""
+        return event_rows(self.some_columns(trace_id, g), indices)
 
 
 def _cached(cache, key, build):

@@ -102,12 +102,11 @@ class StateIndex:
         self.n_events = len(cols["kind"])
         self.lock = threading.Lock()
         self._saved = None
-        if saved is not None and saved.marks and saved.marks[0] == 0 and saved.marks[-1] <= self.n_events:
-            first = replay_from(saved.load(0))
-            if first.capacity == capacity:  # made for another capacity: replay on demand instead
-                self._saved, self._marks = saved, list(saved.marks)
-                self.checkpoints: dict[int, Replay] = {0: first}  # event -> the replay there (never changed)
-                return
+        first = first_saved(saved, self.n_events, capacity)
+        if first is not None:
+            self._saved, self._marks = saved, list(saved.marks)
+            self.checkpoints: dict[int, Replay] = {0: first}  # event -> the replay there (never changed)
+            return
         first = Replay(capacity, infer_alignment(ColumnEvents(cols)), column_changes(cols).needs_names)
         self.checkpoints = {0: first}
         self._head = first.copy(capacity)  # the furthest replay, advanced in place
@@ -151,6 +150,16 @@ class StateIndex:
             r = base.copy(base.capacity)  # checkpoints are never changed once made
             self._advance(r, n)
             return r.state()
+
+
+def first_saved(saved: Saved | None, n_events: int, capacity: int | None) -> Replay | None:
+    """The replay at the first stored checkpoint, when the stored ones fit the graph (they cover it
+    and were made for this capacity); None when states must be replayed on demand instead. With
+    stored checkpoints a StateIndex reads its columns only from the last one before an event on."""
+    if saved is None or not saved.marks or saved.marks[0] != 0 or saved.marks[-1] > n_events:
+        return None
+    first = replay_from(saved.load(0))
+    return first if first.capacity == capacity else None
 
 
 def saved_checkpoints(cols: dict, capacity: int | None) -> Iterator[dict]:

@@ -31,6 +31,7 @@ from alloctrace.traces.gcpause import without_gc
 
 from .columns import EncodedGraph, decode_events, encode, pack, public_columns
 from .graph_info import capacity_of
+from .columns_lazy import LazyColumns, StringTable
 from .state_index import REPLAYED_FIELDS, SAVED_MIN_EVENTS, Saved, saved_checkpoints
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
 
@@ -398,6 +399,23 @@ class Store:
         cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
         return row, cols, table
 
+    def lazy_columns(self, tid: str, graph_index: int) -> LazyColumns:
+        """The graph's columns still compressed, each decompressed when first read (columns_lazy)."""
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            row = db.execute("SELECT n_events, strings, packed FROM graphs WHERE trace_id=? AND idx=?",
+                             (tid, int(graph_index))).fetchone()
+            if row is not None and row[2] is None:  # stored by format 1: a row per column
+                blobs = db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
+                                   (tid, int(graph_index))).fetchall()
+        if row is None:
+            raise NotFound(f"trace {tid} has no graph {graph_index}")
+        if row[2] is not None:
+            blobs = unpack_blobs(row[2])
+        cols = LazyColumns(row[0], {name: (dt, data) for name, dt, data in blobs}, _decompress)
+        cols.table = StringTable(zstandard.ZstdDecompressor().decompress(row[1]))
+        return cols
+
     def events(self, tid: str, graph_index: int) -> list[Event]:
         return self._decoded(tid, graph_index, decode_events)[1]
 
@@ -483,6 +501,11 @@ def unpack_blobs(packed: bytes) -> list[tuple[str, str, memoryview]]:
         out.append((name, dtype, view[at:at + size]))
         at += size
     return out
+
+
+def _decompress(data: bytes) -> bytes:
+    """One frame, with a decompressor of its own (this runs in several threads at once)."""
+    return zstandard.ZstdDecompressor().decompress(data)
 
 
 def checkpoint_rows(checkpoints, compress) -> Iterator[tuple[int, bytes]]:
