@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
 #define MISSING INT64_MIN
@@ -58,6 +59,18 @@ typedef struct {
 static uint64_t hash_bytes(const char *p, int64_t n) {  /* 8 bytes at a time, multiply and fold */
     uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)n;
     int64_t i = 0;
+    if (n >= 64) {  /* four independent lanes, 32 bytes a round, folded into one */
+        uint64_t a = h, b = h ^ 0x2545f4914f6cdd1dULL, c = h ^ 0x94d049bb133111ebULL, d = h ^ 0xbf58476d1ce4e5b9ULL;
+        for (; i + 32 <= n; i += 32) {
+            uint64_t w[4];
+            memcpy(w, p + i, 32);
+            a = (a ^ w[0]) * 0xff51afd7ed558ccdULL; a ^= a >> 32;
+            b = (b ^ w[1]) * 0xff51afd7ed558ccdULL; b ^= b >> 32;
+            c = (c ^ w[2]) * 0xff51afd7ed558ccdULL; c ^= c >> 32;
+            d = (d ^ w[3]) * 0xff51afd7ed558ccdULL; d ^= d >> 32;
+        }
+        h = ((a * 0x9e3779b97f4a7c15ULL + b) * 0x9e3779b97f4a7c15ULL + c) * 0x9e3779b97f4a7c15ULL + d;
+    }
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, p + i, 8);
@@ -117,6 +130,8 @@ typedef struct {
 
 typedef struct {  /* the line memo: line text -> parsed item (with its line number as the key) */
     int64_t *start; int32_t *len; Item *item; int64_t n, cap;
+    int32_t *next; int32_t prev, expected, blank;  /* the entry that followed each one last time; the last line's
+                                                entry and the one expected in its place (-1: none) */
     char *bytes; int64_t nbytes, capbytes;
     int32_t *slots; int64_t nslots;
 } LineMemo;
@@ -183,7 +198,14 @@ typedef struct {
     char *scratch; int64_t capscratch;  /* a line's lower-case copy, an exec line's sources as JSON */
     char reason[200];
     int declined;
+    int timed; double t_feed, t_replay, t_encode, t_key; int64_t n_hits, n_looks, n_skipped, n_guess;  /* ALLOCTRACE_FASTLOG_TIMES=1: seconds per phase */
 } St;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* The view of a finished graph that fastlog.py reads (a ctypes Structure of the same layout). */
 typedef struct {
@@ -734,7 +756,7 @@ static int parse_line(St *st, const char *s, int64_t n, Item *it) {
 
 /* ---------- the line memo ---------- */
 static void memo_clear(LineMemo *m) {
-    m->n = 0; m->nbytes = 0;
+    m->n = 0; m->nbytes = 0; m->prev = m->expected = m->blank = -1;
     if (m->slots) memset(m->slots, 0xff, m->nslots * sizeof(int32_t));
 }
 
@@ -748,18 +770,46 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
     }
     if (st->memo_skip > 0) st->memo_skip--;
     else st->memo_lookups++;
+    st->n_looks++;
     if (n > MEMO_LONGEST || st->memo_skip > 0) {
+        st->n_skipped++;
         int t = parse_line(st, s, n, it);
         it->type = t;
         it->ev.key = st->next_key++;
         return t;
     }
-    if (!m->slots) { m->nslots = 4096; m->slots = malloc(m->nslots * sizeof(int32_t)); memset(m->slots, 0xff, m->nslots * sizeof(int32_t)); }
+    if (!m->slots) {
+        m->nslots = 4096; m->slots = malloc(m->nslots * sizeof(int32_t)); memset(m->slots, 0xff, m->nslots * sizeof(int32_t));
+        m->prev = m->expected = m->blank = -1;
+    }
+    /* a log repeats its walks line for line: first try the line that followed the previous one last time,
+       then the one that followed the line expected in its place (a line that differs between walks, such
+       as a size that grows, is then passed over), then the table; entries lie in the order they were
+       first seen, so the guesses read memory in order */
+    int chain = n > 0;  /* a blank line follows anything: it is passed over */
+    if (!chain && m->blank >= 0) { st->memo_hits++; st->n_hits++; *use = &m->item[m->blank]; return IT_BLANK; }
+    int32_t guess = chain && m->prev >= 0 ? m->next[m->prev] : -1;
+    int32_t guess2 = chain && m->expected >= 0 && m->expected != m->prev ? m->next[m->expected] : -1;
+    if (chain) m->expected = guess >= 0 ? guess : guess2;
+    for (int g = 0; g < 2; g++) {
+        int32_t id = g ? guess2 : guess;
+        if (id >= 0 && m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
+            st->memo_hits++; st->n_hits++; st->n_guess++;
+            if (g && m->prev >= 0) m->next[m->prev] = id;
+            m->prev = m->expected = id;
+            *use = &m->item[id];
+            return m->item[id].type;
+        }
+    }
     uint64_t h = hash_bytes(s, n) & (m->nslots - 1);
     while (m->slots[h] >= 0) {
         int32_t id = m->slots[h];
         if (m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
-            st->memo_hits++;
+            st->memo_hits++; st->n_hits++;
+            if (chain) {
+                if (m->prev >= 0) m->next[m->prev] = id;
+                m->prev = m->expected = id;
+            }
             *use = &m->item[id];
             return m->item[id].type;
         }
@@ -792,8 +842,13 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
     if (m->cap != oldcap) {
         m->len = realloc(m->len, m->cap * sizeof(int32_t));
         m->item = realloc(m->item, m->cap * sizeof(Item));
+        m->next = realloc(m->next, m->cap * sizeof(int32_t));
     }
-    m->start[m->n] = m->nbytes; m->len[m->n] = (int32_t)n; m->item[m->n] = *it;
+    m->start[m->n] = m->nbytes; m->len[m->n] = (int32_t)n; m->item[m->n] = *it; m->next[m->n] = -1;
+    if (chain) {
+        if (m->prev >= 0) m->next[m->prev] = (int32_t)m->n;
+        m->prev = (int32_t)m->n;
+    } else m->blank = (int32_t)m->n;
     m->nbytes += n;
     m->slots[h] = (int32_t)m->n++;
     return t;
@@ -982,6 +1037,8 @@ EXPORT void *fl_new(void) {
     st->measure_align = 16;
     st->seen_limit = SEEN_BYTES;
     st->cache_limit = CACHE_WORDS;
+    const char *timed = getenv("ALLOCTRACE_FASTLOG_TIMES");
+    st->timed = timed && timed[0] == '1';
     return st;
 }
 
@@ -1002,8 +1059,16 @@ EXPORT int64_t fl_features(void *p, int64_t *out, int64_t cap) {
 }
 
 /* feed decoded text (UTF-8); final: the text ended */
+static int feed_block(St *st, const char *buf, int64_t len, int final);
 EXPORT int fl_feed(void *p, const char *buf, int64_t len, int final) {
     St *st = p;
+    if (!st->timed) return feed_block(st, buf, len, final);
+    double t = now();
+    int r = feed_block(st, buf, len, final);
+    st->t_feed += now() - t;
+    return r;
+}
+static int feed_block(St *st, const char *buf, int64_t len, int final) {
     if (st->declined) return -1;
     int64_t i = 0;
     if (st->ncarry) {
@@ -1367,14 +1432,14 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     /* the range of every integer field in one pass, then each present field's column */
     int64_t total = 0;
     int64_t isz[N_INTS], lo[N_INTS], hi[N_INTS];
-    for (int f = 0; f < N_INTS; f++) { lo[f] = INT64_MAX; hi[f] = INT64_MIN; }
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t *v = E[i].v;
-        for (int f = 0; f < N_INTS; f++) {  /* branch-free: MISSING is INT64_MIN, below every value */
-            int64_t x = v[f], y = x == MISSING ? INT64_MAX : x;
-            lo[f] = y < lo[f] ? y : lo[f];
-            hi[f] = x > hi[f] ? x : hi[f];
+    for (int f = 0; f < N_INTS; f++) {  /* a field at a time: both bounds stay in registers */
+        int64_t l = INT64_MAX, h = INT64_MIN;
+        for (int64_t i = 0; i < n; i++) {  /* branch-free: MISSING is INT64_MIN, below every value */
+            int64_t x = E[i].v[f], y = x == MISSING ? INT64_MAX : x;
+            l = y < l ? y : l;
+            h = x > h ? x : h;
         }
+        lo[f] = l; hi[f] = h;
     }
     for (int f = 0; f < N_INTS; f++) {
         int64_t l = lo[f], h = hi[f];
@@ -1567,8 +1632,10 @@ EXPORT int fl_next(void *p, GraphOut *out) {
     if (d->alignment != MISSING && (d->alignment < 0 || d->alignment > (1 << 30))) {
         decline(st, "odd alignment"); draft_free(st, d); return -1;
     }
+    double t0 = st->timed ? now() : 0;
     int64_t k = draft_key(st, d);
     int64_t e = cache_find(st, st->keybuf, k);
+    if (st->timed) st->t_key += now() - t0;
     out->incomplete = d->incomplete;
     out->n = d->n;
     if (e >= 0) {  /* the graph the replay would produce again: jump to the state it would reach */
@@ -1580,8 +1647,11 @@ EXPORT int fl_next(void *p, GraphOut *out) {
         st->out_draft = d;
         return 1;
     }
+    double t1 = st->timed ? now() : 0;
     replay(st, d, out);
+    double t2 = st->timed ? now() : 0;
     encode(st, d, out);
+    if (st->timed) { double t3 = now(); st->t_replay += t2 - t1; st->t_encode += t3 - t2; }
     out->slot = st->next_slot++;
     out->hit = 0;
     cache_insert(st, st->keybuf, k, out->slot);
@@ -1593,8 +1663,12 @@ EXPORT int fl_next(void *p, GraphOut *out) {
 EXPORT void fl_free(void *p) {
     St *st = p;
     if (!st) return;
+    if (st->timed)
+        fprintf(stderr, "fastlog: feed %.4f s, cache key %.4f s, replay %.4f s, encode %.4f s; %lld lines; memo %lld hits of %lld (%lld not looked up, %lld guessed)\n",
+                st->t_feed, st->t_key, st->t_replay, st->t_encode, (long long)st->lineno, (long long)st->n_hits,
+                (long long)st->n_looks, (long long)st->n_skipped, (long long)st->n_guess);
     free(st->pool.bytes); free(st->pool.off); free(st->pool.len); free(st->pool.slots);
-    free(st->memo.start); free(st->memo.len); free(st->memo.item); free(st->memo.bytes); free(st->memo.slots);
+    free(st->memo.start); free(st->memo.len); free(st->memo.item); free(st->memo.next); free(st->memo.bytes); free(st->memo.slots);
     free(st->carry);
     draft_free(st, st->cur); draft_free(st, st->out_draft);
     for (int64_t i = 0; i < st->qn; i++) draft_free(st, st->queue[st->qhead + i]);
