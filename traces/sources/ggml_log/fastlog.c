@@ -187,7 +187,7 @@ typedef struct {
     char *seen_bytes; int64_t nseen_bytes, capseen_bytes;
     int64_t *seen_off, *seen_len; int64_t nseen, capseen;
     int32_t *seen_index; int64_t nseen_index, seen_epoch;
-    int64_t seen_limit, cache_limit;  /* SEEN_BYTES and CACHE_WORDS unless fl_tune changed them */
+    int64_t seen_limit, cache_limit, memo_limit;  /* SEEN_BYTES, CACHE_WORDS, MEMO_LIMIT unless fl_tune changed them */
     int32_t *table_ids; int64_t ntable_ids, cap_table_ids;
     Draft *spare;
     /* graphs recovered before: (replay state, draft hints, the items' keys) -> the state after, a slot number */
@@ -819,7 +819,7 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
     it->type = t;
     it->ev.key = st->next_key++;
     if (t == IT_DECLINE) return t;
-    if (m->n >= MEMO_LIMIT) {
+    if (m->n >= st->memo_limit) {
         memo_clear(m);
         h = hash_bytes(s, n) & (m->nslots - 1);
     } else if ((m->n + 1) * 2 > m->nslots) {  /* a table no larger than the lines it holds: it stays in cache */
@@ -1037,15 +1037,16 @@ EXPORT void *fl_new(void) {
     st->measure_align = 16;
     st->seen_limit = SEEN_BYTES;
     st->cache_limit = CACHE_WORDS;
+    st->memo_limit = MEMO_LIMIT;
     const char *timed = getenv("ALLOCTRACE_FASTLOG_TIMES");
     st->timed = timed && timed[0] == '1';
     return st;
 }
 
 /* smaller memo limits, for tests of what happens when they start over */
-EXPORT void fl_tune(void *p, int64_t seen_bytes, int64_t cache_words) {
+EXPORT void fl_tune(void *p, int64_t seen_bytes, int64_t cache_words, int64_t memo_lines) {
     St *st = p;
-    st->seen_limit = seen_bytes; st->cache_limit = cache_words;
+    st->seen_limit = seen_bytes; st->cache_limit = cache_words; st->memo_limit = memo_lines;
 }
 
 EXPORT const char *fl_reason(void *p) { return ((St *)p)->reason; }

@@ -35,7 +35,7 @@ INT_COLUMNS = ("size", "offset", "addr", "chunk", "buffer", "block", "n_free", "
                "n_free_before", "children", "views", "allocated", "needed", "largest", "node")
 COLUMNS = INT_COLUMNS + STR_FIELDS + ("srcs", "extra")  # fastlog.c's column order (columns.encode's, less graph)
 DTYPE = {1: "|i1", 2: "<i2", 4: "<i4", 8: "<i8"}
-TUNE: tuple | None = None  # (column bytes kept, cache words kept): smaller limits for tests
+TUNE: tuple | None = None  # (column bytes kept, cache words kept, memo lines kept): smaller limits for tests
 
 
 class Declined(Exception):
@@ -83,7 +83,7 @@ def library():
             lib.fl_configure.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
                                          ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
             lib.fl_next.argtypes = [ctypes.c_void_p, ctypes.POINTER(GraphOut)]
-            lib.fl_tune.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+            lib.fl_tune.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
         _LIB.append(lib)
     return _LIB[0]
 
@@ -163,8 +163,8 @@ def fast_graphs(imp, src):
     lib = library()
     if lib is None:
         raise Declined("no fast path library")
+    from .drafts import Features
     from .import_log import detect_generation
-    from .split import Features
 
     st = lib.fl_new()
     out = GraphOut()

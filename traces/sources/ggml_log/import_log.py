@@ -19,11 +19,10 @@ from ...logio import LogReader
 from ...schema import TraceMeta
 from ..base import ImportedTrace
 from . import fastlog
-from .graph_cache import RecoveryCache
-from .parse_log import AbsurdNumber, LineMemo
-from .recover import GallocrReplay, LegacyReplay
-from .split import Draft, Features, Splitter
-from .split_memo import BodyMemo
+from .drafts import Draft, Features
+
+# The Python path's modules (parse_log, split, split_memo, recover, graph_cache) are imported where it
+# starts: an import the compiled fast path takes does without them.
 
 log = logging.getLogger(__name__)
 MAX_BODY = 1 << 16  # lines without a `#######` line that are fed at once
@@ -98,6 +97,8 @@ class LogImport:
         yield from graphs
 
     def _python_graphs(self) -> Iterator[EncodedGraph]:
+        from .graph_cache import RecoveryCache
+
         cache = None
         for draft in self._drafts():
             if cache is None:
@@ -111,6 +112,10 @@ class LogImport:
 
         Lines are fed in bodies (the lines between `#######` lines), so a body the
         log repeats is split once (split_memo.py)."""
+        from .parse_log import AbsurdNumber, LineMemo
+        from .split import Splitter
+        from .split_memo import BodyMemo
+
         with LogReader(self.src, label=self.label, limits=self.limits) as reader:
             self.path = reader.path
             split = Splitter()
@@ -149,6 +154,8 @@ class LogImport:
                 raise UserError(f"{self.path}:{bodies.lineno}: number out of range: {e}") from None
 
     def _replayer(self, features: Features, first: Draft):
+        from .recover import GallocrReplay, LegacyReplay
+
         if self.generation is None:
             self.generation = detect_generation(features, first)
         if PROFILES[self.generation].family == "legacy":
