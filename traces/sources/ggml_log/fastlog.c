@@ -26,6 +26,7 @@
 #define INT_MAX63 INT64_MAX
 #define SEEN_BYTES (4 << 20)  /* column bytes kept under numbers; the numbers start over when more */
 #define CACHE_WORDS (1 << 21)  /* recovery cache key and state words held; it starts over when more */
+#define CHUNK 64  /* events encoded a field at a time (64 of them fit in L1) */
 
 /* ---------- fields (columns.FIELDS order, less `graph`, `srcs`, `extra`) ---------- */
 enum { F_SIZE, F_OFFSET, F_ADDR, F_CHUNK, F_BUFFER, F_BLOCK, F_N_FREE, F_LARGEST_FREE, F_TOTAL_FREE,
@@ -130,8 +131,8 @@ typedef struct {
 
 typedef struct {  /* the line memo: line text -> parsed item (with its line number as the key) */
     int64_t *start; int32_t *len; Item *item; int64_t n, cap;
-    int32_t *next; int32_t prev, expected, blank;  /* the entry that followed each one last time; the last line's
-                                                entry and the one expected in its place (-1: none) */
+    int32_t *hist; int64_t nhist, cursor;  /* the entries of the last HIST lines; where the last line was seen before */
+    int64_t *last; int32_t blank;  /* where each entry was seen last (in hist); the blank line's entry (-1: none) */
     char *bytes; int64_t nbytes, capbytes;
     int32_t *slots; int64_t nslots;
 } LineMemo;
@@ -756,8 +757,14 @@ static int parse_line(St *st, const char *s, int64_t n, Item *it) {
 
 /* ---------- the line memo ---------- */
 static void memo_clear(LineMemo *m) {
-    m->n = 0; m->nbytes = 0; m->prev = m->expected = m->blank = -1;
+    m->n = 0; m->nbytes = 0; m->nhist = 0; m->cursor = -2; m->blank = -1;
     if (m->slots) memset(m->slots, 0xff, m->nslots * sizeof(int32_t));
+}
+
+#define HIST (1 << 16)
+static void memo_seen(LineMemo *m, int32_t id) {  /* entry `id` is the line just read */
+    m->hist[m->nhist & (HIST - 1)] = id;
+    m->last[id] = m->nhist++;
 }
 
 /* the line's item: in *it, or (*use) the memo's own copy */
@@ -780,23 +787,22 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
     }
     if (!m->slots) {
         m->nslots = 4096; m->slots = malloc(m->nslots * sizeof(int32_t)); memset(m->slots, 0xff, m->nslots * sizeof(int32_t));
-        m->prev = m->expected = m->blank = -1;
+        m->hist = malloc(HIST * sizeof(int32_t));
+        m->nhist = 0; m->cursor = -2; m->blank = -1;
     }
-    /* a log repeats its walks line for line: first try the line that followed the previous one last time,
-       then the one that followed the line expected in its place (a line that differs between walks, such
-       as a size that grows, is then passed over), then the table; entries lie in the order they were
-       first seen, so the guesses read memory in order */
-    int chain = n > 0;  /* a blank line follows anything: it is passed over */
-    if (!chain && m->blank >= 0) { st->memo_hits++; st->n_hits++; *use = &m->item[m->blank]; return IT_BLANK; }
-    int32_t guess = chain && m->prev >= 0 ? m->next[m->prev] : -1;
-    int32_t guess2 = chain && m->expected >= 0 && m->expected != m->prev ? m->next[m->expected] : -1;
-    if (chain) m->expected = guess >= 0 ? guess : guess2;
-    for (int g = 0; g < 2; g++) {
-        int32_t id = g ? guess2 : guess;
-        if (id >= 0 && m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
+    /* a log repeats its walks line for line: the entries of the lines seen last (`hist`, a ring) are
+       followed from where the previous line was seen before (`cursor`), so the next line is first compared
+       with the one that followed it then; a line that differs (a size that grows) is passed over, a line
+       found in the table moves the cursor to where it was seen last. A blank line follows anything: it is
+       left out. Entries lie in the order they were first seen, so the guesses read memory in order. */
+    if (n == 0 && m->blank >= 0) { st->memo_hits++; st->n_hits++; *use = &m->item[m->blank]; return IT_BLANK; }
+    int64_t c = m->cursor + 1;
+    if (n && c >= 0 && c < m->nhist) {
+        int32_t id = m->hist[c & (HIST - 1)];
+        if (m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
             st->memo_hits++; st->n_hits++; st->n_guess++;
-            if (g && m->prev >= 0) m->next[m->prev] = id;
-            m->prev = m->expected = id;
+            m->cursor = c;
+            memo_seen(m, id);
             *use = &m->item[id];
             return m->item[id].type;
         }
@@ -806,9 +812,9 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
         int32_t id = m->slots[h];
         if (m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
             st->memo_hits++; st->n_hits++;
-            if (chain) {
-                if (m->prev >= 0) m->next[m->prev] = id;
-                m->prev = m->expected = id;
+            if (n) {
+                m->cursor = m->last[id];
+                memo_seen(m, id);
             }
             *use = &m->item[id];
             return m->item[id].type;
@@ -842,12 +848,12 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
     if (m->cap != oldcap) {
         m->len = realloc(m->len, m->cap * sizeof(int32_t));
         m->item = realloc(m->item, m->cap * sizeof(Item));
-        m->next = realloc(m->next, m->cap * sizeof(int32_t));
+        m->last = realloc(m->last, m->cap * sizeof(int64_t));
     }
-    m->start[m->n] = m->nbytes; m->len[m->n] = (int32_t)n; m->item[m->n] = *it; m->next[m->n] = -1;
-    if (chain) {
-        if (m->prev >= 0) m->next[m->prev] = (int32_t)m->n;
-        m->prev = (int32_t)m->n;
+    m->start[m->n] = m->nbytes; m->len[m->n] = (int32_t)n; m->item[m->n] = *it;
+    if (n) {
+        m->cursor++;  /* a line in place of the one expected */
+        memo_seen(m, (int32_t)m->n);
     } else m->blank = (int32_t)m->n;
     m->nbytes += n;
     m->slots[h] = (int32_t)m->n++;
@@ -1433,14 +1439,18 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     /* the range of every integer field in one pass, then each present field's column */
     int64_t total = 0;
     int64_t isz[N_INTS], lo[N_INTS], hi[N_INTS];
-    for (int f = 0; f < N_INTS; f++) {  /* a field at a time: both bounds stay in registers */
-        int64_t l = INT64_MAX, h = INT64_MIN;
-        for (int64_t i = 0; i < n; i++) {  /* branch-free: MISSING is INT64_MIN, below every value */
-            int64_t x = E[i].v[f], y = x == MISSING ? INT64_MAX : x;
-            l = y < l ? y : l;
-            h = x > h ? x : h;
+    for (int f = 0; f < N_INTS; f++) { lo[f] = INT64_MAX; hi[f] = INT64_MIN; }
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {  /* events a chunk at a time (it stays in L1), a field at a time */
+        int64_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+        for (int f = 0; f < N_INTS; f++) {
+            int64_t l = lo[f], h = hi[f];
+            for (int64_t i = i0; i < i1; i++) {  /* branch-free: MISSING is INT64_MIN, below every value */
+                int64_t x = E[i].v[f], y = x == MISSING ? INT64_MAX : x;
+                l = y < l ? y : l;
+                h = x > h ? x : h;
+            }
+            lo[f] = l; hi[f] = h;
         }
-        lo[f] = l; hi[f] = h;
     }
     for (int f = 0; f < N_INTS; f++) {
         int64_t l = lo[f], h = hi[f];
@@ -1459,11 +1469,18 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     for (int f = 0; f < N_INTS; f++) {
         out->itemsize[f] = isz[f];
         out->cols[f] = w;
-        switch (isz[f]) {
-        case 1: for (int64_t i = 0; i < n; i++) { int64_t v = E[i].v[f]; int8_t x = v == MISSING ? INT8_MIN : (int8_t)v; memcpy(w, &x, 1); w += 1; } break;
-        case 2: for (int64_t i = 0; i < n; i++) { int64_t v = E[i].v[f]; int16_t x = v == MISSING ? INT16_MIN : (int16_t)v; memcpy(w, &x, 2); w += 2; } break;
-        case 4: for (int64_t i = 0; i < n; i++) { int64_t v = E[i].v[f]; int32_t x = v == MISSING ? INT32_MIN : (int32_t)v; memcpy(w, &x, 4); w += 4; } break;
-        case 8: for (int64_t i = 0; i < n; i++) { memcpy(w, &E[i].v[f], 8); w += 8; } break;
+        w += isz[f] * n;
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        int64_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+        for (int f = 0; f < N_INTS; f++) {
+            char *c = (char *)out->cols[f];
+            switch (isz[f]) {
+            case 1: for (int64_t i = i0; i < i1; i++) { int64_t v = E[i].v[f]; int8_t x = v == MISSING ? INT8_MIN : (int8_t)v; memcpy(c + i, &x, 1); } break;
+            case 2: for (int64_t i = i0; i < i1; i++) { int64_t v = E[i].v[f]; int16_t x = v == MISSING ? INT16_MIN : (int16_t)v; memcpy(c + 2 * i, &x, 2); } break;
+            case 4: for (int64_t i = i0; i < i1; i++) { int64_t v = E[i].v[f]; int32_t x = v == MISSING ? INT32_MIN : (int32_t)v; memcpy(c + 4 * i, &x, 4); } break;
+            case 8: for (int64_t i = i0; i < i1; i++) memcpy(c + 8 * i, &E[i].v[f], 8); break;
+            }
         }
     }
     /* the string table: first appearance over kind, tensor, op, parent, view_src, reason, srcs, extra */
@@ -1669,7 +1686,7 @@ EXPORT void fl_free(void *p) {
                 st->t_feed, st->t_key, st->t_replay, st->t_encode, (long long)st->lineno, (long long)st->n_hits,
                 (long long)st->n_looks, (long long)st->n_skipped, (long long)st->n_guess);
     free(st->pool.bytes); free(st->pool.off); free(st->pool.len); free(st->pool.slots);
-    free(st->memo.start); free(st->memo.len); free(st->memo.item); free(st->memo.next); free(st->memo.bytes); free(st->memo.slots);
+    free(st->memo.start); free(st->memo.len); free(st->memo.item); free(st->memo.hist); free(st->memo.last); free(st->memo.bytes); free(st->memo.slots);
     free(st->carry);
     draft_free(st, st->cur); draft_free(st, st->out_draft);
     for (int64_t i = 0; i < st->qn; i++) draft_free(st, st->queue[st->qhead + i]);
