@@ -14,7 +14,6 @@ from __future__ import annotations
 import codecs
 import ctypes
 import io
-import logging
 import os
 import tempfile
 import zlib
@@ -27,7 +26,6 @@ from ...columns import EncodedGraph, STR_FIELDS, compressor
 from ...errors import UserError
 from ...logio import LogReader, _why
 
-log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("fastlog.c")
 TEXT_BLOCK = 1 << 20  # decoded characters handed to C at a time
 SPOOL_IN_MEMORY = 32 << 20  # bytes of a one-pass input kept in memory for a second pass (then on disk)
@@ -36,6 +34,13 @@ INT_COLUMNS = ("size", "offset", "addr", "chunk", "buffer", "block", "n_free", "
 COLUMNS = INT_COLUMNS + STR_FIELDS + ("srcs", "extra")  # fastlog.c's column order (columns.encode's, less graph)
 DTYPE = {1: "|i1", 2: "<i2", 4: "<i4", 8: "<i8"}
 TUNE: tuple | None = None  # (column bytes kept, cache words kept, memo lines kept): smaller limits for tests
+
+
+def debug(logger: str, msg: str, *args) -> None:
+    """A debug line on `logger`; logging is imported only when there is one to write (an import that
+    takes the fast path needs none)."""
+    import logging
+    logging.getLogger(logger).debug(msg, *args)
 
 
 class Declined(Exception):
@@ -68,7 +73,7 @@ def library():
                                  what="the fast log importer")
             lib = ctypes.CDLL(str(path))
         except (UserError, OSError) as e:
-            log.debug("fast log import unavailable: %s", e)
+            debug(__name__, "fast log import unavailable: %s", e)
             lib = None
         if lib is not None:
             lib.fl_new.restype = ctypes.c_void_p

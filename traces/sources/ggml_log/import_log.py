@@ -6,7 +6,6 @@ text input reaches last); `LogImport` is one log as a stream of graphs.
 from __future__ import annotations
 
 import itertools
-import logging
 from typing import Callable, Iterator
 
 from alloctrace.allocator.events import Event
@@ -24,7 +23,6 @@ from .drafts import Draft, Features
 # The Python path's modules (parse_log, split, split_memo, recover, graph_cache) are imported where it
 # starts: an import the compiled fast path takes does without them.
 
-log = logging.getLogger(__name__)
 MAX_BODY = 1 << 16  # lines without a `#######` line that are fed at once
 HEADER = "#######"
 
@@ -88,7 +86,7 @@ class LogImport:
                 again.close()
                 return
             except fastlog.Declined as e:
-                log.debug("%s: the fast path declined (%s); importing on the Python path", self.label, e)
+                fastlog.debug(__name__, "%s: the fast path declined (%s); importing on the Python path", self.label, e)
                 self.declined = str(e)
                 self.src = again.rewound()
         graphs = self._python_graphs()
