@@ -27,7 +27,7 @@ from ...errors import UserError
 from ...logio import LogReader, _why
 
 SOURCE = Path(__file__).with_name("fastlog.c")
-TEXT_BLOCK = 1 << 20  # decoded characters handed to C at a time
+TEXT_BLOCK = 1 << 18  # decoded characters handed to C at a time (its graphs are replayed while still in cache)
 SPOOL_IN_MEMORY = 32 << 20  # bytes of a one-pass input kept in memory for a second pass (then on disk)
 INT_COLUMNS = ("size", "offset", "addr", "chunk", "buffer", "block", "n_free", "largest_free", "total_free",
                "n_free_before", "children", "views", "allocated", "needed", "largest", "node")
