@@ -1471,8 +1471,16 @@ static void encode(St *st, Draft *d, GraphOut *out) {
         out->cols[f] = w;
         w += isz[f] * n;
     }
+    /* the string fields' ids, a column each (made codes in place below), 8-byte aligned (the slack of `total`) */
+    int32_t *sid = (int32_t *)(st->colbuf + ((w - st->colbuf + 7) & ~(int64_t)7));
+    int32_t present[N_STRS] = {0};
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+        for (int f = 0; f < N_STRS; f++) {
+            int32_t *c = sid + f * n, any = 0;
+            for (int64_t i = i0; i < i1; i++) { int32_t id = E[i].s[f]; c[i] = id; any |= id >= 0; }
+            present[f] |= any;
+        }
         for (int f = 0; f < N_INTS; f++) {
             char *c = (char *)out->cols[f];
             switch (isz[f]) {
@@ -1487,14 +1495,15 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     ensure_ids(st);
     st->stamp++;
     st->ntable_ids = 0;
-    for (int f = 0; f < N_STRS; f++) {
-        int any = 0;
-        for (int64_t i = 0; i < n; i++) if (E[i].s[f] >= 0) { any = 1; break; }
-        out->itemsize[N_INTS + f] = any ? 4 : 0;
-        out->cols[N_INTS + f] = w;
-        if (!any) continue;
+    int64_t used = w - st->colbuf;  /* bytes of the present columns */
+    for (int f = 0; f < N_STRS; f++) {  /* a field at a time, over its ids in a row (the table's order) */
+        int32_t *c = sid + f * n;
+        out->itemsize[N_INTS + f] = present[f] ? 4 : 0;
+        out->cols[N_INTS + f] = (const char *)c;
+        if (!present[f]) continue;
+        used += 4 * n;
         for (int64_t i = 0; i < n; i++) {
-            int32_t id = E[i].s[f], code = -1;
+            int32_t id = c[i];
             if (id >= 0) {
                 if (st->local_stamp[id] != st->stamp) {
                     st->local_stamp[id] = st->stamp;
@@ -1502,10 +1511,8 @@ static void encode(St *st, Draft *d, GraphOut *out) {
                     st->table_ids = grow(st->table_ids, &st->cap_table_ids, st->ntable_ids + 1, sizeof(int32_t));
                     st->table_ids[st->ntable_ids++] = id;
                 }
-                code = st->local[id];
-            }
-            memcpy(w, &code, 4);
-            w += 4;
+                c[i] = st->local[id];
+            } else c[i] = -1;
         }
     }
     /* the table as JSON; the previous graph's text stands when its strings are the same ones */
@@ -1529,8 +1536,8 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     out->incomplete = d->incomplete;
     /* which columns repeat the previous encoded graph's, or bytes numbered before (their packed bytes are
        reused); the numbers start over between graphs only, and a huge graph's columns get none */
-    int number = w - st->colbuf <= st->seen_limit;
-    if (number && st->nseen_bytes + (w - st->colbuf) > st->seen_limit) seen_clear(st);
+    int number = used <= st->seen_limit;
+    if (number && st->nseen_bytes + used > st->seen_limit) seen_clear(st);
     for (int f = 0; f < N_INTS + N_STRS; f++) {
         int64_t sz = out->itemsize[f], off = out->cols[f] - st->colbuf;
         out->same[f] = st->prev_n == n && st->prev_size[f] == sz && sz &&
