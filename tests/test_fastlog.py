@@ -5,7 +5,10 @@ Every comparison imports the same input twice: once with ALLOCTRACE_PURE_PYTHON=
 and once with the fast path allowed."""
 import io
 import lzma
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -97,9 +100,11 @@ def test_repeated_graphs_come_from_the_recovery_cache(tmp_path, monkeypatch):
     assert imp.fast and imp.fast_hits == pure.cache.hits >= 12
 
 
-@pytest.mark.parametrize("tune", [(30_000, 1 << 21), (1 << 25, 3_000), (30_000, 3_000)])
+@pytest.mark.parametrize("tune", [(30_000, 1 << 21, 1 << 16), (1 << 25, 3_000, 1 << 16), (30_000, 3_000, 1 << 16),
+                                  (1 << 25, 1 << 21, 300), (1 << 25, 1 << 21, 1)])
 def test_memos_that_start_over_store_the_same_bytes(tmp_path, monkeypatch, tune):
-    """Small limits on the packed-column numbers and the recovery cache: they start over many times."""
+    """Small limits on the packed-column numbers, the recovery cache and the line memo (whose guesses of
+    the next line then point into entries that were let go): they start over many times."""
     monkeypatch.setattr(fastlog, "TUNE", tune)
     log = (FIXTURES / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log").read_bytes()
     data = b"".join(log.replace(b"node_", b"n%d_" % (i % 3)) for i in range(8))  # repeats, and not
@@ -172,6 +177,31 @@ def test_without_a_compiler_the_python_path_imports(tmp_path, monkeypatch):
     monkeypatch.delenv("CC")
     fastlog._LIB.clear()
     assert_same_store(tmp_path, log.read_bytes(), monkeypatch)
+
+
+LOADED_BY_AN_IMPORT = """
+import sys
+from alloctrace.traces.sources import import_paths
+from alloctrace.traces.store import open_store
+[tid] = import_paths(open_store(sys.argv[2]), [sys.argv[1]])
+print(" ".join(sorted(m for m in sys.modules if m.startswith(("alloctrace.", "rich", "pydantic", "fastapi")))))
+"""
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_an_import_on_the_fast_path_loads_no_python_path_modules(tmp_path, pure):
+    """The fast path needs none of the Python path's parser, splitter or replay; no import loads the
+    web or terminal libraries."""
+    env = {**os.environ, "ALLOCTRACE_PURE_PYTHON": "1" if pure else "0"}
+    res = subprocess.run([sys.executable, "-c", LOADED_BY_AN_IMPORT, str(SUPPORTED[0]), str(tmp_path / "s")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    loaded = set(res.stdout.split())
+    ggml = "alloctrace.traces.sources.ggml_log."
+    python_path = {ggml + m for m in ("parse_log", "split", "split_memo", "recover", "graph_cache")}
+    assert "alloctrace.traces.sources.ggml_log.fastlog" in loaded
+    assert (loaded & python_path) == (python_path if pure else set())
+    assert not {m for m in loaded if m.split(".")[0] in ("rich", "pydantic", "fastapi")}
 
 
 def test_pure_python_forced(monkeypatch):

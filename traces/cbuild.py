@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -44,6 +43,8 @@ def build_library(source: Path, stem: str, flags: list[str], digest_extra: bytes
         if out.exists():
             return out
         out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    import subprocess  # here: a library built before needs none
+
     cc = compiler(what)
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=".so", dir=out.parent)
     os.close(fd)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
 #define MISSING INT64_MIN
@@ -25,6 +26,7 @@
 #define INT_MAX63 INT64_MAX
 #define SEEN_BYTES (4 << 20)  /* column bytes kept under numbers; the numbers start over when more */
 #define CACHE_WORDS (1 << 21)  /* recovery cache key and state words held; it starts over when more */
+#define CHUNK 64  /* events encoded a field at a time (64 of them fit in L1) */
 
 /* ---------- fields (columns.FIELDS order, less `graph`, `srcs`, `extra`) ---------- */
 enum { F_SIZE, F_OFFSET, F_ADDR, F_CHUNK, F_BUFFER, F_BLOCK, F_N_FREE, F_LARGEST_FREE, F_TOTAL_FREE,
@@ -58,6 +60,18 @@ typedef struct {
 static uint64_t hash_bytes(const char *p, int64_t n) {  /* 8 bytes at a time, multiply and fold */
     uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)n;
     int64_t i = 0;
+    if (n >= 64) {  /* four independent lanes, 32 bytes a round, folded into one */
+        uint64_t a = h, b = h ^ 0x2545f4914f6cdd1dULL, c = h ^ 0x94d049bb133111ebULL, d = h ^ 0xbf58476d1ce4e5b9ULL;
+        for (; i + 32 <= n; i += 32) {
+            uint64_t w[4];
+            memcpy(w, p + i, 32);
+            a = (a ^ w[0]) * 0xff51afd7ed558ccdULL; a ^= a >> 32;
+            b = (b ^ w[1]) * 0xff51afd7ed558ccdULL; b ^= b >> 32;
+            c = (c ^ w[2]) * 0xff51afd7ed558ccdULL; c ^= c >> 32;
+            d = (d ^ w[3]) * 0xff51afd7ed558ccdULL; d ^= d >> 32;
+        }
+        h = ((a * 0x9e3779b97f4a7c15ULL + b) * 0x9e3779b97f4a7c15ULL + c) * 0x9e3779b97f4a7c15ULL + d;
+    }
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, p + i, 8);
@@ -117,6 +131,8 @@ typedef struct {
 
 typedef struct {  /* the line memo: line text -> parsed item (with its line number as the key) */
     int64_t *start; int32_t *len; Item *item; int64_t n, cap;
+    int32_t *hist; int64_t nhist, cursor;  /* the entries of the last HIST lines; where the last line was seen before */
+    int64_t *last; int32_t blank;  /* where each entry was seen last (in hist); the blank line's entry (-1: none) */
     char *bytes; int64_t nbytes, capbytes;
     int32_t *slots; int64_t nslots;
 } LineMemo;
@@ -172,7 +188,7 @@ typedef struct {
     char *seen_bytes; int64_t nseen_bytes, capseen_bytes;
     int64_t *seen_off, *seen_len; int64_t nseen, capseen;
     int32_t *seen_index; int64_t nseen_index, seen_epoch;
-    int64_t seen_limit, cache_limit;  /* SEEN_BYTES and CACHE_WORDS unless fl_tune changed them */
+    int64_t seen_limit, cache_limit, memo_limit;  /* SEEN_BYTES, CACHE_WORDS, MEMO_LIMIT unless fl_tune changed them */
     int32_t *table_ids; int64_t ntable_ids, cap_table_ids;
     Draft *spare;
     /* graphs recovered before: (replay state, draft hints, the items' keys) -> the state after, a slot number */
@@ -183,7 +199,14 @@ typedef struct {
     char *scratch; int64_t capscratch;  /* a line's lower-case copy, an exec line's sources as JSON */
     char reason[200];
     int declined;
+    int timed; double t_feed, t_replay, t_encode, t_key; int64_t n_hits, n_looks, n_skipped, n_guess;  /* ALLOCTRACE_FASTLOG_TIMES=1: seconds per phase */
 } St;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* The view of a finished graph that fastlog.py reads (a ctypes Structure of the same layout). */
 typedef struct {
@@ -734,8 +757,14 @@ static int parse_line(St *st, const char *s, int64_t n, Item *it) {
 
 /* ---------- the line memo ---------- */
 static void memo_clear(LineMemo *m) {
-    m->n = 0; m->nbytes = 0;
+    m->n = 0; m->nbytes = 0; m->nhist = 0; m->cursor = -2; m->blank = -1;
     if (m->slots) memset(m->slots, 0xff, m->nslots * sizeof(int32_t));
+}
+
+#define HIST (1 << 16)
+static void memo_seen(LineMemo *m, int32_t id) {  /* entry `id` is the line just read */
+    m->hist[m->nhist & (HIST - 1)] = id;
+    m->last[id] = m->nhist++;
 }
 
 /* the line's item: in *it, or (*use) the memo's own copy */
@@ -748,18 +777,45 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
     }
     if (st->memo_skip > 0) st->memo_skip--;
     else st->memo_lookups++;
+    st->n_looks++;
     if (n > MEMO_LONGEST || st->memo_skip > 0) {
+        st->n_skipped++;
         int t = parse_line(st, s, n, it);
         it->type = t;
         it->ev.key = st->next_key++;
         return t;
     }
-    if (!m->slots) { m->nslots = 4096; m->slots = malloc(m->nslots * sizeof(int32_t)); memset(m->slots, 0xff, m->nslots * sizeof(int32_t)); }
+    if (!m->slots) {
+        m->nslots = 4096; m->slots = malloc(m->nslots * sizeof(int32_t)); memset(m->slots, 0xff, m->nslots * sizeof(int32_t));
+        m->hist = malloc(HIST * sizeof(int32_t));
+        m->nhist = 0; m->cursor = -2; m->blank = -1;
+    }
+    /* a log repeats its walks line for line: the entries of the lines seen last (`hist`, a ring) are
+       followed from where the previous line was seen before (`cursor`), so the next line is first compared
+       with the one that followed it then; a line that differs (a size that grows) is passed over, a line
+       found in the table moves the cursor to where it was seen last. A blank line follows anything: it is
+       left out. Entries lie in the order they were first seen, so the guesses read memory in order. */
+    if (n == 0 && m->blank >= 0) { st->memo_hits++; st->n_hits++; *use = &m->item[m->blank]; return IT_BLANK; }
+    int64_t c = m->cursor + 1;
+    if (n && c >= 0 && c < m->nhist) {
+        int32_t id = m->hist[c & (HIST - 1)];
+        if (m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
+            st->memo_hits++; st->n_hits++; st->n_guess++;
+            m->cursor = c;
+            memo_seen(m, id);
+            *use = &m->item[id];
+            return m->item[id].type;
+        }
+    }
     uint64_t h = hash_bytes(s, n) & (m->nslots - 1);
     while (m->slots[h] >= 0) {
         int32_t id = m->slots[h];
         if (m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
-            st->memo_hits++;
+            st->memo_hits++; st->n_hits++;
+            if (n) {
+                m->cursor = m->last[id];
+                memo_seen(m, id);
+            }
             *use = &m->item[id];
             return m->item[id].type;
         }
@@ -769,7 +825,7 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
     it->type = t;
     it->ev.key = st->next_key++;
     if (t == IT_DECLINE) return t;
-    if (m->n >= MEMO_LIMIT) {
+    if (m->n >= st->memo_limit) {
         memo_clear(m);
         h = hash_bytes(s, n) & (m->nslots - 1);
     } else if ((m->n + 1) * 2 > m->nslots) {  /* a table no larger than the lines it holds: it stays in cache */
@@ -792,8 +848,13 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
     if (m->cap != oldcap) {
         m->len = realloc(m->len, m->cap * sizeof(int32_t));
         m->item = realloc(m->item, m->cap * sizeof(Item));
+        m->last = realloc(m->last, m->cap * sizeof(int64_t));
     }
     m->start[m->n] = m->nbytes; m->len[m->n] = (int32_t)n; m->item[m->n] = *it;
+    if (n) {
+        m->cursor++;  /* a line in place of the one expected */
+        memo_seen(m, (int32_t)m->n);
+    } else m->blank = (int32_t)m->n;
     m->nbytes += n;
     m->slots[h] = (int32_t)m->n++;
     return t;
@@ -982,13 +1043,16 @@ EXPORT void *fl_new(void) {
     st->measure_align = 16;
     st->seen_limit = SEEN_BYTES;
     st->cache_limit = CACHE_WORDS;
+    st->memo_limit = MEMO_LIMIT;
+    const char *timed = getenv("ALLOCTRACE_FASTLOG_TIMES");
+    st->timed = timed && timed[0] == '1';
     return st;
 }
 
 /* smaller memo limits, for tests of what happens when they start over */
-EXPORT void fl_tune(void *p, int64_t seen_bytes, int64_t cache_words) {
+EXPORT void fl_tune(void *p, int64_t seen_bytes, int64_t cache_words, int64_t memo_lines) {
     St *st = p;
-    st->seen_limit = seen_bytes; st->cache_limit = cache_words;
+    st->seen_limit = seen_bytes; st->cache_limit = cache_words; st->memo_limit = memo_lines;
 }
 
 EXPORT const char *fl_reason(void *p) { return ((St *)p)->reason; }
@@ -1002,8 +1066,16 @@ EXPORT int64_t fl_features(void *p, int64_t *out, int64_t cap) {
 }
 
 /* feed decoded text (UTF-8); final: the text ended */
+static int feed_block(St *st, const char *buf, int64_t len, int final);
 EXPORT int fl_feed(void *p, const char *buf, int64_t len, int final) {
     St *st = p;
+    if (!st->timed) return feed_block(st, buf, len, final);
+    double t = now();
+    int r = feed_block(st, buf, len, final);
+    st->t_feed += now() - t;
+    return r;
+}
+static int feed_block(St *st, const char *buf, int64_t len, int final) {
     if (st->declined) return -1;
     int64_t i = 0;
     if (st->ncarry) {
@@ -1368,12 +1440,16 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     int64_t total = 0;
     int64_t isz[N_INTS], lo[N_INTS], hi[N_INTS];
     for (int f = 0; f < N_INTS; f++) { lo[f] = INT64_MAX; hi[f] = INT64_MIN; }
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t *v = E[i].v;
-        for (int f = 0; f < N_INTS; f++) {  /* branch-free: MISSING is INT64_MIN, below every value */
-            int64_t x = v[f], y = x == MISSING ? INT64_MAX : x;
-            lo[f] = y < lo[f] ? y : lo[f];
-            hi[f] = x > hi[f] ? x : hi[f];
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {  /* events a chunk at a time (it stays in L1), a field at a time */
+        int64_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+        for (int f = 0; f < N_INTS; f++) {
+            int64_t l = lo[f], h = hi[f];
+            for (int64_t i = i0; i < i1; i++) {  /* branch-free: MISSING is INT64_MIN, below every value */
+                int64_t x = E[i].v[f], y = x == MISSING ? INT64_MAX : x;
+                l = y < l ? y : l;
+                h = x > h ? x : h;
+            }
+            lo[f] = l; hi[f] = h;
         }
     }
     for (int f = 0; f < N_INTS; f++) {
@@ -1393,25 +1469,41 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     for (int f = 0; f < N_INTS; f++) {
         out->itemsize[f] = isz[f];
         out->cols[f] = w;
-        switch (isz[f]) {
-        case 1: for (int64_t i = 0; i < n; i++) { int64_t v = E[i].v[f]; int8_t x = v == MISSING ? INT8_MIN : (int8_t)v; memcpy(w, &x, 1); w += 1; } break;
-        case 2: for (int64_t i = 0; i < n; i++) { int64_t v = E[i].v[f]; int16_t x = v == MISSING ? INT16_MIN : (int16_t)v; memcpy(w, &x, 2); w += 2; } break;
-        case 4: for (int64_t i = 0; i < n; i++) { int64_t v = E[i].v[f]; int32_t x = v == MISSING ? INT32_MIN : (int32_t)v; memcpy(w, &x, 4); w += 4; } break;
-        case 8: for (int64_t i = 0; i < n; i++) { memcpy(w, &E[i].v[f], 8); w += 8; } break;
+        w += isz[f] * n;
+    }
+    /* the string fields' ids, a column each (made codes in place below), 8-byte aligned (the slack of `total`) */
+    int32_t *sid = (int32_t *)(st->colbuf + ((w - st->colbuf + 7) & ~(int64_t)7));
+    int32_t present[N_STRS] = {0};
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        int64_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+        for (int f = 0; f < N_STRS; f++) {
+            int32_t *c = sid + f * n, any = 0;
+            for (int64_t i = i0; i < i1; i++) { int32_t id = E[i].s[f]; c[i] = id; any |= id >= 0; }
+            present[f] |= any;
+        }
+        for (int f = 0; f < N_INTS; f++) {
+            char *c = (char *)out->cols[f];
+            switch (isz[f]) {
+            case 1: for (int64_t i = i0; i < i1; i++) { int64_t v = E[i].v[f]; int8_t x = v == MISSING ? INT8_MIN : (int8_t)v; memcpy(c + i, &x, 1); } break;
+            case 2: for (int64_t i = i0; i < i1; i++) { int64_t v = E[i].v[f]; int16_t x = v == MISSING ? INT16_MIN : (int16_t)v; memcpy(c + 2 * i, &x, 2); } break;
+            case 4: for (int64_t i = i0; i < i1; i++) { int64_t v = E[i].v[f]; int32_t x = v == MISSING ? INT32_MIN : (int32_t)v; memcpy(c + 4 * i, &x, 4); } break;
+            case 8: for (int64_t i = i0; i < i1; i++) memcpy(c + 8 * i, &E[i].v[f], 8); break;
+            }
         }
     }
     /* the string table: first appearance over kind, tensor, op, parent, view_src, reason, srcs, extra */
     ensure_ids(st);
     st->stamp++;
     st->ntable_ids = 0;
-    for (int f = 0; f < N_STRS; f++) {
-        int any = 0;
-        for (int64_t i = 0; i < n; i++) if (E[i].s[f] >= 0) { any = 1; break; }
-        out->itemsize[N_INTS + f] = any ? 4 : 0;
-        out->cols[N_INTS + f] = w;
-        if (!any) continue;
+    int64_t used = w - st->colbuf;  /* bytes of the present columns */
+    for (int f = 0; f < N_STRS; f++) {  /* a field at a time, over its ids in a row (the table's order) */
+        int32_t *c = sid + f * n;
+        out->itemsize[N_INTS + f] = present[f] ? 4 : 0;
+        out->cols[N_INTS + f] = (const char *)c;
+        if (!present[f]) continue;
+        used += 4 * n;
         for (int64_t i = 0; i < n; i++) {
-            int32_t id = E[i].s[f], code = -1;
+            int32_t id = c[i];
             if (id >= 0) {
                 if (st->local_stamp[id] != st->stamp) {
                     st->local_stamp[id] = st->stamp;
@@ -1419,10 +1511,8 @@ static void encode(St *st, Draft *d, GraphOut *out) {
                     st->table_ids = grow(st->table_ids, &st->cap_table_ids, st->ntable_ids + 1, sizeof(int32_t));
                     st->table_ids[st->ntable_ids++] = id;
                 }
-                code = st->local[id];
-            }
-            memcpy(w, &code, 4);
-            w += 4;
+                c[i] = st->local[id];
+            } else c[i] = -1;
         }
     }
     /* the table as JSON; the previous graph's text stands when its strings are the same ones */
@@ -1446,8 +1536,8 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     out->incomplete = d->incomplete;
     /* which columns repeat the previous encoded graph's, or bytes numbered before (their packed bytes are
        reused); the numbers start over between graphs only, and a huge graph's columns get none */
-    int number = w - st->colbuf <= st->seen_limit;
-    if (number && st->nseen_bytes + (w - st->colbuf) > st->seen_limit) seen_clear(st);
+    int number = used <= st->seen_limit;
+    if (number && st->nseen_bytes + used > st->seen_limit) seen_clear(st);
     for (int f = 0; f < N_INTS + N_STRS; f++) {
         int64_t sz = out->itemsize[f], off = out->cols[f] - st->colbuf;
         out->same[f] = st->prev_n == n && st->prev_size[f] == sz && sz &&
@@ -1567,8 +1657,10 @@ EXPORT int fl_next(void *p, GraphOut *out) {
     if (d->alignment != MISSING && (d->alignment < 0 || d->alignment > (1 << 30))) {
         decline(st, "odd alignment"); draft_free(st, d); return -1;
     }
+    double t0 = st->timed ? now() : 0;
     int64_t k = draft_key(st, d);
     int64_t e = cache_find(st, st->keybuf, k);
+    if (st->timed) st->t_key += now() - t0;
     out->incomplete = d->incomplete;
     out->n = d->n;
     if (e >= 0) {  /* the graph the replay would produce again: jump to the state it would reach */
@@ -1580,8 +1672,11 @@ EXPORT int fl_next(void *p, GraphOut *out) {
         st->out_draft = d;
         return 1;
     }
+    double t1 = st->timed ? now() : 0;
     replay(st, d, out);
+    double t2 = st->timed ? now() : 0;
     encode(st, d, out);
+    if (st->timed) { double t3 = now(); st->t_replay += t2 - t1; st->t_encode += t3 - t2; }
     out->slot = st->next_slot++;
     out->hit = 0;
     cache_insert(st, st->keybuf, k, out->slot);
@@ -1593,8 +1688,12 @@ EXPORT int fl_next(void *p, GraphOut *out) {
 EXPORT void fl_free(void *p) {
     St *st = p;
     if (!st) return;
+    if (st->timed)
+        fprintf(stderr, "fastlog: feed %.4f s, cache key %.4f s, replay %.4f s, encode %.4f s; %lld lines; memo %lld hits of %lld (%lld not looked up, %lld guessed)\n",
+                st->t_feed, st->t_key, st->t_replay, st->t_encode, (long long)st->lineno, (long long)st->n_hits,
+                (long long)st->n_looks, (long long)st->n_skipped, (long long)st->n_guess);
     free(st->pool.bytes); free(st->pool.off); free(st->pool.len); free(st->pool.slots);
-    free(st->memo.start); free(st->memo.len); free(st->memo.item); free(st->memo.bytes); free(st->memo.slots);
+    free(st->memo.start); free(st->memo.len); free(st->memo.item); free(st->memo.hist); free(st->memo.last); free(st->memo.bytes); free(st->memo.slots);
     free(st->carry);
     draft_free(st, st->cur); draft_free(st, st->out_draft);
     for (int64_t i = 0; i < st->qn; i++) draft_free(st, st->queue[st->qhead + i]);

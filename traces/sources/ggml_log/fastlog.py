@@ -14,7 +14,6 @@ from __future__ import annotations
 import codecs
 import ctypes
 import io
-import logging
 import os
 import tempfile
 import zlib
@@ -27,15 +26,21 @@ from ...columns import EncodedGraph, STR_FIELDS, compressor
 from ...errors import UserError
 from ...logio import LogReader, _why
 
-log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("fastlog.c")
-TEXT_BLOCK = 1 << 20  # decoded characters handed to C at a time
+TEXT_BLOCK = 1 << 18  # decoded characters handed to C at a time (its graphs are replayed while still in cache)
 SPOOL_IN_MEMORY = 32 << 20  # bytes of a one-pass input kept in memory for a second pass (then on disk)
 INT_COLUMNS = ("size", "offset", "addr", "chunk", "buffer", "block", "n_free", "largest_free", "total_free",
                "n_free_before", "children", "views", "allocated", "needed", "largest", "node")
 COLUMNS = INT_COLUMNS + STR_FIELDS + ("srcs", "extra")  # fastlog.c's column order (columns.encode's, less graph)
 DTYPE = {1: "|i1", 2: "<i2", 4: "<i4", 8: "<i8"}
-TUNE: tuple | None = None  # (column bytes kept, cache words kept): smaller limits for tests
+TUNE: tuple | None = None  # (column bytes kept, cache words kept, memo lines kept): smaller limits for tests
+
+
+def debug(logger: str, msg: str, *args) -> None:
+    """A debug line on `logger`; logging is imported only when there is one to write (an import that
+    takes the fast path needs none)."""
+    import logging
+    logging.getLogger(logger).debug(msg, *args)
 
 
 class Declined(Exception):
@@ -55,6 +60,14 @@ class GraphOut(ctypes.Structure):
                 ("seen", ctypes.c_int64 * len(COLUMNS)), ("seen_epoch", ctypes.c_int64)]
 
 
+# where GraphOut's fields (and arrays) start, in 8-byte words
+N, INDEX, MAX_SIZE, BUFFER_SIZE, OOM_NEEDED, OOM_LARGEST, INCOMPLETE, OOM_TENSOR, OOM_TENSOR_LEN, COLS, ITEMSIZE, \
+    TABLE, TABLE_LEN, SLOT, HIT, EPOCH, SAME, BLOB, SEEN, SEEN_EPOCH = (
+        getattr(GraphOut, name).offset // 8 for name in (
+            "n", "index", "max_size", "buffer_size", "oom_needed", "oom_largest", "incomplete", "oom_tensor",
+            "oom_tensor_len", "cols", "itemsize", "table", "table_len", "slot", "hit", "epoch", "same", "blob",
+            "seen", "seen_epoch"))
+
 _LIB: list = []  # [library or None], once tried
 
 
@@ -68,7 +81,7 @@ def library():
                                  what="the fast log importer")
             lib = ctypes.CDLL(str(path))
         except (UserError, OSError) as e:
-            log.debug("fast log import unavailable: %s", e)
+            debug(__name__, "fast log import unavailable: %s", e)
             lib = None
         if lib is not None:
             lib.fl_new.restype = ctypes.c_void_p
@@ -83,7 +96,7 @@ def library():
             lib.fl_configure.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
                                          ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
             lib.fl_next.argtypes = [ctypes.c_void_p, ctypes.POINTER(GraphOut)]
-            lib.fl_tune.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+            lib.fl_tune.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
         _LIB.append(lib)
     return _LIB[0]
 
@@ -163,11 +176,12 @@ def fast_graphs(imp, src):
     lib = library()
     if lib is None:
         raise Declined("no fast path library")
+    from .drafts import Features
     from .import_log import detect_generation
-    from .split import Features
 
     st = lib.fl_new()
     out = GraphOut()
+    words = memoryview(out).cast("B").cast("q")  # GraphOut's 8-byte words, read at once (not field by field)
     imp.fast_hits, imp.fast_restarts = 0, (0, 0)  # graphs the recovery cache served; how often the memos started over
     if TUNE is not None:
         lib.fl_tune(st, *TUNE)
@@ -190,9 +204,10 @@ def fast_graphs(imp, src):
                         raise Declined(lib.fl_reason(st).decode())
                     if not got:
                         break
-                    imp.fast_hits += out.hit
-                    imp.fast_restarts = (out.epoch, out.seen_epoch)  # how often the two memos started over
-                    yield encoder.graph(out)
+                    w = words.tolist()
+                    imp.fast_hits += w[HIT]
+                    imp.fast_restarts = (w[EPOCH], w[SEEN_EPOCH])  # how often the two memos started over
+                    yield encoder.graph(out, w)
                 if imp.progress and not final:
                     imp.progress()
         if not configured:
@@ -257,47 +272,49 @@ class _Encoder:
         self.packed: dict[int, bytes] = {}  # compressed column bytes by C's number for them
         self.prev: list = [None] * (len(COLUMNS) + 1)  # the previous encoded graph's blobs, by column
 
-    def graph(self, out: GraphOut) -> EncodedGraph:
-        n, index = out.n, out.index
-        if out.epoch != self.epoch:  # the C side's cache started over
+    def graph(self, out: GraphOut, w: list) -> EncodedGraph:
+        """The graph C handed over in `out`, whose 8-byte words are `w`."""
+        n, index = w[N], w[INDEX]
+        if w[EPOCH] != self.epoch:  # the C side's cache started over
             self.slots.clear()
-            self.epoch = out.epoch
-        if out.hit:
-            parts = self.slots[out.slot]
+            self.epoch = w[EPOCH]
+        if w[HIT]:
+            parts = self.slots[w[SLOT]]
         else:
-            parts = self.slots[out.slot] = self._parts(out)
+            parts = self.slots[w[SLOT]] = self._parts(out, w)
         role, max_size, buffer_size, oom, consistent, strings, blobs = parts
         if n:  # the graph's index in every row (columns.constant_column), without numpy
             size = 1 if index < 1 << 7 else 2 if index < 1 << 15 else 4 if index < 1 << 31 else 8
             blobs = [("graph", DTYPE[size], self.compress(index.to_bytes(size, "little") * n))] + blobs
         return EncodedGraph(index=index, role=role, n_events=n, max_size=max_size, buffer_size=buffer_size,
                             oom=None if oom is None else dict(oom), consistent=consistent, strings=strings,
-                            blobs=blobs, extra={"incomplete": True} if out.incomplete else {})
+                            blobs=blobs, extra={"incomplete": True} if w[INCOMPLETE] else {})
 
-    def _parts(self, out: GraphOut) -> tuple:
-        if out.seen_epoch != self.seen_epoch:  # C's numbers for column bytes started over
+    def _parts(self, out: GraphOut, w: list) -> tuple:
+        if w[SEEN_EPOCH] != self.seen_epoch:  # C's numbers for column bytes started over
             self.packed.clear()
-            self.seen_epoch = out.seen_epoch
-        n, at, prev, packed, compress = out.n, ctypes.string_at, self.prev, self.packed, self.compress
-        itemsize, cols, same, number, seen = out.itemsize, out.cols, out.same, out.blob, out.seen
+            self.seen_epoch = w[SEEN_EPOCH]
+        n, at, prev, packed, compress = w[N], ctypes.string_at, self.prev, self.packed, self.compress
         blobs = []
-        for i, (name, size) in enumerate(zip(COLUMNS, itemsize)):
+        for i, name in enumerate(COLUMNS):
+            size = w[ITEMSIZE + i]
             if size:
-                if same[i]:
+                if w[SAME + i]:
                     blob = prev[i]
                 else:
-                    data = packed.get(number[i]) if seen[i] else None
+                    number = w[BLOB + i]
+                    data = packed.get(number) if w[SEEN + i] else None
                     if data is None:
-                        data = compress(at(cols[i], size * n))
-                        if number[i] >= 0:
-                            packed[number[i]] = data
+                        data = compress(at(w[COLS + i], size * n))
+                        if number >= 0:
+                            packed[number] = data
                     blob = (name, DTYPE[size], data)
                 blobs.append(blob)
                 prev[i] = blob
-        strings = prev[-1] = prev[-1] if same[-1] else compress(at(out.table, out.table_len))
+        strings = prev[-1] = prev[-1] if w[SAME + len(COLUMNS)] else compress(at(w[TABLE], w[TABLE_LEN]))
         oom = None
         if out.has_oom:
-            tensor = at(out.oom_tensor, out.oom_tensor_len).decode() if out.oom_has_tensor else None
-            oom = {"tensor": tensor, "needed": out.oom_needed, "largest_available": out.oom_largest}
-        return ("eval" if out.role else "measure", out.max_size, out.buffer_size if out.has_buffer else None, oom,
+            tensor = at(w[OOM_TENSOR], w[OOM_TENSOR_LEN]).decode() if out.oom_has_tensor else None
+            oom = {"tensor": tensor, "needed": w[OOM_NEEDED], "largest_available": w[OOM_LARGEST]}
+        return ("eval" if out.role else "measure", w[MAX_SIZE], w[BUFFER_SIZE] if out.has_buffer else None, oom,
                 bool(out.consistent), strings, blobs)

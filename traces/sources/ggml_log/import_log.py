@@ -6,7 +6,6 @@ text input reaches last); `LogImport` is one log as a stream of graphs.
 from __future__ import annotations
 
 import itertools
-import logging
 from typing import Callable, Iterator
 
 from alloctrace.allocator.events import Event
@@ -19,13 +18,11 @@ from ...logio import LogReader
 from ...schema import TraceMeta
 from ..base import ImportedTrace
 from . import fastlog
-from .graph_cache import RecoveryCache
-from .parse_log import AbsurdNumber, LineMemo
-from .recover import GallocrReplay, LegacyReplay
-from .split import Draft, Features, Splitter
-from .split_memo import BodyMemo
+from .drafts import Draft, Features
 
-log = logging.getLogger(__name__)
+# The Python path's modules (parse_log, split, split_memo, recover, graph_cache) are imported where it
+# starts: an import the compiled fast path takes does without them.
+
 MAX_BODY = 1 << 16  # lines without a `#######` line that are fed at once
 HEADER = "#######"
 
@@ -89,7 +86,7 @@ class LogImport:
                 again.close()
                 return
             except fastlog.Declined as e:
-                log.debug("%s: the fast path declined (%s); importing on the Python path", self.label, e)
+                fastlog.debug(__name__, "%s: the fast path declined (%s); importing on the Python path", self.label, e)
                 self.declined = str(e)
                 self.src = again.rewound()
         graphs = self._python_graphs()
@@ -98,6 +95,8 @@ class LogImport:
         yield from graphs
 
     def _python_graphs(self) -> Iterator[EncodedGraph]:
+        from .graph_cache import RecoveryCache
+
         cache = None
         for draft in self._drafts():
             if cache is None:
@@ -111,6 +110,10 @@ class LogImport:
 
         Lines are fed in bodies (the lines between `#######` lines), so a body the
         log repeats is split once (split_memo.py)."""
+        from .parse_log import AbsurdNumber, LineMemo
+        from .split import Splitter
+        from .split_memo import BodyMemo
+
         with LogReader(self.src, label=self.label, limits=self.limits) as reader:
             self.path = reader.path
             split = Splitter()
@@ -149,6 +152,8 @@ class LogImport:
                 raise UserError(f"{self.path}:{bodies.lineno}: number out of range: {e}") from None
 
     def _replayer(self, features: Features, first: Draft):
+        from .recover import GallocrReplay, LegacyReplay
+
         if self.generation is None:
             self.generation = detect_generation(features, first)
         if PROFILES[self.generation].family == "legacy":
