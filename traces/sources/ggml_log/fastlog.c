@@ -1470,16 +1470,13 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     int64_t total = 0;
     int64_t isz[N_INTS], lo[N_INTS], hi[N_INTS];
     for (int f = 0; f < N_INTS; f++) { lo[f] = INT64_MAX; hi[f] = INT64_MIN; }
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {  /* events a chunk at a time (it stays in L1), a field at a time */
-        int64_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+    for (int64_t i = 0; i < n; i++) {  /* an event at a time: 16 independent bounds; a bound moves rarely */
+        const int64_t *v = E[i].v;
+#pragma GCC unroll 16
         for (int f = 0; f < N_INTS; f++) {
-            int64_t l = lo[f], h = hi[f];
-            for (int64_t i = i0; i < i1; i++) {  /* branch-free: MISSING is INT64_MIN, below every value */
-                int64_t x = E[i].v[f], y = x == MISSING ? INT64_MAX : x;
-                l = y < l ? y : l;
-                h = x > h ? x : h;
-            }
-            lo[f] = l; hi[f] = h;
+            int64_t x = v[f];
+            if (x < lo[f] && x != MISSING) lo[f] = x;
+            if (x > hi[f]) hi[f] = x;
         }
     }
     for (int f = 0; f < N_INTS; f++) {
@@ -1532,17 +1529,18 @@ static void encode(St *st, Draft *d, GraphOut *out) {
         out->cols[N_INTS + f] = (const char *)c;
         if (!present[f]) continue;
         used += 4 * n;
+        int64_t *stamps = st->local_stamp, stamp = st->stamp;  /* in registers: the stores below alias nothing */
+        int32_t *local = st->local;
         for (int64_t i = 0; i < n; i++) {
             int32_t id = c[i];
-            if (id >= 0) {
-                if (st->local_stamp[id] != st->stamp) {
-                    st->local_stamp[id] = st->stamp;
-                    st->local[id] = (int32_t)st->ntable_ids;
-                    st->table_ids = grow(st->table_ids, &st->cap_table_ids, st->ntable_ids + 1, sizeof(int32_t));
-                    st->table_ids[st->ntable_ids++] = id;
-                }
-                c[i] = st->local[id];
-            } else c[i] = -1;
+            if (id < 0) continue;  /* -1 stays -1 */
+            if (stamps[id] != stamp) {
+                stamps[id] = stamp;
+                local[id] = (int32_t)st->ntable_ids;
+                st->table_ids = grow(st->table_ids, &st->cap_table_ids, st->ntable_ids + 1, sizeof(int32_t));
+                st->table_ids[st->ntable_ids++] = id;
+            }
+            c[i] = local[id];
         }
     }
     /* the table as JSON; the previous graph's text stands when its strings are the same ones */
