@@ -153,7 +153,7 @@ typedef struct {
 
 typedef struct {  /* the line memo: line text -> parsed item (with its line number as the key) */
     int64_t *start; int32_t *len; uint32_t *hash; Item *item; int64_t n, cap;
-    int32_t *hist; int64_t nhist, cursor, alt;  /* the entries of the last HIST lines; where the last line was seen before; the path followed before the last jump */
+    int32_t *hist; int64_t nhist, cursor;  /* the entries of the last HIST lines; where the last line was seen before */
     int64_t *last; int32_t blank;  /* where each entry was seen last (in hist); the blank line's entry (-1: none) */
     char *bytes; int64_t nbytes, capbytes;
     Slot *slots; int64_t nslots;
@@ -779,7 +779,7 @@ static int parse_line(St *st, const char *s, int64_t n, Item *it) {
 
 /* ---------- the line memo ---------- */
 static void memo_clear(LineMemo *m) {
-    m->n = 0; m->nbytes = 0; m->nhist = 0; m->cursor = m->alt = -2; m->blank = -1;
+    m->n = 0; m->nbytes = 0; m->nhist = 0; m->cursor = -2; m->blank = -1;
     if (m->slots) memset(m->slots, 0, m->nslots * sizeof(Slot));
 }
 
@@ -813,7 +813,7 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
         m->slots = calloc(m->nslots, sizeof(Slot));
         m->hist = malloc(HIST * sizeof(int32_t));
         if (!m->slots || !m->hist) abort();
-        m->nhist = 0; m->cursor = m->alt = -2; m->blank = -1;
+        m->nhist = 0; m->cursor = -2; m->blank = -1;
     }
     /* a log repeats its walks line for line: the entries of the lines seen last (`hist`, a ring) are
        followed from where the previous line was seen before (`cursor`), so the next line is first compared
@@ -821,17 +821,12 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
        found in the table moves the cursor to where it was seen last. A blank line follows anything: it is
        left out. Entries lie in the order they were first seen, so the guesses read memory in order. */
     if (n == 0 && m->blank >= 0) { st->memo_hits++; st->n_hits++; *use = &m->item[m->blank]; return IT_BLANK; }
-    /* two paths are followed: where the line was seen before, and the one followed before the last jump
-       (a log whose copies rename their tensors repeats its lines' shape in one path, and a name's lines
-       within a copy in the other) */
-    int64_t c = m->cursor + 1, c2 = m->alt + 1;
-    for (int k = 0; n && k < 2; k++) {
-        int64_t g = k ? c2 : c;
-        if (g < 0 || g >= m->nhist || (k && g == c)) continue;
-        int32_t id = m->hist[g & (HIST - 1)];
+    int64_t c = m->cursor + 1;
+    if (n && c >= 0 && c < m->nhist) {
+        int32_t id = m->hist[c & (HIST - 1)];
         if (m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
             st->memo_hits++; st->n_hits++; st->n_guess++;
-            m->cursor = g; m->alt = k ? c : c2;
+            m->cursor = c;
             memo_seen(m, id);
             *use = &m->item[id];
             return m->item[id].type;
@@ -845,7 +840,6 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
         if (m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
             st->memo_hits++; st->n_hits++;
             if (n) {
-                m->alt = c;
                 m->cursor = m->last[id];
                 memo_seen(m, id);
             }
@@ -881,7 +875,7 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
     }
     m->start[m->n] = m->nbytes; m->len[m->n] = (int32_t)n; m->hash[m->n] = hv; m->item[m->n] = *it;
     if (n) {
-        m->cursor++; m->alt++;  /* a line in place of the one expected */
+        m->cursor++;  /* a line in place of the one expected */
         memo_seen(m, (int32_t)m->n);
     } else m->blank = (int32_t)m->n;
     m->nbytes += n;
