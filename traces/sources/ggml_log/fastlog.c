@@ -252,11 +252,14 @@ static int decline(St *st, const char *why) {
 }
 
 /* ---------- small text helpers ---------- */
-static int64_t find(const char *s, int64_t n, int64_t from, const char *lit) {
+static int64_t find(const char *s, int64_t n, int64_t from, const char *lit) {  /* leftmost start at or after from */
     int64_t m = (int64_t)strlen(lit);
     if (from < 0) from = 0;
-    for (int64_t i = from; i + m <= n; i++) {
-        if (s[i] == lit[0] && memcmp(s + i, lit, m) == 0) return i;
+    while (from + m <= n) {  /* the first character with memchr (vector compares), then the rest */
+        const char *c = memchr(s + from, lit[0], (size_t)(n - m + 1 - from));
+        if (!c) return -1;
+        if (memcmp(c + 1, lit + 1, m - 1) == 0) return c - s;
+        from = c - s + 1;
     }
     return -1;
 }
