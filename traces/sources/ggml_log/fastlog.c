@@ -810,9 +810,8 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
         it->ev.key = st->next_key++;
         return t;
     }
-    if (!m->slots) {  /* sized for the most lines it keeps: it never grows while they come in */
-        m->nslots = 1024;
-        while (m->nslots < 2 * st->memo_limit) m->nslots *= 2;
+    if (!m->slots) {  /* small first (a log of few lines touches little memory); it grows from stored hashes */
+        m->nslots = 4096;
         m->slots = calloc(m->nslots, sizeof(Slot));
         m->hist = malloc(HIST * sizeof(int32_t));
         if (!m->slots || !m->hist) abort();
@@ -856,7 +855,7 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
     if (t == IT_DECLINE) return t;
     if (m->n >= st->memo_limit || (m->n + 1) * 2 > m->nslots) {
         if (m->n >= st->memo_limit) memo_clear(m);
-        else {  /* a limit raised after the table was made */
+        else {  /* no key is hashed again */
             int64_t ns = m->nslots * 2;
             free(m->slots);
             m->slots = slots_build(m->hash, m->n, ns);
