@@ -51,10 +51,18 @@ static void *grow(void *p, int64_t *cap, int64_t need, size_t elem) {
 }
 
 /* ---------- string pool ---------- */
+/* A hash table slot: the key's 32-bit hash above its number + 1 (0: empty). A probe compares the hashes
+   first, so a slot of another key costs no look at that key's bytes; a table grows from the stored
+   hashes, without hashing any key again. The home slot is the hash's low bits. */
+typedef uint64_t Slot;
+#define SLOT(h32, id) (((uint64_t)(h32) << 32) | (uint32_t)((id) + 1))
+#define SLOT_ID(x) ((int32_t)(uint32_t)(x) - 1)
+#define SLOT_H(x) ((uint32_t)((x) >> 32))
+
 typedef struct {
     char *bytes; int64_t nbytes, capbytes;
-    int64_t *off; int32_t *len; int64_t n, cap;
-    int32_t *slots; int64_t nslots;  /* open addressing, -1 empty */
+    int64_t *off; int32_t *len; uint32_t *hash; int64_t n, cap;
+    Slot *slots; int64_t nslots;
 } Pool;
 
 static uint64_t hash_bytes(const char *p, int64_t n) {  /* 8 bytes at a time, multiply and fold */
@@ -84,36 +92,50 @@ static uint64_t hash_bytes(const char *p, int64_t n) {  /* 8 bytes at a time, mu
     return h ^ (h >> 29);
 }
 
-static void pool_rehash(Pool *P, int64_t nslots) {
-    free(P->slots);
-    P->slots = malloc(nslots * sizeof(int32_t));
-    memset(P->slots, 0xff, nslots * sizeof(int32_t));
-    P->nslots = nslots;
-    for (int64_t i = 0; i < P->n; i++) {
-        uint64_t h = hash_bytes(P->bytes + P->off[i], P->len[i]) & (nslots - 1);
-        while (P->slots[h] >= 0) h = (h + 1) & (nslots - 1);
-        P->slots[h] = (int32_t)i;
+static uint32_t hash32(const char *p, int64_t n) { return (uint32_t)hash_bytes(p, n); }
+
+/* a table of nslots (a power of two) holding ids [0, n) by their stored hashes */
+static Slot *slots_build(const uint32_t *hash, int64_t n, int64_t nslots) {
+    Slot *t = calloc((size_t)nslots, sizeof(Slot));
+    if (!t) abort();
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t h = hash[i] & (nslots - 1);
+        while (t[h]) h = (h + 1) & (nslots - 1);
+        t[h] = SLOT(hash[i], i);
     }
+    return t;
 }
 
-static int32_t intern(Pool *P, const char *p, int64_t n) {
-    if (P->nslots == 0 || (P->n + 1) * 2 > P->nslots) pool_rehash(P, P->nslots ? P->nslots * 2 : 1024);
-    uint64_t h = hash_bytes(p, n) & (P->nslots - 1);
-    while (P->slots[h] >= 0) {
-        int32_t id = P->slots[h];
+static int32_t intern_h(Pool *P, const char *p, int64_t n, uint32_t hv) {
+    if ((P->n + 1) * 2 > P->nslots) {
+        int64_t m = P->nslots ? P->nslots * 2 : 1 << 14;
+        free(P->slots);
+        P->slots = slots_build(P->hash, P->n, m);
+        P->nslots = m;
+    }
+    uint64_t mask = P->nslots - 1, h = hv & mask;
+    for (Slot x; (x = P->slots[h]); h = (h + 1) & mask) {
+        if (SLOT_H(x) != hv) continue;
+        int32_t id = SLOT_ID(x);
         if (P->len[id] == n && memcmp(P->bytes + P->off[id], p, n) == 0) return id;
-        h = (h + 1) & (P->nslots - 1);
     }
     P->bytes = grow(P->bytes, &P->capbytes, P->nbytes + n + 1, 1);
     memcpy(P->bytes + P->nbytes, p, n);
+    int64_t oldcap = P->cap;
     P->off = grow(P->off, &P->cap, P->n + 1, sizeof(int64_t));
-    P->len = realloc(P->len, P->cap * sizeof(int32_t));
+    if (P->cap != oldcap) {
+        P->len = realloc(P->len, P->cap * sizeof(int32_t));
+        P->hash = realloc(P->hash, P->cap * sizeof(uint32_t));
+        if (!P->len || !P->hash) abort();
+    }
     P->off[P->n] = P->nbytes;
     P->len[P->n] = (int32_t)n;
+    P->hash[P->n] = hv;
     P->nbytes += n;
-    P->slots[h] = (int32_t)P->n;
+    P->slots[h] = SLOT(hv, P->n);
     return (int32_t)P->n++;
 }
+static int32_t intern(Pool *P, const char *p, int64_t n) { return intern_h(P, p, n, hash32(p, n)); }
 
 /* ---------- parsed items ---------- */
 enum { IT_BLANK, IT_PROGRAM, IT_DEBUG, IT_EVENT, IT_GLUED, IT_GRAPH, IT_ASSERT, IT_COMPUTE, IT_MEASURE,
@@ -130,11 +152,11 @@ typedef struct {
 } Draft;
 
 typedef struct {  /* the line memo: line text -> parsed item (with its line number as the key) */
-    int64_t *start; int32_t *len; Item *item; int64_t n, cap;
+    int64_t *start; int32_t *len; uint32_t *hash; Item *item; int64_t n, cap;
     int32_t *hist; int64_t nhist, cursor;  /* the entries of the last HIST lines; where the last line was seen before */
     int64_t *last; int32_t blank;  /* where each entry was seen last (in hist); the blank line's entry (-1: none) */
     char *bytes; int64_t nbytes, capbytes;
-    int32_t *slots; int64_t nslots;
+    Slot *slots; int64_t nslots;
 } LineMemo;
 
 #define MEMO_LIMIT (1 << 16)
@@ -230,11 +252,14 @@ static int decline(St *st, const char *why) {
 }
 
 /* ---------- small text helpers ---------- */
-static int64_t find(const char *s, int64_t n, int64_t from, const char *lit) {
+static int64_t find(const char *s, int64_t n, int64_t from, const char *lit) {  /* leftmost start at or after from */
     int64_t m = (int64_t)strlen(lit);
     if (from < 0) from = 0;
-    for (int64_t i = from; i + m <= n; i++) {
-        if (s[i] == lit[0] && memcmp(s + i, lit, m) == 0) return i;
+    while (from + m <= n) {  /* the first character with memchr (vector compares), then the rest */
+        const char *c = memchr(s + from, lit[0], (size_t)(n - m + 1 - from));
+        if (!c) return -1;
+        if (memcmp(c + 1, lit + 1, m - 1) == 0) return c - s;
+        from = c - s + 1;
     }
     return -1;
 }
@@ -758,7 +783,7 @@ static int parse_line(St *st, const char *s, int64_t n, Item *it) {
 /* ---------- the line memo ---------- */
 static void memo_clear(LineMemo *m) {
     m->n = 0; m->nbytes = 0; m->nhist = 0; m->cursor = -2; m->blank = -1;
-    if (m->slots) memset(m->slots, 0xff, m->nslots * sizeof(int32_t));
+    if (m->slots) memset(m->slots, 0, m->nslots * sizeof(Slot));
 }
 
 #define HIST (1 << 16)
@@ -785,9 +810,11 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
         it->ev.key = st->next_key++;
         return t;
     }
-    if (!m->slots) {
-        m->nslots = 4096; m->slots = malloc(m->nslots * sizeof(int32_t)); memset(m->slots, 0xff, m->nslots * sizeof(int32_t));
+    if (!m->slots) {  /* small first (a log of few lines touches little memory); it grows from stored hashes */
+        m->nslots = 4096;
+        m->slots = calloc(m->nslots, sizeof(Slot));
         m->hist = malloc(HIST * sizeof(int32_t));
+        if (!m->slots || !m->hist) abort();
         m->nhist = 0; m->cursor = -2; m->blank = -1;
     }
     /* a log repeats its walks line for line: the entries of the lines seen last (`hist`, a ring) are
@@ -807,9 +834,11 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
             return m->item[id].type;
         }
     }
-    uint64_t h = hash_bytes(s, n) & (m->nslots - 1);
-    while (m->slots[h] >= 0) {
-        int32_t id = m->slots[h];
+    uint32_t hv = hash32(s, n);  /* the one hash of the line: the lookup's and, on a miss, the insert's */
+    uint64_t mask = m->nslots - 1, h = hv & mask;
+    for (Slot x; (x = m->slots[h]); h = (h + 1) & mask) {
+        if (SLOT_H(x) != hv) continue;
+        int32_t id = SLOT_ID(x);
         if (m->len[id] == n && memcmp(m->bytes + m->start[id], s, n) == 0) {
             st->memo_hits++; st->n_hits++;
             if (n) {
@@ -819,27 +848,21 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
             *use = &m->item[id];
             return m->item[id].type;
         }
-        h = (h + 1) & (m->nslots - 1);
     }
     int t = parse_line(st, s, n, it);
     it->type = t;
     it->ev.key = st->next_key++;
     if (t == IT_DECLINE) return t;
-    if (m->n >= st->memo_limit) {
-        memo_clear(m);
-        h = hash_bytes(s, n) & (m->nslots - 1);
-    } else if ((m->n + 1) * 2 > m->nslots) {  /* a table no larger than the lines it holds: it stays in cache */
-        m->nslots *= 2;
-        free(m->slots);
-        m->slots = malloc(m->nslots * sizeof(int32_t));
-        memset(m->slots, 0xff, m->nslots * sizeof(int32_t));
-        for (int64_t i = 0; i < m->n; i++) {
-            uint64_t g = hash_bytes(m->bytes + m->start[i], m->len[i]) & (m->nslots - 1);
-            while (m->slots[g] >= 0) g = (g + 1) & (m->nslots - 1);
-            m->slots[g] = (int32_t)i;
+    if (m->n >= st->memo_limit || (m->n + 1) * 2 > m->nslots) {
+        if (m->n >= st->memo_limit) memo_clear(m);
+        else {  /* no key is hashed again */
+            int64_t ns = m->nslots * 2;
+            free(m->slots);
+            m->slots = slots_build(m->hash, m->n, ns);
+            m->nslots = ns;
         }
-        h = hash_bytes(s, n) & (m->nslots - 1);
-        while (m->slots[h] >= 0) h = (h + 1) & (m->nslots - 1);
+        mask = m->nslots - 1;
+        for (h = hv & mask; m->slots[h]; h = (h + 1) & mask) {}
     }
     m->bytes = grow(m->bytes, &m->capbytes, m->nbytes + n + 1, 1);
     memcpy(m->bytes + m->nbytes, s, n);
@@ -847,16 +870,19 @@ static int parse_memo(St *st, const char *s, int64_t n, Item *it, const Item **u
     m->start = grow(m->start, &m->cap, m->n + 1, sizeof(int64_t));
     if (m->cap != oldcap) {
         m->len = realloc(m->len, m->cap * sizeof(int32_t));
+        m->hash = realloc(m->hash, m->cap * sizeof(uint32_t));
         m->item = realloc(m->item, m->cap * sizeof(Item));
         m->last = realloc(m->last, m->cap * sizeof(int64_t));
+        if (!m->len || !m->hash || !m->item || !m->last) abort();
     }
-    m->start[m->n] = m->nbytes; m->len[m->n] = (int32_t)n; m->item[m->n] = *it;
+    m->start[m->n] = m->nbytes; m->len[m->n] = (int32_t)n; m->hash[m->n] = hv; m->item[m->n] = *it;
     if (n) {
         m->cursor++;  /* a line in place of the one expected */
         memo_seen(m, (int32_t)m->n);
     } else m->blank = (int32_t)m->n;
     m->nbytes += n;
-    m->slots[h] = (int32_t)m->n++;
+    m->slots[h] = SLOT(hv, m->n);
+    m->n++;
     return t;
 }
 
@@ -1440,16 +1466,13 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     int64_t total = 0;
     int64_t isz[N_INTS], lo[N_INTS], hi[N_INTS];
     for (int f = 0; f < N_INTS; f++) { lo[f] = INT64_MAX; hi[f] = INT64_MIN; }
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {  /* events a chunk at a time (it stays in L1), a field at a time */
-        int64_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+    for (int64_t i = 0; i < n; i++) {  /* an event at a time: 16 independent bounds; a bound moves rarely */
+        const int64_t *v = E[i].v;
+#pragma GCC unroll 16
         for (int f = 0; f < N_INTS; f++) {
-            int64_t l = lo[f], h = hi[f];
-            for (int64_t i = i0; i < i1; i++) {  /* branch-free: MISSING is INT64_MIN, below every value */
-                int64_t x = E[i].v[f], y = x == MISSING ? INT64_MAX : x;
-                l = y < l ? y : l;
-                h = x > h ? x : h;
-            }
-            lo[f] = l; hi[f] = h;
+            int64_t x = v[f];
+            if (x < lo[f] && x != MISSING) lo[f] = x;
+            if (x > hi[f]) hi[f] = x;
         }
     }
     for (int f = 0; f < N_INTS; f++) {
@@ -1502,17 +1525,18 @@ static void encode(St *st, Draft *d, GraphOut *out) {
         out->cols[N_INTS + f] = (const char *)c;
         if (!present[f]) continue;
         used += 4 * n;
+        int64_t *stamps = st->local_stamp, stamp = st->stamp;  /* in registers: the stores below alias nothing */
+        int32_t *local = st->local;
         for (int64_t i = 0; i < n; i++) {
             int32_t id = c[i];
-            if (id >= 0) {
-                if (st->local_stamp[id] != st->stamp) {
-                    st->local_stamp[id] = st->stamp;
-                    st->local[id] = (int32_t)st->ntable_ids;
-                    st->table_ids = grow(st->table_ids, &st->cap_table_ids, st->ntable_ids + 1, sizeof(int32_t));
-                    st->table_ids[st->ntable_ids++] = id;
-                }
-                c[i] = st->local[id];
-            } else c[i] = -1;
+            if (id < 0) continue;  /* -1 stays -1 */
+            if (stamps[id] != stamp) {
+                stamps[id] = stamp;
+                local[id] = (int32_t)st->ntable_ids;
+                st->table_ids = grow(st->table_ids, &st->cap_table_ids, st->ntable_ids + 1, sizeof(int32_t));
+                st->table_ids[st->ntable_ids++] = id;
+            }
+            c[i] = local[id];
         }
     }
     /* the table as JSON; the previous graph's text stands when its strings are the same ones */
@@ -1692,8 +1716,8 @@ EXPORT void fl_free(void *p) {
         fprintf(stderr, "fastlog: feed %.4f s, cache key %.4f s, replay %.4f s, encode %.4f s; %lld lines; memo %lld hits of %lld (%lld not looked up, %lld guessed)\n",
                 st->t_feed, st->t_key, st->t_replay, st->t_encode, (long long)st->lineno, (long long)st->n_hits,
                 (long long)st->n_looks, (long long)st->n_skipped, (long long)st->n_guess);
-    free(st->pool.bytes); free(st->pool.off); free(st->pool.len); free(st->pool.slots);
-    free(st->memo.start); free(st->memo.len); free(st->memo.item); free(st->memo.hist); free(st->memo.last); free(st->memo.bytes); free(st->memo.slots);
+    free(st->pool.bytes); free(st->pool.off); free(st->pool.len); free(st->pool.hash); free(st->pool.slots);
+    free(st->memo.start); free(st->memo.len); free(st->memo.hash); free(st->memo.item); free(st->memo.hist); free(st->memo.last); free(st->memo.bytes); free(st->memo.slots);
     free(st->carry);
     draft_free(st, st->cur); draft_free(st, st->out_draft);
     for (int64_t i = 0; i < st->qn; i++) draft_free(st, st->queue[st->qhead + i]);
