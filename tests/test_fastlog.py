@@ -316,3 +316,22 @@ def test_legacy_logs_without_graph_headers_store_the_same_bytes(tmp_path, monkey
     assert_same_store(tmp_path, data, monkeypatch)
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
     assert fast_run(io.BytesIO(data)).fast
+
+
+def test_a_cancelled_import_stops_on_the_fast_path_and_stores_nothing(tmp_path, monkeypatch):
+    """An upload whose client left stops between graphs on the compiled path too (capped_graphs' check)."""
+    from alloctrace.traces.bounded_io import Cancelled, Limits
+
+    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
+    store = open_store(tmp_path / "s")
+    polls = []
+
+    def cancelled():
+        polls.append(1)
+        return len(polls) > 40  # some graphs in
+
+    with pytest.raises(Cancelled, match="import cancelled"):
+        import_file(store, io.BytesIO(lzma.decompress(MANY.read_bytes())), filename="many.log",
+                    limits=Limits(cancelled=cancelled))
+    assert store.list() == []
+    assert fast_run(io.BytesIO(lzma.decompress(MANY.read_bytes()))).fast  # an input the fast path takes
