@@ -19,7 +19,8 @@ from itertools import repeat
 import numpy as np
 
 from .columns_lazy import LazyColumns
-from .memmap import _ALLOC, _FREE, _FREE_EXTRA, _KIND_CODES, _REALLOC, _REUSE, MISSING, int_column, str_column
+from .memmap import (_ALLOC, _FREE, _FREE_EXTRA, _KIND_CODES, _REALLOC, _REUSE, MISSING, int_column, lifetime_items,
+                     str_column)
 
 
 FIRST_WINDOW = 1 << 13  # events looked at first; eight times more each time that is not enough
@@ -94,14 +95,10 @@ def _alive(cols, lo: int, n: int, wanted: np.ndarray):
         fe, fe_r = fe[same], fe_r[same]
     mine = on_live_bytes(key[fe_r])
     fe, fe_r = fe[mine], fe_r[mine]
-    opens = idx[(is_alloc | is_reuse) & on_live_bytes(key)]
-    closes = idx[(((code == _FREE) & placed) | is_reuse) & on_live_bytes(key)]
-    item_i = np.concatenate([closes, fe, opens, fe])
-    item_src = np.concatenate([closes, fe_r, opens, fe_r])
-    item_open = np.concatenate([np.zeros(len(closes) + len(fe), bool), np.ones(len(opens) + len(fe), bool)])
-    own = np.concatenate([np.full(len(closes) + len(fe), MISSING), np.where(is_alloc[opens], size[opens], MISSING),
-                          offset[fe] - offset[fe_r]])
-    item_key = key[item_src]
+    live = on_live_bytes(key)
+    item_i, item_src, item_open, own, item_key = lifetime_items(
+        idx[(((code == _FREE) & placed) | is_reuse) & live], fe, fe_r, idx[(is_alloc | is_reuse) & live],
+        is_alloc, size, offset, key)
     if lo > 0 and not np.isin(wanted, item_key[own != MISSING]).all():
         return None
     order = np.lexsort((item_open, item_i, item_key))

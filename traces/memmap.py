@@ -119,6 +119,18 @@ _ALLOC, _REUSE, _FREE, _FREE_EXTRA, _REALLOC = range(1, 6)  # the kinds extract(
 _KIND_CODES = {"alloc": _ALLOC, "reuse": _REUSE, "free": _FREE, "free_extra": _FREE_EXTRA, "realloc": _REALLOC}
 
 
+def lifetime_items(closes, fe, fe_r, opens, is_alloc, size, offset, key):
+    """The items lifetimes are cut from, unsorted: the events that close a lifetime, the head free_extras
+    that close and reopen it (`fe`, each with its reuse `fe_r`), the events that open one.
+    Returns (event, source event, opens?, own size or MISSING, key of the bytes)."""
+    item_i = np.concatenate([closes, fe, opens, fe])
+    item_src = np.concatenate([closes, fe_r, opens, fe_r])
+    item_open = np.concatenate([np.zeros(len(closes) + len(fe), bool), np.ones(len(opens) + len(fe), bool)])
+    own = np.concatenate([np.full(len(closes) + len(fe), MISSING), np.where(is_alloc[opens], size[opens], MISSING),
+                          offset[fe] - offset[fe_r]])
+    return item_i, item_src, item_open, own, key[item_src]
+
+
 def extract(cols: dict) -> Lifetimes:
     """Lifetimes from a graph's event columns (one array per Event field)."""
     kind = np.asarray(cols["kind"], dtype=object) if len(cols["kind"]) else np.array([], dtype=object)
@@ -154,13 +166,8 @@ def extract(cols: dict) -> Lifetimes:
         fe, fe_r = fe[same], fe_r[same]
     else:
         fe = fe[:0]
-    opens, closes = idx[is_alloc | is_reuse], idx[is_free | is_reuse]
-    item_i = np.concatenate([closes, fe, opens, fe])
-    item_src = np.concatenate([closes, fe_r, opens, fe_r])
-    item_open = np.concatenate([np.zeros(len(closes) + len(fe), bool), np.ones(len(opens) + len(fe), bool)])
-    own = np.concatenate([np.full(len(closes) + len(fe), MISSING), np.where(is_alloc[opens], size[opens], MISSING),
-                          offset[fe] - offset[fe_r]])
-    item_key = key[item_src]
+    item_i, item_src, item_open, own, item_key = lifetime_items(idx[is_free | is_reuse], fe, fe_r,
+                                                                idx[is_alloc | is_reuse], is_alloc, size, offset, key)
     order = np.lexsort((item_open, item_i, item_key))
     item_i, item_src, item_open, item_key, own = (item_i[order], item_src[order], item_open[order],
                                                   item_key[order], own[order])

@@ -382,18 +382,23 @@ class Store:
         row, cols, table = self._raw(tid, g)
         return row, decode(row[2], cols, table)
 
+    @staticmethod
+    def _blobs(db, tid: str, g: int, row) -> list:
+        """A graph's compressed columns [(name, dtype, data)]: from its row's `packed` (its last value),
+        or, stored by format 1, from a row each in `columns`; NotFound when `row` is None."""
+        if row is None:
+            raise NotFound(f"trace {tid} has no graph {g}")
+        if row[-1] is not None:
+            return unpack_blobs(row[-1])
+        return db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
+                          (tid, int(g))).fetchall()
+
     def _raw(self, tid: str, g: int):
         tid = self._id(tid)
         with self._snapshot() as db:
             row = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, "
                              "packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
-            if row is not None and row[9] is None:  # stored by format 1: a row per column
-                blobs = db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
-                                   (tid, int(g))).fetchall()
-        if row is None:
-            raise NotFound(f"trace {tid} has no graph {g}")
-        if row[9] is not None:
-            blobs = unpack_blobs(row[9])
+            blobs = self._blobs(db, tid, g, row)
         row = row[:9]
         table = json.loads(self._zd.decompress(row[8]))
         cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
@@ -405,13 +410,7 @@ class Store:
         with self._snapshot() as db:
             row = db.execute("SELECT n_events, strings, packed FROM graphs WHERE trace_id=? AND idx=?",
                              (tid, int(graph_index))).fetchone()
-            if row is not None and row[2] is None:  # stored by format 1: a row per column
-                blobs = db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
-                                   (tid, int(graph_index))).fetchall()
-        if row is None:
-            raise NotFound(f"trace {tid} has no graph {graph_index}")
-        if row[2] is not None:
-            blobs = unpack_blobs(row[2])
+            blobs = self._blobs(db, tid, graph_index, row)
         cols = LazyColumns(row[0], {name: (dt, data) for name, dt, data in blobs}, _decompress)
         cols.table = StringTable(zstandard.ZstdDecompressor().decompress(row[1]))
         return cols
