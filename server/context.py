@@ -144,10 +144,16 @@ class Context:
         return _cached(self.lazy_cache, (trace_id, g), lambda: self.call(lambda s: s.lazy_columns(trace_id, g)))
 
     def lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes:
-        """Built on the graph's first view with its tile pyramid and the pyramid's JSON rows, so
-        later views of it only cut and join."""
-        return _cached(self.lifetimes_cache, (trace_id, g),
-                       lambda: prepare(memmap.with_lod(memmap.extract(self.columns(trace_id, g)))))
+        """With the tile pyramid and the pyramid's JSON rows, so later views of the graph only cut and
+        join. A long graph's lifetimes and pyramid were made when it was stored and are loaded; others
+        (short graphs, graphs of older stores) are built from the columns on this first view."""
+        def build():
+            saved = getattr(self.store, "saved_lifetimes", None)
+            lt = self.call(lambda s: saved(trace_id, g)) if saved is not None else None
+            if lt is None:
+                lt = memmap.with_lod(memmap.extract(self.columns(trace_id, g)))
+            return prepare(lt)
+        return _cached(self.lifetimes_cache, (trace_id, g), build)
 
     def state_index(self, trace_id: str, g: int):
         """The graph's StateIndex, from its stored checkpoints. A long graph stored without them (by an
