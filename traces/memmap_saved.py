@@ -14,6 +14,7 @@ import json
 import struct
 
 import numpy as np
+import zstandard
 
 from . import memmap, memmap_lod
 
@@ -38,8 +39,9 @@ def _codes(values: np.ndarray) -> tuple[list, np.ndarray]:
     return values[first].tolist(), codes.astype(np.int32)
 
 
-def encode(lt: memmap.Lifetimes, compress) -> bytes:
-    """`lt` (with its pyramid) as stored bytes; `compress` a zstd compressor's compress."""
+def encode(lt: memmap.Lifetimes, compressor) -> bytes:
+    """`lt` (with its pyramid) as stored bytes, through a zstandard.ZstdCompressor: array by array,
+    never a second copy of them all."""
     pyr = lt.lod
     arrays = [(f"lt.{name}", getattr(lt, name)) for name in LIFETIME_ARRAYS]
     names = {}
@@ -54,12 +56,17 @@ def encode(lt: memmap.Lifetimes, compress) -> bytes:
     head = {"format": FORMAT, "n_events": lt.n_events, "chunks": lt.chunks, "names": names,
             "levels": len(pyr.levels), "arrays": [[name, a.dtype.str, len(a)] for name, a in arrays]}
     head_bytes = json.dumps(head, separators=(",", ":")).encode()
-    return compress(b"".join([_HEAD.pack(len(head_bytes)), head_bytes] + [a.tobytes() for _, a in arrays]))
+    z = compressor.compressobj()
+    out = [z.compress(_HEAD.pack(len(head_bytes)) + head_bytes)]
+    out += [z.compress(memoryview(a).cast("B")) for _, a in arrays if len(a)]
+    out.append(z.flush())
+    return b"".join(out)
 
 
-def decode(data: bytes, decompress) -> memmap.Lifetimes | None:
+def decode(data: bytes) -> memmap.Lifetimes | None:
     """The Lifetimes (with `lod`) stored by `encode`; None for a value of another format."""
-    raw = bytearray(decompress(data))  # one writable buffer: the arrays are views into it
+    # one writable buffer, the arrays views into it; a decompressor of its own (threads load side by side)
+    raw = bytearray(zstandard.ZstdDecompressor().decompressobj().decompress(data))
     (size,) = _HEAD.unpack_from(raw, 0)
     head = json.loads(bytes(raw[_HEAD.size:_HEAD.size + size]))
     if head.get("format") != FORMAT:

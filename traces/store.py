@@ -277,7 +277,7 @@ class Store:
             cols = public_columns(n, *encoded, names=names)
             self._add_checkpoints(tid, g, cols)
             self.db.execute("INSERT INTO memmap_lod (trace_id, graph_idx, data) VALUES (?,?,?)",
-                            (tid, g.index, memmap_saved.encode(memmap_saved.lod_of(cols), self._zc.compress)))
+                            (tid, g.index, memmap_saved.encode(memmap_saved.lod_of(cols), self._zc)))
 
     def _add_checkpoints(self, tid: str, g: GraphRecord | EncodedGraph, cols: dict):
         """A long graph's state checkpoints (state_index.saved_checkpoints), made once here so
@@ -474,7 +474,7 @@ class Store:
         with self._lock:
             row = self.db.execute("SELECT data FROM memmap_lod WHERE trace_id=? AND graph_idx=?",
                                   (tid, int(graph_index))).fetchone()
-        return None if row is None else memmap_saved.decode(row[0], _decompress)
+        return None if row is None else memmap_saved.decode(row[0])
 
     def meta(self, tid: str) -> TraceMeta:
         tid = self._id(tid)
