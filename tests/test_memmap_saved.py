@@ -151,3 +151,16 @@ def test_older_store_gets_the_table_and_builds_on_view(tmp_path, monkeypatch):
     with TestClient(create_app(tmp_path)) as client:
         body = client.get(f"/api/traces/{tid}/graphs/0/memory-map").json()
     assert body["n_events"] == 3000 and body["total_in_view"] > 0
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 7, 8, 33])
+def test_series_pairs_reduce_as_reduceat(m):
+    """The series levels (rebuilt on every load) pair buckets as fn.reduceat over aligned pairs did."""
+    from alloctrace.traces.memmap_lod import _pairs
+    rng = np.random.default_rng(m)
+    a = rng.integers(0, 9, m).astype(np.float64)
+    a[rng.random(m) < 0.3] = np.nan
+    for fn in (np.fmax, np.fmin):
+        want = fn.reduceat(a, np.arange(0, m, 2))
+        got = _pairs(fn, a)
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
