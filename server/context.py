@@ -74,7 +74,7 @@ class Context:
         self.upload_dir = upload_dir_for(store)
         self._writer = None
         self._writer_lock = threading.Lock()
-        self.keeping: threading.Thread | None = None  # the last background build of state checkpoints
+        self.keeping: threading.Thread | None = None  # the last background store of checkpoints or lifetimes
 
     def close(self):
         shutil.rmtree(self.upload_dir, ignore_errors=True)
@@ -152,8 +152,28 @@ class Context:
             lt = self.call(lambda s: saved(trace_id, g)) if saved is not None else None
             if lt is None:
                 lt = memmap.with_lod(memmap.extract(self.columns(trace_id, g)))
+                self._keep_lifetimes(trace_id, g, lt)
             return prepare(lt)
         return _cached(self.lifetimes_cache, (trace_id, g), build)
+
+    def _keep_lifetimes(self, trace_id: str, g: int, lt: memmap.Lifetimes):
+        """A long graph of an older store: its lifetimes and pyramid are stored in the background, for the
+        next server (as its state checkpoints are)."""
+        from alloctrace.traces.state_index import SAVED_MIN_EVENTS
+        if lt.n_events < SAVED_MIN_EVENTS or getattr(self.store, "add_saved_lifetimes", None) is None:
+            return
+
+        def keep():
+            import zstandard
+
+            from alloctrace.traces import memmap_saved
+            try:
+                data = memmap_saved.encode(lt, zstandard.ZstdCompressor(level=3))
+                self.write(lambda s: s.add_saved_lifetimes(trace_id, g, data))
+            except Exception as e:  # derived data: the map is answered without it
+                log.warning("memory-map lifetimes of %s:%d not stored: %s", trace_id, g, e)
+        self.keeping = threading.Thread(target=keep, daemon=True, name=f"lifetimes {trace_id}:{g}")
+        self.keeping.start()
 
     def state_index(self, trace_id: str, g: int):
         """The graph's StateIndex, from its stored checkpoints. A long graph stored without them (by an

@@ -14,7 +14,7 @@ import zstandard
 from fastapi.testclient import TestClient
 
 from alloctrace.server.app import create_app
-from alloctrace.traces import memmap, memmap_saved, store as store_mod
+from alloctrace.traces import memmap, memmap_saved, state_index as state_index_mod, store as store_mod
 from alloctrace.traces.schema import GraphRecord, TraceMeta
 from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store import open_store
@@ -136,8 +136,11 @@ def test_deleted_with_its_trace_and_kept_only_for_ggml_events(tmp_path, monkeypa
     store.close()
 
 
-def test_older_store_gets_the_table_and_builds_on_view(tmp_path, monkeypatch):
+def test_older_store_builds_on_view_and_keeps_them(tmp_path, monkeypatch):
+    """A store from before the table: opened, it gains it; the first view builds the lifetimes and the
+    server stores them meanwhile, so the next server loads them and answers the same bytes."""
     monkeypatch.setattr(store_mod, "SAVED_MIN_EVENTS", 10 ** 9)
+    monkeypatch.setattr(state_index_mod, "SAVED_MIN_EVENTS", LONG)
     store = open_store(tmp_path)
     tid = store.add_trace(TraceMeta("old", "synthetic", "ggml-head"), [synthetic_graph(3000)])
     store.close()
@@ -148,9 +151,18 @@ def test_older_store_gets_the_table_and_builds_on_view(tmp_path, monkeypatch):
     store = open_store(tmp_path)
     assert store.saved_lifetimes(tid, 0) is None
     store.close()
+    urls = [f"/api/traces/{tid}/graphs/0/memory-map?" + "&".join(f"{k}={v}" for k, v in p.items())
+            for p in windows(3000, 1 << 32, random.Random(1), 10)]
     with TestClient(create_app(tmp_path)) as client:
-        body = client.get(f"/api/traces/{tid}/graphs/0/memory-map").json()
-    assert body["n_events"] == 3000 and body["total_in_view"] > 0
+        built = [client.get(u).content for u in urls]
+        client.app.state.ctx.keeping.join(60)
+    store = open_store(tmp_path)
+    assert store.saved_lifetimes(tid, 0) is not None
+    assert not store.add_saved_lifetimes(tid, 0, b"")  # kept once
+    store.close()
+    with TestClient(create_app(tmp_path)) as client:
+        assert [client.get(u).content for u in urls] == built
+        assert client.app.state.ctx.keeping is None  # loaded, not built again
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 7, 8, 33])

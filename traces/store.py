@@ -307,6 +307,24 @@ class Store:
                 self._abandon(e)
                 raise
 
+    def add_saved_lifetimes(self, tid: str, graph_index: int, data: bytes) -> bool:
+        """Keep the memory-map lifetimes (memmap_saved.encode) of a graph of ggml events stored without
+        them; False when it has them already (another process was first), is gone, or is not one."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                if "kind" not in self._column_names(tid, graph_index) or self.db.execute(
+                        "SELECT 1 FROM memmap_lod WHERE trace_id=? AND graph_idx=?", (tid, graph_index)).fetchone():
+                    self.db.execute("ROLLBACK")
+                    return False
+                self.db.execute("INSERT INTO memmap_lod (trace_id, graph_idx, data) VALUES (?,?,?)",
+                                (tid, graph_index, data))
+                self.db.execute("COMMIT")  # derived data: no generation bump, nothing cached changes
+                return True
+            except BaseException as e:
+                self._abandon(e)
+                raise
+
     def _column_names(self, tid: str, g: int) -> list[str]:
         """The names of a graph's stored columns (none when the graph is gone)."""
         row = self.db.execute("SELECT packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
