@@ -148,13 +148,26 @@ class Context:
         join. A long graph's lifetimes and pyramid were made when it was stored and are loaded; others
         (short graphs, graphs of older stores) are built from the columns on this first view."""
         def build():
-            saved = getattr(self.store, "saved_lifetimes", None)
-            lt = self.call(lambda s: saved(trace_id, g)) if saved is not None else None
+            lt = self._saved_lifetimes(trace_id, g)
             if lt is None:
                 lt = memmap.with_lod(memmap.extract(self.columns(trace_id, g)))
                 self._keep_lifetimes(trace_id, g, lt)
             return prepare(lt)
         return _cached(self.lifetimes_cache, (trace_id, g), build)
+
+    def _saved_lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes | None:
+        """The graph's stored lifetimes; None without them, or when they cannot be read (derived data:
+        the graph's own columns still give the map)."""
+        saved = getattr(self.store, "saved_lifetimes", None)
+        if saved is None:
+            return None
+        try:
+            return self.call(lambda s: saved(trace_id, g))
+        except NotFound:
+            raise
+        except Exception as e:  # noqa: BLE001
+            log.warning("stored memory-map lifetimes of %s:%d not read (built instead): %s", trace_id, g, e)
+            return None
 
     def _keep_lifetimes(self, trace_id: str, g: int, lt: memmap.Lifetimes):
         """A long graph of an older store: its lifetimes and pyramid are stored in the background, for the

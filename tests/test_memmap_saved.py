@@ -165,6 +165,20 @@ def test_older_store_builds_on_view_and_keeps_them(tmp_path, monkeypatch):
         assert client.app.state.ctx.keeping is None  # loaded, not built again
 
 
+def test_unreadable_value_is_built_instead(tmp_path, monkeypatch):
+    """A stored value that cannot be read (damaged) does not fail the view: the map is built, the same."""
+    monkeypatch.setattr(store_mod, "SAVED_MIN_EVENTS", LONG)
+    store = open_store(tmp_path)
+    tid = store.add_trace(TraceMeta("a", "synthetic", "ggml-head"), [synthetic_graph(3000)])
+    with TestClient(create_app(tmp_path)) as client:
+        want = client.get(f"/api/traces/{tid}/graphs/0/memory-map").content
+    store.db.execute("UPDATE memmap_lod SET data = substr(data, 1, 100)")
+    store.close()
+    with TestClient(create_app(tmp_path)) as client:
+        assert client.get(f"/api/traces/{tid}/graphs/0/memory-map").content == want
+        assert client.get("/api/traces/00000000/graphs/0/memory-map").status_code == 404
+
+
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 7, 8, 33])
 def test_series_pairs_reduce_as_reduceat(m):
     """The series levels (rebuilt on every load) pair buckets as fn.reduceat over aligned pairs did."""
