@@ -270,7 +270,7 @@ def main():
         t0 = time.perf_counter()
         first = httpx.get(base + "memory-map", timeout=300).json()
         t_first = time.perf_counter() - t0
-        print(f"first memory-map (load columns + extract lifetimes): {t_first:.2f} s, "
+        print(f"first memory-map (lifetimes and pyramid: stored with the graph, else built): {t_first:.2f} s, "
               f"{first['total_in_view']} lifetimes, {first['count']} shapes sent")
         FIGURES.append(Figure(f"memory map: first request, {args.events:,} events (load, lifetimes, pyramid)",
                               round(t_first, 2), "s"))

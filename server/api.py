@@ -135,7 +135,7 @@ def get_memory_map(request: Request, trace_id: TraceId, g: GraphIndex,
                    max_shapes: Annotated[int, Query(ge=1, le=graphs.MAX_SHAPES)] = 2000,
                    max_points: Annotated[int, Query(ge=1, le=graphs.MAX_POINTS)] = 1000):
     c = ctx(request)
-    info = c.graph_info(trace_id, g)
+    info = c.graph_info(trace_id, g, lazy=True)  # a graph with stored lifetimes is never decoded whole
     lt = c.lifetimes(trace_id, g)
     win = memmap.window(lt, info, x0, x1, y0, y1)
     # traces never change once stored, so a view asked for again (a dashboard opening) is rendered once

@@ -74,7 +74,7 @@ class Context:
         self.upload_dir = upload_dir_for(store)
         self._writer = None
         self._writer_lock = threading.Lock()
-        self.keeping: threading.Thread | None = None  # the last background build of state checkpoints
+        self.keeping: threading.Thread | None = None  # the last background store of checkpoints or lifetimes
 
     def close(self):
         shutil.rmtree(self.upload_dir, ignore_errors=True)
@@ -144,10 +144,49 @@ class Context:
         return _cached(self.lazy_cache, (trace_id, g), lambda: self.call(lambda s: s.lazy_columns(trace_id, g)))
 
     def lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes:
-        """Built on the graph's first view with its tile pyramid and the pyramid's JSON rows, so
-        later views of it only cut and join."""
-        return _cached(self.lifetimes_cache, (trace_id, g),
-                       lambda: prepare(memmap.with_lod(memmap.extract(self.columns(trace_id, g)))))
+        """With the tile pyramid and the pyramid's JSON rows, so later views of the graph only cut and
+        join. A long graph's lifetimes and pyramid were made when it was stored and are loaded; others
+        (short graphs, graphs of older stores) are built from the columns on this first view."""
+        def build():
+            lt = self._saved_lifetimes(trace_id, g)
+            if lt is None:
+                lt = memmap.with_lod(memmap.extract(self.columns(trace_id, g)))
+                self._keep_lifetimes(trace_id, g, lt)
+            return prepare(lt)
+        return _cached(self.lifetimes_cache, (trace_id, g), build)
+
+    def _saved_lifetimes(self, trace_id: str, g: int) -> memmap.Lifetimes | None:
+        """The graph's stored lifetimes; None without them, or when they cannot be read (derived data:
+        the graph's own columns still give the map)."""
+        saved = getattr(self.store, "saved_lifetimes", None)
+        if saved is None:
+            return None
+        try:
+            return self.call(lambda s: saved(trace_id, g))
+        except NotFound:
+            raise
+        except Exception as e:  # noqa: BLE001
+            log.warning("stored memory-map lifetimes of %s:%d not read (built instead): %s", trace_id, g, e)
+            return None
+
+    def _keep_lifetimes(self, trace_id: str, g: int, lt: memmap.Lifetimes):
+        """A long graph of an older store: its lifetimes and pyramid are stored in the background, for the
+        next server (as its state checkpoints are)."""
+        from alloctrace.traces.state_index import SAVED_MIN_EVENTS
+        if lt.n_events < SAVED_MIN_EVENTS or getattr(self.store, "add_saved_lifetimes", None) is None:
+            return
+
+        def keep():
+            import zstandard
+
+            from alloctrace.traces import memmap_saved
+            try:
+                data = memmap_saved.encode(lt, zstandard.ZstdCompressor(level=3))
+                self.write(lambda s: s.add_saved_lifetimes(trace_id, g, data))
+            except Exception as e:  # derived data: the map is answered without it
+                log.warning("memory-map lifetimes of %s:%d not stored: %s", trace_id, g, e)
+        self.keeping = threading.Thread(target=keep, daemon=True, name=f"lifetimes {trace_id}:{g}")
+        self.keeping.start()
 
     def state_index(self, trace_id: str, g: int):
         """The graph's StateIndex, from its stored checkpoints. A long graph stored without them (by an

@@ -32,6 +32,7 @@ from alloctrace.traces.gcpause import without_gc
 from .columns import EncodedGraph, decode_events, encode, pack, public_columns
 from .graph_info import capacity_of
 from .columns_lazy import LazyColumns, StringTable
+from . import memmap_saved
 from .state_index import REPLAYED_FIELDS, SAVED_MIN_EVENTS, Saved, saved_checkpoints
 from .schema import FORMAT_VERSION, GraphRecord, TraceMeta
 
@@ -66,7 +67,12 @@ CREATE TABLE IF NOT EXISTS state_checkpoints (
     trace_id TEXT NOT NULL, graph_idx INTEGER NOT NULL, event INTEGER NOT NULL, data BLOB NOT NULL,
     PRIMARY KEY (trace_id, graph_idx, event),
     FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
+CREATE TABLE IF NOT EXISTS memmap_lod (
+    trace_id TEXT NOT NULL, graph_idx INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (trace_id, graph_idx),
+    FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
 """
+MAP_FIELDS = ("op", "n_free", "largest_free", "total_free")  # what memmap.extract reads beyond REPLAYED_FIELDS
 
 
 class StoreFull(UserError):
@@ -263,11 +269,15 @@ class Store:
              None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
              json.dumps(g.extra, sort_keys=True), strings, pack_blobs(blobs)))
         if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
-            if isinstance(g, EncodedGraph):  # ggml events (a PyTorch device's entries have no `kind`)
+            names = REPLAYED_FIELDS + MAP_FIELDS  # ggml events (a PyTorch device's entries have no `kind`)
+            if isinstance(g, EncodedGraph):
                 encoded = ({name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt))
-                            for name, dt, data in blobs if name in REPLAYED_FIELDS},
+                            for name, dt, data in blobs if name in names},
                            json.loads(self._zd.decompress(strings)))
-            self._add_checkpoints(tid, g, public_columns(n, *encoded, names=REPLAYED_FIELDS))
+            cols = public_columns(n, *encoded, names=names)
+            self._add_checkpoints(tid, g, cols)
+            self.db.execute("INSERT INTO memmap_lod (trace_id, graph_idx, data) VALUES (?,?,?)",
+                            (tid, g.index, memmap_saved.encode(memmap_saved.lod_of(cols), self._zc)))
 
     def _add_checkpoints(self, tid: str, g: GraphRecord | EncodedGraph, cols: dict):
         """A long graph's state checkpoints (state_index.saved_checkpoints), made once here so
@@ -297,6 +307,24 @@ class Store:
                 self._abandon(e)
                 raise
 
+    def add_saved_lifetimes(self, tid: str, graph_index: int, data: bytes) -> bool:
+        """Keep the memory-map lifetimes (memmap_saved.encode) of a graph of ggml events stored without
+        them; False when it has them already (another process was first), is gone, or is not one."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                if "kind" not in self._column_names(tid, graph_index) or self.db.execute(
+                        "SELECT 1 FROM memmap_lod WHERE trace_id=? AND graph_idx=?", (tid, graph_index)).fetchone():
+                    self.db.execute("ROLLBACK")
+                    return False
+                self.db.execute("INSERT INTO memmap_lod (trace_id, graph_idx, data) VALUES (?,?,?)",
+                                (tid, graph_index, data))
+                self.db.execute("COMMIT")  # derived data: no generation bump, nothing cached changes
+                return True
+            except BaseException as e:
+                self._abandon(e)
+                raise
+
     def _column_names(self, tid: str, g: int) -> list[str]:
         """The names of a graph's stored columns (none when the graph is gone)."""
         row = self.db.execute("SELECT packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
@@ -314,6 +342,7 @@ class Store:
             try:
                 self.db.execute("DELETE FROM columns WHERE trace_id=?", (tid,))
                 self.db.execute("DELETE FROM state_checkpoints WHERE trace_id=?", (tid,))
+                self.db.execute("DELETE FROM memmap_lod WHERE trace_id=?", (tid,))
                 self.db.execute("DELETE FROM graphs WHERE trace_id=?", (tid,))
                 self.db.execute("DELETE FROM traces WHERE id=?", (tid,))
                 self._bump()
@@ -454,6 +483,15 @@ class Store:
                 data = self._zd.decompress(row[0])
             return json.loads(data)
         return Saved(marks, load) if marks else None
+
+    def saved_lifetimes(self, tid: str, graph_index: int):
+        """The graph's memory-map lifetimes with their tile pyramid (memmap.Lifetimes with `lod`) as stored
+        with it, None when it has none (a short graph, or one stored before they were kept)."""
+        tid = self._id(tid)
+        with self._lock:
+            row = self.db.execute("SELECT data FROM memmap_lod WHERE trace_id=? AND graph_idx=?",
+                                  (tid, int(graph_index))).fetchone()
+        return None if row is None else memmap_saved.decode(row[0])
 
     def meta(self, tid: str) -> TraceMeta:
         tid = self._id(tid)
