@@ -165,6 +165,34 @@ def test_older_store_builds_on_view_and_keeps_them(tmp_path, monkeypatch):
         assert client.app.state.ctx.keeping is None  # loaded, not built again
 
 
+def test_a_map_of_too_many_lifetimes_waits_for_the_first_view(tmp_path, monkeypatch):
+    """A graph opening more than SAVED_MAX_LIFETIMES lifetimes is stored with its checkpoints but without
+    its map (building it would take the import past its memory bound); the first view builds it, the same
+    bytes, and keeps it for the next server."""
+    monkeypatch.setattr(store_mod, "SAVED_MIN_EVENTS", LONG)
+    graph = synthetic_graph(3000)
+    opened = sum(e.kind in ("alloc", "reuse") for e in graph.events)
+    monkeypatch.setattr(store_mod, "SAVED_MAX_LIFETIMES", opened - 1)
+    store = open_store(tmp_path / "over")
+    tid = store.add_trace(TraceMeta("a", "synthetic", "ggml-head"), [graph])
+    assert store.saved_lifetimes(tid, 0) is None and store.saved_states(tid, 0) is not None
+    store.close()
+    monkeypatch.setattr(store_mod, "SAVED_MAX_LIFETIMES", opened)
+    under = open_store(tmp_path / "under")
+    tid2 = under.add_trace(TraceMeta("a", "synthetic", "ggml-head"), [synthetic_graph(3000)])
+    assert under.saved_lifetimes(tid2, 0) is not None
+    under.close()
+    monkeypatch.setattr(state_index_mod, "SAVED_MIN_EVENTS", LONG)
+    with TestClient(create_app(tmp_path / "over")) as client:
+        built = client.get(f"/api/traces/{tid}/graphs/0/memory-map").content
+        client.app.state.ctx.keeping.join(60)
+    with TestClient(create_app(tmp_path / "under")) as client:
+        assert client.get(f"/api/traces/{tid2}/graphs/0/memory-map").content == built
+    again = open_store(tmp_path / "over")
+    assert again.saved_lifetimes(tid, 0) is not None
+    again.close()
+
+
 def test_unreadable_value_is_built_instead(tmp_path, monkeypatch):
     """A stored value that cannot be read (damaged) does not fail the view: the map is built, the same."""
     monkeypatch.setattr(store_mod, "SAVED_MIN_EVENTS", LONG)

@@ -73,6 +73,17 @@ CREATE TABLE IF NOT EXISTS memmap_lod (
     FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
 """
 MAP_FIELDS = ("op", "n_free", "largest_free", "total_free")  # what memmap.extract reads beyond REPLAYED_FIELDS
+# a graph whose events open more lifetimes than this is stored without its map: building it would take
+# ~200 MB more than the import may (a million never-freed allocations); the server builds it on the first
+# view and keeps it then (server/context.py), as for graphs of older stores
+SAVED_MAX_LIFETIMES = 1 << 19
+
+
+def _lifetimes_opened(cols: dict, table: list) -> int:
+    """How many events open a lifetime on the memory map (allocations and reuses), from the stored codes."""
+    kind = cols.get("kind")
+    codes = [i for i, v in enumerate(table) if v in ("alloc", "reuse")]
+    return 0 if kind is None else int(np.count_nonzero(np.isin(kind, codes)))
 
 
 class StoreFull(UserError):
@@ -274,10 +285,13 @@ class Store:
                 encoded = ({name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt))
                             for name, dt, data in blobs if name in names},
                            json.loads(self._zd.decompress(strings)))
+            opened = _lifetimes_opened(*encoded)
             cols = public_columns(n, *encoded, names=names)
+            del encoded
             self._add_checkpoints(tid, g, cols)
-            self.db.execute("INSERT INTO memmap_lod (trace_id, graph_idx, data) VALUES (?,?,?)",
-                            (tid, g.index, memmap_saved.encode(memmap_saved.lod_of(cols), self._zc)))
+            if opened <= SAVED_MAX_LIFETIMES:
+                self.db.execute("INSERT INTO memmap_lod (trace_id, graph_idx, data) VALUES (?,?,?)",
+                                (tid, g.index, memmap_saved.encode(memmap_saved.lod_of(cols), self._zc)))
 
     def _add_checkpoints(self, tid: str, g: GraphRecord | EncodedGraph, cols: dict):
         """A long graph's state checkpoints (state_index.saved_checkpoints), made once here so

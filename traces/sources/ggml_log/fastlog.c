@@ -27,6 +27,7 @@
 #define SEEN_BYTES (4 << 20)  /* column bytes kept under numbers; the numbers start over when more */
 #define CACHE_WORDS (1 << 21)  /* recovery cache key and state words held; it starts over when more */
 #define CHUNK 64  /* events encoded a field at a time (64 of them fit in L1) */
+#define RELEASE_EVENTS (1 << 16)  /* a walk longer than this gives its buffers back once it was read */
 
 /* ---------- fields (columns.FIELDS order, less `graph`, `srcs`, `extra`) ---------- */
 enum { F_SIZE, F_OFFSET, F_ADDR, F_CHUNK, F_BUFFER, F_BLOCK, F_N_FREE, F_LARGEST_FREE, F_TOTAL_FREE,
@@ -1707,6 +1708,22 @@ EXPORT int fl_next(void *p, GraphOut *out) {
     out->epoch = st->epoch;
     st->out_draft = d;
     return 1;
+}
+
+/* The walk fl_next handed out has been read (its columns compressed): a long one's buffers go back now,
+   so the caller does not store it while they are held (a million events: ~170 MB of items and two copies
+   of the columns). The next walk's columns are then compared with nothing. */
+EXPORT void fl_release(void *p) {
+    St *st = p;
+    Draft *d = st->out_draft;
+    if (!d || d->n <= RELEASE_EVENTS) return;
+    st->out_draft = NULL;
+    draft_free(NULL, d);
+    draft_free(NULL, st->spare);
+    st->spare = NULL;
+    free(st->colbuf); st->colbuf = NULL; st->capcol = 0;
+    free(st->prevcol); st->prevcol = NULL; st->capprevcol = 0;
+    st->prev_n = -1;
 }
 
 EXPORT void fl_free(void *p) {

@@ -86,6 +86,7 @@ def library():
         if lib is not None:
             lib.fl_new.restype = ctypes.c_void_p
             lib.fl_free.argtypes = [ctypes.c_void_p]
+            lib.fl_release.argtypes = [ctypes.c_void_p]
             lib.fl_reason.restype = ctypes.c_char_p
             lib.fl_reason.argtypes = [ctypes.c_void_p]
             lib.fl_feed.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int]
@@ -207,7 +208,9 @@ def fast_graphs(imp, src):
                     w = words.tolist()
                     imp.fast_hits += w[HIT]
                     imp.fast_restarts = (w[EPOCH], w[SEEN_EPOCH])  # how often the two memos started over
-                    yield encoder.graph(out, w)
+                    g = encoder.graph(out, w)
+                    lib.fl_release(st)  # a long walk's buffers are not held while the caller stores it
+                    yield g
                 if imp.progress and not final:
                     imp.progress()
         if not configured:
