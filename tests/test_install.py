@@ -163,10 +163,18 @@ def test_serve_open_without_a_display_prints_the_url(installed):
 
 
 def test_the_installed_log_import_runs_compiled(installed, tmp_path):
-    """The C sources ship in the package and build on first use (in the fresh HOME's cache)."""
+    """`pip install .` compiles the fast log importer into the package (a C compiler is there), so the
+    installed import runs compiled without building anything into the fresh HOME's cache."""
     src, env = installed
     probe = ("import sys; from alloctrace.traces.sources.ggml_log.import_log import LogImport; "
-             "imp = LogImport(sys.argv[1]); n = sum(1 for _ in imp.encoded()); print(imp.fast, n)")
+             "from alloctrace.traces.sources.ggml_log import fastlog; "
+             "imp = LogImport(sys.argv[1]); n = sum(1 for _ in imp.encoded()); print(imp.fast, n, fastlog.library()._name)")
     log = ROOT / "tests" / "data" / "ggml-real" / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log"
-    res = run(["python", "-c", probe, str(log)], tmp_path, {**env, "ALLOCTRACE_PURE_PYTHON": "0"})
-    assert res.returncode == 0 and res.stdout.split() == ["True", "6"], res.stdout + res.stderr
+    cache = tmp_path / "cache"
+    res = run(["python", "-c", probe, str(log)], tmp_path,
+              {**env, "ALLOCTRACE_PURE_PYTHON": "0", "XDG_CACHE_HOME": str(cache)})
+    fast, n, lib = res.stdout.split()
+    assert res.returncode == 0 and (fast, n) == ("True", "6"), res.stdout + res.stderr
+    where = Path(lib)
+    assert where.parent.name == "ggml_log" and "site-packages" in where.parts and where.name.startswith("fastlog-")
+    assert not (cache / "alloctrace").exists()  # nothing was built on first use

@@ -1,5 +1,8 @@
-"""Build a C source of this package into a shared library on first use: the system C compiler,
-a per-user cache keyed by the source's hash (and the flags), an atomic rename into place."""
+"""Build a C source of this package into a shared library: at install time when a C compiler is there
+(setup.py puts it beside its source), else on first use into a per-user cache; either way named by the
+source's hash and the flags, so a library never outlives the source it was built from.
+
+This module imports nothing of the package at its top: setup.py loads it by path to name what it builds."""
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +11,17 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from alloctrace.traces.errors import UserError
+
+SHARED_FLAGS = ["-shared", "-fPIC", "-O2", "-fvisibility=hidden"]  # a plain library loaded with ctypes
+INSTALL_TIME = [("traces/sources/ggml_log/fastlog.c", "fastlog")]  # (source in the tree, stem): built by setup.py
+
+
+def library_name(source: Path, stem: str, flags: list[str], digest_extra: bytes = b"") -> str:
+    """`<stem>-<hash>.so`: the hash of the source, `digest_extra` and the flags."""
+    digest = hashlib.sha256(source.read_bytes())
+    digest.update(digest_extra)
+    digest.update(" ".join(flags).encode())
+    return f"{stem}-{digest.hexdigest()[:16]}.so"
 
 
 def cache_dir() -> Path:
@@ -18,6 +31,8 @@ def cache_dir() -> Path:
 
 def compiler(what: str) -> str:
     """The C compiler to use ($CC, else cc, gcc or clang); a UserError naming `what` when there is none."""
+    from alloctrace.traces.errors import UserError
+
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not cc or not shutil.which(cc):
         raise UserError(f"no C compiler found to build {what} (cc, gcc or clang): install one "
@@ -25,15 +40,25 @@ def compiler(what: str) -> str:
     return cc
 
 
+def compile_library(cc: str, source: Path, out: Path, flags: list[str], libs: tuple = ()):
+    """Run the compiler; its CompletedProcess (the library at `out` when it succeeded)."""
+    import subprocess  # here: a library built before needs none
+
+    return subprocess.run([cc, *flags, "-o", str(out), str(source), *libs], capture_output=True, text=True)
+
+
 def build_library(source: Path, stem: str, flags: list[str], digest_extra: bytes = b"", libs: tuple = (),
                   what: str | None = None) -> Path:
-    """The path of `source` built as `<cache>/<stem>-<hash>.so`, compiled when not built yet.
-    `digest_extra` is whatever else the build depends on (an included header's bytes)."""
+    """The path of `source` built as `<stem>-<hash>.so`: beside the source when it was built at install
+    time, else in the cache, compiled when not built yet. `digest_extra` is whatever else the build
+    depends on (an included header's bytes)."""
+    from alloctrace.traces.errors import UserError
+
     what = what or stem
-    digest = hashlib.sha256(source.read_bytes())
-    digest.update(digest_extra)
-    digest.update(" ".join(flags).encode())
-    out = cache_dir() / f"{stem}-{digest.hexdigest()[:16]}.so"
+    name = library_name(source, stem, flags, digest_extra)
+    if (source.parent / name).exists():
+        return source.parent / name
+    out = cache_dir() / name
     if out.exists():
         return out
     try:
@@ -43,14 +68,12 @@ def build_library(source: Path, stem: str, flags: list[str], digest_extra: bytes
         if out.exists():
             return out
         out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    import subprocess  # here: a library built before needs none
-
     cc = compiler(what)
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=".so", dir=out.parent)
     os.close(fd)
     try:
         try:
-            r = subprocess.run([cc, *flags, "-o", tmp, str(source), *libs], capture_output=True, text=True)
+            r = compile_library(cc, source, Path(tmp), flags, libs)
         except OSError as e:
             raise UserError(f"building {what} with {cc} failed: {e}") from None
         if r.returncode != 0:

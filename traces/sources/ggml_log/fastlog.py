@@ -6,8 +6,8 @@ DECLINES and `Declined` is raised, possibly after some graphs were handed out: t
 imports the input again on the Python path (`rewound()` gives the input back from its start) and
 skips the graphs already handed out. tests/test_fastlog.py checks both paths store the same bytes.
 
-The library is built on first use with the system C compiler (traces/cbuild.py); without one, or
-with ALLOCTRACE_PURE_PYTHON=1, the Python path runs alone.
+The library is built with the system C compiler at install time, else on first use (traces/cbuild.py);
+without one, or with ALLOCTRACE_PURE_PYTHON=1, the Python path runs alone.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from alloctrace.allocator.profiles import PROFILES
 
-from ...cbuild import build_library
+from ...cbuild import SHARED_FLAGS, build_library
 from ...columns import EncodedGraph, STR_FIELDS, compressor
 from ...errors import UserError
 from ...logio import LogReader, _why
@@ -77,8 +77,7 @@ def library():
         return None
     if not _LIB:
         try:
-            path = build_library(SOURCE, "fastlog", ["-shared", "-fPIC", "-O2", "-fvisibility=hidden"],
-                                 what="the fast log importer")
+            path = build_library(SOURCE, "fastlog", SHARED_FLAGS, what="the fast log importer")
             lib = ctypes.CDLL(str(path))
         except (UserError, OSError) as e:
             debug(__name__, "fast log import unavailable: %s", e)
