@@ -21,6 +21,7 @@ import re
 import time
 import zlib
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Callable
 
 import zstandard
@@ -253,6 +254,9 @@ class BoundedRaw(io.RawIOBase):
             self.pending = memoryview(out)
 
 
+_DATA = itemgetter(2)  # a blob's compressed bytes
+
+
 def capped_graphs(graphs, limits: Limits, input_bytes: int, name: str):
     """`graphs` (EncodedGraphs or GraphRecords) until they go over the per-file caps: how many graphs
     and how many stored bytes per input byte (a few KB of zstd must not become a huge database)."""
@@ -267,7 +271,7 @@ def capped_graphs(graphs, limits: Limits, input_bytes: int, name: str):
                                 f"{ENV['max_graphs']} = {limits.max_graphs:,}, and {limits.graphs_per_kib:g} per KiB "
                                 f"above {limits.min_graphs:,})")
         blobs = getattr(g, "blobs", None)
-        stored += (len(g.strings) + sum(len(b[2]) for b in blobs)) if blobs is not None else 16 * len(g.events)
+        stored += (len(g.strings) + sum(map(len, map(_DATA, blobs)))) if blobs is not None else 16 * len(g.events)
         if stored > cap:
             raise LimitExceeded(f"{name}: would store more than {cap:,} bytes from {input_bytes:,} input bytes "
                                 f"(cap: {ENV['max_amplification']} = {limits.max_amplification:g} stored bytes per "

@@ -278,7 +278,7 @@ class Store:
             " packed) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (tid, g.index, g.role, n, g.max_size, g.buffer_size,
              None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
-             json.dumps(g.extra, sort_keys=True), strings, pack_blobs(blobs)))
+             json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, pack_blobs(blobs)))
         if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
             names = REPLAYED_FIELDS + MAP_FIELDS  # ggml events (a PyTorch device's entries have no `kind`)
             if isinstance(g, EncodedGraph):
