@@ -65,31 +65,18 @@ def first_picture(path: Path, runs: int = 3, web_dir: Path | None = None) -> Non
     (the canvas drawn before Plotly.js runs) and to the interactive chart, as ratios to a page on the same server
     that only loads Plotly.js (bench_web.py's baseline), each in a fresh browser context: one round on a cold
     server, reported apart, then the medians of `runs` rounds on a warm one."""
-    import socket
     import statistics
-    import threading
-    import time
 
-    import uvicorn
     from playwright.sync_api import sync_playwright
 
-    from alloctrace.server.app import create_app
     from alloctrace.traces.store import open_store
     from alloctrace.traces import import_paths
-    from bench_web import ARGS, CHROMIUM, plotly_alone_ms, plotly_alone_page
+    from bench_web import ARGS, CHROMIUM, plotly_alone_ms, serve
 
     with tempfile.TemporaryDirectory() as store_dir:
         [tid] = import_paths(open_store(store_dir), [path])
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        app = create_app(store_dir=store_dir, web_dir=web_dir)
-        plotly_alone_page(app)
-        srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        threading.Thread(target=srv.run, daemon=True).start()
-        while not srv.started:
-            time.sleep(0.05)
-        base, rows = f"http://127.0.0.1:{port}", []
+        srv, base = serve(Path(store_dir), web_dir)  # with bench_web's Plotly.js-alone page
+        rows = []
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             for run in range(runs + 1):  # run 0: the server builds the snapshot's caches (reported apart)
