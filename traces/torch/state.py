@@ -78,17 +78,20 @@ class AllocatorState:
         other.at, other.mismatches = self.at, list(self.mismatches)
         for seg in self.segments.values():
             s = other.segments[seg.addr] = Segment(seg.addr, seg.size, seg.stream, seg.event, seg.small)
-            prev = None
-            for b in seg.blocks:
-                c = Block(b.addr, b.size, s, b.state, b.requested, b.event)
-                c.prev = prev
-                if prev is None:
-                    s.head = c
-                else:
-                    prev.next = c
-                prev = c
-                (other.free_at if c.state == FREE else other.live)[c.addr] = c
+            other._chain(s, [Block(b.addr, b.size, s, b.state, b.requested, b.event) for b in seg.blocks])
         return other
+
+    def _chain(self, seg: Segment, blocks: list[Block]):
+        """Make `blocks` (in address order) the segment's list of blocks, each indexed as free or live."""
+        prev = None
+        for b in blocks:
+            b.seg, b.prev, b.next = seg, prev, None
+            if prev is None:
+                seg.head = b
+            else:
+                prev.next = b
+            prev = b
+            (self.free_at if b.state == FREE else self.live)[b.addr] = b
 
     def apply(self, k: int) -> "AllocatorState":
         if k < self.at:
@@ -169,15 +172,7 @@ class AllocatorState:
         for part in _contiguous(keep):  # what is left may be two separate ranges
             s = self.segments[part[0].addr] = Segment(part[0].addr, sum(b.size for b in part), seg.stream, seg.event,
                                                       seg.small)
-            prev = None
-            for b in part:
-                b.seg, b.prev, b.next = s, prev, None
-                if prev is None:
-                    s.head = b
-                else:
-                    prev.next = b
-                prev = b
-                (self.free_at if b.state == FREE else self.live)[b.addr] = b
+            self._chain(s, part)
 
     def _segment_at(self, addr) -> Segment | None:
         starts = sorted(self.segments)
