@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import Callable
 
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.gcpause import gc_paused
@@ -176,16 +177,23 @@ class Context:
         if lt.n_events < SAVED_MIN_EVENTS or getattr(self.store, "add_saved_lifetimes", None) is None:
             return
 
-        def keep():
+        def made():
             import zstandard
 
             from alloctrace.traces import memmap_saved
+            data = memmap_saved.encode(lt, zstandard.ZstdCompressor(level=3))
+            return lambda s: s.add_saved_lifetimes(trace_id, g, data)
+        self._keep_in_background("memory-map lifetimes", trace_id, g, made)
+
+    def _keep_in_background(self, what: str, trace_id: str, g: int, made: Callable[[], Callable]):
+        """Make a graph's derived data (`made()` returns the store write that keeps it) and store it, in a
+        thread of its own; a failure is a warning: the views answer without it."""
+        def keep():
             try:
-                data = memmap_saved.encode(lt, zstandard.ZstdCompressor(level=3))
-                self.write(lambda s: s.add_saved_lifetimes(trace_id, g, data))
-            except Exception as e:  # derived data: the map is answered without it
-                log.warning("memory-map lifetimes of %s:%d not stored: %s", trace_id, g, e)
-        self.keeping = threading.Thread(target=keep, daemon=True, name=f"lifetimes {trace_id}:{g}")
+                self.write(made())
+            except Exception as e:  # noqa: BLE001 (derived data)
+                log.warning("%s of %s:%d not stored: %s", what, trace_id, g, e)
+        self.keeping = threading.Thread(target=keep, daemon=True, name=f"{what} {trace_id}:{g}")
         self.keeping.start()
 
     def state_index(self, trace_id: str, g: int):
@@ -202,23 +210,20 @@ class Context:
             cols = self.columns(trace_id, g)
             index = StateIndex(cols, capacity, saved)
             if index._saved is None and index.n_events >= SAVED_MIN_EVENTS:
-                self.keeping = threading.Thread(target=self._keep_checkpoints, args=(trace_id, g, cols, capacity),
-                                                daemon=True, name=f"checkpoints {trace_id}:{g}")
-                self.keeping.start()
+                self._keep_in_background("state checkpoints", trace_id, g,
+                                         lambda: self._checkpoints_made(trace_id, g, cols, capacity))
             return index
         return _cached(self.states_cache, (trace_id, g), build)
 
-    def _keep_checkpoints(self, trace_id: str, g: int, cols: dict, capacity: int | None):
-        """Make a graph's state checkpoints and store them (outside the write lock until they are made)."""
+    @staticmethod
+    def _checkpoints_made(trace_id: str, g: int, cols: dict, capacity: int | None):
+        """A graph's state checkpoints, made outside the write lock; the store write that keeps them."""
         import zstandard
 
         from alloctrace.traces.state_index import saved_checkpoints
         from alloctrace.traces.store import checkpoint_rows
-        try:
-            rows = list(checkpoint_rows(saved_checkpoints(cols, capacity), zstandard.ZstdCompressor(level=3).compress))
-            self.write(lambda s: s.add_state_checkpoints(trace_id, g, rows))
-        except Exception as e:  # derived data: the states are answered without it
-            log.warning("state checkpoints of %s:%d not stored: %s", trace_id, g, e)
+        rows = list(checkpoint_rows(saved_checkpoints(cols, capacity), zstandard.ZstdCompressor(level=3).compress))
+        return lambda s: s.add_state_checkpoints(trace_id, g, rows)
 
     def graph_info(self, trace_id: str, g: int, lazy: bool = False) -> dict:
         """The graph's summary row plus its oom event and real capacity (traces.graph_info); `lazy`: from
