@@ -6,8 +6,6 @@ discovery cannot add a prefix, so this finds every package under each mapped fol
 `alloctrace/`) and names it inside the namespace. A new sub-package needs no list to be kept by hand.
 """
 import importlib.util
-import os
-import shutil
 import tomllib
 from pathlib import Path
 
@@ -41,7 +39,7 @@ class BuildPyWithLibraries(build_py):
     def run(self):
         super().run()
         cbuild = _cbuild()
-        cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        cc = cbuild.find_compiler()
         for rel, stem in cbuild.INSTALL_TIME:
             source = HERE / rel
             top, rest = rel.split("/", 1)

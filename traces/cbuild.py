@@ -29,12 +29,18 @@ def cache_dir() -> Path:
     return Path(base) / "alloctrace"
 
 
+def find_compiler() -> str | None:
+    """The C compiler to use ($CC, else cc, gcc or clang), None when there is none."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    return cc if cc and shutil.which(cc) else None
+
+
 def compiler(what: str) -> str:
-    """The C compiler to use ($CC, else cc, gcc or clang); a UserError naming `what` when there is none."""
+    """find_compiler's, or a UserError naming `what` when there is none."""
     from alloctrace.traces.errors import UserError
 
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc or not shutil.which(cc):
+    cc = find_compiler()
+    if cc is None:
         raise UserError(f"no C compiler found to build {what} (cc, gcc or clang): install one "
                         "(e.g. apt install gcc) or set CC")
     return cc
