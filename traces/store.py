@@ -304,35 +304,26 @@ class Store:
     def add_state_checkpoints(self, tid: str, graph_index: int, rows: list[tuple[int, bytes]]) -> bool:
         """Keep the checkpoints (checkpoint_rows) of a graph of ggml events stored without them, in one
         transaction; False when it has some already (another process was first), is gone, or is not one."""
-        with self._lock:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                have = (int("kind" in self._column_names(tid, graph_index)),
-                        self.db.execute("SELECT count(*) FROM state_checkpoints WHERE trace_id=? AND graph_idx=?",
-                                        (tid, graph_index)).fetchone()[0])
-                if have != (1, 0):  # gone, not ggml events, or kept already
-                    self.db.execute("ROLLBACK")
-                    return False
-                self.db.executemany("INSERT INTO state_checkpoints (trace_id, graph_idx, event, data) VALUES "
-                                    "(?,?,?,?)", [(tid, graph_index, e, d) for e, d in rows])
-                self.db.execute("COMMIT")  # derived data: no generation bump, nothing cached changes
-                return True
-            except BaseException as e:
-                self._abandon(e)
-                raise
+        return self._add_derived("state_checkpoints", ("event", "data"), tid, graph_index, rows)
 
     def add_saved_lifetimes(self, tid: str, graph_index: int, data: bytes) -> bool:
         """Keep the memory-map lifetimes (memmap_saved.encode) of a graph of ggml events stored without
         them; False when it has them already (another process was first), is gone, or is not one."""
+        return self._add_derived("memmap_lod", ("data",), tid, graph_index, [(data,)])
+
+    def _add_derived(self, table: str, fields: tuple[str, ...], tid: str, graph_index: int, rows: list) -> bool:
+        """Rows of `table` (one of this module's tables of derived data) for a graph of ggml events that has
+        none yet, in one transaction; False when it has some, is gone, or is not one."""
         with self._lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 if "kind" not in self._column_names(tid, graph_index) or self.db.execute(
-                        "SELECT 1 FROM memmap_lod WHERE trace_id=? AND graph_idx=?", (tid, graph_index)).fetchone():
-                    self.db.execute("ROLLBACK")
+                        f"SELECT 1 FROM {table} WHERE trace_id=? AND graph_idx=? LIMIT 1", (tid, graph_index)).fetchone():
+                    self.db.execute("ROLLBACK")  # gone, not ggml events, or kept already
                     return False
-                self.db.execute("INSERT INTO memmap_lod (trace_id, graph_idx, data) VALUES (?,?,?)",
-                                (tid, graph_index, data))
+                marks = ",".join("?" * len(fields))
+                self.db.executemany(f"INSERT INTO {table} (trace_id, graph_idx, {', '.join(fields)}) VALUES (?,?,{marks})",
+                                    [(tid, graph_index, *row) for row in rows])
                 self.db.execute("COMMIT")  # derived data: no generation bump, nothing cached changes
                 return True
             except BaseException as e:
