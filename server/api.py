@@ -5,8 +5,6 @@ ids and diff refs are checked against patterns before they reach the store.
 """
 from __future__ import annotations
 
-import io
-import tempfile
 import asyncio
 import logging
 import threading
@@ -183,29 +181,19 @@ EXPORT_TYPES = {"jsonl": ("application/x-ndjson", "jsonl"), "csv": ("text/csv", 
 def get_export(request: Request, trace_id: TraceId,
                format: Annotated[str, Query(pattern="^(jsonl|csv|chrome)$",
                                             description="jsonl, csv or chrome (opens in Perfetto)")] = "chrome"):
-    """Written to a temporary file first (a big trace never sits in memory whole), then streamed."""
-    from alloctrace.traces.export import export
+    """Streamed one graph at a time from the first graph on (a long trace's download starts at once and never
+    sits in memory whole); an unknown trace is a 404 before the first byte."""
+    from alloctrace.traces.export import export_chunks
 
-    tmp = tempfile.TemporaryFile()
-    try:
-        text = io.TextIOWrapper(tmp, encoding="utf-8", newline="")
-        ctx(request).call(lambda s: export(s, trace_id, format, text))
-        text.flush()
-        text.detach()
-        size = tmp.tell()
-        tmp.seek(0)
-    except BaseException:
-        tmp.close()
-        raise
+    pieces = ctx(request).call(lambda s: export_chunks(s, trace_id, format))
 
     def chunks():
-        with tmp:
-            while block := tmp.read(1 << 20):
-                yield block
+        for piece in pieces:
+            yield piece.encode("utf-8")
 
     media, suffix = EXPORT_TYPES[format]
     return StreamingResponse(chunks(), media_type=media, headers={
-        "Content-Length": str(size), "Content-Disposition": f'attachment; filename="trace-{trace_id}.{suffix}"'})
+        "Content-Disposition": f'attachment; filename="trace-{trace_id}.{suffix}"'})
 
 
 @router.get("/traces/{trace_id}/graphs/{g}/peak", summary="What is live at a graph's high-water mark, by family")
