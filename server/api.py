@@ -196,6 +196,19 @@ def get_export(request: Request, trace_id: TraceId,
         "Content-Disposition": f'attachment; filename="trace-{trace_id}.{suffix}"'})
 
 
+_OVERVIEWS = memmap.LRU(16)
+
+
+@router.get("/traces/{trace_id}/overview", summary="Every graph's own high water, buffer, max_size and failure")
+def get_overview(request: Request, trace_id: TraceId):
+    """For the run chart of a long trace (one point per graph); built once per trace and kept."""
+    from alloctrace.traces.overview import run_overview
+
+    c = ctx(request)
+    created = c.call(lambda s: s.meta(trace_id).created)  # a deleted trace is a 404 here, not a kept answer
+    return _OVERVIEWS.get((trace_id, created), lambda: c.call(lambda s: run_overview(s, trace_id)))
+
+
 @router.get("/traces/{trace_id}/graphs/{g}/peak", summary="What is live at a graph's high-water mark, by family")
 def get_peak(request: Request, trace_id: TraceId, g: GraphIndex):
     from alloctrace.traces.explain import peak_json
