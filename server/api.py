@@ -101,7 +101,16 @@ def display_name(filename: str | None) -> str | None:
 
 @router.get("/traces/{trace_id}", summary="One trace's summary", responses={200: {"model": TraceSummary}})
 def get_trace(request: Request, trace_id: TraceId):
-    return ctx(request).call(lambda s: s.summary(trace_id))
+    """The store's summary; a failed graph's `oom` also carries `ggml_line`, ggml's own message for it."""
+    from alloctrace.allocator.render import ggml_oom_message
+
+    summary = ctx(request).call(lambda s: s.summary(trace_id))
+    for g in summary["graphs"]:
+        oom = g.get("oom")
+        if oom and oom.get("needed") is not None and oom.get("largest_available") is not None:
+            g["oom"] = {**oom, "ggml_line": ggml_oom_message(summary.get("generation"), oom["needed"],
+                                                             oom["largest_available"])}
+    return summary
 
 
 @router.delete("/traces/{trace_id}", summary="Delete a trace")

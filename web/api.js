@@ -183,6 +183,8 @@ export async function diff(a, b) {
     freeListsDiffer: ffl ? { ...ffl, a: choice(ffl.a), b: choice(ffl.b) } : null,
     a: side(d.a), b: side(d.b), deltas: d.deltas || {}, aligned: d.aligned || null,
     sizeAttribution: d.size_attribution || null,
+    // "size": a and b are different programs or settings, and the size attribution is the answer
+    lead: d.lead || "divergence",
   };
 }
 

@@ -215,6 +215,7 @@ function installDropUpload(onStored, uploadName) {
       if (onStored) { onStored(stored); setTimeout(() => { overlay.hidden = true; }, 600); }
       else if (stored.length) location.assign(`/traces/${enc(stored[0].id)}`);
     } catch (err) {
+      bar.value = 0; bar.hidden = true;
       status.className = "status error";
       status.textContent = `Upload refused: ${err.message}`;
       setTimeout(() => { overlay.hidden = true; }, 4000);

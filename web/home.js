@@ -90,6 +90,7 @@ async function upload(file) {
     nameInput.value = "";
     load();
   } catch (e) {
+    bar.value = 0; bar.hidden = true;  // a refusal leaves no full bar beside it
     status.className = "status error";
     status.textContent = `Upload refused: ${e.message}`;
   }

@@ -9,6 +9,7 @@ import { drawState } from "./statebar.js";
 import { oomCard } from "./cards.js";
 import { peakPanel } from "./peak.js";
 import { graphPicker, runOverview, LONG_RUN } from "./overview.js";
+import { errorPage, problem, isTraceId } from "./errors.js";
 
 topNav("trace");
 const id = decodeURIComponent(location.pathname.replace(/^\/traces\//, "").replace(/\/$/, ""));
@@ -80,10 +81,7 @@ function numberParam(key) {
 async function main() {
   let t;
   try { t = await getTrace(id); } catch (e) {
-    $("title").textContent = "Trace not available";
-    clear($("facts"));
-    for (const n of document.querySelectorAll("main > section, main > .grid-2")) n.hidden = true;
-    showError($("oom-card"), e);
+    errorPage(problem(isTraceId(id) ? e : { status: 422 }, "trace", id.slice(0, 40)));
     return;
   }
   const gParam = numberParam("g");
