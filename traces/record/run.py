@@ -55,15 +55,17 @@ def is_static_elf(path: str) -> bool:
     return PT_INTERP not in types and PT_DYNAMIC not in types
 
 
-def run_recorded(argv: list[str], library: Path, out_dir: Path) -> RunResult:
-    """Start `argv` with the recorder preloaded, writing into `out_dir`; wait for it."""
-    if not sys.platform.startswith("linux"):
+def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict | None = None) -> RunResult:
+    """Start `argv` with the recorder preloaded (none: `library` None), writing into `out_dir`, its
+    environment plus `env`; wait for it."""
+    if library is not None and not sys.platform.startswith("linux"):
         raise UserError(NOT_LINUX)
     prog = resolve_program(argv)
-    if is_static_elf(prog):
+    if library is not None and is_static_elf(prog):
         raise UserError(STATIC.format(prog=argv[0]))
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
+    env = {**os.environ, **(env or {})}
+    if library is not None:
+        env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
     env["ALLOCTRACE_RECORD_DIR"] = str(out_dir)
     # Ctrl-C reaches the program (same process group); we wait for it and import what it left
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
