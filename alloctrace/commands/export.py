@@ -1,6 +1,7 @@
 """`alloctrace export`: a stored trace as JSON Lines, CSV or Chrome trace JSON (Perfetto)."""
 from __future__ import annotations
 
+import argparse
 import os
 import stat
 import sys
@@ -15,7 +16,14 @@ from ._common import add_store_arg, open_store_from
 def register(subparsers):
     p = subparsers.add_parser("export", help="export a stored trace",
                               description="Export a stored trace: jsonl (lossless, re-importable), csv (events), "
-                                          "chrome (Chrome trace JSON; open it in Perfetto or chrome://tracing).")
+                                          "chrome (Chrome trace JSON; open it in Perfetto or chrome://tracing). "
+                                          "A PyTorch trace: chrome (a process per device or rank, a track per "
+                                          "stream with each allocation's lifetime, counters of allocated and "
+                                          "reserved bytes) or jsonl (devices, stacks, entries).",
+                              epilog="examples:\n"
+                                     "  alloctrace export ID --format chrome -o trace.json   # open in ui.perfetto.dev\n"
+                                     "  alloctrace export ID --format jsonl | jq -c 'select(.type==\"entry\")'\n",
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("id", metavar="ID", help="trace id (a unique prefix is enough)")
     p.add_argument("--format", required=True, choices=["jsonl", "csv", "chrome"])
     p.add_argument("-o", "--output", metavar="FILE", help="write here (default: standard output)")
@@ -29,12 +37,18 @@ def run(args) -> int:
     store = open_store_from(args)
     tid = store.resolve(args.id.partition(":")[0])[0]
     if store.meta(tid).source == "torch":
-        raise UserError(f"trace {tid} is a PyTorch snapshot: export covers allocator event traces; see "
-                        "`alloctrace peak`, `alloctrace diff` and the dashboard's /torch page")
+        from alloctrace.traces.torch import export as torch_export
+
+        if args.format not in torch_export.FORMATS:
+            raise UserError(f"a PyTorch trace exports as {' or '.join(torch_export.FORMATS)}, not {args.format}")
+        write = getattr(torch_export, f"write_{args.format}")
+        writer = lambda f: write(store, tid, f)
+    else:
+        writer = lambda f: export(store, tid, args.format, f)
     if not args.output:
-        export(store, tid, args.format, sys.stdout)
+        writer(sys.stdout)
         return 0
-    write_output(Path(args.output), lambda f: export(store, tid, args.format, f))
+    write_output(Path(args.output), writer)
     return 0
 
 
