@@ -24,7 +24,8 @@ def register(subparsers):
     torch.add_argument("--device", type=int, default=None, help="only this device (default: all)")
     torch.add_argument("--skip", metavar="PARTS", default=None,
                        help="comma-separated file-name parts of frames that are not call sites "
-                            "(default: torch's own files)")
+                            "(default: torch's own files; 'default,PART' adds to them). C++ frames are never "
+                            "call sites while a stack has a Python frame")
     torch.add_argument("--top", type=int, default=20, help="call sites listed (the rest are summed up)")
     torch.add_argument("--ranks", action="store_true",
                        help="compare the devices (ranks) of a trace: peak, reserved, fragmentation, the OOM, and "
@@ -97,11 +98,12 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
 
 def torch_peak(args, store, summary: dict) -> int:
     """A snapshot's peak per device: the live allocations grouped by their first frame outside torch."""
-    from alloctrace.traces.torch.views import DEFAULT_SKIP, load_device, peak
+    from alloctrace.traces.torch.frames import parse_skip
+    from alloctrace.traces.torch.views import load_device, peak
 
     from ._common import table
 
-    skip = DEFAULT_SKIP if args.skip is None else tuple(p for p in args.skip.split(",") if p)
+    skip = parse_skip(args.skip)
     devices = [g["index"] for g in summary["graphs"] if args.device is None or g["index"] == args.device]
     if not devices:
         raise UserError(f"trace {summary['id']} has no device {args.device}")
