@@ -7,7 +7,13 @@ import json
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.textsafe import safe_lines
 
-from ._common import add_store_arg, open_store_from
+from ._common import add_store_arg, examples, open_store_from
+
+
+EXAMPLES = examples(
+    "alloctrace peak 59b3150c:0 --store ./store   # what sets graph 0's size",
+    'alloctrace peak run.log:1 --tensors   # a log file, imported on the fly; every live tensor',
+    'alloctrace peak 3c9e01aa --top 10 --store ./store   # a PyTorch snapshot: by call site')
 
 
 def register(subparsers):
@@ -27,9 +33,13 @@ def register(subparsers):
                             "(default: torch's own files; 'default,PART' adds to them). C++ frames are never "
                             "call sites while a stack has a Python frame")
     torch.add_argument("--top", type=int, default=20, help="call sites listed (the rest are summed up)")
+<<<<<<< HEAD
     torch.add_argument("--ranks", action="store_true",
                        help="compare the devices (ranks) of a trace: peak, reserved, fragmentation, the OOM, and "
                             "what differed between the rank that ran out (or peaked highest) and the lowest")
+=======
+    p.epilog = EXAMPLES
+>>>>>>> main
     p.set_defaults(func=run)
 
 

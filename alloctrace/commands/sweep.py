@@ -8,6 +8,13 @@ from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.textsafe import safe_lines
 
+from ._common import examples
+
+
+EXAMPLES = examples(
+    'alloctrace sweep --preset llama-7b --profile ggml-2023-08-16,ggml-2023-08-28 --n-ctx 512,1024,2048',
+    'alloctrace sweep --preset gpt2-117m --profile ggml-head --n-batch 8,64,512 --json')
+
 
 def register(subparsers):
     p = subparsers.add_parser(
@@ -23,6 +30,7 @@ def register(subparsers):
     p.add_argument("--n-batch", metavar="N[,N...]", help="batch sizes (default: the program's)")
     p.add_argument("--metal-concurrency", action="store_true", help="Metal's concurrency order, as in `replay`")
     p.add_argument("--json", action="store_true", help="print the points as JSON")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

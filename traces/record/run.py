@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from alloctrace.traces.cbuild import preload_safe
 from alloctrace.traces.errors import UserError
 
 NOT_LINUX = ("record works on Linux only for now (it preloads a library with LD_PRELOAD); "
@@ -63,6 +64,8 @@ def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict
     prog = resolve_program(argv)
     if library is not None and is_static_elf(prog):
         raise UserError(STATIC.format(prog=argv[0]))
+    if library is not None and not preload_safe(library):
+        raise UserError(f"cannot preload {library}: LD_PRELOAD needs an absolute path without spaces or colons")
     env = {**os.environ, **(env or {})}
     if library is not None:
         env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
