@@ -1,7 +1,6 @@
 """`alloctrace export`: a stored trace as JSON Lines, CSV or Chrome trace JSON (Perfetto)."""
 from __future__ import annotations
 
-import argparse
 import os
 import stat
 import sys
@@ -16,7 +15,9 @@ from ._common import add_store_arg, examples, open_store_from
 EXAMPLES = examples(
     'alloctrace export 59b3150c --format chrome -o trace.json --store ./store   # open in ui.perfetto.dev',
     'alloctrace export 59b3150c --format jsonl -o trace.jsonl --store ./store   # lossless; `import` reads it back',
-    'alloctrace export 59b3150c --format csv --store ./store > events.csv')
+    'alloctrace export 59b3150c --format csv --store ./store > events.csv',
+    'alloctrace export 3c9e01aa --format chrome -o torch.json --store ./store   # a PyTorch trace: a track per stream',
+    'alloctrace export 3c9e01aa --format jsonl --store ./store | jq -c \'select(.type=="entry")\'')
 
 
 def register(subparsers):
@@ -25,11 +26,7 @@ def register(subparsers):
                                           "chrome (Chrome trace JSON; open it in Perfetto or chrome://tracing). "
                                           "A PyTorch trace: chrome (a process per device or rank, a track per "
                                           "stream with each allocation's lifetime, counters of allocated and "
-                                          "reserved bytes) or jsonl (devices, stacks, entries).",
-                              epilog="examples:\n"
-                                     "  alloctrace export ID --format chrome -o trace.json   # open in ui.perfetto.dev\n"
-                                     "  alloctrace export ID --format jsonl | jq -c 'select(.type==\"entry\")'\n",
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+                                          "reserved bytes) or jsonl (devices, stacks, entries).")
     p.add_argument("id", metavar="ID", help="trace id (a unique prefix is enough)")
     p.add_argument("--format", required=True, choices=["jsonl", "csv", "chrome"])
     p.add_argument("-o", "--output", metavar="FILE", help="write here (default: standard output)")

@@ -13,7 +13,8 @@ from ._common import add_store_arg, examples, open_store_from, traces_table
 EXAMPLES = examples(
     'alloctrace import run.log --store ./store --name "my run"   # a ggml log with AT_PRINTF lines',
     'alloctrace import snapshot.pickle.gz --store ./store   # a PyTorch memory snapshot',
-    'alloctrace import cut.log.zst --salvage --store ./store   # keep the graphs of a cut file')
+    'alloctrace import cut.log.zst --salvage --store ./store   # keep the graphs of a cut file',
+    'alloctrace import snapshots/ --name ddp --store ./store   # per-rank snapshots: one trace, a device per rank')
 
 
 def register(subparsers):

@@ -13,7 +13,8 @@ from ._common import add_store_arg, examples, open_store_from
 EXAMPLES = examples(
     "alloctrace peak 59b3150c:0 --store ./store   # what sets graph 0's size",
     'alloctrace peak run.log:1 --tensors   # a log file, imported on the fly; every live tensor',
-    'alloctrace peak 3c9e01aa --top 10 --store ./store   # a PyTorch snapshot: by call site')
+    'alloctrace peak 3c9e01aa --top 10 --store ./store   # a PyTorch snapshot: by call site',
+    'alloctrace peak 7d2e4f10 --ranks --store ./store   # the ranks of a job side by side')
 
 
 def register(subparsers):
@@ -33,13 +34,10 @@ def register(subparsers):
                             "(default: torch's own files; 'default,PART' adds to them). C++ frames are never "
                             "call sites while a stack has a Python frame")
     torch.add_argument("--top", type=int, default=20, help="call sites listed (the rest are summed up)")
-<<<<<<< HEAD
     torch.add_argument("--ranks", action="store_true",
                        help="compare the devices (ranks) of a trace: peak, reserved, fragmentation, the OOM, and "
                             "what differed between the rank that ran out (or peaked highest) and the lowest")
-=======
     p.epilog = EXAMPLES
->>>>>>> main
     p.set_defaults(func=run)
 
 
@@ -134,12 +132,12 @@ def torch_peak(args, store, summary: dict) -> int:
 
 def ranks_peak(args, store, summary: dict) -> int:
     """`peak --ranks`: the ranks side by side, then the call sites whose bytes at the peak differ most."""
+    from alloctrace.traces.torch.frames import parse_skip
     from alloctrace.traces.torch.ranks import compare
-    from alloctrace.traces.torch.views import DEFAULT_SKIP
 
     from ._common import table
 
-    skip = DEFAULT_SKIP if args.skip is None else tuple(p for p in args.skip.split(",") if p)
+    skip = parse_skip(args.skip)
     c = compare(store, summary["id"], skip, max(args.top, 1))
     if args.json:
         print(json.dumps(c, indent=1))

@@ -17,17 +17,14 @@ from ._common import add_store_arg, examples, open_store_from, traces_table
 EXAMPLES = examples(
     'alloctrace record --store ./store -- llama-completion -m model.gguf -p hello -n 4',
     'alloctrace record --name "ctx 4096" --store ./store -- llama-fit-params -m model.gguf -c 4096',
-    'alloctrace record -o run.rec -- python my_ggml_program.py   # keep the raw recording')
+    'alloctrace record --ggml -o run.rec -- python my_ggml_program.py   # keep the raw recording',
+    'alloctrace record --store ./store -- python train.py --epochs 1   # PyTorch: CUDA memory from import torch',
+    'alloctrace record --torch --stacks all -- ./train.sh   # a wrapper that starts Python; C++ frames too',
+    'alloctrace record --name ddp -- torchrun --nproc_per_node 2 train.py   # one trace, a device per rank',
+    'alloctrace record -o snap.pickle -- python train.py   # keep the snapshot, store nothing')
 
 NO_TORCH = ("no CUDA memory was recorded: the program never imported torch, CUDA was not available to it, or it "
             "allocated nothing on the GPU")
-EXAMPLES = """examples:
-  alloctrace record -- ./llama-cli -m model.gguf -p hi -n 8        # ggml: every plan and placement
-  alloctrace record -- python train.py --epochs 1                  # PyTorch: CUDA memory from the start
-  alloctrace record --torch --stacks all -- ./train.sh             # a wrapper script that starts Python
-  alloctrace record --name ddp -- torchrun --nproc_per_node 2 train.py   # one trace, a device per rank
-  alloctrace record -o snap.pickle -- python train.py              # keep the snapshot, store nothing
-"""
 
 
 def register(subparsers):
@@ -44,8 +41,7 @@ def register(subparsers):
                     "rank). A Python program gets both recorders unless --torch or --ggml picks one. The "
                     "program's output passes through and its exit status is returned.",
         usage="%(prog)s [--store DIR] [--name NAME] [-o FILE] [--torch | --ggml] [--stacks python|all] "
-              "[--max-entries N] [--ggml-include PATH] -- PROGRAM [ARGS...]",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+              "[--max-entries N] [--ggml-include PATH] -- PROGRAM [ARGS...]")
     add_store_arg(p)
     p.add_argument("--name", help="trace name (default: the program's name)")
     p.add_argument("-o", "--output", metavar="FILE",
