@@ -55,16 +55,28 @@ def is_static_elf(path: str) -> bool:
     return PT_INTERP not in types and PT_DYNAMIC not in types
 
 
-def run_recorded(argv: list[str], library: Path, out_dir: Path) -> RunResult:
-    """Start `argv` with the recorder preloaded, writing into `out_dir`; wait for it."""
+def recorder_env(library: Path, out_dir: Path) -> dict:
+    """The program's environment: the recorder preloaded first, writing into `out_dir`."""
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
+    env["ALLOCTRACE_RECORD_DIR"] = str(out_dir)
+    return env
+
+
+def checked_program(argv: list[str]) -> str:
+    """The program's path, refused where nothing can be preloaded (not Linux, a static executable)."""
     if not sys.platform.startswith("linux"):
         raise UserError(NOT_LINUX)
     prog = resolve_program(argv)
     if is_static_elf(prog):
         raise UserError(STATIC.format(prog=argv[0]))
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
-    env["ALLOCTRACE_RECORD_DIR"] = str(out_dir)
+    return prog
+
+
+def run_recorded(argv: list[str], library: Path, out_dir: Path) -> RunResult:
+    """Start `argv` with the recorder preloaded, writing into `out_dir`; wait for it."""
+    prog = checked_program(argv)
+    env = recorder_env(library, out_dir)
     # Ctrl-C reaches the program (same process group); we wait for it and import what it left
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -75,6 +87,11 @@ def run_recorded(argv: list[str], library: Path, out_dir: Path) -> RunResult:
         rc = proc.wait()
     finally:
         signal.signal(signal.SIGINT, old)
+    return collect(argv, rc, out_dir)
+
+
+def collect(argv: list[str], rc: int, out_dir: Path) -> RunResult:
+    """What the finished program left in `out_dir`: each recording made whole and given its trailer."""
     status = 128 - rc if rc < 0 else rc
     files = sorted(out_dir.glob("rec-*.atrec"), key=lambda p: int(p.stem.split("-")[1]))
     trailer = json.dumps({"argv": argv, "exit_status": status})
