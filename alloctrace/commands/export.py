@@ -9,7 +9,13 @@ from pathlib import Path
 
 from alloctrace.traces.errors import UserError
 
-from ._common import add_store_arg, open_store_from
+from ._common import add_store_arg, examples, open_store_from
+
+
+EXAMPLES = examples(
+    'alloctrace export 59b3150c --format chrome -o trace.json --store ./store   # open in ui.perfetto.dev',
+    'alloctrace export 59b3150c --format jsonl -o trace.jsonl --store ./store   # lossless; `import` reads it back',
+    'alloctrace export 59b3150c --format csv --store ./store > events.csv')
 
 
 def register(subparsers):
@@ -20,6 +26,7 @@ def register(subparsers):
     p.add_argument("--format", required=True, choices=["jsonl", "csv", "chrome"])
     p.add_argument("-o", "--output", metavar="FILE", help="write here (default: standard output)")
     add_store_arg(p)
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

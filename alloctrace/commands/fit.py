@@ -3,30 +3,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import textwrap
 import sys
 
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.textsafe import safe, safe_lines
 
-from ._common import add_store_arg, open_store_from
+from ._common import add_store_arg, examples, open_store_from
 
-EXAMPLES = """Examples:
-  # the longest context of this model whose weights, KV cache and compute buffer fit 8 GiB
-  alloctrace fit --budget 8GiB --vary=-c=512..131072 --step 256 -- llama-fit-params -m model.gguf -v
-  alloctrace fit --budget 64MiB --compute-only --vary=-ub=32..4096 -- llama-fit-params -m model.gguf -c 8192
-"""
+EXAMPLES = examples(
+    "alloctrace fit --budget 8GiB --vary=-c=512..131072 --step 256 -- llama-fit-params -m model.gguf -v"
+    "   # the longest context whose weights, KV cache and compute buffer fit 8 GiB",
+    "alloctrace fit --budget 64MiB --compute-only --vary=-ub=32..4096 -- llama-fit-params -m model.gguf -c 8192")
 
 
 def register(subparsers):
     p = subparsers.add_parser(
         "fit", help="the largest value of a flag whose run fits a memory budget (bisection over recorded runs)",
-        description=textwrap.fill(width=100, text="Run PROGRAM under the recorder with FLAG set to values between LOW and HIGH, bisecting for "
+        description=("Run PROGRAM under the recorder with FLAG set to values between LOW and HIGH, bisecting for "
                     "the largest value whose memory fits BUDGET: the exact compute buffers ggml made, plus the "
                     "weights, KV cache and output buffers the program printed (llama.cpp with -v). Assumes the "
                     "total grows with the value. Prints the answer and what fills the budget there; the answer's "
                     "run is stored as a trace. Write --vary=-c=512..131072 (with '=': the flag starts with a dash)."),
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES,
         usage="%(prog)s --budget SIZE --vary=FLAG=LOW..HIGH [--step N] [--compute-only] [--json] -- PROGRAM [ARGS...]")
     p.add_argument("--budget", required=True, metavar="SIZE", help="memory budget: 8GiB, 512MiB, 6GB, or bytes")
     p.add_argument("--vary", required=True, metavar="FLAG=LOW..HIGH", help="the flag to fit and its range")

@@ -6,7 +6,13 @@ import sys
 
 from alloctrace.allocator.profiles import names as profile_names
 
-from ._common import add_store_arg, open_store_from, traces_table
+from ._common import add_store_arg, examples, open_store_from, traces_table
+
+
+EXAMPLES = examples(
+    'alloctrace import run.log --store ./store --name "my run"   # a ggml log with AT_PRINTF lines',
+    'alloctrace import snapshot.pickle.gz --store ./store   # a PyTorch memory snapshot',
+    'alloctrace import cut.log.zst --salvage --store ./store   # keep the graphs of a cut file')
 
 
 def register(subparsers):
@@ -30,6 +36,7 @@ def register(subparsers):
     p.add_argument("--salvage", action="store_true",
                    help="import what a truncated compressed file holds; the trace is marked truncated "
                         "and its last graph incomplete")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

@@ -7,7 +7,13 @@ import json
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.textsafe import safe_lines
 
-from ._common import add_store_arg, open_store_from
+from ._common import add_store_arg, examples, open_store_from
+
+
+EXAMPLES = examples(
+    "alloctrace peak 59b3150c:0 --store ./store   # what sets graph 0's size",
+    'alloctrace peak run.log:1 --tensors   # a log file, imported on the fly; every live tensor',
+    'alloctrace peak 3c9e01aa --top 10 --store ./store   # a PyTorch snapshot: by call site')
 
 
 def register(subparsers):
@@ -24,8 +30,10 @@ def register(subparsers):
     torch.add_argument("--device", type=int, default=None, help="only this device (default: all)")
     torch.add_argument("--skip", metavar="PARTS", default=None,
                        help="comma-separated file-name parts of frames that are not call sites "
-                            "(default: torch's own files)")
+                            "(default: torch's own files; 'default,PART' adds to them). C++ frames are never "
+                            "call sites while a stack has a Python frame")
     torch.add_argument("--top", type=int, default=20, help="call sites listed (the rest are summed up)")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 
@@ -92,11 +100,12 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
 
 def torch_peak(args, store, summary: dict) -> int:
     """A snapshot's peak per device: the live allocations grouped by their first frame outside torch."""
-    from alloctrace.traces.torch.views import DEFAULT_SKIP, load_device, peak
+    from alloctrace.traces.torch.frames import parse_skip
+    from alloctrace.traces.torch.views import load_device, peak
 
     from ._common import table
 
-    skip = DEFAULT_SKIP if args.skip is None else tuple(p for p in args.skip.split(",") if p)
+    skip = parse_skip(args.skip)
     devices = [g["index"] for g in summary["graphs"] if args.device is None or g["index"] == args.device]
     if not devices:
         raise UserError(f"trace {summary['id']} has no device {args.device}")

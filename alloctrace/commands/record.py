@@ -10,7 +10,13 @@ from pathlib import Path
 
 from alloctrace.traces.errors import UserError
 
-from ._common import add_store_arg, open_store_from, traces_table
+from ._common import add_store_arg, examples, open_store_from, traces_table
+
+
+EXAMPLES = examples(
+    'alloctrace record --store ./store -- llama-completion -m model.gguf -p hello -n 4',
+    'alloctrace record --name "ctx 4096" --store ./store -- llama-fit-params -m model.gguf -c 4096',
+    'alloctrace record -o run.rec -- python my_ggml_program.py   # keep the raw recording')
 
 
 def register(subparsers):
@@ -28,6 +34,7 @@ def register(subparsers):
                    help="ggml.h (or its directory) the program was built with: read tensors with its layout "
                         "instead of the one chosen by ggml's version")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS...]")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

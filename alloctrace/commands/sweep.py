@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 
 from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.textsafe import safe, safe_lines
 
 
-EXAMPLES = """Examples:
-  # every -c and -fa combination of llama.cpp's weightless dry run, 2 at a time
-  alloctrace sweep --vary=-c=512,4096,32768 --vary=-fa=on,off -j 2 -- \\
-      llama-fit-params -m model.gguf -v
-  alloctrace sweep --vary=-ub=128,512 --json -- llama-completion -m model.gguf -p hi -n 1 -fit off -v
-  # the built-in 2023 presets, replayed
-  alloctrace sweep --preset llama-7b --profile ggml-2023-08-28 --n-ctx 512,1024,2048
-"""
+from ._common import examples
+
+EXAMPLES = examples(
+    "alloctrace sweep --vary=-c=512,4096,32768 --vary=-fa=on,off -- llama-fit-params -m model.gguf -v"
+    "   # every -c and -fa combination of llama.cpp's weightless dry run",
+    "alloctrace sweep --vary=-ub=128,512 -j 2 --json -- llama-completion -m model.gguf -p hi -n 1 -fit off -v",
+    "alloctrace sweep --preset llama-7b --profile ggml-2023-08-16,ggml-2023-08-28 --n-ctx 512,1024,2048"
+    "   # replay a built-in preset",
+    "alloctrace sweep --preset gpt2-117m --profile ggml-head --n-batch 8,64,512 --json")
 
 
 def register(subparsers):
@@ -28,7 +28,7 @@ def register(subparsers):
 
     p = subparsers.add_parser(
         "sweep", help="run a ggml program once per flag combination (or replay a preset): exact buffers per point",
-        description=textwrap.fill(width=100, text="With --vary: run PROGRAM once per combination of the varied flags (each --vary replaces or "
+        description=("With --vary: run PROGRAM once per combination of the varied flags (each --vary replaces or "
                     "adds that flag in ARGS), each under the recorder, up to -j at a time, and store each point as "
                     "a trace tagged sweep=ID. Prints one row per point: the values, each buffer type's compute "
                     "buffer in exact bytes, the weights and KV cache the program printed, consistency and the "
@@ -36,7 +36,7 @@ def register(subparsers):
                     "between neighbouring points. Write --vary=-c=512,4096 (with '=': the flag starts with a "
                     "dash). With --preset: replay a built-in preset once per combination of --profile, --n-ctx and "
                     "--n-batch instead."),
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES,
         usage="%(prog)s --vary=FLAG=V1,V2,... [--vary ...] [-j N] [--json] [--store DIR] -- PROGRAM [ARGS...]\n"
               "       %(prog)s --preset P --profile G[,G...] [--n-ctx N,...] [--n-batch N,...] [--json]")
     p.add_argument("--vary", action="append", metavar="FLAG=V1,V2,...",

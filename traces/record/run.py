@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from alloctrace.traces.cbuild import preload_safe
 from alloctrace.traces.errors import UserError
 
 NOT_LINUX = ("record works on Linux only for now (it preloads a library with LD_PRELOAD); "
@@ -57,6 +58,8 @@ def is_static_elf(path: str) -> bool:
 
 def recorder_env(library: Path, out_dir: Path) -> dict:
     """The program's environment: the recorder preloaded first, writing into `out_dir`."""
+    if not preload_safe(library):
+        raise UserError(f"cannot preload {library}: LD_PRELOAD needs an absolute path without spaces or colons")
     env = dict(os.environ)
     env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
     env["ALLOCTRACE_RECORD_DIR"] = str(out_dir)
