@@ -124,6 +124,7 @@ def _label(filename: str | None) -> str | None:
 @router.get("/api/torch/traces/{trace_id}", summary="A torch trace: devices, peaks, OOM, settings")
 def get_summary(request: Request, trace_id: TraceId):
     from alloctrace.traces.torch.store import torch_summary
+    from alloctrace.traces.torch.wrapped import note as partial_note
     store = _store(request)
     _check_id(trace_id)
     if store.meta(trace_id).source != "torch":
@@ -136,6 +137,9 @@ def get_summary(request: Request, trace_id: TraceId):
                                          "allocated_at_snapshot", "n_segments", "n_blocks", "n_stacks",
                                          "trace_matches_snapshot", "trace_complete", "baseline_requested",
                                          "baseline_reserved", "allocator_settings", "rank", "cuda_device")})
+        part = ex.get("partial") or {}
+        d["partial"] = None if not part.get("partial") else {
+            **{k: v for k, v in part.items() if k != "seed"}, "note": partial_note(ex)}
         ooms = [int(i) for i in (dev.cols["action"] == OOM).nonzero()[0][:10]]
         d["oom_events"] = ooms
     return out
