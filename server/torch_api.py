@@ -25,7 +25,7 @@ REF = r"^[0-9a-f]{8}(:[0-9]{1,4})?$"
 TraceId = Annotated[str, PathParam(pattern=TRACE_ID, description="8 hex digits")]
 Device = Annotated[int, PathParam(ge=0, le=4096, description="device index")]
 Skip = Annotated[str | None, Query(max_length=2000, description="comma-separated file-name parts of frames to skip "
-                                                                "(default: torch's own files)")]
+                                                                "(default: torch's own files; 'default,PART' adds to them)")]
 
 router = APIRouter()
 
@@ -78,10 +78,8 @@ def _check_id(tid: str) -> str:
 
 
 def _skip(skip: str | None):
-    from alloctrace.traces.torch.views import DEFAULT_SKIP
-    if skip is None:
-        return DEFAULT_SKIP
-    return tuple(p for p in (s.strip() for s in skip.split(",")) if p)
+    from alloctrace.traces.torch.frames import parse_skip
+    return parse_skip(skip)
 
 
 def _device(request: Request, tid: str, d: int):
@@ -126,6 +124,7 @@ def _label(filename: str | None) -> str | None:
 @router.get("/api/torch/traces/{trace_id}", summary="A torch trace: devices, peaks, OOM, settings")
 def get_summary(request: Request, trace_id: TraceId):
     from alloctrace.traces.torch.store import torch_summary
+    from alloctrace.traces.torch.wrapped import note as partial_note
     store = _store(request)
     _check_id(trace_id)
     if store.meta(trace_id).source != "torch":
@@ -138,6 +137,9 @@ def get_summary(request: Request, trace_id: TraceId):
                                          "allocated_at_snapshot", "n_segments", "n_blocks", "n_stacks",
                                          "trace_matches_snapshot", "trace_complete", "baseline_requested",
                                          "baseline_reserved", "allocator_settings")})
+        part = ex.get("partial") or {}
+        d["partial"] = None if not part.get("partial") else {
+            **{k: v for k, v in part.items() if k != "seed"}, "note": partial_note(ex)}
         ooms = [int(i) for i in (dev.cols["action"] == OOM).nonzero()[0][:10]]
         d["oom_events"] = ooms
     return out

@@ -211,7 +211,10 @@ async function single(id, d) {
     fact("rebuilt state = snapshot", dev.trace_matches_snapshot ? "yes" : "NO"),
     ...(dev.consistent === undefined || dev.consistent === null ? [] : [fact("caching-allocator replay",
       dev.consistent ? "consistent" : `departs at entry ${fmtInt(dev.first_mismatch ? dev.first_mismatch.event : null)}`)]),
-    ...(dev.trace_complete === false ? [fact("trace", "wrapped or began late")] : []),
+    ...(dev.partial ? [fact("trace", el("span", { id: "partial-note", title: dev.partial.note },
+      dev.partial.exact ? "partial (ring buffer wrapped): exact from entry 0, the start seeded from the snapshot"
+        : "partial (ring buffer wrapped): the start cannot be recovered, states lack it"))]
+      : dev.trace_complete === false ? [fact("trace", "wrapped or began late")] : []),
     ...(sum.devices.length > 1 ? [fact("devices", el("span", {}, sum.devices.map((x) =>
       el("a", { href: `/torch?id=${enc(id)}&device=${x.device}`, style: "margin-right:8px" }, String(x.device)))))] : []));
   $("state-event").max = dev.n_events;

@@ -3,8 +3,9 @@
 Every answer is bounded whatever the snapshot's size: the timeline samples a
 grid of at most `max_points` entries and draws at most `max_bands` allocations
 (the largest in the window), the rest showing only in the total; the state view
-caps blocks. Call sites are the first frame outside `skip` (torch internals by
-default), innermost first, as the snapshot records frames.
+caps blocks. Call sites are the first Python frame outside `skip` (torch internals by
+default), innermost first, as the snapshot records frames; C++ frames only name stacks without Python frames
+(frames.py).
 """
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .columns import ACTIONS, ALLOC, FREE_REQUESTED, OOM, SEGMENT_FREE
+from .frames import DEFAULT_SKIP, site_label
+from .wrapped import note as partial_note
 from .source import curves
 from .state import AllocatorState
 from .store import device_tables
 
-DEFAULT_SKIP = ("site-packages/torch/", "dist-packages/torch/", "site-packages\\torch\\", "<frozen ",
-                "<built-in", "<string>")  # frames whose file name contains one of these are torch's own
 NO_STACK = "(no Python stack)"
 PREEXISTING = "(allocated before the trace began)"
 CHECKPOINT_EVERY = 20_000
@@ -87,13 +88,10 @@ class Device:
                 for f in t["stack_frames"][lo:hi].tolist()]
 
     def site(self, stack: int, skip=DEFAULT_SKIP) -> str:
-        """The call site of a stack: its first frame outside `skip`, else its innermost frame."""
+        """The call site of a stack (frames.call_site: never a C++ frame while a Python frame exists)."""
         key = ("site", stack, tuple(skip))
         if key not in self._cache:
-            fr = self.frames(stack)
-            pick = next((f for f in fr if not any(p in f["filename"] for p in skip)), fr[0] if fr else None)
-            self._cache[key] = (NO_STACK if pick is None
-                                else f"{pick['name']} ({_short(pick['filename'])}:{pick['line']})")
+            self._cache[key] = site_label(self.frames(stack), skip) or NO_STACK
         return self._cache[key]
 
     def meta_text(self, code: int) -> str:
@@ -138,14 +136,6 @@ class Device:
         return self._cache["inner"]
 
 
-def _short(filename: str) -> str:
-    """A file name from its package down (after site-packages/), for labels."""
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in filename:
-            return filename.rsplit(marker, 1)[1]
-    return filename
-
-
 def load_device(store, trace_id: str, device: int) -> Device:
     cols, strings, extra = device_tables(store, trace_id, device)
     tid = store._id(trace_id)
@@ -187,10 +177,18 @@ def peak(dev: Device, skip=DEFAULT_SKIP, top: int = 50) -> dict:
     req, res = dev.curves()
     k = int(np.argmax(req)) if dev.n else 0
     rows = live_at(dev, k)
-    return {"device": dev.device, "n_events": dev.n, "peak_requested": int(req[k]) if dev.n else 0,
-            "peak_reserved": int(res.max()) if dev.n else 0, "event": k,
-            "time_us": int(dev.cols["time_us"][k]) if dev.n else None, "live_allocations": len(rows),
-            "by_call_site": by_call_site(dev, rows, k, skip, top)}
+    return _noted(dev, {"device": dev.device, "n_events": dev.n, "peak_requested": int(req[k]) if dev.n else 0,
+                        "peak_reserved": int(res.max()) if dev.n else 0, "event": k,
+                        "time_us": int(dev.cols["time_us"][k]) if dev.n else None, "live_allocations": len(rows),
+                        "by_call_site": by_call_site(dev, rows, k, skip, top)})
+
+
+def _noted(dev: Device, out: dict) -> dict:
+    """An answer about a partial trace says so (`partial`: the line to show)."""
+    line = partial_note(dev.extra)
+    if line:
+        out["partial"] = line
+    return out
 
 
 # --- OOM -----------------------------------------------------------------------------------
@@ -235,7 +233,9 @@ class StateIndex:
         settings = dev.extra.get("allocator_settings") or {}
         split = settings.get("max_split_size")
         self.split = split if isinstance(split, int) else None
-        self.checkpoints: dict[int, AllocatorState] = {0: AllocatorState(dev.cols, self.split)}
+        seed = (dev.extra.get("partial") or {}).get("seed")
+        first = AllocatorState.seeded(dev.cols, seed, self.split) if seed else AllocatorState(dev.cols, self.split)
+        self.checkpoints: dict[int, AllocatorState] = {0: first}
         self.cursor: AllocatorState | None = None
 
     def at(self, k: int) -> AllocatorState:
@@ -280,8 +280,8 @@ def state(dev: Device, index: StateIndex, k: int, skip=DEFAULT_SKIP, max_blocks:
         segments.append({"address": seg.addr, "size": seg.size, "stream": seg.stream,
                          "pool": "small" if seg.small else "large",
                          "blocks": blocks})
-    return {"event": st.at, "n_events": dev.n, "totals": st.totals(), "segments": segments,
-            "truncated": n_blocks >= max_blocks, "next": entry(dev, st.at, skip)}
+    return _noted(dev, {"event": st.at, "n_events": dev.n, "totals": st.totals(), "segments": segments,
+                        "truncated": n_blocks >= max_blocks, "next": entry(dev, st.at, skip)})
 
 
 # --- timeline ------------------------------------------------------------------------------
@@ -340,7 +340,7 @@ def timeline(dev: Device, x0: int | None = None, x1: int | None = None, max_poin
                              "base": base.tolist(), "site": dev.label(int(al.stack[r]), s, skip),
                              "meta": dev.meta_text(int(al.meta[r]))})
     out["annotations"] = annotation_bands(dev, x0, x1)
-    return out
+    return _noted(dev, out)
 
 
 def annotation_bands(dev: Device, x0: int, x1: int, limit: int = 200) -> list[dict]:
