@@ -202,3 +202,14 @@ def test_progress_bar_only_on_request(tmp_path):
         p.close()
     assert quiet.getvalue() == ""
     assert "50.0%" in shown.getvalue() and shown.getvalue().endswith("100.0%      2.0 MB\n")
+
+
+def test_import_says_when_a_log_fits_two_generations(tmp_path, capsys):
+    from alloctrace.cli import main
+
+    log = write(tmp_path, V3_LOG)
+    assert main(["import", "--store", str(tmp_path / "s"), str(log)]) == 0
+    err = capsys.readouterr().err
+    assert "fits ggml-2025-09 and ggml-2024-02" in err and "--generation decides" in err
+    assert main(["import", "--store", str(tmp_path / "s"), "--generation", "ggml-2024-02", str(log)]) == 0
+    assert "fits" not in capsys.readouterr().err
