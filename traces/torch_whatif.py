@@ -548,11 +548,12 @@ def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None) ->
     return max(limit, 1)
 
 
-def check_device(cols: dict, info: dict, *, memory_limit: int | None = None) -> dict:
-    """The importer's check of one device: {"consistent", "first_mismatch", ...} from the recorded settings."""
+def check_device(cols: dict, info: dict, *, memory_limit: int | None = None, progress=None) -> dict:
+    """The importer's check of one device: {"consistent", "first_mismatch", ...} from the recorded settings.
+    `progress(done, total)` is called now and then."""
     base = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {})
     base = replace(base, memory_limit=memory_limit or infer_memory_limit(cols, base))
-    r = replay_check(cols, base)
+    r = replay_check(cols, base, progress=progress)
     return {"consistent": bool(r.consistent), "first_mismatch": asdict(r.mismatch) if r.mismatch else None,
             "cache_flushes": len(r.cache_flushes), "alloc_retries": r.alloc_retries}
 
