@@ -5,7 +5,13 @@ import json
 
 from alloctrace.traces.errors import UserError
 
-from ._common import add_store_arg, open_store_from
+from ._common import add_store_arg, examples, open_store_from
+
+
+EXAMPLES = examples(
+    'alloctrace whatif 3c9e01aa --set expandable_segments=true --store ./store',
+    'alloctrace whatif snapshot.pickle.gz --cap 6GiB   # a file, imported on the fly',
+    'alloctrace whatif 3c9e01aa --set max_split_size_mb=128 --set garbage_collection_threshold=0.8 --json --store ./store')
 
 
 def register(subparsers):
@@ -27,6 +33,7 @@ def register(subparsers):
                         "OOMs, none if it had none)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     add_store_arg(p)
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 
@@ -113,9 +120,11 @@ def text(out: dict) -> str:
         if k in ("max_split_size", "memory_limit") and v is not None:
             return f"{k}={_gib(v) if v >= 1 << 30 else f'{v / (1 << 20):.0f} MiB'}"
         return f"{k}={v}"
-    lines = [f"trace {out['trace_id']} device {out['device']}",
-             f"what if: {', '.join(show(k, v) for k, v in changed.items()) or 'the recorded settings'}",
-             f"  replay of the recorded run: {'consistent' if real['consistent'] else 'NOT consistent'}"]
+    lines = [f"trace {out['trace_id']} device {out['device']}"]
+    if out.get("partial"):
+        lines.append(f"note: {out['partial']['note']} ({out['partial']['seed_reserved']:,} B reserved at entry 0)")
+    lines += [f"what if: {', '.join(show(k, v) for k, v in changed.items()) or 'the recorded settings'}",
+              f"  replay of the recorded run: {'consistent' if real['consistent'] else 'NOT consistent'}"]
     if real.get("mismatch"):
         m = real["mismatch"]
         lines.append(f"    first mismatch at entry {m['event']}: trace {m['expected']}, model {m['model']}")
