@@ -168,6 +168,8 @@ def buffer_sizes(extra: dict, row: dict) -> dict[str, int]:
 
 def families_with_shapes(peak, extra: dict) -> list[dict]:
     """The peak's families, each with its largest tensor's shape and type where the recording kept them."""
+    from alloctrace.traces.peak_shapes import label as label_of
+
     shapes = extra.get("shapes") or {}
     largest: dict[str, object] = {}
     for t in peak.live:
@@ -182,5 +184,6 @@ def families_with_shapes(peak, extra: dict) -> list[dict]:
         s = shapes.get(t.tensor)
         if s:
             row["type"], row["ne"], row["op"] = s[0], s[1], s[2]
+            row["label"] = label_of(t.tensor, shapes)
         out.append(row)
     return out

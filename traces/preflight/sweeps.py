@@ -4,8 +4,6 @@ store by the sweep's id (the `sweep=<id>` tag) for the dashboard.
 """
 from __future__ import annotations
 
-from alloctrace.traces.errors import UserError
-
 from .laws import dominance, laws, numeric_flags
 from .points import Point, summarise
 
@@ -70,7 +68,9 @@ def load(store, sweep_id: str) -> dict:
     """The sweep object of a recorded sweep, from its traces."""
     members = [s for s in store.list() if f"sweep={sweep_id}" in (s.get("tags") or ())]
     if not members:
-        raise UserError(f"no recorded sweep {sweep_id!r} in this store")
+        from alloctrace.traces.store import NotFound
+
+        raise NotFound(f"no recorded sweep {sweep_id!r} in this store")
     pts: list[tuple[int, Point]] = []
     varies = None
     for s in members:
