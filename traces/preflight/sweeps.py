@@ -12,7 +12,7 @@ TOP_DELTAS = 3
 
 
 def sweep_json(store, sweep_id: str, varies: list, points: list[Point]) -> dict:
-    dicts = [{**p.to_json(), "families_all": p.all_families} for p in points]
+    dicts = [{**p.to_json(), "families_all": p.all_families, "_peak": p.peak} for p in points]
     out = {"sweep": sweep_id, "vary": varies, "points": [p.to_json() for p in points],
            "laws": laws(dicts), "dominance": dominance(dicts), "neighbours": neighbours(store, dicts)}
     return out
@@ -33,6 +33,8 @@ def neighbours(store, points: list[dict]) -> list[dict]:
     cache: dict = {}
 
     def peak(p):
+        if p.get("_peak") is not None:  # computed when the point was summarised
+            return p["_peak"]
         key = (p["trace"], p["graph"])
         if key not in cache:
             cache[key] = graph_peak(store, *key)[0]
