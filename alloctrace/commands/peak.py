@@ -138,6 +138,8 @@ def torch_peak(args, store, summary: dict) -> int:
     for p in peaks:
         print(f"device {p['device']}: peak requested {p['peak_requested']:,} B at entry {p['event']}, "
               f"peak reserved {p['peak_reserved']:,} B, {p['live_allocations']:,} live allocations")
+        if p.get("partial"):
+            print(f"note: {p['partial']}")
         rows = [["BYTES", "SHARE", "COUNT", "CALL SITE"]]
         rows += [[f"{g['bytes']:,}", f"{g['share'] * 100:.1f}%", str(g["count"]), g["site"]]
                  for g in p["by_call_site"]]
