@@ -45,9 +45,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def join_dashed_values(argv: list[str]) -> list[str]:
+    """`--vary -c=512` as `--vary=-c=512`: argparse takes a value that starts with a dash for an option."""
+    out: list[str] = []
+    words = iter(argv)
+    for w in words:
+        if w == "--":
+            out += [w, *words]
+            break
+        out.append(w)
+        if w == "--vary":
+            nxt = next(words, None)
+            if nxt is not None and nxt.startswith("-") and "=" in nxt:
+                out[-1] = f"--vary={nxt}"
+            elif nxt is not None:
+                out.append(nxt)
+    return out
+
+
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_dashed_values(sys.argv[1:] if argv is None else list(argv)))
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -13,7 +13,8 @@ from ._common import add_store_arg, examples, open_store_from
 EXAMPLES = examples(
     "alloctrace peak 59b3150c:0 --store ./store   # what sets graph 0's size",
     'alloctrace peak run.log:1 --tensors   # a log file, imported on the fly; every live tensor',
-    'alloctrace peak 3c9e01aa --top 10 --store ./store   # a PyTorch snapshot: by call site')
+    'alloctrace peak 3c9e01aa --top 10 --store ./store   # a PyTorch snapshot: by call site',
+    'alloctrace peak 7d2e4f10 --ranks --store ./store   # the ranks of a job side by side')
 
 
 def register(subparsers):
@@ -33,6 +34,9 @@ def register(subparsers):
                             "(default: torch's own files; 'default,PART' adds to them). C++ frames are never "
                             "call sites while a stack has a Python frame")
     torch.add_argument("--top", type=int, default=20, help="call sites listed (the rest are summed up)")
+    torch.add_argument("--ranks", action="store_true",
+                       help="compare the devices (ranks) of a trace: peak, reserved, fragmentation, the OOM, and "
+                            "what differed between the rank that ran out (or peaked highest) and the lowest")
     p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
@@ -46,7 +50,9 @@ def run(args) -> int:
     ref = resolve_ref(store, args.ref, {})
     summary = store.summary(ref)
     if summary["source"] == "torch":
-        return torch_peak(args, store, summary)
+        return ranks_peak(args, store, summary) if args.ranks else torch_peak(args, store, summary)
+    if args.ranks:
+        raise UserError("--ranks compares the ranks of a PyTorch trace; this is a ggml trace")
     out = peak_json(store, ref)
     if args.json:
         if not args.tensors:
@@ -63,14 +69,21 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
     def section(title: str, body: dict) -> list[str]:
         pk, fr = body["peak"], body["fragmentation"]
         out = [f"{title}: {fmt_bytes(pk['bytes'])} ({pk['bytes']:,} B), set at event {pk['event']} by "
-               f"{pk['tensor'] or '(unnamed)'}"]
-        rows = [["family", "tensors", "bytes", "exact", "share", "first node", "last node"]]
+               f"{pk.get('label') or pk['tensor'] or '(unnamed)'}"]
+        shaped = any(f.get("shape") for f in body["families"])
+        rows = [["family", "tensors", "bytes", "exact", "share", "first node", "last node"]
+                + (["largest tensor: type [ne] and its bytes"] if shaped else [])]
         for f in body["families"]:
             rows.append([f["family"], str(f["tensors"]), fmt_bytes(f["bytes"]), f"{f['bytes']:,}",
-                         f"{f['share']:.1%}", f["first_node"] or "(unnamed)", f["last_node"] or "(unnamed)"])
+                         f"{f['share']:.1%}", f["first_node"] or "(unnamed)", f["last_node"] or "(unnamed)"]
+                        + ([_shape_text(f.get("shape"))] if shaped else []))
         out += ["  " + line for line in text_table(rows)]
         out.append(f"  fragmentation: {fmt_bytes(fr['free_below_peak'])} ({fr['free_below_peak']:,} B) free below "
                    f"the high-water mark, largest hole {fmt_bytes(fr['largest_hole'])} ({fr['largest_hole']:,} B)")
+        for h in fr.get("holes") or ():
+            what = ", ".join(f"{x.get('label') or x['tensor'] or '(unnamed)'} ({x['bytes']:,} B, freed at event "
+                             f"{x['freed_at']})" for x in h["freed"]) or "never used before the peak (padding)"
+            out.append(f"    hole at {h['offset']:,}: {fmt_bytes(h['bytes'])} ({h['bytes']:,} B), held {what}")
         return out
 
     lines = [f"trace {p['trace']} graph {p['graph']} ({p.get('role') or '?'}), {p['n_events']:,} events"]
@@ -92,10 +105,18 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
                   "  live then: " + ", ".join(f"{f['family']} {fmt_bytes(f['bytes'])}" for f in fail["families"][:8])]
     if tensors and p.get("tensors"):
         rows = [["tensor", "family", "bytes", "offset", "chunk", "placed", "freed"]]
-        rows += [[t["tensor"] or "(unnamed)", t["family"], f"{t['bytes']:,}", f"{t['offset']:,}", str(t["chunk"]),
+        rows += [[t.get("label") or t["tensor"] or "(unnamed)", t["family"], f"{t['bytes']:,}", f"{t['offset']:,}", str(t["chunk"]),
                   str(t["start"]), str(t["end"])] for t in p["tensors"]]
         lines += ["", "LIVE TENSORS"] + ["  " + line for line in text_table(rows)]
     return lines
+
+
+def _shape_text(shape: dict | None) -> str:
+    if not shape:
+        return "-"
+    if shape.get("formula"):
+        return shape["formula"]
+    return f"{shape['type']} [{', '.join(map(str, shape['ne']))}]"
 
 
 def torch_peak(args, store, summary: dict) -> int:
@@ -117,8 +138,44 @@ def torch_peak(args, store, summary: dict) -> int:
     for p in peaks:
         print(f"device {p['device']}: peak requested {p['peak_requested']:,} B at entry {p['event']}, "
               f"peak reserved {p['peak_reserved']:,} B, {p['live_allocations']:,} live allocations")
+        if p.get("partial"):
+            print(f"note: {p['partial']}")
         rows = [["BYTES", "SHARE", "COUNT", "CALL SITE"]]
         rows += [[f"{g['bytes']:,}", f"{g['share'] * 100:.1f}%", str(g["count"]), g["site"]]
                  for g in p["by_call_site"]]
+        print(table(rows))
+    return 0
+
+
+def ranks_peak(args, store, summary: dict) -> int:
+    """`peak --ranks`: the ranks side by side, then the call sites whose bytes at the peak differ most."""
+    from alloctrace.traces.torch.frames import parse_skip
+    from alloctrace.traces.torch.ranks import compare
+
+    from ._common import table
+
+    skip = parse_skip(args.skip)
+    c = compare(store, summary["id"], skip, max(args.top, 1))
+    if args.json:
+        print(json.dumps(c, indent=1))
+        return 0
+    rows = [["RANK", "DEVICE", "ENTRIES", "PEAK REQUESTED", "PEAK RESERVED", "FRAGMENTATION", "OOM"]]
+    for r in c["ranks"]:
+        oom = r["oom"]
+        rows.append([str(r["rank"]), f"{r['device']} (cuda:{r['cuda_device']})", f"{r['n_events']:,}",
+                     f"{r['peak_requested']:,}", f"{r['peak_reserved']:,}",
+                     f"{r['fragmentation']:,} ({r['fragmentation_share']:.1%})",
+                     "-" if not oom else f"entry {oom['event']}: {oom['requested']:,} requested"])
+    print(f"trace {c['id']} {c['name']}: {len(c['ranks'])} ranks"
+          + (f"; out of memory: rank {', '.join(map(str, c['oom_ranks']))}" if c["oom_ranks"] else ""))
+    print(table(rows))
+    d = c["compared"]
+    if d:
+        print(f"rank {d['b_rank']} ({d['why']}) against rank {d['a_rank']}: peak requested {d['delta_requested']:+,}, "
+              f"peak reserved {d['delta_reserved']:+,}; {d['paired']:,} allocations paired"
+              f"{' (same call-site sequence)' if d['same_sequence'] else ''}, {d['only_a']:,} only in rank "
+              f"{d['a_rank']}, {d['only_b']:,} only in rank {d['b_rank']}, {d['grew']:,} grew, {d['shrank']:,} shrank")
+        rows = [[f"RANK {d['a_rank']}", f"RANK {d['b_rank']}", "DELTA", "CALL SITE"]]
+        rows += [[f"{r['a_bytes']:,}", f"{r['b_bytes']:,}", f"{r['delta']:+,}", r["site"]] for r in d["by_call_site"]]
         print(table(rows))
     return 0

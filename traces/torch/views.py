@@ -15,6 +15,7 @@ import numpy as np
 
 from .columns import ACTIONS, ALLOC, FREE_REQUESTED, OOM, SEGMENT_FREE
 from .frames import DEFAULT_SKIP, site_label
+from .wrapped import note as partial_note
 from .source import curves
 from .state import AllocatorState
 from .store import device_tables
@@ -176,10 +177,18 @@ def peak(dev: Device, skip=DEFAULT_SKIP, top: int = 50) -> dict:
     req, res = dev.curves()
     k = int(np.argmax(req)) if dev.n else 0
     rows = live_at(dev, k)
-    return {"device": dev.device, "n_events": dev.n, "peak_requested": int(req[k]) if dev.n else 0,
-            "peak_reserved": int(res.max()) if dev.n else 0, "event": k,
-            "time_us": int(dev.cols["time_us"][k]) if dev.n else None, "live_allocations": len(rows),
-            "by_call_site": by_call_site(dev, rows, k, skip, top)}
+    return _noted(dev, {"device": dev.device, "n_events": dev.n, "peak_requested": int(req[k]) if dev.n else 0,
+                        "peak_reserved": int(res.max()) if dev.n else 0, "event": k,
+                        "time_us": int(dev.cols["time_us"][k]) if dev.n else None, "live_allocations": len(rows),
+                        "by_call_site": by_call_site(dev, rows, k, skip, top)})
+
+
+def _noted(dev: Device, out: dict) -> dict:
+    """An answer about a partial trace says so (`partial`: the line to show)."""
+    line = partial_note(dev.extra)
+    if line:
+        out["partial"] = line
+    return out
 
 
 # --- OOM -----------------------------------------------------------------------------------
@@ -224,7 +233,9 @@ class StateIndex:
         settings = dev.extra.get("allocator_settings") or {}
         split = settings.get("max_split_size")
         self.split = split if isinstance(split, int) else None
-        self.checkpoints: dict[int, AllocatorState] = {0: AllocatorState(dev.cols, self.split)}
+        seed = (dev.extra.get("partial") or {}).get("seed")
+        first = AllocatorState.seeded(dev.cols, seed, self.split) if seed else AllocatorState(dev.cols, self.split)
+        self.checkpoints: dict[int, AllocatorState] = {0: first}
         self.cursor: AllocatorState | None = None
 
     def at(self, k: int) -> AllocatorState:
@@ -269,8 +280,8 @@ def state(dev: Device, index: StateIndex, k: int, skip=DEFAULT_SKIP, max_blocks:
         segments.append({"address": seg.addr, "size": seg.size, "stream": seg.stream,
                          "pool": "small" if seg.small else "large",
                          "blocks": blocks})
-    return {"event": st.at, "n_events": dev.n, "totals": st.totals(), "segments": segments,
-            "truncated": n_blocks >= max_blocks, "next": entry(dev, st.at, skip)}
+    return _noted(dev, {"event": st.at, "n_events": dev.n, "totals": st.totals(), "segments": segments,
+                        "truncated": n_blocks >= max_blocks, "next": entry(dev, st.at, skip)})
 
 
 # --- timeline ------------------------------------------------------------------------------
@@ -329,7 +340,7 @@ def timeline(dev: Device, x0: int | None = None, x1: int | None = None, max_poin
                              "base": base.tolist(), "site": dev.label(int(al.stack[r]), s, skip),
                              "meta": dev.meta_text(int(al.meta[r]))})
     out["annotations"] = annotation_bands(dev, x0, x1)
-    return out
+    return _noted(dev, out)
 
 
 def annotation_bands(dev: Device, x0: int, x1: int, limit: int = 200) -> list[dict]:
