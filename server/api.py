@@ -58,7 +58,7 @@ def ctx(request: Request) -> Context:
 # documented with it but not re-validated, so a store written by an older version still lists
 @router.get("/traces", summary="List stored traces", responses={200: {"model": TraceList}})
 def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200, description="name search")] = None):
-    return {"traces": ctx(request).call(lambda s: s.list(q) if q else s.list())}
+    return {"traces": [with_ggml_lines(t) for t in ctx(request).call(lambda s: s.list(q) if q else s.list())]}
 
 
 @router.post("/traces", status_code=201, summary="Upload a log and import it", openapi_extra=UPLOAD_SCHEMA)
@@ -88,7 +88,7 @@ async def upload_trace(request: Request):
             return Response(status_code=499)
     finally:
         up.cleanup()
-    return JSONResponse({"traces": summaries}, status_code=201)
+    return JSONResponse({"traces": [with_ggml_lines(t) for t in summaries]}, status_code=201)
 
 
 def display_name(filename: str | None) -> str | None:
@@ -101,11 +101,15 @@ def display_name(filename: str | None) -> str | None:
 
 @router.get("/traces/{trace_id}", summary="One trace's summary", responses={200: {"model": TraceSummary}})
 def get_trace(request: Request, trace_id: TraceId):
-    """The store's summary; a failed graph's `oom` also carries `ggml_line`, ggml's own message for it."""
+    return with_ggml_lines(ctx(request).call(lambda s: s.summary(trace_id)))
+
+
+def with_ggml_lines(summary: dict) -> dict:
+    """A trace summary whose failed graphs' `oom` also carry `ggml_line`: ggml's own message for the failure
+    in that trace's generation (what a user searched for), as every answer that lists graphs gives it."""
     from alloctrace.allocator.render import ggml_oom_message
 
-    summary = ctx(request).call(lambda s: s.summary(trace_id))
-    for g in summary["graphs"]:
+    for g in summary.get("graphs") or []:
         oom = g.get("oom")
         if oom and oom.get("needed") is not None and oom.get("largest_available") is not None:
             g["oom"] = {**oom, "ggml_line": ggml_oom_message(summary.get("generation"), oom["needed"],

@@ -32,7 +32,6 @@ class OomSummary(_Strict):
     tensor: str | None = Text
     needed: int | None = Bytes
     largest_available: int | None = Bytes
-    ggml_line: str | None = Field(None, max_length=400)  # the API's: ggml's own message for the failure
 
 
 class GraphSummary(_Strict):
