@@ -32,6 +32,7 @@ from alloctrace.server.upload import UploadError
 from alloctrace.server.whatif_api import router as whatif_router
 
 COOKIE = "alloctrace_token"
+AUTHENTICATED = "alloctrace.authenticated"  # scope extension TokenGuard sets on page requests
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what secrets.token_urlsafe makes: safe in URLs and cookies
 
 
@@ -79,6 +80,9 @@ class TokenGuard:
                                     headers={"WWW-Authenticate": "Bearer"})
                 return await resp(scope, receive, send)
             return await self.app(scope, receive, send)
+        cookie = _cookie(headers.get("cookie", ""), COOKIE)
+        # a page answers a caller without the token as it answers any trace id (no telling which exist)
+        scope.setdefault("extensions", {})[AUTHENTICATED] = self._ok(from_query) or self._ok(cookie)
         if from_query is not None and self._ok(from_query):
             async def send_with_cookie(message):
                 if message["type"] == "http.response.start":
@@ -188,7 +192,8 @@ def _pages(app: FastAPI, web: Path | None):
     def trace_page(request: Request, trace_id: str):
         if not re.fullmatch(TRACE_ID.strip("^$"), trace_id):
             return JSONResponse({"detail": "not a trace id"}, status_code=404)
-        if torch_page_for(request.app.state.ctx.store, trace_id):  # PyTorch snapshots have their own page
+        known = (request.scope.get("extensions") or {}).get(AUTHENTICATED, True)  # True: no token to give
+        if known and torch_page_for(request.app.state.ctx.store, trace_id):  # PyTorch snapshots: their own page
             return RedirectResponse(f"/torch?id={trace_id}", status_code=307)
         return page(request, "trace.html")
 
