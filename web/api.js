@@ -278,6 +278,17 @@ export async function torchOom(id, d, skip = null) {
   return (await call(`${torchDevice(id, d)}/oom?${withSkip(new URLSearchParams(), skip)}`)).oom || null;
 }
 
+/** The memory flamegraph at an entry ("peak", "oom", "end" or a number): {event, bytes, live_allocations, svg}. */
+export function torchFlame(id, d, at = "peak", skip = null) {
+  const q = new URLSearchParams({ at: String(at) });
+  return call(`${torchDevice(id, d)}/flame?${withSkip(q, skip)}`);
+}
+
+/** The ranks (devices) of a trace side by side: {ranks: [{rank, peak_requested, ..., series}], oom_ranks, compared}. */
+export function torchRanks(id, skip = null) {
+  return call(`/api/torch/traces/${enc(id)}/ranks?${withSkip(new URLSearchParams(), skip)}`);
+}
+
 /** Live allocations at the peak: {event, peak_requested, live_allocations, by_call_site: [{bytes, share, count, site}]}. */
 export function torchPeak(id, d, skip = null) {
   return call(`${torchDevice(id, d)}/peak?${withSkip(new URLSearchParams(), skip)}`);
