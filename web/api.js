@@ -223,6 +223,17 @@ export async function sweep(request) {
     oomOnset: (s.oom_onset || []).map((o) => ({ ...o, oom: oom(o.oom) })) };
 }
 
+/** Recorded sweeps (`alloctrace sweep --vary`): [{sweep, points, name, created}], newest first. */
+export async function recordedSweeps() { return (await call("/api/sweeps")).sweeps || []; }
+
+/**
+ * A recorded sweep: {sweep, vary: [[flag, [values]]], points: [{values: {flag: value}, buffers: {buffer type:
+ * bytes}, consistent, trace, graph, families: [{family, bytes, tensor, type, ne}], printed, error}], laws:
+ * [{family, law: {formula, ...}|null, by_setting}], dominance, neighbours: [{axis, setting, a, b, a_trace,
+ * b_trace, a_graph, b_graph, delta, families}]}.
+ */
+export function recordedSweep(id) { return call(`/api/sweeps/${enc(id)}`); }
+
 // --- PyTorch snapshots (docs/torch.md) ----------------------------------------------------------------------
 // Fields are passed on as the server names them (snake_case); each function lists the ones pages read.
 const torchTrace = (id) => `/api/torch/traces/${enc(id)}`;
