@@ -157,3 +157,10 @@ def test_cli_says_partial_everywhere(tmp_path, capsys):
         assert main(cmd + ["--store", str(tmp_path)]) == 0
         out = capsys.readouterr().out
         assert "note: " in out and ("partial trace" in out or "starts mid-run" in out), cmd
+
+
+def test_diff_says_which_side_is_partial(tmp_path, capsys):
+    main(["diff", str(PAIRS / "train_default.pickle.gz"), str(PAIRS / "train_wrapped.pickle.gz"),
+          "--store", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "note (b): partial trace" in out and "note (a)" not in out
