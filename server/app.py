@@ -30,6 +30,7 @@ from alloctrace.server.guard import OriginGuard, one_line_loop_errors, os_error_
 from alloctrace.server.mapfast import MemoryMapFastPath
 from alloctrace.server.upload import UploadError
 from alloctrace.server.whatif_api import router as whatif_router
+from alloctrace.server.regress_api import router as regress_router
 
 COOKIE = "alloctrace_token"
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what secrets.token_urlsafe makes: safe in URLs and cookies
@@ -44,7 +45,7 @@ def check_token(token: str | None) -> str | None:
 
 
 PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html",
-         "/torch": "torch.html", "/whatif": "whatif.html"}
+         "/torch": "torch.html", "/whatif": "whatif.html", "/history": "history.html"}
 
 
 def _not_found_type():
@@ -124,6 +125,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     app.include_router(router)
     app.include_router(torch_router)  # PyTorch memory snapshots
     app.include_router(whatif_router)  # caching-allocator what-if for PyTorch snapshots
+    app.include_router(regress_router)  # compare and history, over tagged traces
     _errors(app)
     _pages(app, web)
     app.add_middleware(MemoryMapFastPath, ctx=ctx)  # innermost: after the guards below

@@ -6,7 +6,7 @@ import sys
 
 from alloctrace.allocator.profiles import names as profile_names
 
-from ._common import add_store_arg, open_store_from, traces_table
+from ._common import add_store_arg, add_tag_arg, open_store_from, tags_from, traces_table
 
 
 def register(subparsers):
@@ -21,6 +21,7 @@ def register(subparsers):
     p.add_argument("--name", help="trace name (default: the file name)")
     p.add_argument("--generation", metavar="G",
                    help=f"allocator generation of a ggml log, overriding detection: {profile_names()}")
+    add_tag_arg(p)
     p.add_argument("--json", action="store_true", help="print the imported traces as JSON")
     p.add_argument("--max-decompressed", metavar="BYTES",
                    help="refuse a file that decompresses to more than this (e.g. 512M; default 2G, "
@@ -39,6 +40,7 @@ def run(args) -> int:
     from alloctrace.traces.sources.ggml_log.import_log import check_generation
 
     check_generation(args.generation)
+    tags = tags_from(args)
     limits = Limits.from_env(
         max_decompressed=None if args.max_decompressed is None else int(parse_amount(args.max_decompressed,
                                                                                       "--max-decompressed")),
@@ -46,7 +48,7 @@ def run(args) -> int:
         salvage=args.salvage or None)
     store = open_store_from(args)
     summaries = import_files(store, args.paths, name=args.name, generation=args.generation,
-                             progress=sys.stderr.isatty(), limits=limits)
+                             progress=sys.stderr.isatty(), limits=limits, tags=tags)
     if args.json:
         print(json.dumps({"traces": [import_json(s) for s in summaries]}, indent=1))
     else:

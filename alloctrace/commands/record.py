@@ -10,7 +10,7 @@ from pathlib import Path
 
 from alloctrace.traces.errors import UserError
 
-from ._common import add_store_arg, open_store_from, traces_table
+from ._common import add_store_arg, add_tag_arg, open_store_from, tags_from, traces_table
 
 
 def register(subparsers):
@@ -20,8 +20,10 @@ def register(subparsers):
                     "graph allocator (ggml_gallocr), then replay them through the ggml-head model and store the "
                     "trace (or write the raw recording with -o). The program's output passes through and its "
                     "exit status is returned. Linux; the program must use ggml as a shared library.",
-        usage="%(prog)s [--store DIR] [--name NAME] [-o FILE] [--ggml-include PATH] -- PROGRAM [ARGS...]")
+        usage="%(prog)s [--store DIR|URL] [--name NAME] [--tag KEY=VALUE ...] [-o FILE] [--ggml-include PATH] "
+              "-- PROGRAM [ARGS...]")
     add_store_arg(p)
+    add_tag_arg(p)
     p.add_argument("--name", help="trace name (default: the program's name)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the raw recording to FILE instead of importing it")
     p.add_argument("--ggml-include", metavar="PATH",
@@ -39,6 +41,10 @@ def run(args) -> int:
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:
         raise UserError("record: name the program to run, after --")
+    tags = tags_from(args)
+    if tags and args.output:
+        raise UserError("record: --tag labels stored traces; with -o nothing is stored (give the tags to "
+                        "`alloctrace import --tag` of the recording)")
     header = find_ggml_header(args.ggml_include) if args.ggml_include else None
     library = recorder_library(header)
     with tempfile.TemporaryDirectory(prefix="alloctrace-rec-") as tmp:
@@ -52,7 +58,7 @@ def run(args) -> int:
             return result.exit_status
         name = args.name or program_name(command)
         store = open_store_from(args)
-        ids = import_into_store(store, result.recordings, name)
+        ids = import_into_store(store, result.recordings, name, tags)
     print(traces_table([store.summary(t) for t in ids]), file=sys.stderr)
     return result.exit_status
 
@@ -65,11 +71,11 @@ def program_name(command: list[str]) -> str:
     return os.path.basename(words[0])
 
 
-def import_into_store(store, recordings: list[Path], name: str) -> list[str]:
+def import_into_store(store, recordings: list[Path], name: str, tags=()) -> list[str]:
     """Each recording file into the store, through the one import entry point (all or nothing)."""
     from alloctrace.traces.sources import import_files
 
-    return [s["id"] for s in import_files(store, recordings, name=name, progress=sys.stderr.isatty())]
+    return [s["id"] for s in import_files(store, recordings, name=name, progress=sys.stderr.isatty(), tags=tags)]
 
 
 def _write_output(recordings: list[Path], out: Path):

@@ -23,6 +23,11 @@ def register(subparsers):
     p.add_argument("--n-batch", metavar="N[,N...]", help="batch sizes (default: the program's)")
     p.add_argument("--metal-concurrency", action="store_true", help="Metal's concurrency order, as in `replay`")
     p.add_argument("--json", action="store_true", help="print the points as JSON")
+    p.add_argument("--tag", metavar="KEY=VALUE", action="append", default=[], dest="tags",
+                   help="store each point's replay as a trace with these tags (repeatable) plus its own "
+                        "config=PROFILE/cN_CTX/bN_BATCH, e.g. --tag commit=abc123")
+    p.add_argument("--store", metavar="DIR|URL", help="where --tag stores the points (default: $ALLOCTRACE_STORE, "
+                                                      "else the per-user data directory)")
     p.set_defaults(func=run)
 
 
@@ -33,10 +38,41 @@ def run(args) -> int:
     if not profiles:
         raise UserError("--profile wants at least one profile name")
     n_ctx, n_batch = parse_values(args.n_ctx, "--n-ctx"), parse_values(args.n_batch, "--n-batch")
+    from alloctrace.traces.regress.tags import parse_tags
+    tags = parse_tags(args.tags)
+    if args.store and not tags:
+        raise UserError("sweep: --store keeps the points only with --tag (e.g. --tag commit=abc123)")
     with _progress() as advance:
         out = sweep(args.preset, profiles, n_ctx, n_batch, args.metal_concurrency, progress=advance)
+    if tags:
+        store_points(out, args, tags)
     print(json.dumps(out, indent=1) if args.json else safe_lines(report_lines(out)))  # names are data: escaped
     return 0
+
+
+def store_points(out: dict, args, tags: list[str]):
+    """Each point that replayed, stored as its trace (both graphs) with `tags` and its config; the trace id
+    goes into the point (`trace_id`). All or nothing: a failure removes the points stored before it."""
+    from alloctrace.traces.replay_run import replay, store_result
+    from alloctrace.traces.store import open_store
+
+    store, done = open_store(args.store), []
+    try:
+        for q in out["points"]:
+            if q["error"]:
+                continue
+            r = replay(q["preset"], q["profile"], n_ctx=q["n_ctx"], n_batch=q["n_batch"],
+                       metal_concurrency=args.metal_concurrency)
+            config = f"config={q['profile']}/c{q['n_ctx']}/b{q['n_batch']}"
+            q["trace_id"] = store_result(r, store, [*tags, config] if not any(
+                t.startswith("config=") for t in tags) else tags)
+            done.append(q["trace_id"])
+    except BaseException:
+        for tid in done:
+            store.delete(tid)
+        raise
+    finally:
+        store.close()
 
 
 class _progress:
