@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import json
 
-from ._common import add_store_arg, open_store_from, traces_table
+from ._common import add_store_arg, examples, open_store_from, traces_table
+
+
+EXAMPLES = examples(
+    'alloctrace list --store ./store',
+    'alloctrace list -q "my run" --store ./store   # names containing "my run"',
+    'alloctrace list --json --store ./store')
 
 
 def register(subparsers):
@@ -14,6 +20,7 @@ def register(subparsers):
     p.add_argument("--tag", metavar="KEY=VALUE", action="append", default=[], dest="tags",
                    help="only traces with this tag (repeatable)")
     p.add_argument("--json", action="store_true", help="print the traces as JSON")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

@@ -13,6 +13,8 @@ import webbrowser
 
 from alloctrace.traces.errors import UserError
 
+from ._common import examples
+
 TOKEN_ENV = "ALLOCTRACE_TOKEN"
 READ_TOKENS_ENV = "ALLOCTRACE_READ_TOKENS"
 MAX_WORKERS = 64
@@ -21,6 +23,12 @@ EXAMPLES = """examples:
   alloctrace serve --store postgresql://alloc@db:5432/traces --workers 4 --host 0.0.0.0 \\
       --token auto --read-token "$DASHBOARD_TOKEN"     # a shared server for a team and its CI
   alloctrace serve --examples --open                  # seed an empty store with example traces"""
+
+
+EXAMPLES = examples(
+    'alloctrace serve --store ./store --open   # http://127.0.0.1:8000',
+    'alloctrace serve --examples --port 8001   # an empty store gets example traces',
+    'alloctrace serve --host 0.0.0.0 --token "$TOKEN"   # reachable from other machines, behind a token')
 
 
 def register(subparsers):
@@ -47,6 +55,7 @@ def register(subparsers):
     p.add_argument("--max-decompressed", metavar="BYTES",
                    help="refuse an upload that decompresses to more than this (default 2G, or "
                         "$ALLOCTRACE_MAX_DECOMPRESSED)")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

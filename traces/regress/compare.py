@@ -1,7 +1,8 @@
 """Two commits' traces, compared buffer by buffer: what `alloctrace compare` and GET /api/compare answer.
 
 The traces tagged with the base (say `commit=A`) and with the head (`commit=B`) are paired by their
-other key=value tags (model, config, ...), leaving out the keys that chose the sides and `order`.
+other key=value tags (model, config, a sweep's FLAG=VALUE, ...), leaving out the keys that chose the sides, `order`
+and `sweep` (a sweep's id).
 Each trace's buffers are its largest size per buffer type (a recording names its buffer types and
 the sizes ggml reported; other traces have one compute buffer: buffer_size, else max_size), taken
 from the graph that first reached it. A buffer that changed gets the size attribution `diff`
@@ -16,7 +17,7 @@ from alloctrace.traces.errors import UserError
 
 from .tags import as_dict, parse_tag
 
-NOT_PAIRED_BY = ("order",)  # a tag that orders runs, never one that tells configs apart
+NOT_PAIRED_BY = ("order", "sweep")  # tags that order or group runs, never ones that tell configs apart
 MAX_TRACES = 2000  # per side: the work a compare may cause
 
 

@@ -3,8 +3,9 @@
 Every answer is bounded whatever the snapshot's size: the timeline samples a
 grid of at most `max_points` entries and draws at most `max_bands` allocations
 (the largest in the window), the rest showing only in the total; the state view
-caps blocks. Call sites are the first frame outside `skip` (torch internals by
-default), innermost first, as the snapshot records frames.
+caps blocks. Call sites are the first Python frame outside `skip` (torch internals by
+default), innermost first, as the snapshot records frames; C++ frames only name stacks without Python frames
+(frames.py).
 """
 from __future__ import annotations
 
@@ -13,12 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .columns import ACTIONS, ALLOC, FREE_REQUESTED, OOM, SEGMENT_FREE
+from .frames import DEFAULT_SKIP, site_label
 from .source import curves
 from .state import AllocatorState
 from .store import device_tables
 
-DEFAULT_SKIP = ("site-packages/torch/", "dist-packages/torch/", "site-packages\\torch\\", "<frozen ",
-                "<built-in", "<string>")  # frames whose file name contains one of these are torch's own
 NO_STACK = "(no Python stack)"
 PREEXISTING = "(allocated before the trace began)"
 CHECKPOINT_EVERY = 20_000
@@ -87,13 +87,10 @@ class Device:
                 for f in t["stack_frames"][lo:hi].tolist()]
 
     def site(self, stack: int, skip=DEFAULT_SKIP) -> str:
-        """The call site of a stack: its first frame outside `skip`, else its innermost frame."""
+        """The call site of a stack (frames.call_site: never a C++ frame while a Python frame exists)."""
         key = ("site", stack, tuple(skip))
         if key not in self._cache:
-            fr = self.frames(stack)
-            pick = next((f for f in fr if not any(p in f["filename"] for p in skip)), fr[0] if fr else None)
-            self._cache[key] = (NO_STACK if pick is None
-                                else f"{pick['name']} ({_short(pick['filename'])}:{pick['line']})")
+            self._cache[key] = site_label(self.frames(stack), skip) or NO_STACK
         return self._cache[key]
 
     def meta_text(self, code: int) -> str:
@@ -136,14 +133,6 @@ class Device:
                 inner[ivs[k][0]:ivs[k][1]] = k
             self._cache["inner"] = inner
         return self._cache["inner"]
-
-
-def _short(filename: str) -> str:
-    """A file name from its package down (after site-packages/), for labels."""
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in filename:
-            return filename.rsplit(marker, 1)[1]
-    return filename
 
 
 def load_device(store, trace_id: str, device: int) -> Device:
