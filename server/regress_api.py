@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from alloctrace.server.api import ctx
 from alloctrace.traces.errors import UserError
@@ -22,12 +22,18 @@ def _few(tags: list[str]) -> list[str]:
 @router.get("/compare", summary="Buffers of two commits' traces, paired by their other tags")
 def get_compare(request: Request, base: Tag, head: Tag,
                 threshold: Annotated[str, Query(max_length=40, description="bytes (1MiB) or percent (1%)")] = "0",
-                tag: Tag = []):
-    """`alloctrace compare --json`; `tag` narrows both sides (e.g. model=llama)."""
+                tag: Tag = [],
+                format: Annotated[str, Query(pattern="^(json|markdown)$")] = "json"):
+    """`alloctrace compare --json` (or `--markdown`, with the header X-Alloctrace-Grew: true|false);
+    `tag` narrows both sides (e.g. model=llama)."""
     from alloctrace.traces.regress.compare import compare
     extra = _few(tag)
     result = ctx(request).call(lambda s: compare(s, _few(base) + extra, _few(head) + extra, threshold))
-    return JSONResponse(result.to_json())
+    if format == "markdown":
+        from alloctrace.traces.regress.compare_report import markdown
+        return Response(markdown(result), media_type="text/markdown; charset=utf-8",
+                        headers={"X-Alloctrace-Grew": "true" if result.failed else "false"})
+    return JSONResponse(result.to_json(), headers={"X-Alloctrace-Grew": "true" if result.failed else "false"})
 
 
 @router.get("/history", summary="Buffer size per commit, one line per config and buffer (paged over commits)")

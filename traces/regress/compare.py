@@ -2,7 +2,7 @@
 
 The traces tagged with the base (say `commit=A`) and with the head (`commit=B`) are paired by their
 other key=value tags (model, config, a sweep's FLAG=VALUE, ...), leaving out the keys that chose the sides, `order`
-and `sweep` (a sweep's id).
+and `sweep` (a sweep's id) and `branch` (a pull request's branch is not main, its commits still pair).
 Each trace's buffers are its largest size per buffer type (a recording names its buffer types and
 the sizes ggml reported; other traces have one compute buffer: buffer_size, else max_size), taken
 from the graph that first reached it. A buffer that changed gets the size attribution `diff`
@@ -17,7 +17,7 @@ from alloctrace.traces.errors import UserError
 
 from .tags import as_dict, parse_tag
 
-NOT_PAIRED_BY = ("order", "sweep")  # tags that order or group runs, never ones that tell configs apart
+NOT_PAIRED_BY = ("order", "sweep", "branch")  # tags that order or group runs, never ones that tell configs apart
 MAX_TRACES = 2000  # per side: the work a compare may cause
 
 
