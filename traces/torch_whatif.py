@@ -16,7 +16,7 @@ from sortedcontainers import SortedList
 
 from alloctrace.allocator.cuda_caching import (
     ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, N_ROUNDUP_INTERVALS, NO_LIMIT, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
-    SEGMENT_MAP, SEGMENT_UNMAP, SNAPSHOT, AllocatorSettings, CachingAllocator, OutOfMemory, allocation_size,
+    SEGMENT_MAP, SEGMENT_UNMAP, SNAPSHOT, AllocatorSettings, Block, CachingAllocator, OutOfMemory, allocation_size,
     round_size)
 
 SEGMENT_ACTIONS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
@@ -80,6 +80,12 @@ class SimulatedDevice:
         low = min((a for a, _ in recorded), default=0x7F00_0000_0000)
         self.low_addr = max(1 << 40, low // (1 << 30) * (1 << 30) - (1 << 30))
         self.live = SortedList()                              # (start, end) of segments in use
+
+    def occupy(self, addr: int, size: int):
+        """A segment that exists before the trace's first entry (a trace that starts mid-run)."""
+        self.used += size
+        self.live.add((addr, addr + size))
+        self.low_addr = min(self.low_addr, addr // (1 << 30) * (1 << 30) - (1 << 30))
 
     def _free_range(self, addr: int, size: int) -> bool:
         i = self.live.bisect_left((addr, addr))
@@ -165,8 +171,35 @@ def _lists(cols: dict) -> tuple[list, list, list, list]:
             np.asarray(stream).tolist() if stream is not None else [0] * n)
 
 
+def _seed(model: CachingAllocator, device, seed, live: dict, deferred: dict):
+    """Put a trace's starting state (wrapped.Seed segments: the allocator at its first entry, for a trace that
+    starts mid-run) into the model: its segments, its free blocks in the pools, its allocations by address."""
+    for addr, size, stream, small, blocks in seed:
+        if hasattr(device, "occupy"):
+            device.occupy(addr, size)
+        model.reserved += size
+        prev = None
+        for b_addr, b_size, state, requested in blocks:
+            b = Block(b_addr, b_size, stream, small)
+            b.prev = prev
+            if prev is not None:
+                prev.next = b
+            prev = b
+            if state == "free":
+                (model.small if small else model.large).insert(b)
+            elif state == "pending_free":
+                b.event_count = 1              # freed by the program, waiting for its stream events
+                b.requested = requested
+                deferred[b_addr] = b
+            else:
+                b.allocated, b.requested = True, requested
+                model.allocated += b_size
+                model.requested += requested
+                live[b_addr] = b
+
+
 def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set | None = None,
-         keep_series: bool = False, progress=None) -> RunResult:
+         keep_series: bool = False, progress=None, seed=None) -> RunResult:
     action, addr, size, stream = _lists(cols)
     n = len(action)
     # the next alloc/oom request at or after each index, -1 past the last one
@@ -186,10 +219,15 @@ def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set |
     log = model.log
     live: dict[int, object] = {}           # trace address of a live allocation -> the model's block
     deferred: dict[int, object] = {}       # trace address of a block waiting for its stream events
+    if seed:
+        _seed(model, device, seed, live, deferred)
     reserved_s = np.zeros(n, dtype=np.int64) if keep_series else None
     allocated_s = np.zeros(n, dtype=np.int64) if keep_series else None
     res = RunResult(consistent=True if check else None, mismatch=None, peak_reserved=0, peak_allocated=0,
                     fragmentation_at_peak=0, peak_event=-1, oom=None)
+    if seed:
+        res.peak_reserved, res.peak_allocated = model.reserved, model.allocated
+        res.fragmentation_at_peak = model.reserved - model.allocated
     flush_at = set() if flushes is None else flushes
     logged = 0                             # model log entries already compared
     t = 0
@@ -358,19 +396,20 @@ class _Stopped(Exception):
         self.event = event
 
 
-def replay_check(cols: dict, settings: AllocatorSettings, *, keep_series: bool = False, progress=None) -> RunResult:
+def replay_check(cols: dict, settings: AllocatorSettings, *, keep_series: bool = False, progress=None,
+                 seed=None) -> RunResult:
     """Replay one device's trace under the settings it was recorded with and compare every decision:
     each segment request (size, and the recorded address used), each allocation's address, each release and OOM.
     `consistent` is False at the first difference, which `mismatch` describes (trace index, both choices)."""
-    return _run(cols, settings, check=True, keep_series=keep_series, progress=progress)
+    return _run(cols, settings, check=True, keep_series=keep_series, progress=progress, seed=seed)
 
 
 def what_if(cols: dict, settings: AllocatorSettings, *, flushes: list[int] | None = None, keep_series: bool = False,
-            progress=None) -> RunResult:
+            progress=None, seed=None) -> RunResult:
     """Run the trace's requests under other settings. `flushes`: the trace indices where the program emptied the
     cache (from `replay_check(...).cache_flushes`); without them every unexplained release run counts as one."""
     fl = set(flushes) if flushes is not None else _flush_guess(cols)
-    return _run(cols, settings, check=False, flushes=fl, keep_series=keep_series, progress=progress)
+    return _run(cols, settings, check=False, flushes=fl, keep_series=keep_series, progress=progress, seed=seed)
 
 
 def _flush_guess(cols: dict) -> set:
@@ -390,29 +429,34 @@ def _flush_guess(cols: dict) -> set:
     return out
 
 
-def trace_peaks(cols: dict) -> dict:
-    """What the trace itself says: peak reserved (Σ segment sizes) and the first OOM."""
+def trace_peaks(cols: dict, base_reserved: int = 0) -> dict:
+    """What the trace itself says: peak reserved (Σ segment sizes, on top of `base_reserved` for a trace that
+    starts mid-run) and the first OOM."""
     action = np.asarray(cols["action"])
     size = np.asarray(cols["size"], dtype=np.int64)
     delta = np.where((action == SEGMENT_ALLOC) | (action == SEGMENT_MAP), size,
                      np.where((action == SEGMENT_FREE) | (action == SEGMENT_UNMAP), -size, 0))
-    reserved = np.cumsum(delta)
+    reserved = np.cumsum(delta) + base_reserved
     ooms = np.flatnonzero(action == OOM)
-    return {"peak_reserved": int(reserved.max(initial=0)),
+    return {"peak_reserved": int(reserved.max(initial=base_reserved)),
             "oom": {"event": int(ooms[0]), "size": int(size[ooms[0]])} if len(ooms) else None,
             "reserved": reserved}
 
 
+def seed_reserved(seed) -> int:
+    return sum(s[1] for s in seed or ())
+
+
 def compare_settings(cols: dict, recorded: AllocatorSettings, changed: AllocatorSettings, *,
-                     keep_series: bool = False, progress=None) -> dict:
+                     keep_series: bool = False, progress=None, seed=None) -> dict:
     """Real run (checked replay under the recorded settings) next to the what-if run under `changed`.
     `progress(phase, done, total)` is called now and then ("recorded", then "what-if")."""
     def phase(name):
         return None if progress is None else (lambda i, n: progress(name, i, n))
-    real = replay_check(cols, recorded, keep_series=keep_series, progress=phase("recorded"))
-    tp = trace_peaks(cols)
+    real = replay_check(cols, recorded, keep_series=keep_series, progress=phase("recorded"), seed=seed)
+    tp = trace_peaks(cols, seed_reserved(seed))
     flushes = real.cache_flushes if real.consistent else None
-    wi = what_if(cols, changed, flushes=flushes, keep_series=keep_series, progress=phase("what-if"))
+    wi = what_if(cols, changed, flushes=flushes, keep_series=keep_series, progress=phase("what-if"), seed=seed)
 
     def block(r: RunResult, *, is_real: bool) -> dict:
         d = {"peak_reserved": r.peak_reserved, "peak_allocated": r.peak_allocated,
@@ -517,7 +561,7 @@ def apply_overrides(base: AllocatorSettings, items: dict[str, str], cap: str | N
     return replace(base, **kw)
 
 
-def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None) -> int | None:
+def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None, base_reserved: int = 0) -> int | None:
     """A cap that explains a trace's OOMs when the snapshot does not say which fraction was set (None: no OOM).
 
     Before each new segment the allocator checks reserved + segment size ≤ cap C. Every request that got one
@@ -530,7 +574,7 @@ def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None) ->
         return None
     s = settings or AllocatorSettings()
     size = np.asarray(cols["size"]).tolist()
-    reserved, before, mapping, limit = 0, 0, False, 0
+    reserved, before, mapping, limit = base_reserved, 0, False, 0
     for a, sz in zip(action, size):
         if a == SEGMENT_ALLOC or a == SEGMENT_MAP:
             if not mapping:
@@ -548,13 +592,37 @@ def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None) ->
     return max(limit, 1)
 
 
-def check_device(cols: dict, info: dict, *, memory_limit: int | None = None) -> dict:
-    """The importer's check of one device: {"consistent", "first_mismatch", ...} from the recorded settings."""
+class PartialTrace(ValueError):
+    """A trace that starts mid-run whose starting state could not be recovered: no what-if from it."""
+
+
+def starting_seed(info: dict, trace: str = "the trace") -> list | None:
+    """The allocator at a partial trace's first entry (wrapped.analyse), None for a complete trace; raises
+    PartialTrace when it could not be recovered exactly."""
+    p = info.get("partial") or {}
+    if not p.get("partial"):
+        return None
+    if not p.get("exact"):
+        raise PartialTrace(f"{trace} starts mid-run (its ring buffer wrapped: {p.get('orphan_frees', 0):,} frees of "
+                           f"blocks it never allocated) and the allocator before its first entry cannot be recovered "
+                           f"exactly ({p.get('reason')}); a what-if from it would start from an unknown state")
+    return p["seed"]
+
+
+def check_device(cols: dict, info: dict, *, memory_limit: int | None = None, progress=None) -> dict:
+    """The importer's check of one device: {"consistent", "first_mismatch", ...} from the recorded settings.
+    `progress(done, total)` is called now and then."""
+    try:
+        seed = starting_seed(info)
+    except PartialTrace as e:
+        return {"consistent": False, "first_mismatch": {"event": 0, "expected": {}, "model": None,
+                                                        "reason": str(e)}, "cache_flushes": 0, "alloc_retries": 0}
     base = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {})
-    base = replace(base, memory_limit=memory_limit or infer_memory_limit(cols, base))
-    r = replay_check(cols, base)
+    base = replace(base, memory_limit=memory_limit or infer_memory_limit(cols, base, seed_reserved(seed)))
+    r = replay_check(cols, base, seed=seed, progress=progress)
     return {"consistent": bool(r.consistent), "first_mismatch": asdict(r.mismatch) if r.mismatch else None,
-            "cache_flushes": len(r.cache_flushes), "alloc_retries": r.alloc_retries}
+            "cache_flushes": len(r.cache_flushes), "alloc_retries": r.alloc_retries,
+            "cache_flush_events": r.cache_flushes[:10_000], "memory_limit": base.memory_limit}
 
 
 def parse_pairs(items: list[str]) -> dict[str, str]:
@@ -573,12 +641,17 @@ def whatif_request(cols: dict, info: dict, settings: list[str], cap: str | None 
     """What `alloctrace whatif` and the API answer: the recorded settings (from the snapshot, with the cap
     given or inferred) against the same with `settings` (KEY=VALUE strings) and `cap` applied.
     Raises ValueError for bad settings."""
+    seed = starting_seed(info)
     recorded = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {})
     recorded = replace(recorded, memory_limit=parse_size(recorded_cap) if recorded_cap
-                       else infer_memory_limit(cols, recorded))
+                       else infer_memory_limit(cols, recorded, seed_reserved(seed)))
     changed = apply_overrides(recorded, parse_pairs(settings), cap)
-    out = compare_settings(cols, recorded, changed, keep_series=keep_series, progress=progress)
+    out = compare_settings(cols, recorded, changed, keep_series=keep_series, progress=progress, seed=seed)
     out["recorded_settings"] = settings_dict(recorded)
+    if seed is not None:
+        out["partial"] = {"exact_from": 0, "seed_reserved": seed_reserved(seed),
+                          "note": "the trace starts mid-run: both runs start from the allocator at its first entry "
+                                  "(the snapshot's segments walked back through the trace), as recorded"}
     return out
 
 

@@ -195,8 +195,9 @@ export async function replay(request) {
 // --- peak and sweep (docs/explain.md) -------------------------------------------------------------------
 /**
  * What is live at a graph's high-water mark. peak: {event (null: nothing allocated), bytes, tensor,
- * live_bytes}; families: [{family, tensors, bytes, share, first_node, last_node}] largest first;
- * fragmentation: {free_below_peak, largest_hole}; failure: null or {event, tensor, needed, largest, free,
+ * live_bytes}; families: [{family, tensors, bytes, share, first_node, last_node, shape?: {type, ne, bytes,
+ * formula} (recordings)}] largest first; fragmentation: {free_below_peak, largest_hole, holes: [{offset, bytes,
+ * freed: [{tensor, label?, bytes, freed_at}]}]}; failure: null or {event, tensor, needed, largest, free,
  * largest_hole}; tensors: [{tensor, family, op, bytes, offset, chunk, y0 (offset on the map), start, end}].
  */
 export async function peak(id, g) {
@@ -251,6 +252,17 @@ export function compare(base, head, tags = [], threshold = "0") {
 /** Every key=value tag in the store: {tags: {key: {value: count}}}. */
 export function storeTags() { return call("/api/tags"); }
 
+/** Recorded sweeps (`alloctrace sweep --vary`): [{sweep, points, name, created}], newest first. */
+export async function recordedSweeps() { return (await call("/api/sweeps")).sweeps || []; }
+
+/**
+ * A recorded sweep: {sweep, vary: [[flag, [values]]], points: [{values: {flag: value}, buffers: {buffer type:
+ * bytes}, consistent, trace, graph, families: [{family, bytes, tensor, type, ne}], printed, error}], laws:
+ * [{family, law: {formula, ...}|null, by_setting}], dominance, neighbours: [{axis, setting, a, b, a_trace,
+ * b_trace, a_graph, b_graph, delta, families}]}.
+ */
+export function recordedSweep(id) { return call(`/api/sweeps/${enc(id)}`); }
+
 // --- PyTorch snapshots (docs/torch.md) ----------------------------------------------------------------------
 // Fields are passed on as the server names them (snake_case); each function lists the ones pages read.
 const torchTrace = (id) => `/api/torch/traces/${enc(id)}`;
@@ -304,6 +316,17 @@ export async function torchEntry(id, d, k, skip = null) {
  */
 export async function torchOom(id, d, skip = null) {
   return (await call(`${torchDevice(id, d)}/oom?${withSkip(new URLSearchParams(), skip)}`)).oom || null;
+}
+
+/** The memory flamegraph at an entry ("peak", "oom", "end" or a number): {event, bytes, live_allocations, svg}. */
+export function torchFlame(id, d, at = "peak", skip = null) {
+  const q = new URLSearchParams({ at: String(at) });
+  return call(`${torchDevice(id, d)}/flame?${withSkip(q, skip)}`);
+}
+
+/** The ranks (devices) of a trace side by side: {ranks: [{rank, peak_requested, ..., series}], oom_ranks, compared}. */
+export function torchRanks(id, skip = null) {
+  return call(`/api/torch/traces/${enc(id)}/ranks?${withSkip(new URLSearchParams(), skip)}`);
 }
 
 /** Live allocations at the peak: {event, peak_requested, live_allocations, by_call_site: [{bytes, share, count, site}]}. */

@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .columns import ACTIONS, ALLOC, FREE_REQUESTED, OOM, SEGMENT_FREE
+from alloctrace.allocator.cuda_caching import allocation_size
+
 from .frames import DEFAULT_SKIP, site_label
+from .oom import cap_bounds, cause
+from .wrapped import note as partial_note
 from .source import curves
 from .state import AllocatorState
 from .store import device_tables
@@ -176,10 +180,18 @@ def peak(dev: Device, skip=DEFAULT_SKIP, top: int = 50) -> dict:
     req, res = dev.curves()
     k = int(np.argmax(req)) if dev.n else 0
     rows = live_at(dev, k)
-    return {"device": dev.device, "n_events": dev.n, "peak_requested": int(req[k]) if dev.n else 0,
-            "peak_reserved": int(res.max()) if dev.n else 0, "event": k,
-            "time_us": int(dev.cols["time_us"][k]) if dev.n else None, "live_allocations": len(rows),
-            "by_call_site": by_call_site(dev, rows, k, skip, top)}
+    return _noted(dev, {"device": dev.device, "n_events": dev.n, "peak_requested": int(req[k]) if dev.n else 0,
+                        "peak_reserved": int(res.max()) if dev.n else 0, "event": k,
+                        "time_us": int(dev.cols["time_us"][k]) if dev.n else None, "live_allocations": len(rows),
+                        "by_call_site": by_call_site(dev, rows, k, skip, top)})
+
+
+def _noted(dev: Device, out: dict) -> dict:
+    """An answer about a partial trace says so (`partial`: the line to show)."""
+    line = partial_note(dev.extra)
+    if line:
+        out["partial"] = line
+    return out
 
 
 # --- OOM -----------------------------------------------------------------------------------
@@ -192,13 +204,34 @@ def oom_card(dev: Device, index: "StateIndex", skip=DEFAULT_SKIP, which: int = 0
     t = index.at(k).totals()
     stack = int(dev.cols["stack"][k])
     free = dev.cols.get("device_free")
-    return {"event": k, "n_ooms": len(ooms), "requested": int(dev.cols["size"][k]),
+    card = {"event": k, "n_ooms": len(ooms), "oom_events": ooms[:200].tolist(), "requested": int(dev.cols["size"][k]),
+            "segment_needed": allocation_size(int(dev.cols["size"][k])),
             "stream": int(dev.cols["stream"][k]), "allocated": t["allocated"], "requested_live": t["requested"],
             "reserved": t["reserved"], "cached": t["cached"], "largest_free": t["largest_free"],
             "device_free": None if free is None else int(free[k]),
             "cache_releases": cache_releases(dev, k), "site": dev.label(stack, k, skip), "stack": dev.frames(stack),
             "meta": dev.meta_text(int(dev.cols["meta"][k])),
-            "holders": by_call_site(dev, live_at(dev, k), k, skip, top=15)}
+            "holders": by_call_site(dev, live_at(dev, k), k, skip, top=15),
+            "largest_blocks": largest_live(dev, k, skip)}
+    if "cap" not in dev._cache:
+        dev._cache["cap"] = cap_bounds(dev.cols, dev.extra)
+    bounds = dev._cache["cap"]
+    retries = dev.extra.get("alloc_retries")
+    card["retries"] = retries if retries is not None else (bounds or {}).get("retries_seen")
+    card["retries_source"] = "model" if retries is not None else "trace"
+    card["cap"] = None if not bounds or not bounds.get("upper") else {
+        "lower": bounds["lower"], "upper": bounds["upper"], "roundest": bounds["roundest"], "source": "inferred"}
+    card["cause"] = cause(card, bounds)
+    return _noted(dev, card)
+
+
+def largest_live(dev: Device, k: int, skip=DEFAULT_SKIP, top: int = 10) -> list[dict]:
+    """The largest allocations live at entry k, with who made them."""
+    al = dev.allocations()
+    rows = live_at(dev, k)
+    rows = rows[np.argsort(-al.size[rows], kind="stable")[:top]]
+    return [{"bytes": int(al.size[r]), "entry": int(al.start[r]), "addr": int(al.addr[r]),
+             "site": dev.label(int(al.stack[r]), int(al.start[r]), skip)} for r in rows.tolist()]
 
 
 def cache_releases(dev: Device, k: int, last: int = 5) -> list[dict]:
@@ -224,7 +257,9 @@ class StateIndex:
         settings = dev.extra.get("allocator_settings") or {}
         split = settings.get("max_split_size")
         self.split = split if isinstance(split, int) else None
-        self.checkpoints: dict[int, AllocatorState] = {0: AllocatorState(dev.cols, self.split)}
+        seed = (dev.extra.get("partial") or {}).get("seed")
+        first = AllocatorState.seeded(dev.cols, seed, self.split) if seed else AllocatorState(dev.cols, self.split)
+        self.checkpoints: dict[int, AllocatorState] = {0: first}
         self.cursor: AllocatorState | None = None
 
     def at(self, k: int) -> AllocatorState:
@@ -269,8 +304,8 @@ def state(dev: Device, index: StateIndex, k: int, skip=DEFAULT_SKIP, max_blocks:
         segments.append({"address": seg.addr, "size": seg.size, "stream": seg.stream,
                          "pool": "small" if seg.small else "large",
                          "blocks": blocks})
-    return {"event": st.at, "n_events": dev.n, "totals": st.totals(), "segments": segments,
-            "truncated": n_blocks >= max_blocks, "next": entry(dev, st.at, skip)}
+    return _noted(dev, {"event": st.at, "n_events": dev.n, "totals": st.totals(), "segments": segments,
+                        "truncated": n_blocks >= max_blocks, "next": entry(dev, st.at, skip)})
 
 
 # --- timeline ------------------------------------------------------------------------------
@@ -329,7 +364,7 @@ def timeline(dev: Device, x0: int | None = None, x1: int | None = None, max_poin
                              "base": base.tolist(), "site": dev.label(int(al.stack[r]), s, skip),
                              "meta": dev.meta_text(int(al.meta[r]))})
     out["annotations"] = annotation_bands(dev, x0, x1)
-    return out
+    return _noted(dev, out)
 
 
 def annotation_bands(dev: Device, x0: int, x1: int, limit: int = 200) -> list[dict]:
