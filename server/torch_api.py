@@ -17,8 +17,8 @@ from fastapi.responses import JSONResponse
 
 from alloctrace.traces.errors import UserError
 from alloctrace.server import upload
-from alloctrace.traces.memmap import LRU
-from alloctrace.traces.torch.columns import OOM
+from alloctrace.traces.util.lru import LRU
+from alloctrace.traces.store.torch import OOM
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,4})?$"
@@ -40,11 +40,11 @@ class _Views:
         self.lock = threading.Lock()
 
     def device(self, store, tid: str, d: int):
-        from alloctrace.traces.torch.views import load_device
+        from alloctrace.traces.state.torch_device import load_device
         return self.devices.get((tid, d), lambda: load_device(store, tid, d))
 
     def state_index(self, store, tid: str, d: int):
-        from alloctrace.traces.torch.views import StateIndex
+        from alloctrace.traces.state.torch_device import StateIndex
         idx = self.states.get((tid, d), lambda: StateIndex(self.device(store, tid, d)))
         with self.lock:
             lock = self.locks.setdefault((tid, d), threading.Lock())
@@ -78,7 +78,7 @@ def _check_id(tid: str) -> str:
 
 
 def _skip(skip: str | None):
-    from alloctrace.traces.torch.views import DEFAULT_SKIP
+    from alloctrace.traces.state.torch_device import DEFAULT_SKIP
     if skip is None:
         return DEFAULT_SKIP
     return tuple(p for p in (s.strip() for s in skip.split(",")) if p)
@@ -90,14 +90,14 @@ def _device(request: Request, tid: str, d: int):
     if store.meta(tid).source != "torch":
         raise UserError(f"trace {tid} is not a PyTorch snapshot")
     if d not in [g["index"] for g in store.summary(tid)["graphs"]]:
-        from alloctrace.traces.store import NotFound
+        from alloctrace.traces.store.store import NotFound
         raise NotFound(f"trace {tid} has no device {d}")
     return _views(request).device(store, tid, d)
 
 
 @router.post("/api/torch/traces", status_code=201, summary="Upload a PyTorch memory snapshot (.pickle[.gz|.zst])")
 async def upload_snapshot(request: Request):
-    from alloctrace.traces.torch.store import torch_summary
+    from alloctrace.traces.store.torch import torch_summary
     c = request.app.state.ctx
     up = await upload.receive_upload(request, c.upload_dir, c.max_upload_bytes)
     try:
@@ -125,7 +125,7 @@ def _label(filename: str | None) -> str | None:
 
 @router.get("/api/torch/traces/{trace_id}", summary="A torch trace: devices, peaks, OOM, settings")
 def get_summary(request: Request, trace_id: TraceId):
-    from alloctrace.traces.torch.store import torch_summary
+    from alloctrace.traces.store.torch import torch_summary
     store = _store(request)
     _check_id(trace_id)
     if store.meta(trace_id).source != "torch":
@@ -149,7 +149,7 @@ def get_timeline(request: Request, trace_id: TraceId, d: Device,
                  max_points: Annotated[int, Query(ge=10, le=5000)] = 1000,
                  max_bands: Annotated[int, Query(ge=0, le=500)] = 120,
                  band_points: Annotated[int, Query(ge=2, le=2000)] = 300, skip: Skip = None):
-    from alloctrace.traces.torch.views import timeline
+    from alloctrace.traces.memmap.torch_timeline import timeline
     dev = _device(request, trace_id, d)
     if x0 is not None and x1 is not None and x1 <= x0:
         raise UserError(f"empty entry range: x1 ({x1}) must be above x0 ({x0})")
@@ -160,7 +160,7 @@ def get_timeline(request: Request, trace_id: TraceId, d: Device,
 def get_state(request: Request, trace_id: TraceId, d: Device,
               event: Annotated[int, Query(ge=0, description="entries applied (0..n)")],
               max_blocks: Annotated[int, Query(ge=1, le=100_000)] = 20_000, skip: Skip = None):
-    from alloctrace.traces.torch.views import state
+    from alloctrace.traces.state.torch_device import state
     dev = _device(request, trace_id, d)
     if event > dev.n:
         raise UserError(f"event {event} is out of range (0..{dev.n})")
@@ -172,14 +172,14 @@ def get_state(request: Request, trace_id: TraceId, d: Device,
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/peak", summary="Live allocations at the peak, by call site")
 def get_peak(request: Request, trace_id: TraceId, d: Device, skip: Skip = None,
              top: Annotated[int, Query(ge=1, le=1000)] = 50):
-    from alloctrace.traces.torch.views import peak
+    from alloctrace.traces.explain.torch_peak import peak
     return JSONResponse(peak(_device(request, trace_id, d), _skip(skip), top))
 
 
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/oom", summary="The OOM card (null when none)")
 def get_oom(request: Request, trace_id: TraceId, d: Device, skip: Skip = None,
             which: Annotated[int, Query(ge=0, le=1_000_000)] = 0):
-    from alloctrace.traces.torch.views import oom_card
+    from alloctrace.traces.explain.torch_peak import oom_card
     dev = _device(request, trace_id, d)
     idx, lock = _views(request).state_index(_store(request), trace_id, d)
     with lock:
@@ -190,7 +190,7 @@ def get_oom(request: Request, trace_id: TraceId, d: Device, skip: Skip = None,
 def get_entries(request: Request, trace_id: TraceId, d: Device, start: Annotated[int, Query(ge=0)] = 0,
                 limit: Annotated[int, Query(ge=1, le=2000)] = 100, skip: Skip = None,
                 frames: Annotated[bool, Query(description="include each entry's stack")] = False):
-    from alloctrace.traces.torch.views import entry
+    from alloctrace.traces.state.torch_device import entry
     dev = _device(request, trace_id, d)
     sk = _skip(skip)
     rows = [entry(dev, k, sk, frames) for k in range(min(start, dev.n), min(start + limit, dev.n))]
@@ -200,7 +200,7 @@ def get_entries(request: Request, trace_id: TraceId, d: Device, start: Annotated
 @router.get("/api/torch/diff", summary="Diff two snapshots (ID or ID:DEVICE)")
 def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotated[str, Query(pattern=REF)],
              skip: Skip = None, top: Annotated[int, Query(ge=1, le=500)] = 40):
-    from alloctrace.traces.torch.diff import diff
+    from alloctrace.traces.diff.torch import diff
     da, db = (_device(request, *_ref(r)) for r in (a, b))
     return JSONResponse(diff(da, db, _skip(skip), top))
 

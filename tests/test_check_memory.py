@@ -9,7 +9,7 @@ import pytest
 
 from alloctrace.cli import main
 from alloctrace.metal_exec.execute import estimate_bytes, run
-from alloctrace.traces.replay_run import preset_plans
+from alloctrace.traces.replay.run import preset_plans
 
 SMALL_LLAMA = {"n_layer": "1", "n_embd": "128", "n_head": "4", "n_head_kv": "4", "n_ff": "344", "n_vocab": "256"}
 

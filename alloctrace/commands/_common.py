@@ -1,7 +1,7 @@
 """Helpers shared by the store commands: the --store option and readable tables."""
 from __future__ import annotations
 
-from alloctrace.traces.textsafe import safe
+from alloctrace.traces.util.textsafe import safe
 
 
 def register(subparsers):
@@ -14,7 +14,7 @@ def add_store_arg(parser):
 
 
 def open_store_from(args):
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
 
     return open_store(getattr(args, "store", None))
 
@@ -38,7 +38,7 @@ def _yes_no(v, complete: bool = True) -> str:
 
 
 def table(rows: list[list[str]]) -> str:
-    from alloctrace.traces.explain import text_table
+    from alloctrace.traces.explain.peak import text_table
 
     # names are data: no escape sequences, no forged rows
     return "\n".join(text_table([[safe(c) for c in r] for r in rows]))

@@ -17,7 +17,7 @@ import re
 
 from alloctrace.allocator.profiles import DEFAULT_PROFILE, names as profile_names
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe, safe_lines
+from alloctrace.traces.util.textsafe import safe, safe_lines
 
 EXIT_HAZARDS = 4
 MEMORY_SHARE = 0.75  # of MemAvailable, when no --max-memory is given: leave the rest to other programs
@@ -98,7 +98,7 @@ def _hparams(items) -> dict:
 def _preset_plans(args):
     """The eval graph of a model preset, planned as the program did (measure, then the real buffer)."""
     try:
-        from alloctrace.traces.replay_run import preset_plans
+        from alloctrace.traces.replay.run import preset_plans
     except ImportError:
         raise UserError("checking presets is not available in this build; use --harness") from None
     try:
@@ -112,8 +112,8 @@ def _trace_plans(args):
     """A stored replay trace: its preset run is rebuilt and must reproduce the stored eval max_size.
 
     Traces imported from logs keep events, not tensor shapes and sources, so they cannot be checked."""
-    from alloctrace.traces.replay_run import preset_plans
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.replay.run import preset_plans
+    from alloctrace.traces.store.store import open_store
 
     store = open_store(args.store)
     try:
@@ -208,7 +208,7 @@ def _smaller(args, limit: int) -> str:
     """A reduced-dimension variant of the preset that fits in limit, as --hparam flags to paste."""
     from alloctrace.allocator.presets import PRESETS
     from alloctrace.metal_exec.execute import estimate_bytes
-    from alloctrace.traces.replay_run import preset_plans
+    from alloctrace.traces.replay.run import preset_plans
 
     preset = PRESETS.get(args.preset or "")
     if preset is None:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe_lines
+from alloctrace.traces.util.textsafe import safe_lines
 
 from ._common import add_store_arg, open_store_from, table
 
@@ -55,7 +55,7 @@ def resolve_ref(store, ref: str, imported: dict) -> str:
 
 
 def run(args) -> int:
-    from alloctrace.traces.diff import DiffResult, diff_refs
+    from alloctrace.traces.diff.graphs import DiffResult, diff_refs
 
     store = open_store_from(args)
     imported: dict = {}
@@ -117,7 +117,7 @@ def report_lines(d) -> list[str]:
         rows.append([name, _size(a[key]), _size(b[key]), f"{d.deltas[key]:+,}"])
     out += ["", "SUMMARY", _indent(table(rows))]
     if d.size_attribution:
-        from alloctrace.traces.explain import attribution_lines
+        from alloctrace.traces.explain.peak import attribution_lines
 
         out += ["", "SIZE ATTRIBUTION (high-water mark by family at each peak)"] + attribution_lines(d.size_attribution)
     out += _delta_table("OFFSETS THAT DIFFER MOST", d.deltas["offsets"])

@@ -24,7 +24,7 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.export import export
+    from alloctrace.traces.export.ggml import export
 
     store = open_store_from(args)
     tid = store.resolve(args.id.partition(":")[0])[0]

@@ -34,7 +34,7 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.bounded_io import Limits, parse_amount
+    from alloctrace.traces.sources.bounded_io import Limits, parse_amount
     from alloctrace.traces.sources import import_files
     from alloctrace.traces.sources.ggml_log.import_log import check_generation
 

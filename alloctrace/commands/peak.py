@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe_lines
+from alloctrace.traces.util.textsafe import safe_lines
 
 from ._common import add_store_arg, open_store_from
 
@@ -30,7 +30,7 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.explain import peak_json
+    from alloctrace.traces.explain.peak import peak_json
 
     from .diff import resolve_ref
 
@@ -50,7 +50,7 @@ def run(args) -> int:
 
 
 def report_lines(p: dict, tensors: bool = False) -> list[str]:
-    from alloctrace.traces.explain import fmt_bytes, text_table
+    from alloctrace.traces.explain.peak import fmt_bytes, text_table
 
     def section(title: str, body: dict) -> list[str]:
         pk, fr = body["peak"], body["fragmentation"]
@@ -92,7 +92,8 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
 
 def torch_peak(args, store, summary: dict) -> int:
     """A snapshot's peak per device: the live allocations grouped by their first frame outside torch."""
-    from alloctrace.traces.torch.views import DEFAULT_SKIP, load_device, peak
+    from alloctrace.traces.state.torch_device import DEFAULT_SKIP, load_device
+    from alloctrace.traces.explain.torch_peak import peak
 
     from ._common import table
 

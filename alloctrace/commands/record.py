@@ -32,9 +32,9 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.record.build import find_ggml_header, recorder_library
-    from alloctrace.traces.record.run import run_recorded
-    from alloctrace.traces.record.source import NO_GGML
+    from alloctrace.traces.sources.record.build import find_ggml_header, recorder_library
+    from alloctrace.traces.sources.record.run import run_recorded
+    from alloctrace.traces.sources.record.source import NO_GGML
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:

@@ -5,7 +5,7 @@ import json
 
 from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe_lines
+from alloctrace.traces.util.textsafe import safe_lines
 
 
 def register(subparsers):
@@ -79,7 +79,7 @@ def summary_lines(r) -> list[str]:
 
 
 def run(args) -> int:
-    from alloctrace.traces.replay_run import EXIT_OOM, replay, store_result
+    from alloctrace.traces.replay.run import EXIT_OOM, replay, store_result
 
     r = replay(args.preset, args.profile, n_ctx=args.n_ctx, n_batch=args.n_batch, eval_tokens=args.eval_tokens,
                n_past=args.n_past, metal_concurrency=args.metal_concurrency, layout=args.layout,

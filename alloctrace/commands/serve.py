@@ -55,7 +55,7 @@ def run(args) -> int:
         raise UserError(f"bad port {args.port}")
     if args.max_upload_mb <= 0:
         raise UserError("--max-upload-mb must be positive")
-    from alloctrace.traces.bounded_io import Limits, parse_amount
+    from alloctrace.traces.sources.bounded_io import Limits, parse_amount
     limits = Limits.from_env(max_decompressed=None if args.max_decompressed is None
                              else int(parse_amount(args.max_decompressed, "--max-decompressed")))
     sock = bind(args.host, args.port)
@@ -64,7 +64,7 @@ def run(args) -> int:
 
     from alloctrace.server.app import create_app
     from alloctrace.server.guard import allowed_hosts, slow_client_protocol
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
     store = open_store(args.store)
     if args.examples:
         from alloctrace.server.examples import seed_examples

@@ -24,7 +24,8 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.torch.views import StateIndex, load_device, oom_card, state
+    from alloctrace.traces.state.torch_device import StateIndex, load_device, state
+    from alloctrace.traces.explain.torch_peak import oom_card
 
     store = open_store_from(args)
     tid, g = store.resolve(args.ref)

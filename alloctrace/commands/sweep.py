@@ -6,7 +6,7 @@ import sys
 
 from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe_lines
+from alloctrace.traces.util.textsafe import safe_lines
 
 
 def register(subparsers):
@@ -27,7 +27,7 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.sweep import parse_values, sweep
+    from alloctrace.traces.replay.sweep import parse_values, sweep
 
     profiles = [x.strip() for item in args.profile for x in item.split(",") if x.strip()]
     if not profiles:
@@ -63,7 +63,7 @@ class _progress:
 
 
 def report_lines(out: dict) -> list[str]:
-    from alloctrace.traces.explain import fmt_bytes, text_table
+    from alloctrace.traces.explain.peak import fmt_bytes, text_table
 
     rows = [["profile", "n_ctx", "n_batch", "compute buffer", "exact", "oom", "dominant families"]]
     for q in out["points"]:

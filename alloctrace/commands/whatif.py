@@ -32,7 +32,8 @@ def register(subparsers):
 
 def check_settings(args) -> None:
     """Bad settings fail before anything is imported."""
-    from alloctrace.traces.torch_whatif import AllocatorSettings, apply_overrides, parse_pairs, parse_size
+    from alloctrace.traces.whatif.torch import AllocatorSettings
+    from alloctrace.traces.whatif.torch_request import apply_overrides, parse_pairs, parse_size
 
     try:
         apply_overrides(AllocatorSettings(), parse_pairs(args.settings), args.cap)
@@ -45,7 +46,7 @@ def check_settings(args) -> None:
 def load_device(args) -> tuple[str, int, dict, dict]:
     """(trace id, device, columns, info) of the trace's device; a snapshot file is imported first (as `diff`
     does with files), then read back from the store like any stored trace."""
-    from alloctrace.traces.torch.store import device_columns, device_info
+    from alloctrace.traces.store.torch import device_columns, device_info
 
     from .diff import resolve_ref
 
@@ -64,7 +65,7 @@ def load_device(args) -> tuple[str, int, dict, dict]:
 
 def compare(cols: dict, info: dict, settings: list[str], cap: str | None, recorded_cap: str | None,
             *, keep_series: bool = False, progress=None) -> dict:
-    from alloctrace.traces.torch_whatif import whatif_request
+    from alloctrace.traces.whatif.torch_request import whatif_request
 
     try:
         return whatif_request(cols, info, settings, cap, recorded_cap, keep_series=keep_series, progress=progress)

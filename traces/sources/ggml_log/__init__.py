@@ -1,5 +1,5 @@
 """ggml AT_PRINTF logs of every generation: reader, splitter, memo, recovery."""
-from .import_log import GgmlLogSource, LogImport
+from alloctrace.traces.sources.ggml_log.import_log import GgmlLogSource, LogImport
 
 SOURCE = GgmlLogSource()
 

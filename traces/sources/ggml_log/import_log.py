@@ -11,44 +11,21 @@ from typing import Callable, Iterator
 from alloctrace.allocator.events import Event
 from alloctrace.allocator.profiles import PROFILES, names
 
-from ...bounded_io import Limits
-from ...columns import EncodedGraph, compressor as _compressor
-from ...errors import UserError
-from ...logio import LogReader
-from ...schema import TraceMeta
-from ..base import ImportedTrace
-from . import fastlog
-from .drafts import Draft, Features
+from alloctrace.traces.sources.bounded_io import Limits
+from alloctrace.traces.store.columns import EncodedGraph, compressor as _compressor
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.sources.logio import LogReader
+from alloctrace.traces.store.schema import TraceMeta
+from alloctrace.traces.sources.base import ImportedTrace
+from alloctrace.traces.sources.ggml_log import fastlog
+from alloctrace.traces.sources.ggml_log.drafts import Draft, Features
+from alloctrace.traces.sources.ggml_log.detect import detect_generation, log_style  # noqa: F401 (log_style: for readers of this module)
 
-# The Python path's modules (parse_log, split, split_memo, recover, graph_cache) are imported where it
+# The Python path's modules (parse_log, split, split_fast, recover, recover_fast) are imported where it
 # starts: an import the compiled fast path takes does without them.
 
 MAX_BODY = 1 << 16  # lines without a `#######` line that are fed at once
 HEADER = "#######"
-
-
-def log_style(f: Features) -> str:
-    """How the log's allocating lines look (Profile.log_style)."""
-    return "chunk" if f.chunk else "offset" if (f.offset or f.parent_line) else "addr" if f.addr else "block"
-
-
-def detect_generation(f: Features, first: Draft | None = None) -> str:
-    """The generation (PROFILES row) a log's message style and fingerprints point to; `first` is the
-    log's first graph walk (its allocation sizes are padded to the generation's alignment)."""
-    sizes = [e.size for e in first.items if isinstance(e, Event) and e.kind == "alloc" and e.size] if first else []
-    rows = [p for p in PROFILES.values() if p.log_style == log_style(f)]
-    for line in f.asserts:
-        for p in rows:
-            if line in p.assert_lines:
-                return p.name
-    if len({p.alignment for p in rows}) > 1:  # the widest alignment every size is padded to
-        for p in sorted(rows, key=lambda p: -p.alignment):
-            if sizes and all(s % p.alignment == 0 for s in sizes):
-                return p.name
-        return rows[-1].name
-    # a fresh allocator with a last-block fallback has only its last block, so its first choice prints -1
-    skips_last = f.first_block == -1
-    return [p for p in rows if p.best_fit_skips_last == skips_last or len(rows) == 1][-1].name
 
 
 def check_generation(generation: str | None) -> str | None:
@@ -74,7 +51,7 @@ class LogImport:
 
     def encoded(self) -> Iterator[EncodedGraph]:
         """The graphs in their stored form: the compiled fast path's (fastlog.py) where it covers the
-        log, else the Python path's, where identical graphs are recovered once (graph_cache.py)."""
+        log, else the Python path's, where identical graphs are recovered once (recover_fast.py)."""
         handed_out = 0
         if fastlog.library() is not None:
             again = fastlog.Replayable(self.src)
@@ -95,7 +72,7 @@ class LogImport:
         yield from graphs
 
     def _python_graphs(self) -> Iterator[EncodedGraph]:
-        from .graph_cache import RecoveryCache
+        from alloctrace.traces.sources.ggml_log.recover_fast import RecoveryCache
 
         cache = None
         for draft in self._drafts():
@@ -110,9 +87,9 @@ class LogImport:
 
         Lines are fed in bodies (the lines between `#######` lines), so a body the
         log repeats is split once (split_memo.py)."""
-        from .parse_log import AbsurdNumber, LineMemo
-        from .split import Splitter
-        from .split_memo import BodyMemo
+        from alloctrace.traces.sources.ggml_log.parse_log import AbsurdNumber, LineMemo
+        from alloctrace.traces.sources.ggml_log.split import Splitter
+        from alloctrace.traces.sources.ggml_log.split_fast import BodyMemo
 
         with LogReader(self.src, label=self.label, limits=self.limits) as reader:
             self.path = reader.path
@@ -152,7 +129,7 @@ class LogImport:
                 raise UserError(f"{self.path}:{bodies.lineno}: number out of range: {e}") from None
 
     def _replayer(self, features: Features, first: Draft):
-        from .recover import GallocrReplay, LegacyReplay
+        from alloctrace.traces.sources.ggml_log.recover import GallocrReplay, LegacyReplay
 
         if self.generation is None:
             self.generation = detect_generation(features, first)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from alloctrace.allocator.events import Event
 
-from .drafts import Draft, Features  # noqa: F401 (where they were defined before)
-from .parse_log import AUTO_REALLOC, BARRIER, BLANK, DEBUG, STEP, copy_event
+from alloctrace.traces.sources.ggml_log.drafts import Draft, Features  # noqa: F401 (where they were defined before)
+from alloctrace.traces.sources.ggml_log.parse_log import AUTO_REALLOC, BARRIER, BLANK, DEBUG, STEP, copy_event
 
 
 class Splitter:

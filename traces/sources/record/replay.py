@@ -1,0 +1,215 @@
+"""Replay recorded allocator calls through the `ggml-head` model and compare with what ggml really did.
+
+Every gallocr of the program gets one model `Gallocr` with the recorded buffer
+types (alignment, max size; the same type object shares one buffer, as in ggml).
+Each recorded call is replayed on it in order: a reserve plans, `alloc_graph`
+re-plans only when the model finds the plan invalid. Then:
+
+- every placement the program made (`ggml_backend_tensor_alloc`,
+  `ggml_backend_view_init`) must be at the model's offset in a buffer the model
+  also chose, consistently within the call (model (buffer id, chunk) <-> real buffer);
+- buffer sizes after the call must equal the model's (`ggml_gallocr_get_buffer_size`,
+  or the sizes `reserve_n_size` returned);
+- the return value, and whether `alloc_graph` re-planned, must agree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import zstandard
+
+from alloctrace.allocator import get_profile
+from alloctrace.allocator.gallocr import BufferType, Gallocr
+from alloctrace.allocator.tensor import Graph, Tensor
+from alloctrace.traces.store.columns import EncodedGraph, encode, pack
+from alloctrace.traces.store.schema import GraphRecord, oom_of
+
+from alloctrace.traces.sources.record.stream import GALLOC_CALLS, INPUT, OUTPUT, PARAM, Call, Process, RecordingError
+
+PROFILE = "ggml-head"
+MAX_MISMATCHES = 10  # kept per graph
+
+
+@dataclass
+class _Model:
+    serial: int
+    bufts: list  # stream.BufferType per buffer id
+    galloc: Gallocr
+    alloc_sizes: dict = field(default_factory=dict)  # Tensor -> per-buffer sizes (padding buffer types)
+
+
+def build_graph(call: Call) -> tuple[Graph, dict[int, Tensor]]:
+    """Model tensors for a recorded graph, linked by the recorded pointers."""
+    by_ptr: dict[int, Tensor] = {}
+    for r in call.tensors:
+        by_ptr[r.ptr] = Tensor(name=r.name, op=r.op, type=r.type, ne=r.ne, nb=r.nb, nbytes=r.nbytes,
+                               view_offs=r.view_offs, input=bool(r.flags & INPUT), output=bool(r.flags & OUTPUT),
+                               param=bool(r.flags & PARAM), data=r.data, buffer=r.buffer,
+                               op_desc=r.desc if r.desc != "NONE" else r.op)
+    for r in call.tensors:
+        t = by_ptr[r.ptr]
+        try:
+            t.srcs = [by_ptr[p] if p else None for p in r.srcs]
+            t.view_src = by_ptr[r.view_src] if r.view_src else None
+        except KeyError as e:
+            raise ValueError(f"tensor {r.name!r} points at a tensor the recording lacks ({e})") from None
+    nodes = [by_ptr[r.ptr] for r in call.tensors if r.kind == "n"]
+    leafs = [by_ptr[r.ptr] for r in call.tensors if r.kind == "l"]
+    if len(nodes) != call.n_nodes or len(leafs) != call.n_leafs:
+        raise ValueError(f"graph of call {call.seq} has {len(nodes)}/{call.n_nodes} nodes, "
+                         f"{len(leafs)}/{call.n_leafs} leafs recorded")
+    return Graph(nodes, leafs), by_ptr
+
+
+class Replayer:
+    """The model side of one recorded process: one model gallocr per real one."""
+
+    def __init__(self, proc: Process):
+        self.proc = proc
+        self.models: dict[int, _Model] = {}  # by gallocr serial
+        self.graphs: list[EncodedGraph] = []  # stored form right away: a long run's events stay compressed
+        self._zc = zstandard.ZstdCompressor(level=3)
+        self.skipped: list[str] = []
+        self.n_placements = 0
+        self.buffer_buft: dict[int, int] = {}  # every compute buffer ggml made -> its buffer type
+
+    def _note_buffers(self, call: Call):
+        for buft, _size, buf, _base, _real in call.buffers:
+            self.buffer_buft[buf] = buft
+        for c in call.children:
+            self._note_buffers(c)
+
+    def _model(self, call: Call) -> _Model | None:
+        entry = self.proc.gallocs.get(call.obj)
+        if entry is None:
+            return None
+        serial, buft_ptrs = entry
+        m = self.models.get(serial)
+        if m is None:
+            bufts = [self.proc.bufts[p] for p in buft_ptrs]
+            types = [BufferType(b.name, b.alignment, b.max_size, key=b.ptr) for b in bufts]
+            m = _Model(serial, bufts, None)
+            m.galloc = Gallocr(get_profile(PROFILE), buffer_types=types,
+                               alloc_size=lambda t, bid, m=m: (m.alloc_sizes[t][bid] if t in m.alloc_sizes
+                                                               else t.nbytes))
+            self.models[serial] = m
+        return m
+
+    def on_call(self, proc: Process, call: Call, via: str | None = None):
+        self._note_buffers(call)
+        if call.kind.startswith("sched_"):
+            for child in call.children:
+                self.on_call(proc, child, via=call.kind)
+            return
+        if call.kind not in GALLOC_CALLS:
+            return
+        if not call.dumped:
+            self.skipped.append(f"call {call.seq} ({call.kind}): its graph was not recorded")
+            return
+        m = self._model(call)
+        if m is None:
+            self.skipped.append(f"call {call.seq} ({call.kind}): its gallocr was created before recording began")
+            return
+        try:
+            record = self.replay(m, call)
+        except ValueError as e:
+            if call.rc is not None:
+                raise RecordingError(f"call {call.seq} ({call.kind}): {e}") from None
+            self.skipped.append(f"call {call.seq} ({call.kind}): cut short by the program's death ({e})")
+            return
+        if via:
+            record.extra["via"] = via
+        strings, blobs = pack(*encode(record.events), self._zc.compress)
+        self.graphs.append(EncodedGraph(
+            index=record.index, role=record.role, n_events=len(record.events), max_size=record.max_size,
+            buffer_size=record.buffer_size, oom=record.oom, consistent=record.consistent, strings=strings,
+            blobs=blobs, extra=record.extra))
+
+    def replay(self, m: _Model, call: Call) -> GraphRecord:
+        g = m.galloc
+        g.events, g.failed = [], None  # each call on its own: ggml's gallocr carries no failure over
+        g.data, g.placement, g.buffer_of = {}, {}, {}
+        problems: list[str] = []
+        graph, by_ptr = build_graph(call)
+        m.alloc_sizes = {by_ptr[r.ptr]: r.alloc_sizes for r in call.tensors if r.alloc_sizes}
+        index = len(self.graphs)
+        n_ids = len(m.bufts)
+        for ids, what in ((call.node_ids, "node"), (call.leaf_ids, "leaf")):
+            if ids and any(not 0 <= i < n_ids for i in ids):
+                problems.append(f"{what} buffer ids outside 0..{n_ids - 1}")
+        replanned = None
+        if problems:
+            ok = False
+        elif call.kind == "alloc_graph":
+            model_replans = g.needs_realloc(graph) is not None
+            real_replans = any(c.kind == "reserve_n" for c in call.children)
+            replanned = real_replans
+            if model_replans != real_replans:
+                problems.append(f"re-planned: model {model_replans}, ggml {real_replans}")
+            ok = g.alloc_graph(graph, graph_index=index)
+            if call.rc is not None:
+                self._compare_placements(m, call, by_ptr, problems)
+        else:
+            ok = g.reserve(graph, graph_index=index, node_buffer_ids=call.node_ids, leaf_buffer_ids=call.leaf_ids,
+                           no_alloc=call.kind == "reserve_n_size")
+        real_ok = None if call.rc is None else bool(call.rc)
+        if real_ok is not None and ok != real_ok:
+            problems.append(f"result: model {ok}, ggml {real_ok}")
+        model_sizes = g.planned_sizes() if call.kind == "reserve_n_size" else g.buffer_sizes()
+        if call.rc is not None and call.sizes:
+            for i, (real, mine) in enumerate(zip(call.sizes, model_sizes)):
+                shared = g.owner[i] != i
+                if real != mine and not (shared and real == 0):
+                    problems.append(f"buffer {i} size: model {mine:,}, ggml {real:,}")
+        if call.rc is None:
+            problems.append("the program died inside this call")
+        n_real = len(call.placements)
+        self.n_placements += n_real
+        extra = {
+            "call": call.kind, "seq": call.seq, "gallocr": m.serial,
+            "buffer_types": [{"name": b.name, "alignment": b.alignment, "max_size": b.max_size} for b in m.bufts],
+            "real_sizes": call.sizes, "model_sizes": model_sizes, "placements": n_real,
+            "n_nodes": call.n_nodes, "n_leafs": call.n_leafs, "mismatches": problems[:MAX_MISMATCHES],
+            "n_mismatches": len(problems),
+        }
+        if replanned is not None:
+            extra["replanned"] = replanned
+        return GraphRecord(
+            index=index, role="eval" if call.kind == "alloc_graph" else "reserve", events=g.events,
+            max_size=sum(g.planned_sizes()), buffer_size=sum(call.sizes) if call.sizes else None,
+            oom=oom_of(g.failed), consistent=not problems, extra=extra)
+
+    def _compare_placements(self, m: _Model, call: Call, by_ptr: dict, problems: list):
+        """Each real placement at the model's offset; model (buffer id, chunk) <-> real buffer one to one."""
+        g = m.galloc
+        to_real: dict = {}
+        to_model: dict = {}
+        buffer_types = self.buffer_buft
+        placed = set()
+        for kind, tptr, buf, data, base in call.placements:
+            t = by_ptr.get(tptr)
+            if t is None:
+                continue  # a tensor outside the graph (ggml places nothing else, but be safe)
+            placed.add(t)
+            if t.view_src is not None and t.view_src not in g.placement:
+                # a view of a tensor on another buffer (a KV cache view): ggml_backend_view_init puts it there
+                vs = t.view_src
+                if (data, buf) != (g.addr(vs) + t.view_offs, vs.buffer):
+                    problems.append(f"{t.name!r}: view of {vs.name!r} not at its source + {t.view_offs:,}")
+                continue
+            if t not in g.placement:
+                problems.append(f"{t.name!r}: ggml placed it ({'view' if kind == 'V' else 'tensor'}), the model did not")
+                continue
+            chunk, off = g.placement[t]
+            key = (g.buffer_of[t], chunk)
+            if data - base != off:
+                problems.append(f"{t.name!r}: offset model {off:,}, ggml {data - base:,} (buffer {key[0]}, chunk {chunk})")
+            if to_real.setdefault(key, buf) != buf or to_model.setdefault(buf, key) != key:
+                problems.append(f"{t.name!r}: model buffer {key[0]} chunk {chunk} is not the buffer ggml used")
+            buft = buffer_types.get(buf)
+            if buft is not None and buft != m.bufts[key[0]].ptr:
+                problems.append(f"{t.name!r}: ggml placed it in a {self.proc.bufts[buft].name} buffer, "
+                                f"the model in {m.bufts[key[0]].name}")
+        for t in g.placement:
+            if t not in placed:
+                problems.append(f"{t.name!r}: the model placed it, ggml did not")
