@@ -198,7 +198,7 @@ def test_an_import_on_the_fast_path_loads_no_python_path_modules(tmp_path, pure)
     assert res.returncode == 0, res.stderr
     loaded = set(res.stdout.split())
     ggml = "alloctrace.traces.sources.ggml_log."
-    python_path = {ggml + m for m in ("parse_log", "split", "split_memo", "recover", "graph_cache")}
+    python_path = {ggml + m for m in ("parse_log", "split", "split_fast", "recover", "recover_fast")}
     assert "alloctrace.traces.sources.ggml_log.fastlog" in loaded
     assert (loaded & python_path) == (python_path if pure else set())
     assert not {m for m in loaded if m.split(".")[0] in ("rich", "pydantic", "fastapi")}

@@ -1580,7 +1580,7 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     st->colbuf = t; st->capcol = tc;
 }
 
-/* ---------- the recovery cache (graph_cache.RecoveryCache) ---------- */
+/* ---------- the recovery cache (recover_fast.RecoveryCache) ---------- */
 
 static int64_t state_words(St *st, int64_t *w) {  /* everything `replay` reads besides the draft */
     int64_t k = 0;

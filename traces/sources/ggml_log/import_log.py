@@ -86,7 +86,7 @@ class LogImport:
         """The log's graph walks as logged; `features` is up to date when one is handed out.
 
         Lines are fed in bodies (the lines between `#######` lines), so a body the
-        log repeats is split once (split_memo.py)."""
+        log repeats is split once (split_fast.py)."""
         from alloctrace.traces.sources.ggml_log.parse_log import AbsurdNumber, LineMemo
         from alloctrace.traces.sources.ggml_log.split import Splitter
         from alloctrace.traces.sources.ggml_log.split_fast import BodyMemo

@@ -19,7 +19,7 @@ class Splitter:
     copy them with parse_log.own before changing them."""
 
     # what feeding a line reads and writes besides the open draft, the features and `pending`
-    # (split_memo.py keys on these; a new attribute that feeding depends on belongs here)
+    # (split_fast.py keys on these; a new attribute that feeding depends on belongs here)
     FEED_STATE = ("gap", "prev_alloc_line", "exec_since_blank", "setup_at")
 
     def __init__(self):
