@@ -17,8 +17,9 @@ from fastapi.responses import JSONResponse
 
 from alloctrace.traces.errors import UserError
 from alloctrace.server import upload
-from alloctrace.traces.util.lru import LRU
+from alloctrace.traces.store.kinds import TORCH, kind_of_source, require_kind, trace_kind
 from alloctrace.traces.store.torch import OOM
+from alloctrace.traces.util.lru import LRU
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,4})?$"
@@ -65,7 +66,7 @@ def _store(request: Request):
 def is_torch_trace(store, tid: str) -> bool:
     """Is this stored trace a PyTorch snapshot (False for unknown ids: their page says so itself)?"""
     try:
-        return store.meta(tid).source == "torch"
+        return trace_kind(store, tid) == TORCH
     except UserError:
         return False
 
@@ -87,8 +88,7 @@ def _skip(skip: str | None):
 def _device(request: Request, tid: str, d: int):
     _check_id(tid)
     store = _store(request)
-    if store.meta(tid).source != "torch":
-        raise UserError(f"trace {tid} is not a PyTorch snapshot")
+    require_kind(store, tid, TORCH)
     if d not in [g["index"] for g in store.summary(tid)["graphs"]]:
         from alloctrace.traces.store.store import NotFound
         raise NotFound(f"trace {tid} has no device {d}")
@@ -107,7 +107,7 @@ async def upload_snapshot(request: Request):
         name = (up.fields.get("name") or "").strip()[:200] or label
 
         done = await run_in_threadpool(c.import_file, up.path, name, label)
-        if any(s["source"] != "torch" for s in done):
+        if any(kind_of_source(s["source"]) != TORCH for s in done):
             for s in done:
                 c.write(lambda st, tid=s["id"]: st.delete(tid))
             raise UserError(f"{label}: not a PyTorch memory snapshot")
@@ -128,8 +128,7 @@ def get_summary(request: Request, trace_id: TraceId):
     from alloctrace.traces.store.torch import torch_summary
     store = _store(request)
     _check_id(trace_id)
-    if store.meta(trace_id).source != "torch":
-        raise UserError(f"trace {trace_id} is not a PyTorch snapshot")
+    require_kind(store, trace_id, TORCH)
     out = torch_summary(store, trace_id)
     for d in out["devices"]:
         dev = _views(request).device(store, trace_id, d["device"])

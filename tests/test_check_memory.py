@@ -38,7 +38,7 @@ def test_too_large_a_run_is_refused_at_once_with_the_estimate(capsys):
     assert elapsed < 15
     [line] = err.splitlines()
     assert line.startswith("alloctrace: error: --numeric would allocate")
-    assert f"({expected:,} bytes)" in line and "1.0 GiB allowed (--max-memory)" in line
+    assert f"({expected:,} bytes)" in line and "1.00 GiB allowed (--max-memory)" in line
     assert "a reduced llama2-70b fits: --hparam" in line
 
 

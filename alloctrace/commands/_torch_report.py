@@ -11,7 +11,8 @@ def register(subparsers):
 
 
 def is_torch(store, ref: str) -> bool:
-    return store.meta(store.resolve(ref.partition(":")[0])[0]).source == "torch"
+    from alloctrace.traces.store.kinds import TORCH, trace_kind
+    return trace_kind(store, ref) == TORCH
 
 
 def diff_snapshots(store, ref_a: str, ref_b: str, as_json: bool, skip=None, top: int = 20) -> int:

@@ -17,6 +17,7 @@ import re
 
 from alloctrace.allocator.profiles import DEFAULT_PROFILE, names as profile_names
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.util.sizes import fmt_bytes
 from alloctrace.traces.util.textsafe import safe, safe_lines
 
 EXIT_HAZARDS = 4
@@ -175,14 +176,7 @@ def _memory_limit(args) -> tuple[int | None, str]:
     avail = _mem_available()
     if avail is None:
         return None, ""
-    return int(avail * MEMORY_SHARE), f"{int(MEMORY_SHARE * 100)}% of MemAvailable {_human(avail)}; --max-memory sets another"
-
-
-def _human(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
+    return int(avail * MEMORY_SHARE), f"{int(MEMORY_SHARE * 100)}% of MemAvailable {fmt_bytes(avail)}; --max-memory sets another"
 
 
 def _reduced(hp: dict, div: int) -> dict:
@@ -225,7 +219,7 @@ def _smaller(args, limit: int) -> str:
         need = max(map(estimate_bytes, plans))
         if need <= limit:
             flags = " ".join(f"--hparam {k}={v}" for k, v in changed.items())
-            return f"a reduced {args.preset} fits: {flags} (about {_human(need)})"
+            return f"a reduced {args.preset} fits: {flags} (about {fmt_bytes(need)})"
     return "try a smaller preset (e.g. --preset gpt2-tiny)"
 
 
@@ -236,8 +230,8 @@ def _refuse_if_too_big(args, plans):
     limit, why = _memory_limit(args)
     need = max(map(estimate_bytes, plans), default=0)
     if limit is not None and need > limit:
-        raise UserError(f"--numeric would allocate about {_human(need)} ({need:,} bytes), more than the "
-                        f"{_human(limit)} allowed ({why}); {_smaller(args, limit)}")
+        raise UserError(f"--numeric would allocate about {fmt_bytes(need)} ({need:,} bytes), more than the "
+                        f"{fmt_bytes(limit)} allowed ({why}); {_smaller(args, limit)}")
 
 
 def _numeric(plan, args):

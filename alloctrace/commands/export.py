@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.store.kinds import TORCH, trace_kind
 
 from ._common import add_store_arg, open_store_from
 
@@ -28,7 +29,7 @@ def run(args) -> int:
 
     store = open_store_from(args)
     tid = store.resolve(args.id.partition(":")[0])[0]
-    if store.meta(tid).source == "torch":
+    if trace_kind(store, tid) == TORCH:
         raise UserError(f"trace {tid} is a PyTorch snapshot: export covers allocator event traces; see "
                         "`alloctrace peak`, `alloctrace diff` and the dashboard's /torch page")
     if not args.output:

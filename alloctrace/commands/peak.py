@@ -31,13 +31,14 @@ def register(subparsers):
 
 def run(args) -> int:
     from alloctrace.traces.explain.peak import peak_json
+    from alloctrace.traces.store.kinds import TORCH, kind_of_source
 
     from .diff import resolve_ref
 
     store = open_store_from(args)
     ref = resolve_ref(store, args.ref, {})
     summary = store.summary(ref)
-    if summary["source"] == "torch":
+    if kind_of_source(summary["source"]) == TORCH:
         return torch_peak(args, store, summary)
     out = peak_json(store, ref)
     if args.json:
@@ -50,7 +51,8 @@ def run(args) -> int:
 
 
 def report_lines(p: dict, tensors: bool = False) -> list[str]:
-    from alloctrace.traces.explain.peak import fmt_bytes, text_table
+    from alloctrace.traces.explain.peak import text_table
+    from alloctrace.traces.util.sizes import fmt_bytes
 
     def section(title: str, body: dict) -> list[str]:
         pk, fr = body["peak"], body["fragmentation"]

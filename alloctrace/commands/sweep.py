@@ -63,7 +63,8 @@ class _progress:
 
 
 def report_lines(out: dict) -> list[str]:
-    from alloctrace.traces.explain.peak import fmt_bytes, text_table
+    from alloctrace.traces.explain.peak import text_table
+    from alloctrace.traces.util.sizes import fmt_bytes
 
     rows = [["profile", "n_ctx", "n_batch", "compute buffer", "exact", "oom", "dominant families"]]
     for q in out["points"]:

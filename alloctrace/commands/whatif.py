@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.util.sizes import fmt_bytes
 
 from ._common import add_store_arg, open_store_from
 
@@ -98,12 +99,8 @@ def run(args) -> int:
     return 0
 
 
-def _gib(v) -> str:
-    return "-" if v is None else f"{v / (1 << 30):.2f} GiB"
-
-
 def _oom(o) -> str:
-    return "none" if not o else f"at entry {o['event']} ({_gib(o['size'])} requested)"
+    return "none" if not o else f"at entry {o['event']} ({fmt_bytes(o['size'])} requested)"
 
 
 def text(out: dict) -> str:
@@ -112,7 +109,7 @@ def text(out: dict) -> str:
 
     def show(k, v):
         if k in ("max_split_size", "memory_limit") and v is not None:
-            return f"{k}={_gib(v) if v >= 1 << 30 else f'{v / (1 << 20):.0f} MiB'}"
+            return f"{k}={fmt_bytes(v)}"
         return f"{k}={v}"
     lines = [f"trace {out['trace_id']} device {out['device']}",
              f"what if: {', '.join(show(k, v) for k, v in changed.items()) or 'the recorded settings'}",
@@ -121,9 +118,9 @@ def text(out: dict) -> str:
         m = real["mismatch"]
         lines.append(f"    first mismatch at entry {m['event']}: trace {m['expected']}, model {m['model']}")
     rows = [("", "real", "what-if"),
-            ("peak reserved", _gib(real["peak_reserved"]), _gib(wi["peak_reserved"])),
-            ("peak allocated", _gib(real["peak_allocated"]), _gib(wi["peak_allocated"])),
-            ("fragmentation at peak", _gib(real["fragmentation_at_peak"]), _gib(wi["fragmentation_at_peak"])),
+            ("peak reserved", fmt_bytes(real["peak_reserved"]), fmt_bytes(wi["peak_reserved"])),
+            ("peak allocated", fmt_bytes(real["peak_allocated"]), fmt_bytes(wi["peak_allocated"])),
+            ("fragmentation at peak", fmt_bytes(real["fragmentation_at_peak"]), fmt_bytes(wi["fragmentation_at_peak"])),
             ("OOM", _oom(real["oom"]), _oom(wi["oom"]))]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)

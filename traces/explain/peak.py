@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from alloctrace.traces.memmap.lifetimes import Lifetimes, extract
+from alloctrace.traces.util.sizes import fmt_bytes
 
 TOP_TENSORS = 2000  # tensors listed in a peak's JSON (families always count all of them)
 
@@ -360,16 +361,3 @@ def _bin(n: int) -> str:
 
 def _signed(n: int) -> str:
     return f"{'+' if n >= 0 else '-'}{fmt_bytes(abs(n))} ({n:+,} B)"
-
-
-def fmt_bytes(n: int | None) -> str:
-    """Bytes with a binary prefix: 1536 -> '1.50 KiB'."""
-    if n is None:
-        return "-"
-    v, unit = float(abs(n)), "B"
-    for u in ("KiB", "MiB", "GiB", "TiB"):
-        if v < 1024:
-            break
-        v, unit = v / 1024, u
-    s = f"{int(v)} B" if unit == "B" else f"{v:.2f} {unit}"
-    return ("-" if n < 0 else "") + s

@@ -5,6 +5,9 @@ Directory: an explicit path, else $ALLOCTRACE_STORE, else $XDG_DATA_HOME/alloctr
 columns.py): a few compressed numpy blobs and a string table per graph, so large
 graphs load fast. `add_trace` is one transaction: a failure or an interrupt
 leaves nothing behind. WAL and a busy timeout make concurrent imports and reads safe.
+
+Its length: one class over one connection; its reads and writes share the lock and the transactions
+(the tables, the column blobs and the derived data are in migrations.py, blobs.py and derived.py).
 """
 from __future__ import annotations
 
@@ -38,6 +41,9 @@ from alloctrace.traces.store.schema import FORMAT_VERSION, GraphRecord, TraceMet
 DB_NAME = "alloctrace.db"
 TRUNCATED = """instr(extra, '"truncated": true') > 0"""  # salvaged from a truncated compressed file
 INCOMPLETE = """instr(extra, '"incomplete": true') > 0"""  # a graph the log did not finish (extra is sorted JSON)
+# what a summary shows of a trace and of each of its graphs (_summary reads them in this order)
+TRACE_COLUMNS = "id, name, source, generation, profile, created, tags, " + TRUNCATED
+GRAPH_COLUMNS = "idx, role, n_events, max_size, buffer_size, oom, consistent, " + INCOMPLETE
 BUSY_TIMEOUT_S = 120.0
 ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
 
@@ -311,17 +317,15 @@ class Store:
     def summary(self, tid: str) -> dict:
         tid = self._id(tid)
         with self._snapshot() as db:
-            row = db.execute("SELECT id, name, source, generation, profile, created, tags, " + TRUNCATED + " FROM traces "
-                             "WHERE id=?", (tid,)).fetchone()
-            graphs = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, " + INCOMPLETE +
-                                " FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
+            row = db.execute(f"SELECT {TRACE_COLUMNS} FROM traces WHERE id=?", (tid,)).fetchone()
+            graphs = db.execute(f"SELECT {GRAPH_COLUMNS} FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
         if row is None:
             raise NotFound(f"no trace {tid!r}")
         return _summary(row, graphs)
 
     def list(self, q: str | None = None) -> list[dict]:
         """Summaries, newest first; `q` keeps traces whose name contains it (case-insensitive)."""
-        sql = "SELECT id, name, source, generation, profile, created, tags, " + TRUNCATED + " FROM traces"
+        sql = f"SELECT {TRACE_COLUMNS} FROM traces"
         args: tuple = ()
         if q:
             sql += " WHERE instr(lower(name), lower(?)) > 0"
@@ -329,8 +333,7 @@ class Store:
         with self._snapshot() as db:
             rows = db.execute(sql + " ORDER BY created DESC, seq DESC", args).fetchall()
             graphs: dict[str, list] = {}
-            for r in db.execute("SELECT trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, " +
-                                INCOMPLETE + " FROM graphs ORDER BY trace_id, idx"):
+            for r in db.execute(f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs ORDER BY trace_id, idx"):
                 graphs.setdefault(r[0], []).append(r[1:])
         return [_summary(r, graphs.get(r[0], [])) for r in rows]
 

@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from alloctrace.traces.errors import UserError
+from alloctrace.traces.store.kinds import TORCH, require_kind
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
            "segment_unmap", "oom", "snapshot")
@@ -21,10 +21,7 @@ ENTRY_COLUMNS = ("action", "addr", "size", "stream", "time_us", "stack", "meta",
 
 
 def _load(store, trace_id: str, device: int):
-    tid = store._id(trace_id)
-    src = store.meta(tid).source
-    if src != "torch":
-        raise UserError(f"trace {tid} is not a PyTorch snapshot (source {src!r})")
+    tid, _ = require_kind(store, str(trace_id).partition(":")[0], TORCH)
     row, cols, table = store._raw(tid, device)
     return tid, row, cols, table
 

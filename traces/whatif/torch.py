@@ -6,6 +6,9 @@ the completion of a deferred free (a `free_completed` not right after its `free_
 another stream), and `torch.cuda.empty_cache()` (a run of `segment_free`/`segment_unmap` the allocator did not need
 for the next request). Everything else (segments, addresses, OOMs) is the allocator's decision, which the model
 must make the same way: `replay_check` compares the model's own trace with the recorded one entry by entry.
+
+Its length: the replay loop (`_run`) is one function that walks the trace in the allocator's order, and the two
+devices it drives a model with sit beside it; the request side (text settings, caps) is torch_request.py.
 """
 from __future__ import annotations
 

@@ -6,6 +6,9 @@
  * writes what it sees as one text line per fact, and forwards every call to the real function. Calls that
  * bypass the dynamic linker's global scope (a Python program's ctypes handle) are caught through dlsym.
  *
+ * Its length: one preloaded library is one translation unit (the program loads a single file); the hooks
+ * share the output stream and the tensor layout they read.
+ *
  * No ggml header is needed: tensors are read at offsets chosen by the ggml version and checked against
  * ggml's own accessors (ggml_get_name, ggml_get_data, ggml_nelements, ggml_nbytes, ggml_op_desc). Built with
  * -DAT_GGML_H, the offsets come from the user's ggml.h instead.

@@ -1,7 +1,8 @@
 """PyTorch CUDA memory snapshots (`torch.cuda.memory._snapshot()` pickles) as a trace source.
 
-Read without torch and without running pickle code (unpickle.py), laid out as
-per-device columns (columns.py), stored one device per graph row (source.py,
-store.py), and looked at through views (views.py: timeline, state, peak, OOM)
-and diffs (diff.py).
+Owns: `unpickle` (load_plain, SnapshotError: a pickle read without torch and without running pickle code),
+`columns` (split_devices: a snapshot as per-device columns), `source` (SOURCE, read_snapshot: one device per
+stored graph row, checked against the caching-allocator model). Reading the stored form back is
+traces/store/torch.py; the views are in the analysis rooms (state/torch_device.py, memmap/torch_timeline.py,
+explain/torch_peak.py, diff/torch.py, whatif/torch.py).
 """
