@@ -40,16 +40,16 @@ class BuildPyWithLibraries(build_py):
         super().run()
         cbuild = _cbuild()
         cc = cbuild.find_compiler()
-        for rel, stem in cbuild.INSTALL_TIME:
+        for rel, stem, flags, libs in cbuild.INSTALL_TIME:
             source = HERE / rel
             top, rest = rel.split("/", 1)
             target = Path(self.build_lib) / "alloctrace" / top / rest
-            out = target.parent / cbuild.library_name(source, stem, cbuild.SHARED_FLAGS)
+            out = target.parent / cbuild.library_name(source, stem, flags)
             if not cc or self.dry_run:
                 print(f"no C compiler: {rel} will be built on first use")
                 continue
             out.parent.mkdir(parents=True, exist_ok=True)
-            r = cbuild.compile_library(cc, source, out, cbuild.SHARED_FLAGS)
+            r = cbuild.compile_library(cc, source, out, flags, libs)
             if r.returncode != 0:
                 print(f"building {rel} failed (it will be built on first use): {r.stderr.strip()[:300]}")
                 if out.exists():

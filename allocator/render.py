@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .events import Event
-from .profiles import Profile
+from .profiles import PROFILES, Profile
 
 
 def c_pointer(addr: int | None) -> str:
@@ -65,7 +65,7 @@ def render_legacy(ev: Event, profile: Profile, assert_path: str) -> list[str]:
     if k in ("input", "output"):
         return [f"{k}: {ev.tensor}"]
     if k == "oom":
-        return [f"ggml_allocr_alloc: not enough space in the buffer (needed {ev.needed}, largest block available {ev.largest})",
+        return [f"ggml_allocr_alloc: {oom_message(profile, ev.needed, ev.largest)}",
                 f'GGML_ASSERT: {assert_path}:{profile.assert_line}: !"not enough space in the buffer"']
     if k == "abort":
         return [f'GGML_ASSERT: {assert_path}:0: alloc->n_free_blocks < MAX_FREE_BLOCKS && "out of free blocks"']
@@ -110,11 +110,23 @@ def render_head(ev: Event, profile: Profile, assert_path: str) -> list[str]:
         return [f"{profile.reserve_fn}: reallocating {ev.reason} buffer from size "
                 f"{ev.extra['from'] / mib:.2f} MiB to {ev.size / mib:.2f} MiB"]
     if k == "oom":
-        return [f"ggml_dyn_tallocr_alloc: not enough space in the buffer to allocate {ev.needed} bytes, "
-                f"largest block available {ev.largest} bytes"]
+        return [f"ggml_dyn_tallocr_alloc: {oom_message(profile, ev.needed, ev.largest)}"]
     if k == "abort":
         return [f'GGML_ASSERT: {assert_path}:0: chunk->n_free_blocks < MAX_FREE_BLOCKS && "out of free blocks"']
     return []
+
+
+def oom_message(profile: Profile, needed, largest) -> str:
+    """The words ggml prints when an allocation does not fit (the text users search for), by generation."""
+    if profile.family == "gallocr":
+        return f"not enough space in the buffer to allocate {needed} bytes, largest block available {largest} bytes"
+    return f"not enough space in the buffer (needed {needed}, largest block available {largest})"
+
+
+def ggml_oom_message(generation: str | None, needed, largest) -> str | None:
+    """oom_message for a trace's generation name; None when it names no known generation."""
+    profile = PROFILES.get(generation or "")
+    return None if profile is None else oom_message(profile, needed, largest)
 
 
 def render(events, profile: Profile, assert_path: str = "ggml/src/ggml-alloc.c") -> list[str]:

@@ -16,6 +16,22 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.textsafe import safe
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Wraps descriptions to the terminal as usual, but keeps an "Examples:" epilog line by line."""
+
+    def _fill_text(self, text, width, indent):
+        if text.startswith("Examples:"):
+            return "\n".join(indent + line for line in text.splitlines())
+        return super()._fill_text(text, width, indent)
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: the formatter above unless the command asks for another."""
+
+    def __init__(self, *args, formatter_class=HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="alloctrace",
@@ -23,15 +39,33 @@ def build_parser() -> argparse.ArgumentParser:
                     "caching allocator.",
     )
     parser.add_argument("--version", action="version", version=f"alloctrace {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     for mod in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         importlib.import_module(f"{commands.__name__}.{mod.name}").register(sub)
     return parser
 
 
+def join_dashed_values(argv: list[str]) -> list[str]:
+    """`--vary -c=512` as `--vary=-c=512`: argparse takes a value that starts with a dash for an option."""
+    out: list[str] = []
+    words = iter(argv)
+    for w in words:
+        if w == "--":
+            out += [w, *words]
+            break
+        out.append(w)
+        if w == "--vary":
+            nxt = next(words, None)
+            if nxt is not None and nxt.startswith("-") and "=" in nxt:
+                out[-1] = f"--vary={nxt}"
+            elif nxt is not None:
+                out.append(nxt)
+    return out
+
+
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_dashed_values(sys.argv[1:] if argv is None else list(argv)))
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

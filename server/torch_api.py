@@ -26,7 +26,7 @@ REF = r"^[0-9a-f]{8}(:[0-9]{1,4})?$"
 TraceId = Annotated[str, PathParam(pattern=TRACE_ID, description="8 hex digits")]
 Device = Annotated[int, PathParam(ge=0, le=4096, description="device index")]
 Skip = Annotated[str | None, Query(max_length=2000, description="comma-separated file-name parts of frames to skip "
-                                                                "(default: torch's own files)")]
+                                                                "(default: torch's own files; 'default,PART' adds to them)")]
 
 router = APIRouter()
 
@@ -79,10 +79,8 @@ def _check_id(tid: str) -> str:
 
 
 def _skip(skip: str | None):
-    from alloctrace.traces.state.torch_device import DEFAULT_SKIP
-    if skip is None:
-        return DEFAULT_SKIP
-    return tuple(p for p in (s.strip() for s in skip.split(",")) if p)
+    from alloctrace.traces.state.torch_frames import parse_skip
+    return parse_skip(skip)
 
 
 def _device(request: Request, tid: str, d: int):

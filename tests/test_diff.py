@@ -161,7 +161,7 @@ def test_different_graph_sizes_align_by_name(fixtures):
     assert d.aligned["fraction"] == 1.0
     assert d.deltas["sizes"] and all(r["b"] > r["a"] for r in d.deltas["sizes"])
     assert d.deltas["peak_live"] > 0 and d.b["high_water"] > d.a["high_water"]
-    assert d.first_divergence is None or "B in N=8" in d.first_divergence["words"]
+    assert d.first_divergence is None or "32 B in a and 64 B in b" in d.first_divergence["words"]
 
 
 def test_deleted_tensors_leave_the_rest_aligned(fixtures):
@@ -193,7 +193,9 @@ def test_store_columns_and_event_lists_give_the_same_diff(fixtures, store):
         log = fixtures / folder / ("harness_gallocr.AT.log" if folder == "head-gallocr" else "harness_plain.AT.log")
         (tid,) = import_paths(store, [log])
         by_columns = diff_refs(store, f"{tid}:0", f"{tid}:1").to_json()
-        meta = {g["index"]: {**g, "label": f"{tid}:{g['index']} {g['role']}"} for g in store.summary(tid)["graphs"]}
+        gen = store.meta(tid).generation
+        meta = {g["index"]: {**g, "label": f"{tid}:{g['index']} {g['role']}", "generation": gen}
+                for g in store.summary(tid)["graphs"]}
         by_events = diff_graphs(store.events(tid, 0), store.events(tid, 1), meta[0], meta[1]).to_json()
         assert by_columns == by_events
 

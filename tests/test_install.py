@@ -96,12 +96,14 @@ def test_every_command_has_help(installed):
     commands = re.findall(r"'([\w-]+)'", res.stderr.split("choose from", 1)[1])
     top = run(["alloctrace", "--help"], src, env)
     assert top.returncode == 0
-    assert {"replay", "import", "diff", "check", "serve"} <= set(commands)
+    assert {"replay", "import", "diff", "check", "serve", "record", "sweep", "fit"} <= set(commands)
     for name in commands:
         assert re.search(rf"^\s+{name}\b", top.stdout, re.M), f"{name} missing from alloctrace --help"
         res = run(["alloctrace", name, "--help"], src, env)
         assert res.returncode == 0, f"alloctrace {name} --help: {res.stderr}"
         assert res.stdout.startswith(f"usage: alloctrace {name}"), res.stdout[:200]
+        if name in ("sweep", "fit"):  # the pre-flight commands show how they are called
+            assert "Examples:\n  " in res.stdout and "--vary=-c=" in res.stdout
 
 
 def tour_lines() -> list[tuple[str, int]]:
@@ -178,3 +180,16 @@ def test_the_installed_log_import_runs_compiled(installed, tmp_path):
     where = Path(lib)
     assert where.parent.name == "ggml_log" and "site-packages" in where.parts and where.name.startswith("fastlog-")
     assert not (cache / "alloctrace").exists()  # nothing was built on first use
+
+
+def test_the_installed_recorder_needs_no_cache(installed, tmp_path):
+    """`pip install .` also compiles the recorder (its default build needs no header of the program), so
+    `record` loads it from the package, never from a cache another user might have reached first."""
+    src, env = installed
+    probe = "from alloctrace.traces.sources.record.build import recorder_library; print(recorder_library())"
+    cache = tmp_path / "cache"
+    res = run(["python", "-c", probe], tmp_path, {**env, "XDG_CACHE_HOME": str(cache)})
+    assert res.returncode == 0, res.stderr
+    where = Path(res.stdout.strip())
+    assert where.parent.name == "record" and "site-packages" in where.parts and where.name.startswith("recorder-")
+    assert not (cache / "alloctrace").exists()

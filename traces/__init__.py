@@ -3,7 +3,7 @@
 - `store/`: the trace format, the SQLite store, the column codecs, the store's tables and upgrades;
 - `sources/`: every trace source (`ggml_log/`, `jsonl`, `torch/`, `record/`) behind one `import_file`;
 - analyses: `state/`, `memmap/`, `diff/`, `explain/`, `whatif/`; `export/`: exporters;
-- `replay/`: the use cases that replay a preset (replay, sweep);
+- `replay/`, `preflight/`: the use cases (replay a preset, sweep it; pre-flight sweeps of real programs);
 - `util/`: small shared utilities; `errors.py`: `UserError`.
 
 `import_paths(store, paths, name=None, progress=False, **options)` imports files

@@ -8,6 +8,16 @@ def register(subparsers):
     """Not a command: the CLI discovers every module here, so this adds nothing."""
 
 
+def examples(*lines: str) -> str:
+    """A --help epilog: "Examples:" and one command per line ("COMMAND   # what it does" puts the comment
+    on the line above), kept as written by the CLI's formatter (cli.py) while descriptions are re-wrapped."""
+    out = ["Examples:"]
+    for line in lines:
+        command, _, comment = line.partition("   # ")
+        out += ([f"  # {comment}"] if comment else []) + [f"  {command}"]
+    return "\n".join(out)
+
+
 def add_store_arg(parser):
     parser.add_argument("--store", metavar="DIR", default=None,
                         help="trace store directory (default: $ALLOCTRACE_STORE, else the per-user data directory)")
@@ -37,11 +47,16 @@ def _yes_no(v, complete: bool = True) -> str:
     return "-" if v is None else ("yes" if v else "NO")
 
 
-def table(rows: list[list[str]]) -> str:
+def table_lines(rows: list[list[str]]) -> list[str]:
+    """A text table, one string per row (for reports printed line by line through `safe_lines`)."""
     from alloctrace.traces.explain.peak import text_table
 
     # names are data: no escape sequences, no forged rows
-    return "\n".join(text_table([[safe(c) for c in r] for r in rows]))
+    return text_table([[safe(c) for c in r] for r in rows])
+
+
+def table(rows: list[list[str]]) -> str:
+    return "\n".join(table_lines(rows))
 
 
 def traces_table(summaries: list[dict]) -> str:

@@ -20,6 +20,8 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.sizes import fmt_bytes
 from alloctrace.traces.util.textsafe import safe, safe_lines
 
+from ._common import examples
+
 EXIT_HAZARDS = 4
 MEMORY_SHARE = 0.75  # of MemAvailable, when no --max-memory is given: leave the rest to other programs
 UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
@@ -34,13 +36,21 @@ def _size_arg(text: str) -> int:
     return int(float(m.group(1)) * UNITS[m.group(2).lower()])
 
 
+EXAMPLES = examples(
+    "alloctrace check --preset gpt2-tiny --profile ggml-2023-08-28 --metal-concurrency   # hazards of Metal's concurrent levels",
+    'alloctrace check --harness tests/data/ggml-real/v2023-08-28-parseseq/harness_parseseq.json --parse-seq   # a harness graph (from a clone of the repository)',
+    'alloctrace check --preset gpt2-tiny --profile ggml-2023-08-28 --numeric   # also run the plan on numbers, against a reference',
+    'alloctrace check 59b3150c --store ./store   # a stored trace')
+
+
 def register(subparsers):
     p = subparsers.add_parser("check", help="check an allocation plan for memory hazards",
                               description="Check an allocation plan for memory hazards (overwritten live "
                                           "tensors, stale reads, overlaps inside concurrent Metal levels). "
                                           "Exit status 4 when any are found.")
     p.add_argument("trace_id", nargs="?", help="a stored trace to check (needs the trace store)")
-    p.add_argument("--harness", metavar="JSON", help="a harness graph description (fixtures/ggml-real/*/harness_*.json)")
+    p.add_argument("--harness", metavar="JSON", help="a harness graph description: the JSON beside a harness log, e.g. "
+                        "tests/data/ggml-real/v2023-08-28-parseseq/harness_plain.json in a clone")
     p.add_argument("--preset", metavar="NAME", help="a model preset's graph (e.g. gpt2-tiny)")
     p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"allocator generation: {profile_names()} "
                                                               "(default: %(default)s)")
@@ -63,6 +73,7 @@ def register(subparsers):
     p.add_argument("--json", action="store_true", help="print hazard events as JSON lines")
     p.add_argument("--store", metavar="DIR", default=None,
                    help="with TRACE_ID: trace store directory (default: $ALLOCTRACE_STORE or the per-user one)")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

@@ -12,7 +12,13 @@ from pathlib import Path
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.textsafe import safe_lines
 
-from ._common import add_store_arg, open_store_from, table
+from ._common import add_store_arg, examples, open_store_from, table_lines
+
+
+EXAMPLES = examples(
+    'alloctrace diff 59b3150c:0 59b3150c:1 --store ./store   # measure graph against the first eval graph',
+    'alloctrace diff before.log after.log   # two logs, imported on the fly, graphs paired in order',
+    'alloctrace diff 59b3150c 7a41d2e0 --json --store ./store   # two whole traces, as JSON')
 
 
 def register(subparsers):
@@ -25,6 +31,7 @@ def register(subparsers):
     p.add_argument("b", metavar="B", help="the other run, same forms as A")
     add_store_arg(p)
     p.add_argument("--json", action="store_true", help="print the full diff as JSON")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 
@@ -88,15 +95,25 @@ def _blocks(blocks) -> str:
 
 
 def report_lines(d) -> list[str]:
+    """The report, one line per string: `safe_lines` escapes a control character inside a line, so a
+    table must never come as one string of several lines."""
+    from alloctrace.traces.explain.peak import attribution_lines
+
     a, b, al = d.a, d.b, d.aligned
     out = [f"a: {a['label']}   b: {b['label']}",
            f"aligned {al['count']:,} placements: {al['fraction_a']:.0%} of a ({al['a']:,}), "
            f"{al['fraction_b']:.0%} of b ({al['b']:,})"]
+    if d.lead == "size" and d.size_attribution:
+        out += ["", "SIZE ATTRIBUTION (high-water mark by family at each peak)",
+                f"  a and b are different programs or settings (tensors differ in size or do not pair up): "
+                f"the sizes explain b - a = {d.size_attribution['delta']:+,} B"]
+        out += attribution_lines(d.size_attribution)
     fd = d.first_divergence
     if fd is None:
         out.append("no divergence: every aligned tensor got the same block, offset and chunk")
     else:
-        out += ["", "FIRST DIVERGENCE", f"  {fd['words']}",
+        out += ["", "FIRST DIVERGENCE" + (" (it follows from the sizes)" if d.lead == "size" else ""),
+                f"  {fd['words']}",
                 f"  free list of a: {_blocks(fd['a'].get('free_blocks'))}",
                 f"  free list of b: {_blocks(fd['b'].get('free_blocks'))}"]
     fc = d.first_choice_divergence
@@ -106,26 +123,26 @@ def report_lines(d) -> list[str]:
     fl = d.first_free_list_divergence
     if fl is not None:
         out += ["", "FREE LISTS FIRST DIFFER", f"  {fl['words']}"]
-    for side in (a, b):
+    for key, side in (("a", a), ("b", b)):
         oom = side.get("oom")
         if oom:
-            out += ["", f"OUT OF SPACE in {side['label']}", f"  {oom['words']}",
-                    f"  free blocks: {_blocks(oom['free_blocks'])}"]
+            out += ["", f"OUT OF SPACE in {key}"]
+            if oom.get("ggml_line"):
+                out.append(f"  ggml's message: {oom['ggml_line']}")
+            out += [f"  {oom['words']}", f"  free blocks: {_blocks(oom['free_blocks'])}"]
     rows = [["", "a", "b", "b - a"]]
     for key, name in (("max_size", "max_size"), ("peak_live", "peak live bytes"), ("allocs", "allocations"),
                       ("reuses", "inplace reuses"), ("frees", "frees"), ("events", "events")):
         rows.append([name, _size(a[key]), _size(b[key]), f"{d.deltas[key]:+,}"])
-    out += ["", "SUMMARY", _indent(table(rows))]
-    if d.size_attribution:
-        from alloctrace.traces.explain.peak import attribution_lines
-
+    out += ["", "SUMMARY", *_indent(table_lines(rows))]
+    if d.size_attribution and d.lead != "size":
         out += ["", "SIZE ATTRIBUTION (high-water mark by family at each peak)"] + attribution_lines(d.size_attribution)
     out += _delta_table("OFFSETS THAT DIFFER MOST", d.deltas["offsets"])
     out += _delta_table("SIZES THAT DIFFER MOST", d.deltas["sizes"])
     if d.deltas["reuse"]:
         rows = [["tensor", "a reuses", "b reuses"]] + [[r["tensor"], r["a"] or "-", r["b"] or "-"]
                                                        for r in d.deltas["reuse"]]
-        out += ["", f"INPLACE REUSE DECISIONS THAT DIFFER ({d.deltas['reuse_count']})", _indent(table(rows))]
+        out += ["", f"INPLACE REUSE DECISIONS THAT DIFFER ({d.deltas['reuse_count']})", *_indent(table_lines(rows))]
     return out
 
 
@@ -134,18 +151,20 @@ def _delta_table(title: str, rows_in: list) -> list[str]:
         return []
     rows = [["tensor", "a", "b", "b - a"]] + [[r["tensor"], _size(r["a"]), _size(r["b"]), f"{r['delta']:+,}"]
                                              for r in rows_in]
-    return ["", title, _indent(table(rows))]
+    return ["", title, *_indent(table_lines(rows))]
 
 
-def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in text.splitlines())
+def _indent(lines: list[str]) -> list[str]:
+    return ["  " + line for line in lines]
 
 
 def trace_report_lines(t) -> list[str]:
     out = [f"trace {t.ref_a} against trace {t.ref_b}: {len(t.pairs)} graph pairs"]
     for ga, gb, d in t.pairs:
         head = f"graph {ga} vs {gb}:"
-        if d.first_divergence is None:
+        if d.lead == "size" and d.size_attribution:
+            out.append(f"{head} {_size_words(d.size_attribution)}")
+        elif d.first_divergence is None:
             out.append(f"{head} no divergence ({d.aligned['fraction']:.0%} aligned)")
         else:
             out.append(f"{head} {d.first_divergence['words']}")
@@ -155,7 +174,18 @@ def trace_report_lines(t) -> list[str]:
     for name, rest in (("a", t.unpaired_a), ("b", t.unpaired_b)):
         if rest:
             out.append(f"graphs of {name} with no partner: {', '.join(map(str, rest))}")
+    sized = [(ga, gb, d) for ga, gb, d in t.pairs if d.lead == "size" and d.size_attribution]
+    if sized:  # another program or configuration: the pair whose size differs most
+        ga, gb, d = max(sized, key=lambda p: abs(p[2].size_attribution["delta"]))
+        return out + ["", f"largest size difference: graph {ga} vs {gb}"] + report_lines(d)
     first = next(((ga, gb, d) for ga, gb, d in t.pairs if d.first_divergence), None)
     if first is not None:
         out += ["", f"first divergent pair: graph {first[0]} vs {first[1]}"] + report_lines(first[2])
     return out
+
+
+def _size_words(att: dict) -> str:
+    """'b - a = +1,377,376 B at the high-water mark, most of it kq (+917,504 B)'."""
+    top = att["families"][0] if att["families"] else None
+    most = f", most of it {top['family']} ({top['delta']:+,} B)" if top and top["delta"] else ""
+    return f"b - a = {att['delta']:+,} B at the high-water mark{most}"

@@ -10,17 +10,29 @@ from pathlib import Path
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.store.kinds import TORCH, trace_kind
 
-from ._common import add_store_arg, open_store_from
+from ._common import add_store_arg, examples, open_store_from
+
+
+EXAMPLES = examples(
+    'alloctrace export 59b3150c --format chrome -o trace.json --store ./store   # open in ui.perfetto.dev',
+    'alloctrace export 59b3150c --format jsonl -o trace.jsonl --store ./store   # lossless; `import` reads it back',
+    'alloctrace export 59b3150c --format csv --store ./store > events.csv',
+    'alloctrace export 3c9e01aa --format chrome -o torch.json --store ./store   # a PyTorch trace: a track per stream',
+    'alloctrace export 3c9e01aa --format jsonl --store ./store | jq -c \'select(.type=="entry")\'')
 
 
 def register(subparsers):
     p = subparsers.add_parser("export", help="export a stored trace",
                               description="Export a stored trace: jsonl (lossless, re-importable), csv (events), "
-                                          "chrome (Chrome trace JSON; open it in Perfetto or chrome://tracing).")
+                                          "chrome (Chrome trace JSON; open it in Perfetto or chrome://tracing). "
+                                          "A PyTorch trace: chrome (a process per device or rank, a track per "
+                                          "stream with each allocation's lifetime, counters of allocated and "
+                                          "reserved bytes) or jsonl (devices, stacks, entries).")
     p.add_argument("id", metavar="ID", help="trace id (a unique prefix is enough)")
     p.add_argument("--format", required=True, choices=["jsonl", "csv", "chrome"])
     p.add_argument("-o", "--output", metavar="FILE", help="write here (default: standard output)")
     add_store_arg(p)
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 
@@ -30,12 +42,18 @@ def run(args) -> int:
     store = open_store_from(args)
     tid = store.resolve(args.id.partition(":")[0])[0]
     if trace_kind(store, tid) == TORCH:
-        raise UserError(f"trace {tid} is a PyTorch snapshot: export covers allocator event traces; see "
-                        "`alloctrace peak`, `alloctrace diff` and the dashboard's /torch page")
+        from alloctrace.traces.export import torch as torch_export
+
+        if args.format not in torch_export.FORMATS:
+            raise UserError(f"a PyTorch trace exports as {' or '.join(torch_export.FORMATS)}, not {args.format}")
+        write = getattr(torch_export, f"write_{args.format}")
+        writer = lambda f: write(store, tid, f)
+    else:
+        writer = lambda f: export(store, tid, args.format, f)
     if not args.output:
-        export(store, tid, args.format, sys.stdout)
+        writer(sys.stdout)
         return 0
-    write_output(Path(args.output), lambda f: export(store, tid, args.format, f))
+    write_output(Path(args.output), writer)
     return 0
 
 

@@ -2,11 +2,19 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from alloctrace.allocator.profiles import names as profile_names
 
-from ._common import add_store_arg, open_store_from, traces_table
+from ._common import add_store_arg, examples, open_store_from, traces_table
+
+
+EXAMPLES = examples(
+    'alloctrace import run.log --store ./store --name "my run"   # a ggml log with AT_PRINTF lines',
+    'alloctrace import snapshot.pickle.gz --store ./store   # a PyTorch memory snapshot',
+    'alloctrace import cut.log.zst --salvage --store ./store   # keep the graphs of a cut file',
+    'alloctrace import snapshots/ --name ddp --store ./store   # per-rank snapshots: one trace, a device per rank')
 
 
 def register(subparsers):
@@ -16,7 +24,8 @@ def register(subparsers):
                                           "PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot "
                                           "pickles, read without running pickle code) (the source is recognised from the content). Each file becomes "
                                           "its trace(s); if any file fails, nothing is stored.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="files to import")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="files to import; a directory: its PyTorch snapshots, one per rank, as one trace")
     add_store_arg(p)
     p.add_argument("--name", help="trace name (default: the file name)")
     p.add_argument("--generation", metavar="G",
@@ -27,9 +36,13 @@ def register(subparsers):
                         "or $ALLOCTRACE_MAX_DECOMPRESSED)")
     p.add_argument("--max-cpu", metavar="SECONDS",
                    help="CPU time allowed per file (default 900, or $ALLOCTRACE_MAX_IMPORT_CPU)")
+    p.add_argument("--ranks", action="store_true",
+                   help="the PyTorch snapshots named are the ranks of one job: one trace, a device per rank "
+                        "(a directory always is)")
     p.add_argument("--salvage", action="store_true",
                    help="import what a truncated compressed file holds; the trace is marked truncated "
                         "and its last graph incomplete")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 
@@ -45,8 +58,13 @@ def run(args) -> int:
         max_cpu_s=None if args.max_cpu is None else parse_amount(args.max_cpu, "--max-cpu"),
         salvage=args.salvage or None)
     store = open_store_from(args)
-    summaries = import_files(store, args.paths, name=args.name, generation=args.generation,
-                             progress=sys.stderr.isatty(), limits=limits)
+    if args.ranks or any(os.path.isdir(p) for p in args.paths):
+        from alloctrace.traces.sources.ranks import import_ranks
+
+        summaries = import_ranks(store, args.paths, name=args.name, limits=limits)
+    else:
+        summaries = import_files(store, args.paths, name=args.name, generation=args.generation,
+                                 progress=sys.stderr.isatty(), limits=limits)
     if args.json:
         print(json.dumps({"traces": [import_json(s) for s in summaries]}, indent=1))
     else:

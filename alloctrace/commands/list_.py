@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import json
 
-from ._common import add_store_arg, open_store_from, traces_table
+from ._common import add_store_arg, examples, open_store_from, traces_table
+
+
+EXAMPLES = examples(
+    'alloctrace list --store ./store',
+    'alloctrace list -q "my run" --store ./store   # names containing "my run"',
+    'alloctrace list --json --store ./store')
 
 
 def register(subparsers):
@@ -11,6 +17,7 @@ def register(subparsers):
     add_store_arg(p)
     p.add_argument("-q", metavar="TEXT", dest="q", help="only traces whose name contains TEXT")
     p.add_argument("--json", action="store_true", help="print the traces as JSON")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

@@ -7,7 +7,14 @@ import json
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.textsafe import safe_lines
 
-from ._common import add_store_arg, open_store_from
+from ._common import add_store_arg, examples, open_store_from
+
+
+EXAMPLES = examples(
+    "alloctrace peak 59b3150c:0 --store ./store   # what sets graph 0's size",
+    'alloctrace peak run.log:1 --tensors   # a log file, imported on the fly; every live tensor',
+    'alloctrace peak 3c9e01aa --top 10 --store ./store   # a PyTorch snapshot: by call site',
+    'alloctrace peak 7d2e4f10 --ranks --store ./store   # the ranks of a job side by side')
 
 
 def register(subparsers):
@@ -24,8 +31,13 @@ def register(subparsers):
     torch.add_argument("--device", type=int, default=None, help="only this device (default: all)")
     torch.add_argument("--skip", metavar="PARTS", default=None,
                        help="comma-separated file-name parts of frames that are not call sites "
-                            "(default: torch's own files)")
+                            "(default: torch's own files; 'default,PART' adds to them). C++ frames are never "
+                            "call sites while a stack has a Python frame")
     torch.add_argument("--top", type=int, default=20, help="call sites listed (the rest are summed up)")
+    torch.add_argument("--ranks", action="store_true",
+                       help="compare the devices (ranks) of a trace: peak, reserved, fragmentation, the OOM, and "
+                            "what differed between the rank that ran out (or peaked highest) and the lowest")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 
@@ -39,7 +51,9 @@ def run(args) -> int:
     ref = resolve_ref(store, args.ref, {})
     summary = store.summary(ref)
     if kind_of_source(summary["source"]) == TORCH:
-        return torch_peak(args, store, summary)
+        return ranks_peak(args, store, summary) if args.ranks else torch_peak(args, store, summary)
+    if args.ranks:
+        raise UserError("--ranks compares the ranks of a PyTorch trace; this is a ggml trace")
     out = peak_json(store, ref)
     if args.json:
         if not args.tensors:
@@ -94,12 +108,13 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
 
 def torch_peak(args, store, summary: dict) -> int:
     """A snapshot's peak per device: the live allocations grouped by their first frame outside torch."""
-    from alloctrace.traces.state.torch_device import DEFAULT_SKIP, load_device
+    from alloctrace.traces.state.torch_frames import parse_skip
+    from alloctrace.traces.state.torch_device import load_device
     from alloctrace.traces.explain.torch_peak import peak
 
     from ._common import table
 
-    skip = DEFAULT_SKIP if args.skip is None else tuple(p for p in args.skip.split(",") if p)
+    skip = parse_skip(args.skip)
     devices = [g["index"] for g in summary["graphs"] if args.device is None or g["index"] == args.device]
     if not devices:
         raise UserError(f"trace {summary['id']} has no device {args.device}")
@@ -114,5 +129,39 @@ def torch_peak(args, store, summary: dict) -> int:
         rows = [["BYTES", "SHARE", "COUNT", "CALL SITE"]]
         rows += [[f"{g['bytes']:,}", f"{g['share'] * 100:.1f}%", str(g["count"]), g["site"]]
                  for g in p["by_call_site"]]
+        print(table(rows))
+    return 0
+
+
+def ranks_peak(args, store, summary: dict) -> int:
+    """`peak --ranks`: the ranks side by side, then the call sites whose bytes at the peak differ most."""
+    from alloctrace.traces.state.torch_frames import parse_skip
+    from alloctrace.traces.diff.torch_ranks import compare
+
+    from ._common import table
+
+    skip = parse_skip(args.skip)
+    c = compare(store, summary["id"], skip, max(args.top, 1))
+    if args.json:
+        print(json.dumps(c, indent=1))
+        return 0
+    rows = [["RANK", "DEVICE", "ENTRIES", "PEAK REQUESTED", "PEAK RESERVED", "FRAGMENTATION", "OOM"]]
+    for r in c["ranks"]:
+        oom = r["oom"]
+        rows.append([str(r["rank"]), f"{r['device']} (cuda:{r['cuda_device']})", f"{r['n_events']:,}",
+                     f"{r['peak_requested']:,}", f"{r['peak_reserved']:,}",
+                     f"{r['fragmentation']:,} ({r['fragmentation_share']:.1%})",
+                     "-" if not oom else f"entry {oom['event']}: {oom['requested']:,} requested"])
+    print(f"trace {c['id']} {c['name']}: {len(c['ranks'])} ranks"
+          + (f"; out of memory: rank {', '.join(map(str, c['oom_ranks']))}" if c["oom_ranks"] else ""))
+    print(table(rows))
+    d = c["compared"]
+    if d:
+        print(f"rank {d['b_rank']} ({d['why']}) against rank {d['a_rank']}: peak requested {d['delta_requested']:+,}, "
+              f"peak reserved {d['delta_reserved']:+,}; {d['paired']:,} allocations paired"
+              f"{' (same call-site sequence)' if d['same_sequence'] else ''}, {d['only_a']:,} only in rank "
+              f"{d['a_rank']}, {d['only_b']:,} only in rank {d['b_rank']}, {d['grew']:,} grew, {d['shrank']:,} shrank")
+        rows = [[f"RANK {d['a_rank']}", f"RANK {d['b_rank']}", "DELTA", "CALL SITE"]]
+        rows += [[f"{r['a_bytes']:,}", f"{r['b_bytes']:,}", f"{r['delta']:+,}", r["site"]] for r in d["by_call_site"]]
         print(table(rows))
     return 0

@@ -1,4 +1,5 @@
-"""`alloctrace record`: run an unmodified ggml program and record its graph allocator."""
+"""`alloctrace record`: run an unmodified program and record its allocator: ggml's graph allocator through a
+preloaded library, PyTorch's CUDA caching allocator through a `sitecustomize` hook."""
 from __future__ import annotations
 
 import argparse
@@ -10,24 +11,54 @@ from pathlib import Path
 
 from alloctrace.traces.errors import UserError
 
-from ._common import add_store_arg, open_store_from, traces_table
+from ._common import add_store_arg, examples, open_store_from, traces_table
+
+
+EXAMPLES = examples(
+    'alloctrace record --store ./store -- llama-completion -m model.gguf -p hello -n 4',
+    'alloctrace record --name "ctx 4096" --store ./store -- llama-fit-params -m model.gguf -c 4096',
+    'alloctrace record --ggml -o run.rec -- python my_ggml_program.py   # keep the raw recording',
+    'alloctrace record --store ./store -- python train.py --epochs 1   # PyTorch: CUDA memory from import torch',
+    'alloctrace record --torch --stacks all -- ./train.sh   # a wrapper that starts Python; C++ frames too',
+    'alloctrace record --name ddp -- torchrun --nproc_per_node 2 train.py   # one trace, a device per rank',
+    'alloctrace record -o snap.pickle -- python train.py   # keep the snapshot, store nothing')
+
+NO_TORCH = ("no CUDA memory was recorded: the program never imported torch, CUDA was not available to it, or it "
+            "allocated nothing on the GPU")
 
 
 def register(subparsers):
     p = subparsers.add_parser(
-        "record", help="run a ggml program (llama.cpp, whisper.cpp, ...) and record its graph allocator",
-        description="Run PROGRAM with a small preloaded library that records every plan and placement of ggml's "
-                    "graph allocator (ggml_gallocr), then replay them through the ggml-head model and store the "
-                    "trace (or write the raw recording with -o). The program's output passes through and its "
-                    "exit status is returned. Linux; the program must use ggml as a shared library.",
-        usage="%(prog)s [--store DIR] [--name NAME] [-o FILE] [--ggml-include PATH] -- PROGRAM [ARGS...]")
+        "record", help="run a program and record its allocator (ggml's graph allocator, or PyTorch's CUDA memory)",
+        description="Run PROGRAM and record its allocator, then store the trace (or write the raw recording "
+                    "with -o). ggml programs (llama.cpp, whisper.cpp, ...): a small preloaded library records "
+                    "every plan and placement of ggml's graph allocator (Linux; ggml as a shared library), "
+                    "replayed through the ggml-head model. Python programs (a python interpreter, torchrun, a "
+                    "#! python script; or --torch): a sitecustomize put first on PYTHONPATH switches "
+                    "torch.cuda.memory._record_memory_history on right after the program imports torch, and "
+                    "dumps the snapshot at exit, on an uncaught OutOfMemoryError and on SIGTERM; every process "
+                    "that used CUDA writes one (torchrun: one per rank, stored as one trace with a device per "
+                    "rank). A Python program gets both recorders unless --torch or --ggml picks one. The "
+                    "program's output passes through and its exit status is returned.",
+        usage="%(prog)s [--store DIR] [--name NAME] [-o FILE] [--torch | --ggml] [--stacks python|all] "
+              "[--max-entries N] [--ggml-include PATH] -- PROGRAM [ARGS...]")
     add_store_arg(p)
     p.add_argument("--name", help="trace name (default: the program's name)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the raw recording to FILE instead of importing it")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the raw recording to FILE instead of importing it (PyTorch: the snapshot pickle; "
+                        "several processes: FILE is a directory of them)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--torch", action="store_true", help="record PyTorch's CUDA memory only")
+    which.add_argument("--ggml", action="store_true", help="record ggml's graph allocator only")
+    p.add_argument("--stacks", choices=("python", "all"), default="python",
+                   help="PyTorch: the frames recorded with each entry (all: C++ frames too, slower)")
+    p.add_argument("--max-entries", type=int, default=1_000_000, metavar="N",
+                   help="PyTorch: entries kept (the history is a ring buffer; default 1,000,000)")
     p.add_argument("--ggml-include", metavar="PATH",
                    help="ggml.h (or its directory) the program was built with: read tensors with its layout "
                         "instead of the one chosen by ggml's version")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS...]")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 
@@ -35,24 +66,48 @@ def run(args) -> int:
     from alloctrace.traces.sources.record.build import find_ggml_header, recorder_library
     from alloctrace.traces.sources.record.run import run_recorded
     from alloctrace.traces.sources.record.source import NO_GGML
+    from alloctrace.traces.sources.torch.recorder import hook_env, is_python_program, snapshots_in
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:
         raise UserError("record: name the program to run, after --")
-    header = find_ggml_header(args.ggml_include) if args.ggml_include else None
-    library = recorder_library(header)
+    if args.max_entries < 1:
+        raise UserError("--max-entries must be at least 1")
+    torch = args.torch or (not args.ggml and is_python_program(command))
+    ggml = not args.torch
+    library = None
+    if ggml:
+        header = find_ggml_header(args.ggml_include) if args.ggml_include else None
+        try:
+            library = recorder_library(header)
+        except UserError:
+            if not torch:
+                raise
     with tempfile.TemporaryDirectory(prefix="alloctrace-rec-") as tmp:
-        result = run_recorded(command, library, Path(tmp))
-        if not result.recordings:
-            print(f"alloctrace: error: {NO_GGML}", file=sys.stderr)
+        snap_dir = Path(tmp) / "torch"
+        snap_dir.mkdir()
+        env = hook_env(snap_dir, args.stacks, args.max_entries) if torch else None
+        result = run_recorded(command, library, Path(tmp), env)
+        snaps = snapshots_in(snap_dir) if torch else []
+        if not result.recordings and not snaps:
+            print(f"alloctrace: error: {NO_TORCH if torch and not ggml else NO_GGML}", file=sys.stderr)
             return result.exit_status or 2
+        for s in snaps:
+            who = f"rank {s.rank}" if s.rank is not None else f"process {s.facts.get('pid', '?')}"
+            print(f"alloctrace: CUDA memory snapshot of {who} dumped at {s.facts.get('reason', 'exit')}",
+                  file=sys.stderr)
         if args.output:
-            _write_output(result.recordings, Path(args.output))
+            if result.recordings:
+                _write_output(result.recordings, Path(args.output))
+            else:
+                _write_snapshots([s.path for s in snaps], Path(args.output))
             print(f"alloctrace: recording written to {args.output}", file=sys.stderr)
             return result.exit_status
         name = args.name or program_name(command)
         store = open_store_from(args)
-        ids = import_into_store(store, result.recordings, name)
+        ids = import_into_store(store, result.recordings, name) if result.recordings else []
+        if snaps:
+            ids += import_snapshots(store, [s.path for s in snaps], name)
     print(traces_table([store.summary(t) for t in ids]), file=sys.stderr)
     return result.exit_status
 
@@ -70,6 +125,29 @@ def import_into_store(store, recordings: list[Path], name: str) -> list[str]:
     from alloctrace.traces.sources import import_files
 
     return [s["id"] for s in import_files(store, recordings, name=name, progress=sys.stderr.isatty())]
+
+
+def import_snapshots(store, paths: list[Path], name: str) -> list[str]:
+    """One process's snapshot as a trace; several (ranks, workers) as one trace with a device each."""
+    from alloctrace.traces.sources.ranks import import_ranks
+
+    if len(paths) == 1:
+        return import_into_store(store, paths, name)
+    return [s["id"] for s in import_ranks(store, paths, name=name)]
+
+
+def _write_snapshots(paths: list[Path], out: Path):
+    try:
+        if len(paths) == 1:
+            _write_output(paths, out)
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        for p in paths:
+            for f in (p, p.with_suffix(".json")):
+                if f.exists():
+                    shutil.copyfile(f, out / f.name)
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror}") from None
 
 
 def _write_output(recordings: list[Path], out: Path):

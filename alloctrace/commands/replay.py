@@ -8,6 +8,14 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.sizes import fmt_bytes
 from alloctrace.traces.util.textsafe import safe_lines
 
+from ._common import examples
+
+
+EXAMPLES = examples(
+    'alloctrace replay --preset llama2-70b --profile ggml-2023-08-16 --metal-concurrency --store ./store',
+    'alloctrace replay --preset llama-7b --profile ggml-2023-08-28 --n-ctx 2048 --n-batch 512',
+    'alloctrace replay --preset gpt2-tiny --profile ggml-head --json')
+
 
 def register(subparsers):
     p = subparsers.add_parser(
@@ -28,6 +36,7 @@ def register(subparsers):
                    help="override a hyper-parameter (repeatable), e.g. --hparam n_layer=4")
     p.add_argument("--store", metavar="DIR", help="store both graphs as one trace in this store")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

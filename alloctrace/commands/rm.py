@@ -3,13 +3,18 @@ from __future__ import annotations
 
 from alloctrace.traces.util.textsafe import safe
 
-from ._common import add_store_arg, open_store_from
+from ._common import add_store_arg, examples, open_store_from
+
+
+EXAMPLES = examples(
+    'alloctrace rm 59b3150c --store ./store')
 
 
 def register(subparsers):
     p = subparsers.add_parser("rm", help="delete a stored trace", description="Delete a stored trace.")
     p.add_argument("id", metavar="ID", help="trace id (a unique prefix is enough)")
     add_store_arg(p)
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

@@ -13,7 +13,15 @@ import webbrowser
 
 from alloctrace.traces.errors import UserError
 
+from ._common import examples
+
 TOKEN_ENV = "ALLOCTRACE_TOKEN"
+
+
+EXAMPLES = examples(
+    'alloctrace serve --store ./store --open   # http://127.0.0.1:8000',
+    'alloctrace serve --examples --port 8001   # an empty store gets example traces',
+    'alloctrace serve --host 0.0.0.0 --token "$TOKEN"   # reachable from other machines, behind a token')
 
 
 def register(subparsers):
@@ -31,6 +39,7 @@ def register(subparsers):
     p.add_argument("--max-decompressed", metavar="BYTES",
                    help="refuse an upload that decompresses to more than this (default 2G, or "
                         "$ALLOCTRACE_MAX_DECOMPRESSED)")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

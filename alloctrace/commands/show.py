@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import json
 
-from ._common import add_store_arg, graphs_table, open_store_from
+from ._common import add_store_arg, examples, graphs_table, open_store_from
+
+
+EXAMPLES = examples(
+    'alloctrace show 59b3150c --store ./store',
+    'alloctrace show 59b3 --json --store ./store   # a unique prefix is enough')
 
 
 def register(subparsers):
@@ -11,6 +16,7 @@ def register(subparsers):
     p.add_argument("id", metavar="ID", help="trace id (a unique prefix is enough)")
     add_store_arg(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

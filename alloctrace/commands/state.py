@@ -5,7 +5,12 @@ import json
 
 from alloctrace.traces.errors import UserError
 
-from ._common import add_store_arg, open_store_from, table
+from ._common import add_store_arg, examples, open_store_from, table
+
+
+EXAMPLES = examples(
+    'alloctrace state 3c9e01aa --event oom --store ./store   # the allocator when the OOM struck',
+    'alloctrace state 3c9e01aa:1 --event 5000 --top 5 --store ./store   # device 1, after 5000 entries')
 
 
 def register(subparsers):
@@ -20,6 +25,7 @@ def register(subparsers):
     add_store_arg(p)
     p.add_argument("--top", type=int, default=15, help="segments listed (most free bytes first)")
     p.add_argument("--json", action="store_true", help="print JSON (every segment and block)")
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

@@ -1,4 +1,5 @@
-"""`alloctrace sweep`: one replay per config point; compute buffer size, dominant families, OOM onset."""
+"""`alloctrace sweep`: one recorded run of a program per flag combination (or one replay per preset point);
+exact compute buffers, dominant families, growth laws."""
 from __future__ import annotations
 
 import json
@@ -6,27 +7,65 @@ import sys
 
 from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.util.textsafe import safe_lines
+from alloctrace.traces.util.textsafe import safe, safe_lines
+
+
+from ._common import examples
+
+EXAMPLES = examples(
+    "alloctrace sweep --vary=-c=512,4096,32768 --vary=-fa=on,off -- llama-fit-params -m model.gguf -v"
+    "   # every -c and -fa combination of llama.cpp's weightless dry run",
+    "alloctrace sweep --vary=-ub=128,512 -j 2 --json -- llama-completion -m model.gguf -p hi -n 1 -fit off -v",
+    "alloctrace sweep --preset llama-7b --profile ggml-2023-08-16,ggml-2023-08-28 --n-ctx 512,1024,2048"
+    "   # replay a built-in preset",
+    "alloctrace sweep --preset gpt2-117m --profile ggml-head --n-batch 8,64,512 --json")
 
 
 def register(subparsers):
+    import argparse
+
+    from ._common import add_store_arg
+
     p = subparsers.add_parser(
-        "sweep", help="replay a preset over several n_ctx / n_batch / profiles: buffer size per point",
-        description="Replay a preset once per combination of --profile, --n-ctx and --n-batch (each takes "
-                    "comma-separated values, repeatable for --profile) and print the compute buffer (the measure "
-                    "graph's max_size) per point with the families that dominate its peak, and where each profile "
-                    "starts to run out of space. Points come in input order: profile, then n_ctx, then n_batch.")
-    p.add_argument("--preset", required=True, help="preset name (see `alloctrace presets`)")
-    p.add_argument("--profile", action="append", required=True, metavar="P[,P...]",
-                   help=f"allocator generation(s): {profile_names(presets_only=True)}")
-    p.add_argument("--n-ctx", metavar="N[,N...]", help="context sizes (default: the preset's)")
-    p.add_argument("--n-batch", metavar="N[,N...]", help="batch sizes (default: the program's)")
+        "sweep", help="run a ggml program once per flag combination (or replay a preset): exact buffers per point",
+        description=("With --vary: run PROGRAM once per combination of the varied flags (each --vary replaces or "
+                    "adds that flag in ARGS), each under the recorder, up to -j at a time, and store each point as "
+                    "a trace tagged sweep=ID. Prints one row per point: the values, each buffer type's compute "
+                    "buffer in exact bytes, the weights and KV cache the program printed, consistency and the "
+                    "families that dominate its peak; then each family's growth law and the size attribution "
+                    "between neighbouring points. Write --vary=-c=512,4096 (with '=': the flag starts with a "
+                    "dash). With --preset: replay a built-in preset once per combination of --profile, --n-ctx and "
+                    "--n-batch instead."),
+        epilog=EXAMPLES,
+        usage="%(prog)s --vary=FLAG=V1,V2,... [--vary ...] [-j N] [--json] [--store DIR] -- PROGRAM [ARGS...]\n"
+              "       %(prog)s --preset P --profile G[,G...] [--n-ctx N,...] [--n-batch N,...] [--json]")
+    p.add_argument("--vary", action="append", metavar="FLAG=V1,V2,...",
+                   help="a flag of PROGRAM and its values (repeatable; points are all combinations)")
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="programs run at once (default: the number of cores)")
+    p.add_argument("--name", help="trace name prefix (default: the program's name)")
+    add_store_arg(p)
+    p.add_argument("--preset", help="replay this preset instead (see `alloctrace presets`)")
+    p.add_argument("--profile", action="append", metavar="P[,P...]",
+                   help=f"with --preset: allocator generation(s): {profile_names(presets_only=True)}")
+    p.add_argument("--n-ctx", metavar="N[,N...]", help="with --preset: context sizes (default: the preset's)")
+    p.add_argument("--n-batch", metavar="N[,N...]", help="with --preset: batch sizes (default: the program's)")
     p.add_argument("--metal-concurrency", action="store_true", help="Metal's concurrency order, as in `replay`")
     p.add_argument("--json", action="store_true", help="print the points as JSON")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS...]")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    command = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if args.vary:
+        if args.preset:
+            raise UserError("sweep: --vary runs a program, --preset replays a preset: give one of them")
+        return run_program(args, command)
+    if command:
+        raise UserError("sweep: a program to run needs --vary FLAG=VALUES (or use --preset without a program)")
+    if not args.preset or not args.profile:
+        raise UserError("sweep: give --vary=FLAG=VALUES -- PROGRAM ..., or --preset P --profile G")
     from alloctrace.traces.replay.sweep import parse_values, sweep
 
     profiles = [x.strip() for item in args.profile for x in item.split(",") if x.strip()]
@@ -39,8 +78,83 @@ def run(args) -> int:
     return 0
 
 
+def run_program(args, command: list[str]) -> int:
+    from alloctrace.traces.preflight.points import run_points
+    from alloctrace.traces.preflight.sweeps import sweep_json
+    from alloctrace.traces.preflight.vary import parse_vary, points as combinations
+    from alloctrace.traces.sources.record.build import recorder_library
+
+    from ._common import open_store_from
+
+    if not command:
+        raise UserError("sweep: name the program to run, after --")
+    if args.jobs is not None and not 1 <= args.jobs <= 256:
+        raise UserError(f"-j wants 1 to 256 programs at once, got {args.jobs}")
+    varies = [parse_vary(v) for v in args.vary]
+    total = len(combinations(varies))
+    store = open_store_from(args)
+    library = recorder_library()
+    with _progress("recording points") as advance:
+        sid, points = run_points(store, command, varies, library, jobs=args.jobs, name=args.name,
+                                 progress=lambda done, n, p: advance(done, n, p))
+    out = sweep_json(store, sid, [[v.flag, list(v.values)] for v in varies], points)
+    print(json.dumps(out, indent=1) if args.json else safe_lines(program_lines(out)))
+    assert total == len(points)
+    return 0 if all(p.error is None for p in points) else 1
+
+
+def program_lines(out: dict) -> list[str]:
+    from alloctrace.traces.explain.peak import text_table
+    from alloctrace.traces.util.sizes import fmt_bytes
+    from alloctrace.traces.preflight.laws import dominance_lines, law_lines
+
+    pts = out["points"]
+    flags = [f for f, _ in out["vary"]]
+    bufts = list(dict.fromkeys(b for p in pts for b in p["buffers"]))
+    printed = [k for k in ("weights", "kv_cache") if any(k in p["printed"] for p in pts)]
+    rows = [[*flags, *(f"{b} compute (B)" for b in bufts), *(f"{k} (printed)" for k in printed), "consistent",
+             "trace", "dominant families"]]
+    for p in pts:
+        fams = ", ".join(f"{f['family']} {fmt_bytes(f['bytes'])}" for f in p["families"][:3])
+        rows.append([*(p["values"][f] for f in flags), *(_exact(p["buffers"].get(b)) for b in bufts),
+                     *(_mib(p["printed"].get(k)) for k in printed),
+                     "-" if p["consistent"] is None else ("yes" if p["consistent"] else "NO"), p["trace"] or "-",
+                     p["error"] if p["error"] and not p["trace"] else fams])
+    lines = [f"sweep {out['sweep']}: {len(pts)} points"] + ["  " + line for line in text_table(rows)]
+    for p in pts:
+        if p["error"] and p["trace"]:
+            lines.append(f"  {' '.join(f'{k}={v}' for k, v in p['values'].items())}: {p['error']}")
+    if out["laws"]:
+        lines += ["", "GROWTH (bytes at the peak, by family)"] + law_lines(out["laws"])
+    if out["dominance"]:
+        lines += ["", "DOMINANT FAMILY"] + dominance_lines(out["dominance"])
+    if out["neighbours"]:
+        lines += ["", "BETWEEN NEIGHBOURS (size attribution, as diff computes it)"]
+        for n in out["neighbours"]:
+            setting = " ".join(f"{k}={v}" for k, v in n["setting"].items())
+            why = ", ".join(f"{f['family']} {'+' if f['delta'] >= 0 else '-'}{fmt_bytes(abs(f['delta']))}"
+                            for f in n["families"])
+            lines.append(f"  {n['axis']} {n['a']} -> {n['b']}{(' ' + setting) if setting else ''}: "
+                         f"{n['delta']:+,} B ({why or 'no family moved'}; diff {n['a_trace']} {n['b_trace']})")
+    lines += ["", f"stored as {len(pts)} traces tagged sweep={out['sweep']}; in the dashboard: /sweep?id={out['sweep']}"]
+    return lines
+
+
+def _exact(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def _mib(d) -> str:
+    if not d:
+        return "-"
+    return " + ".join(f"{v:.2f} MiB" for v in d.values()) if len(d) > 1 else f"{next(iter(d.values())):.2f} MiB"
+
+
 class _progress:
-    """A rich progress bar on stderr while points replay (only on a terminal)."""
+    """A rich progress bar on stderr while points run (on a terminal); elsewhere one line per recorded point."""
+
+    def __init__(self, what: str = "replaying points"):
+        self.what = what
 
     def __enter__(self):
         self.bar = None
@@ -49,12 +163,16 @@ class _progress:
 
             self.bar = Progress(transient=True)
             self.bar.start()
-            self.task = self.bar.add_task("replaying points", total=None)
+            self.task = self.bar.add_task(self.what, total=None)
         return self.advance
 
-    def advance(self, done: int, total: int):
+    def advance(self, done: int, total: int, point=None):
         if self.bar is not None:
             self.bar.update(self.task, completed=done, total=total)
+        elif point is not None:
+            values = " ".join(f"{k}={v}" for k, v in point.values.items())
+            size = ", ".join(f"{b} {n:,} B" for b, n in point.buffers.items()) or point.error or "no buffer"
+            print(safe(f"[{done}/{total}] {values}: {size}"), file=sys.stderr, flush=True)
 
     def __exit__(self, *exc):
         if self.bar is not None:

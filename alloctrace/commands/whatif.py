@@ -6,7 +6,13 @@ import json
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.sizes import fmt_bytes
 
-from ._common import add_store_arg, open_store_from
+from ._common import add_store_arg, examples, open_store_from
+
+
+EXAMPLES = examples(
+    'alloctrace whatif 3c9e01aa --set expandable_segments=true --store ./store',
+    'alloctrace whatif snapshot.pickle.gz --cap 6GiB   # a file, imported on the fly',
+    'alloctrace whatif 3c9e01aa --set max_split_size_mb=128 --set garbage_collection_threshold=0.8 --json --store ./store')
 
 
 def register(subparsers):
@@ -28,6 +34,7 @@ def register(subparsers):
                         "OOMs, none if it had none)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     add_store_arg(p)
+    p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 

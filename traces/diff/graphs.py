@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from alloctrace.allocator.render import ggml_oom_message
 from alloctrace.traces.diff.align import KIND_NAMES, NONE, align
 from alloctrace.traces.util.gcpause import without_gc
 from alloctrace.traces.diff.side import Cursor, Side, make_side, summary
@@ -31,9 +32,10 @@ class DiffResult:
     anomalies: list = field(default_factory=list)
     first_choice_divergence: dict | None = None  # the first differing block/chunk/kind, offsets ignored
     size_attribution: dict | None = None  # the high-water delta by family (explain.py), for stored graphs
+    lead: str = "divergence"  # "size": another program or configuration, where the sizes are the answer
 
     def to_json(self) -> dict:
-        return {"first_divergence": self.first_divergence, "size_attribution": self.size_attribution,
+        return {"lead": self.lead, "first_divergence": self.first_divergence, "size_attribution": self.size_attribution,
                 "first_choice_divergence": self.first_choice_divergence,
                 "first_free_list_divergence": self.first_free_list_divergence,
                 "a": self.a, "b": self.b, "deltas": self.deltas, "aligned": self.aligned,
@@ -138,8 +140,8 @@ def _first_divergence(a: Side, b: Side, ia, ib, k, cur_a: Cursor, cur_b: Cursor)
     sa, sb = cur_a.state(ea), cur_b.state(eb)
     ca, cb = _choice(a, ka, sa), _choice(b, kb, sb)
     fields = [f for f in ("kind", "block", "offset", "chunk", "size") if ca[f] != cb[f]]
-    words = (f"diverges at event {ea} ({a.label}) / {eb} ({b.label}), tensor {pa.names[ka] or '(unnamed)'}: "
-             f"{_choice_words(a.label, ca)}, {_choice_words(b.label, cb)}; {_why(ca, cb, sa, sb, a.label, b.label)}")
+    words = (f"diverges at event {ea} in a, {eb} in b, tensor {pa.names[ka] or '(unnamed)'}: "
+             f"{_choice_words('a', ca)}, {_choice_words('b', cb)}; {_why(ca, cb, sa, sb, 'a', 'b')}")
     return {"aligned_index": k, "event_a": ea, "event_b": eb, "tensor": pa.names[ka], "fields": fields,
             "a": ca, "b": cb, "words": words}
 
@@ -200,8 +202,8 @@ def _first_free_list_divergence(a: Side, b: Side, ia, ib, cur_a: Cursor, cur_b: 
     return {"aligned_index": None if at_end else k, "event_a": ea, "event_b": eb, "tensor": tensor,
             "a": {"free_blocks": _blocks_json(sa), **free_summary(sa)},
             "b": {"free_blocks": _blocks_json(sb), **free_summary(sb)},
-            "words": (f"free lists differ {where} (event {ea} in {a.label}, {eb} in {b.label}): "
-                      f"{a.label} has {_list_words(sa)}; {b.label} has {_list_words(sb)}")}
+            "words": (f"free lists differ {where} (event {ea} in a, {eb} in b): "
+                      f"a has {_list_words(sa)}; b has {_list_words(sb)}")}
 
 
 def _agreed(ma, mb, ja: int, jb: int) -> int:
@@ -258,17 +260,18 @@ def _oom(side: Side, other: Side, point, cur: Cursor, other_cur: Cursor) -> dict
            "stranded_by": strands}
     keep = ", ".join(f"{t['tensor'] or '(unnamed)'} ({t['size']} B at {t['offset']})"
                      for g in strands for t in g["live"])
-    out["words"] = (f"{side.label}: {p.names[k]} needed {needed} B, the largest free block is {largest} B of "
+    out["ggml_line"] = ggml_oom_message(side.meta.get("generation"), needed, largest)
+    out["words"] = (f"{side.key} ran out of space: {p.names[k]} needed {needed} B, the largest free block is {largest} B of "
                     f"{free['total']} B free in {free['n_blocks']} blocks" + (f", kept apart by {keep}" if keep else ""))
     if there is not None:
         j, oe = there
         ostate = other_cur.state(oe)
         c = _choice(other, j, ostate)
         out["other"] = {**c, **{"free_" + key: v for key, v in free_summary(ostate).items()}}
-        out["words"] += f"; at the same point {_choice_words(other.label, c)}"
+        out["words"] += f"; at the same point {_choice_words(other.key, c)}"
     else:
         out["other"] = None
-        out["words"] += f"; {other.label} never placed {p.names[k]}"
+        out["words"] += f"; {other.key} never placed {p.names[k]}"
     return out
 
 
@@ -328,7 +331,7 @@ def diff_graphs(events_a, events_b, meta_a=None, meta_b=None) -> DiffResult:
     na, nb = len(a.placements), len(b.placements)
     aligned = {"count": len(ia), "a": na, "b": nb, "fraction": len(ia) / max(na, nb, 1),
                "fraction_a": len(ia) / max(na, 1), "fraction_b": len(ia) / max(nb, 1)}
-    anomalies = [f"{side.label}: {x}" for side, cur in ((a, cur_a), (b, cur_b)) for x in cur.replay.free.anomalies]
+    anomalies = [f"{side.key}: {x}" for side, cur in ((a, cur_a), (b, cur_b)) for x in cur.replay.free.anomalies]
     from alloctrace.traces.explain.peak import graphs_attribution
 
     return DiffResult(first, free_list, sum_a, sum_b, _deltas(a, b, sum_a, sum_b, ia, ib), aligned, anomalies[:20],
@@ -346,7 +349,9 @@ def _load(store, trace_id, g: int, rows: dict):
     """A graph's events as the store's columns (no Event objects), and its metadata."""
     meta = dict(rows.get(g) or {})
     meta["label"] = f"{trace_id}:{g} {meta.get('role') or ''}".strip()
-    meta["source"] = store.meta(trace_id).source if hasattr(store, "meta") else None  # whose peak rules apply
+    info = store.meta(trace_id) if hasattr(store, "meta") else None
+    meta["source"] = info.source if info else None  # whose peak rules apply
+    meta["generation"] = info.generation if info else None  # how ggml words its failure
     events = store.columns(trace_id, g) if hasattr(store, "columns") else store.events(trace_id, g)
     return events, meta
 
@@ -354,7 +359,17 @@ def _load(store, trace_id, g: int, rows: dict):
 def _pair(store, ta, x, rows_a, tb, y, rows_b) -> DiffResult:
     events_a, meta_a = _load(store, ta, x, rows_a)
     events_b, meta_b = _load(store, tb, y, rows_b)
-    return diff_graphs(events_a, events_b, meta_a, meta_b)
+    d = diff_graphs(events_a, events_b, meta_a, meta_b)
+    if ta != tb and sizes_differ(d):
+        d.lead = "size"
+    return d
+
+
+def sizes_differ(d: DiffResult) -> bool:
+    """Whether two runs are another program or configuration rather than another allocator decision: most
+    tensors do not pair up by identity, or paired tensors differ in size (another context, batch or model).
+    Then the first divergence only follows from the sizes, and the size attribution is the answer."""
+    return min(d.aligned["fraction_a"], d.aligned["fraction_b"]) < 0.5 or bool(d.deltas["sizes"])
 
 
 def diff_refs(store, ref_a: str, ref_b: str):

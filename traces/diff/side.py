@@ -23,6 +23,7 @@ class Side:
     capacity: int | None
     alignment: int
     meta: dict
+    key: str = "a"  # "a" or "b": what the diff's sentences call this run (the header says which is which)
 
 
 def meta_dict(meta) -> dict:
@@ -47,7 +48,7 @@ def make_side(events, meta, default_label: str) -> Side:
     if capacity is None and legacy and m.get("role") != "measure":
         capacity = m.get("buffer_size")  # a real 2023 buffer ends there; measure and head chunks do not
     label = m.get("label") or m.get("role") or default_label
-    return Side(label, events, p, capacity, m.get("alignment") or _alignment(p), m)
+    return Side(label, events, p, capacity, m.get("alignment") or _alignment(p), m, default_label)
 
 
 def _alignment(p: Placements, limit: int = 64) -> int:

@@ -2,8 +2,9 @@
 
 The other views of a device build on this: the timeline (memmap/torch_timeline.py), the peak by call site
 and the OOM card (explain/torch_peak.py), the diff (diff/torch.py). Every answer is bounded whatever the
-snapshot's size: the state view caps blocks. Call sites are the first frame outside `skip` (torch internals
-by default), innermost first, as the snapshot records frames.
+snapshot's size: the state view caps blocks. Call sites are the first Python frame outside `skip` (torch
+internals by default), innermost first, as the snapshot records frames; C++ frames only name stacks without
+Python frames (torch_frames.py).
 """
 from __future__ import annotations
 
@@ -11,13 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from alloctrace.traces.store.torch import ACTIONS, ALLOC, FREE_REQUESTED
-from alloctrace.traces.store.torch import curves
 from alloctrace.traces.state.torch_blocks import AllocatorState
-from alloctrace.traces.store.torch import device_tables
+from alloctrace.traces.state.torch_frames import DEFAULT_SKIP, site_label  # noqa: F401 (DEFAULT_SKIP: the views' default)
+from alloctrace.traces.store.torch import ACTIONS, ALLOC, FREE_REQUESTED, curves, device_tables
 
-DEFAULT_SKIP = ("site-packages/torch/", "dist-packages/torch/", "site-packages\\torch\\", "<frozen ",
-                "<built-in", "<string>")  # frames whose file name contains one of these are torch's own
 NO_STACK = "(no Python stack)"
 PREEXISTING = "(allocated before the trace began)"
 CHECKPOINT_EVERY = 20_000
@@ -86,13 +84,10 @@ class Device:
                 for f in t["stack_frames"][lo:hi].tolist()]
 
     def site(self, stack: int, skip=DEFAULT_SKIP) -> str:
-        """The call site of a stack: its first frame outside `skip`, else its innermost frame."""
+        """The call site of a stack (frames.call_site: never a C++ frame while a Python frame exists)."""
         key = ("site", stack, tuple(skip))
         if key not in self._cache:
-            fr = self.frames(stack)
-            pick = next((f for f in fr if not any(p in f["filename"] for p in skip)), fr[0] if fr else None)
-            self._cache[key] = (NO_STACK if pick is None
-                                else f"{pick['name']} ({_short(pick['filename'])}:{pick['line']})")
+            self._cache[key] = site_label(self.frames(stack), skip) or NO_STACK
         return self._cache[key]
 
     def meta_text(self, code: int) -> str:
@@ -135,14 +130,6 @@ class Device:
                 inner[ivs[k][0]:ivs[k][1]] = k
             self._cache["inner"] = inner
         return self._cache["inner"]
-
-
-def _short(filename: str) -> str:
-    """A file name from its package down (after site-packages/), for labels."""
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in filename:
-            return filename.rsplit(marker, 1)[1]
-    return filename
 
 
 def load_device(store, trace_id: str, device: int) -> Device:

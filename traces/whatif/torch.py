@@ -79,6 +79,8 @@ class SimulatedDevice:
             self.by_size.setdefault(size, []).append(addr)   # popped from the end: trace order
         top = max((a + s for a, s in recorded), default=0)
         self.next_addr = max(0x7F00_0000_0000, -(-top // (1 << 30)) * (1 << 30) + (1 << 30))
+        low = min((a for a, _ in recorded), default=0x7F00_0000_0000)
+        self.low_addr = max(1 << 40, low // (1 << 30) * (1 << 30) - (1 << 30))
         self.live = SortedList()                              # (start, end) of segments in use
 
     def _free_range(self, addr: int, size: int) -> bool:
@@ -98,9 +100,9 @@ class SimulatedDevice:
             if self._free_range(cand, size):
                 addr = cand
                 break
-        if addr is None:
-            addr = self.next_addr
-            self.next_addr += -(-size // (2 << 20)) * (2 << 20)
+        if addr is None:                     # the driver hands out new ranges below the older ones
+            self.low_addr -= -(-size // (2 << 20)) * (2 << 20)
+            addr = self.low_addr
         self.live.add((addr, addr + size))
         return addr
 

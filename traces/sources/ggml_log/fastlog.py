@@ -68,6 +68,8 @@ N, INDEX, MAX_SIZE, BUFFER_SIZE, OOM_NEEDED, OOM_LARGEST, INCOMPLETE, OOM_TENSOR
             "oom_tensor_len", "cols", "itemsize", "table", "table_len", "slot", "hit", "epoch", "same", "blob",
             "seen", "seen_epoch"))
 
+SYMBOLS = ("fl_new", "fl_free", "fl_release", "fl_reason", "fl_feed", "fl_queued", "fl_features",
+           "fl_configure", "fl_next", "fl_tune")  # each one library() binds
 _LIB: list = []  # [library or None], once tried
 
 
@@ -77,7 +79,7 @@ def library():
         return None
     if not _LIB:
         try:
-            path = build_library(SOURCE, "fastlog", SHARED_FLAGS, what="the fast log importer")
+            path = build_library(SOURCE, "fastlog", SHARED_FLAGS, what="the fast log importer", symbols=SYMBOLS)
             lib = ctypes.CDLL(str(path))
         except (UserError, OSError) as e:
             debug(__name__, "fast log import unavailable: %s", e)

@@ -28,6 +28,7 @@ from alloctrace.traces.sources.record.stream import GALLOC_CALLS, INPUT, OUTPUT,
 
 PROFILE = "ggml-head"
 MAX_MISMATCHES = 10  # kept per graph
+MAX_SHAPES = 8192  # tensors whose shape a graph's extra keeps (for `peak`: ne, type, op and inputs)
 
 
 @dataclass
@@ -61,6 +62,20 @@ def build_graph(call: Call) -> tuple[Graph, dict[int, Tensor]]:
     return Graph(nodes, leafs), by_ptr
 
 
+def shapes(call: Call) -> dict:
+    """name -> [type, ne, op, input names] for the graph's tensors that hold bytes of their own: what
+    `peak` shows beside each family (its bytes follow from ne and type) and how it names unnamed ones."""
+    names = {r.ptr: r.name for r in call.tensors}
+    out: dict = {}
+    for r in call.tensors:
+        if r.view_src or r.nbytes <= 0 or r.name in out:
+            continue
+        if len(out) >= MAX_SHAPES:
+            break
+        out[r.name] = [r.type, list(r.ne), r.op, [names.get(p, "") for p in r.srcs if p]]
+    return out
+
+
 class Replayer:
     """The model side of one recorded process: one model gallocr per real one."""
 
@@ -72,6 +87,7 @@ class Replayer:
         self.skipped: list[str] = []
         self.n_placements = 0
         self.buffer_buft: dict[int, int] = {}  # every compute buffer ggml made -> its buffer type
+        self._shapes_of = None  # the tensor list whose shapes the last stored graph carries
 
     def _note_buffers(self, call: Call):
         for buft, _size, buf, _base, _real in call.buffers:
@@ -174,6 +190,9 @@ class Replayer:
         }
         if replanned is not None:
             extra["replanned"] = replanned
+        if call.tensors is not self._shapes_of:  # a repeated graph (`g ... =SEQ`) keeps the shapes it had
+            self._shapes_of = call.tensors
+            extra["shapes"] = shapes(call)
         return GraphRecord(
             index=index, role="eval" if call.kind == "alloc_graph" else "reserve", events=g.events,
             max_size=sum(g.planned_sizes()), buffer_size=sum(call.sizes) if call.sizes else None,

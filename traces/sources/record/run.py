@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from alloctrace.traces.util.cbuild import preload_safe
 from alloctrace.traces.errors import UserError
 
 NOT_LINUX = ("record works on Linux only for now (it preloads a library with LD_PRELOAD); "
@@ -55,16 +56,33 @@ def is_static_elf(path: str) -> bool:
     return PT_INTERP not in types and PT_DYNAMIC not in types
 
 
-def run_recorded(argv: list[str], library: Path, out_dir: Path) -> RunResult:
-    """Start `argv` with the recorder preloaded, writing into `out_dir`; wait for it."""
-    if not sys.platform.startswith("linux"):
+def recorder_env(library: Path | None, out_dir: Path, env: dict | None = None) -> dict:
+    """The program's environment plus `env`: the recorder preloaded first (none: `library` None),
+    writing into `out_dir`."""
+    if library is not None and not preload_safe(library):
+        raise UserError(f"cannot preload {library}: LD_PRELOAD needs an absolute path without spaces or colons")
+    env = {**os.environ, **(env or {})}
+    if library is not None:
+        env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
+    env["ALLOCTRACE_RECORD_DIR"] = str(out_dir)
+    return env
+
+
+def checked_program(argv: list[str], preload: bool = True) -> str:
+    """The program's path, refused where nothing can be preloaded (not Linux, a static executable)."""
+    if preload and not sys.platform.startswith("linux"):
         raise UserError(NOT_LINUX)
     prog = resolve_program(argv)
-    if is_static_elf(prog):
+    if preload and is_static_elf(prog):
         raise UserError(STATIC.format(prog=argv[0]))
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
-    env["ALLOCTRACE_RECORD_DIR"] = str(out_dir)
+    return prog
+
+
+def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict | None = None) -> RunResult:
+    """Start `argv` with the recorder preloaded (none: `library` None), writing into `out_dir`, its
+    environment plus `env`; wait for it."""
+    prog = checked_program(argv, library is not None)
+    env = recorder_env(library, out_dir, env)
     # Ctrl-C reaches the program (same process group); we wait for it and import what it left
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -75,6 +93,11 @@ def run_recorded(argv: list[str], library: Path, out_dir: Path) -> RunResult:
         rc = proc.wait()
     finally:
         signal.signal(signal.SIGINT, old)
+    return collect(argv, rc, out_dir)
+
+
+def collect(argv: list[str], rc: int, out_dir: Path) -> RunResult:
+    """What the finished program left in `out_dir`: each recording made whole and given its trailer."""
     status = 128 - rc if rc < 0 else rc
     files = sorted(out_dir.glob("rec-*.atrec"), key=lambda p: int(p.stem.split("-")[1]))
     trailer = json.dumps({"argv": argv, "exit_status": status})

@@ -1,0 +1,8 @@
+"""Pre-flight sweeps of real programs: a ggml program run once per combination of flag values, each run
+recorded, so that every point's compute buffer is the exact one ggml made, before any real run.
+
+`vary` reads `--vary FLAG=V1,V2` and puts the values into the program's arguments, `printed` reads the
+sizes a program prints itself (llama.cpp's weights, KV cache and compute buffers), `points` runs and
+stores the points (in parallel, one trace each, tagged with the sweep), `laws` fits how each family
+grows with the varied flags, and `budget` finds the largest value that fits a memory budget.
+"""

@@ -1,0 +1,213 @@
+"""Growth laws: how each family's bytes at the peak follow from the varied numeric flags, and who dominates where.
+
+A family's law comes from its largest tensor's shape first: each dimension of `ne` that is the same at every
+point is a number, one that equals a varied flag's value at every point is that flag; with the bytes per
+element (bytes / elements, the type's size for f32 / f16) the law is exact by construction and checked against
+every point's bytes ("kq: 4·(-c)·512·8 B per tensor"). Without shapes, or when a dimension follows no flag,
+the bytes themselves are fitted exactly: c·x^a·y^b (a, b in 0..2), then a + b·x; else no law is claimed.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import product
+
+MAX_EXPONENT = 2
+
+
+def numeric_flags(points: list[dict]) -> list[str]:
+    """The varied flags whose values are whole numbers at every point, in the sweep's order."""
+    if not points:
+        return []
+    flags = list(points[0]["values"])
+    return [f for f in flags if all(str(p["values"].get(f, "")).isdigit() for p in points)
+            and len({p["values"][f] for p in points}) > 1]
+
+
+def _family_rows(points: list[dict], family: str) -> list[tuple[dict, dict]]:
+    return [(p, f) for p in points for f in p.get("families_all", p.get("families", ())) if f["family"] == family]
+
+
+def shape_law(rows: list[tuple[dict, dict]], flags: list[str]) -> dict | None:
+    """The per-tensor law from shapes, or None when a dimension follows no flag (or shapes are missing)."""
+    if not rows or any("ne" not in f for _, f in rows):
+        return None
+    dims: list[str | int] = []
+    for d in range(4):
+        vals = [int(f["ne"][d]) for _, f in rows]
+        if len(set(vals)) == 1:
+            dims.append(vals[0])
+            continue
+        match = next((fl for fl in flags if all(int(p["values"][fl]) == v for (p, _), v in zip(rows, vals))), None)
+        if match is None:  # a flag capped by a constant: llama.cpp's n_ubatch is min(-ub, -c)
+            cap = max(vals)
+            match = next(((fl, cap) for fl in flags
+                          if all(min(int(p["values"][fl]), cap) == v for (p, _), v in zip(rows, vals))), None)
+        if match is None:
+            return None
+        dims.append(match)
+    elem = {Fraction(f["tensor_bytes"], max(1, _prod(f["ne"]))) for _, f in rows}
+    if len(elem) != 1:
+        return None  # padded beyond nbytes somewhere: the bytes fit below decides
+    (size,) = elem
+    for p, f in rows:  # exact at every point, by construction; checked all the same
+        if size * _prod([_dim(x, p["values"]) for x in dims]) != f["tensor_bytes"]:
+            return None
+    factors = [str(_num(size))] + [_dim_text(x) for x in dims if x != 1]
+    type_ = rows[0][1].get("type")
+    tensors = {f["tensors"] for _, f in rows}
+    return {"kind": "shape", "per": "tensor", "type": type_, "bytes_per_element": _num(size),
+            "dims": [_dim_text(x) if not isinstance(x, int) else x for x in dims],
+            "formula": "·".join(factors) + " B", "tensors_at_peak": sorted(tensors),
+            "example": rows[0][1]["tensor"]}
+
+
+def bytes_law(rows: list[tuple[dict, dict]], flags: list[str]) -> dict | None:
+    """An exact fit of the family's bytes: c·Π x^e first (smallest exponents first), then a + b·x."""
+    if len(rows) < 2 or not flags:
+        return None
+    xs = [[int(p["values"][fl]) for fl in flags] for p, _ in rows]
+    ys = [f["bytes"] for _, f in rows]
+    combos = sorted(product(range(MAX_EXPONENT + 1), repeat=len(flags)), key=lambda e: (sum(e), e))
+    for exps in combos:
+        cs = {Fraction(y, _prod([x ** e for x, e in zip(xv, exps)])) for xv, y in zip(xs, ys)}
+        if len(cs) == 1:
+            (c,) = cs
+            factors = [str(_num(c))] + [fl if e == 1 else f"{fl}^{e}" for fl, e in zip(flags, exps) if e]
+            if all(e == 0 for e in exps):
+                return {"kind": "constant", "formula": f"{_num(c)} B", "coefficient": _num(c)}
+            return {"kind": "product", "formula": "·".join(factors) + " B", "coefficient": _num(c),
+                    "exponents": dict(zip(flags, exps))}
+    for k, fl in enumerate(flags):
+        others = {tuple(x for j, x in enumerate(xv) if j != k) for xv in xs}
+        pts = sorted({(xv[k], y) for xv, y in zip(xs, ys)})
+        if len(others) != 1 or len({x for x, _ in pts}) < 2:
+            continue
+        (x0, y0), (x1, y1) = pts[0], pts[-1]
+        b = Fraction(y1 - y0, x1 - x0)
+        a = y0 - b * x0
+        if all(a + b * x == y for x, y in pts):
+            return {"kind": "affine", "formula": f"{_num(a)} + {_num(b)}·{fl} B", "intercept": _num(a),
+                    "slope": _num(b), "flag": fl}
+    return None
+
+
+def laws(points: list[dict]) -> list[dict]:
+    """One law per family seen at any point's peak, the largest families first."""
+    ok = [p for p in points if not p.get("error") and p.get("families")]
+    flags = numeric_flags(ok)
+    biggest: dict[str, int] = {}
+    for p in ok:
+        for f in p.get("families_all", p["families"]):
+            biggest[f["family"]] = max(biggest.get(f["family"], 0), f["bytes"])
+    out = []
+    others = [f for f in (list(ok[0]["values"]) if ok else []) if f not in flags]
+    for fam in sorted(biggest, key=lambda k: (-biggest[k], k)):
+        rows = _family_rows(ok, fam)
+        law = _fit(rows, flags)
+        by_setting = None
+        if law is None and others:  # e.g. -fa on and off: one law per setting of the other flags
+            groups: dict[tuple, list] = {}
+            for p, f in rows:
+                groups.setdefault(tuple((k, p["values"][k]) for k in others), []).append((p, f))
+            by_setting = [{"setting": dict(k), "law": _fit(g, flags), "points": len(g)} for k, g in groups.items()]
+            if all(b["law"] is None for b in by_setting):
+                by_setting = None
+        where = [p["values"] for p, _ in rows]
+        out.append({"family": fam, "law": law, "by_setting": by_setting, "points": len(rows), "of": len(ok),
+                    "largest": biggest[fam], "present_at": where if len(rows) < len(ok) else None})
+    return out
+
+
+def _fit(rows, flags) -> dict | None:
+    return shape_law(rows, flags) or bytes_law(rows, flags)
+
+
+def dominance(points: list[dict]) -> list[dict]:
+    """Which family is the largest at the peak, along the first numeric flag for each setting of the others."""
+    ok = [p for p in points if not p.get("error") and p.get("families")]
+    flags = numeric_flags(ok)
+    axis = flags[0] if flags else None
+    groups: dict[tuple, list[dict]] = {}
+    for p in ok:
+        key = tuple((k, v) for k, v in p["values"].items() if k != axis)
+        groups.setdefault(key, []).append(p)
+    out = []
+    for key, ps in groups.items():
+        if axis:
+            ps = sorted(ps, key=lambda p: int(p["values"][axis]))
+        runs: list[dict] = []
+        for p in ps:
+            top = p["families"][0]["family"]
+            at = p["values"][axis] if axis else None
+            if runs and runs[-1]["family"] == top:
+                runs[-1]["to"] = at
+            else:
+                runs.append({"family": top, "from": at, "to": at})
+        out.append({"setting": dict(key), "axis": axis, "runs": runs})
+    return out
+
+
+def law_text(law: dict | None) -> str:
+    if law is None:
+        return "no exact law in these points"
+    if law["kind"] == "shape":
+        dims = ", ".join(str(d) for d in law["dims"])
+        n = law["tensors_at_peak"]
+        many = "" if n == [1] else f", {'/'.join(map(str, n))} such tensors live at the peak"
+        return f"{law['formula']} per tensor ({law['example']}: {law['type']} [{dims}]{many})"
+    return law["formula"]
+
+
+def law_lines(ls: list[dict], top: int = 8) -> list[str]:
+    out = []
+    for x in ls[:top]:
+        where = "" if x["present_at"] is None else f"  (at {x['points']} of {x['of']} points)"
+        if x["law"] is None and x.get("by_setting"):
+            out.append(f"  {x['family']}:{where}")
+            for b in x["by_setting"]:
+                setting = " ".join(f"{k}={v}" for k, v in b["setting"].items())
+                out.append(f"    {setting}: {law_text(b['law'])}")
+            continue
+        out.append(f"  {x['family']}: {law_text(x['law'])}{where}")
+    return out
+
+
+def dominance_lines(ds: list[dict]) -> list[str]:
+    out = []
+    for d in ds:
+        setting = " ".join(f"{k}={v}" for k, v in d["setting"].items()) or "every point"
+        parts = []
+        for r in d["runs"]:
+            if d["axis"] is None:
+                parts.append(r["family"])
+            elif r["from"] == r["to"]:
+                parts.append(f"{r['family']} at {d['axis']}={r['from']}")
+            else:
+                parts.append(f"{r['family']} from {d['axis']}={r['from']} to {r['to']}")
+        out.append(f"  {setting}: " + ", ".join(parts))
+    return out
+
+
+def _dim(x, values: dict) -> int:
+    if isinstance(x, int):
+        return x
+    if isinstance(x, tuple):
+        return min(int(values[x[0]]), x[1])
+    return int(values[x])
+
+
+def _dim_text(x) -> str:
+    if isinstance(x, tuple):
+        return f"min({x[0]}, {x[1]})"
+    return str(x)
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= int(x)
+    return n
+
+
+def _num(f: Fraction):
+    return int(f) if f.denominator == 1 else float(f)

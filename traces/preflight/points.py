@@ -1,0 +1,186 @@
+"""Run a sweep's points under the recorder, in parallel, and store each one as a tagged trace.
+
+Programs run in worker threads (they wait on child processes, so the GIL is free); each finished point is
+read, replayed and stored by the calling thread while the others still run. A point's trace carries the tags
+`sweep=<id>` and one `FLAG=VALUE` per varied flag, and `extra.sweep` (the sweep's flags, the point's values,
+what the program printed), which is how `sweeps.load` and the dashboard find a recorded sweep again.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.sources.record.run import checked_program, collect, recorder_env
+
+from .printed import printed_sizes
+from .vary import Vary, label, points as combinations, with_values
+
+TOP_FAMILIES = 5
+OUTPUT_TAIL = 400  # characters of a failed program's output kept in the point's error
+
+
+@dataclass
+class Point:
+    values: dict[str, str]
+    argv: list[str]
+    buffers: dict[str, int] = field(default_factory=dict)  # buffer type name -> exact bytes
+    consistent: bool | None = None
+    trace: str | None = None
+    families: list[dict] = field(default_factory=list)  # at the largest graph's peak, largest first
+    printed: dict = field(default_factory=dict)  # printed_sizes() of the program's output
+    exit_status: int | None = None
+    error: str | None = None
+    graph: int | None = None  # the graph whose plan made the largest buffer
+    all_families: list[dict] = field(default_factory=list)  # every family at that peak (for the growth laws)
+
+    @property
+    def total(self) -> int:
+        return sum(self.buffers.values())
+
+    def to_json(self) -> dict:
+        return {"values": self.values, "buffers": self.buffers, "consistent": self.consistent, "trace": self.trace,
+                "graph": self.graph, "families": self.families, "printed": self.printed,
+                "exit_status": self.exit_status, "error": self.error}
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def new_sweep_id() -> str:
+    return secrets.token_hex(4)
+
+
+def run_program(argv: list[str], library: Path, workdir: Path) -> tuple[int, str]:
+    """One point's program with the recorder preloaded; (raw wait status, its stdout and stderr)."""
+    out = workdir / "output.txt"
+    with open(out, "wb") as fh:
+        try:
+            proc = subprocess.Popen(argv, env=recorder_env(library, workdir), stdin=subprocess.DEVNULL, stdout=fh,
+                                    stderr=subprocess.STDOUT)
+        except OSError as e:
+            raise UserError(f"cannot run {argv[0]}: {e.strerror}") from None
+        rc = proc.wait()
+    with open(out, "rb") as fh:
+        fh.seek(max(0, out.stat().st_size - (1 << 24)))
+        return rc, fh.read().decode("utf-8", "replace")
+
+
+def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, jobs: int | None = None,
+               name: str | None = None, sweep_id: str | None = None, progress=None, tags=()) -> tuple[str, list[Point]]:
+    """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
+    `progress(done, total, point)` is called as each point is stored."""
+    prog = checked_program(argv)
+    combos = combinations(varies)
+    sid = sweep_id or new_sweep_id()
+    base = name or os.path.basename(prog)
+    pts = [Point(values, [prog, *with_values(argv, values)[1:]]) for values in combos]
+    spec = [[v.flag, list(v.values)] for v in varies]
+    with tempfile.TemporaryDirectory(prefix="alloctrace-sweep-") as tmp, \
+            ThreadPoolExecutor(max_workers=max(1, jobs or default_jobs())) as pool:
+        dirs = [Path(tmp) / str(k) for k in range(len(pts))]
+        for d in dirs:
+            d.mkdir()
+        futures = {pool.submit(run_program, p.argv, library, d): k for k, (p, d) in enumerate(zip(pts, dirs))}
+        done = 0
+        try:
+            for fut in as_completed(futures):
+                k = futures[fut]
+                rc, text = fut.result()
+                p = pts[k]
+                result = collect(p.argv, rc, dirs[k])
+                p.exit_status, p.printed = result.exit_status, printed_sizes(text)
+                meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
+                        "argv": p.argv}
+                _store_point(store, p, result.recordings, f"{base} {label(p.values)}",
+                             ["recording", f"sweep={sid}", *(f"{f}={v}" for f, v in p.values.items()), *tags], meta)
+                if p.exit_status and p.error is None:
+                    p.error = f"exit status {p.exit_status}: {text[-OUTPUT_TAIL:].strip()}"
+                done += 1
+                if progress:
+                    progress(done, len(pts), p)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    return sid, pts
+
+
+def _store_point(store, p: Point, recordings: list[Path], name: str, tags: list[str], meta: dict):
+    from alloctrace.traces.sources.record.source import NO_GGML
+    from alloctrace.traces.sources import read_file, store_traces
+
+    if not recordings:
+        p.error = NO_GGML
+        return
+    try:
+        traces = [t for path in recordings for t in read_file(path, name=name)]
+    except UserError as e:
+        p.error = str(e)
+        return
+    for t in traces:
+        t.meta.tags = tags
+        t.meta.extra = {**t.meta.extra, "sweep": meta}
+    summaries = store_traces(store, traces)
+    p.trace = summaries[0]["id"]
+    summarise(store, p, summaries[0]["id"])
+
+
+def summarise(store, p: Point, tid: str):
+    """A stored point's buffers (the largest each buffer type reached), consistency and peak families."""
+    from alloctrace.traces.explain.peak import graph_peak
+
+    graphs = store.summary(tid)["graphs"]
+    p.consistent = all(g["consistent"] for g in graphs) if graphs else None
+    best, best_total = None, -1
+    for g in graphs:
+        sizes = buffer_sizes(store.graph_extra(tid, g["index"]), g)
+        for buft, size in sizes.items():
+            p.buffers[buft] = max(p.buffers.get(buft, 0), size)
+        if sum(sizes.values()) > best_total:
+            best, best_total = g["index"], sum(sizes.values())
+    if best is None:
+        return
+    p.graph = best
+    peak, row = graph_peak(store, tid, best)
+    p.all_families = families_with_shapes(peak, row.get("extra") or {})
+    p.families = p.all_families[:TOP_FAMILIES]
+
+
+def buffer_sizes(extra: dict, row: dict) -> dict[str, int]:
+    """One graph's buffer sizes by buffer type name: what ggml reported (`real_sizes`), else the plan's."""
+    names = [t.get("name") or f"buffer {i}" for i, t in enumerate(extra.get("buffer_types") or ())]
+    sizes = extra.get("real_sizes") or extra.get("model_sizes") or []
+    if not names or not sizes:
+        size = row.get("buffer_size") or row.get("max_size")
+        return {} if size is None else {"(buffer)": int(size)}
+    out: dict[str, int] = {}
+    for n, s in zip(names, sizes):
+        out[n] = out.get(n, 0) + int(s)  # two ids of one type object share one buffer (the other reports 0)
+    return out
+
+
+def families_with_shapes(peak, extra: dict) -> list[dict]:
+    """The peak's families, each with its largest tensor's shape and type where the recording kept them."""
+    shapes = extra.get("shapes") or {}
+    largest: dict[str, object] = {}
+    for t in peak.live:
+        cur = largest.get(t.family)
+        if cur is None or t.bytes > cur.bytes:
+            largest[t.family] = t
+    out = []
+    for fam, size in sorted(peak.family_bytes().items(), key=lambda kv: (-kv[1], kv[0])):
+        t = largest[fam]
+        row = {"family": fam, "bytes": size, "tensor": t.tensor, "tensor_bytes": t.bytes,
+               "tensors": sum(1 for x in peak.live if x.family == fam)}
+        s = shapes.get(t.tensor)
+        if s:
+            row["type"], row["ne"], row["op"] = s[0], s[1], s[2]
+        out.append(row)
+    return out

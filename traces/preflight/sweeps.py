@@ -1,0 +1,84 @@
+"""A recorded sweep as one object: its points, growth laws, who dominates where, and the size attribution
+between neighbouring points (as `diff` computes it). Built right after a sweep runs, or again from the
+store by the sweep's id (the `sweep=<id>` tag) for the dashboard.
+"""
+from __future__ import annotations
+
+from alloctrace.traces.errors import UserError
+
+from .laws import dominance, laws, numeric_flags
+from .points import Point, summarise
+
+MAX_NEIGHBOURS = 64
+TOP_DELTAS = 3
+
+
+def sweep_json(store, sweep_id: str, varies: list, points: list[Point]) -> dict:
+    dicts = [{**p.to_json(), "families_all": p.all_families} for p in points]
+    out = {"sweep": sweep_id, "vary": varies, "points": [p.to_json() for p in points],
+           "laws": laws(dicts), "dominance": dominance(dicts), "neighbours": neighbours(store, dicts)}
+    return out
+
+
+def neighbours(store, points: list[dict]) -> list[dict]:
+    """Consecutive points along the first numeric flag (the others equal): b - a by family, exactly."""
+    from alloctrace.traces.explain.peak import graph_peak, size_attribution
+
+    ok = [p for p in points if p.get("trace") and p.get("graph") is not None]
+    flags = numeric_flags(ok)
+    if not flags:
+        return []
+    axis = flags[0]
+    groups: dict[tuple, list[dict]] = {}
+    for p in ok:
+        groups.setdefault(tuple((k, v) for k, v in p["values"].items() if k != axis), []).append(p)
+    cache: dict = {}
+
+    def peak(p):
+        key = (p["trace"], p["graph"])
+        if key not in cache:
+            cache[key] = graph_peak(store, *key)[0]
+        return cache[key]
+
+    out = []
+    for key, ps in groups.items():
+        ps.sort(key=lambda p: int(p["values"][axis]))
+        for a, b in zip(ps, ps[1:]):
+            if len(out) >= MAX_NEIGHBOURS:
+                return out
+            att = size_attribution(peak(a), peak(b))
+            out.append({"axis": axis, "setting": dict(key), "a": a["values"][axis], "b": b["values"][axis],
+                        "a_trace": a["trace"], "b_trace": b["trace"], "a_graph": a["graph"], "b_graph": b["graph"],
+                        "delta": att["delta"], "fragmentation_delta": att["fragmentation_delta"],
+                        "families": [f for f in att["families"] if f["delta"]][:TOP_DELTAS]})
+    return out
+
+
+def sweep_ids(store) -> list[dict]:
+    """Recorded sweeps in the store, newest first: {"sweep", "points", "name", "created"}."""
+    found: dict[str, dict] = {}
+    for s in store.list():
+        for tag in s.get("tags") or ():
+            if isinstance(tag, str) and tag.startswith("sweep="):
+                sid = tag[len("sweep="):]
+                entry = found.setdefault(sid, {"sweep": sid, "points": 0, "name": s["name"], "created": s["created"]})
+                entry["points"] += 1
+    return list(found.values())
+
+
+def load(store, sweep_id: str) -> dict:
+    """The sweep object of a recorded sweep, from its traces."""
+    members = [s for s in store.list() if f"sweep={sweep_id}" in (s.get("tags") or ())]
+    if not members:
+        raise UserError(f"no recorded sweep {sweep_id!r} in this store")
+    pts: list[tuple[int, Point]] = []
+    varies = None
+    for s in members:
+        meta = store.meta(s["id"]).extra.get("sweep") or {}
+        varies = varies or meta.get("vary")
+        p = Point(dict(meta.get("values") or {}), list(meta.get("argv") or []), printed=meta.get("printed") or {},
+                  trace=s["id"])
+        summarise(store, p, s["id"])
+        pts.append((int(meta.get("index", 0)), p))
+    pts.sort(key=lambda kp: kp[0])
+    return sweep_json(store, sweep_id, varies or [], [p for _, p in pts])
