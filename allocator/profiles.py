@@ -10,16 +10,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-INPLACE_2023 = frozenset({
-    "SCALE", "DIAG_MASK_ZERO", "DIAG_MASK_INF", "ADD", "ADD1", "ACC", "SUB", "MUL", "DIV", "SQR",
-    "SQRT", "LOG", "UNARY", "ROPE", "RMS_NORM", "SET", "SOFT_MAX", "CONT",
-})
+# ggml_op_can_inplace over time: (op, first ggml commit listing it, first commit without it or "").
+# Read from ggml-alloc.c's history (ggml repository; CLAMP from llama.cpp's vendored ggml). A profile row
+# takes the ops listed on its date (`inplace_on`); the in-place tests in tests/test_inplace_ggml.py run each
+# op through the real allocator.
+INPLACE_HISTORY = (
+    ("SCALE", "854e4530", ""), ("DIAG_MASK_ZERO", "854e4530", ""), ("DIAG_MASK_INF", "854e4530", ""),
+    ("ADD", "854e4530", ""), ("ADD1", "854e4530", ""), ("SUB", "854e4530", ""), ("MUL", "854e4530", ""),
+    ("DIV", "854e4530", ""), ("SQR", "854e4530", ""), ("SQRT", "854e4530", ""), ("LOG", "854e4530", ""),
+    ("UNARY", "854e4530", ""), ("ROPE", "854e4530", ""), ("RMS_NORM", "854e4530", ""), ("SOFT_MAX", "854e4530", ""),
+    ("ACC", "854e4530", "8ec4082a"), ("SET", "854e4530", "8ec4082a"),  # 2023-09-05, view_src sync
+    ("CONT", "854e4530", "fc9e9558"),  # 2023-10-06, backends interface v1
+    ("ROPE_BACK", "93ea0016", ""), ("SILU_BACK", "93ea0016", ""), ("RMS_NORM_BACK", "93ea0016", ""),
+    ("SOFT_MAX_BACK", "93ea0016", ""),  # 2025-01-16, CUDA backward ops
+    ("ADD_ID", "3b145175", ""),  # 2025-08-05, gpt-oss
+    ("FILL", "106c2686", ""),  # 2025-12-09, llama.cpp #17870
+    ("CLAMP", "llama.cpp#27644", ""),  # 2026-08-24: ggml_clamp stops being a view, reuses its parent instead
+)
+INPLACE_DATES = {"854e4530": "2023-08-16", "8ec4082a": "2023-09-05", "fc9e9558": "2023-10-06",
+                 "93ea0016": "2025-01-16", "3b145175": "2025-08-05", "106c2686": "2025-12-09",
+                 "llama.cpp#27644": "2026-08-24"}
 
-INPLACE_HEAD = frozenset({
-    "FILL", "SCALE", "DIAG_MASK_ZERO", "DIAG_MASK_INF", "ADD", "ADD_ID", "ADD1", "SUB", "MUL", "DIV",
-    "SQR", "SQRT", "LOG", "UNARY", "ROPE", "ROPE_BACK", "SILU_BACK", "RMS_NORM", "RMS_NORM_BACK",
-    "SOFT_MAX", "SOFT_MAX_BACK",
-})
+
+def inplace_on(date: str) -> frozenset:
+    """The ops ggml_op_can_inplace listed on `date` (YYYY-MM-DD)."""
+    return frozenset(op for op, since, until in INPLACE_HISTORY
+                     if INPLACE_DATES[since] <= date and not (until and INPLACE_DATES[until] <= date))
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,8 @@ class Profile:
     llama_names: str = "gguf"  # llama.cpp's tensor names: "pre-gguf" before Aug 21 2023, then "gguf"
     repeat_returns_same_shape: bool = False  # ggml_repeat(a, b) returned `a` when the shapes matched
     llama_metadata_bytes: int = 0  # llama.cpp's compute-buffer metadata added to the printed total
+    leafs_first: bool = False  # every data-less leaf is allocated before the first node (2025-09 on)
+    ggml_versions: tuple = ()  # (first, last) ggml_version() known to carry this allocator (for recordings)
 
     @property
     def assert_lines(self) -> tuple:
@@ -63,14 +81,14 @@ PROFILES = {
     for p in [
         Profile(
             name="ggml-2023-08-16", commit="854e45302b127ca1b01e3e636a81da62219c5667", family="legacy",
-            best_fit_skips_last=False, parse_seq="reorder", inplace_ops=INPLACE_2023, max_free_blocks=128,
+            best_fit_skips_last=False, parse_seq="reorder", inplace_ops=inplace_on("2023-08-16"), max_free_blocks=128,
             view_parent_returns=True, assert_line=131, presets=True, llama_names="pre-gguf",
             repeat_returns_same_shape=True, llama_metadata_bytes=1_409_744,
             description="legacy ggml_allocr: best fit over all free blocks (the 70B Metal failure)",
         ),
         Profile(
             name="ggml-2023-08-22", commit="f03d74aa2eae3d21d3ab906ba27013eae1fa625e", family="legacy",
-            best_fit_skips_last=True, parse_seq="reorder", inplace_ops=INPLACE_2023, max_free_blocks=128,
+            best_fit_skips_last=True, parse_seq="reorder", inplace_ops=inplace_on("2023-08-22"), max_free_blocks=128,
             view_parent_returns=True, assert_line=139, presets=True, repeat_returns_same_shape=True,
             llama_metadata_bytes=1_475_280,
             description="the last-block fallback of PR #2639 with parse_seq still a pure reorder: frees are "
@@ -78,14 +96,14 @@ PROFILES = {
         ),
         Profile(
             name="ggml-2023-08-28", commit="ea9193f066e77a2019d9cd07fcaa7046ecd1e8ed", family="legacy",
-            best_fit_skips_last=True, parse_seq="barrier", inplace_ops=INPLACE_2023, max_free_blocks=128,
+            best_fit_skips_last=True, parse_seq="barrier", inplace_ops=inplace_on("2023-08-28"), max_free_blocks=128,
             view_parent_returns=False, assert_line=140, other_assert_lines=(173, 174), presets=True,
             llama_metadata_bytes=1_475_280,
             description="PR #2639 last-block fallback; parse_seq barriers defer frees (PR #2757)",
         ),
         Profile(
             name="ggml-2023-10", commit="08d748b2", family="legacy",
-            best_fit_skips_last=True, parse_seq="barrier", inplace_ops=INPLACE_2023, max_free_blocks=256,
+            best_fit_skips_last=True, parse_seq="barrier", inplace_ops=inplace_on("2023-10-30"), max_free_blocks=256,
             view_parent_returns=False, assert_line=148, other_assert_lines=(116, 114), log_style="addr",
             alignments=(64, 32, 16), backend_alignment=64,
             description="Oct 2023 - Jan 2024: the first ggml_tallocr / ggml_gallocr split (the scheduler); the "
@@ -93,24 +111,36 @@ PROFILES = {
         ),
         Profile(
             name="ggml-2024-02", commit="5070f078", family="gallocr",
-            best_fit_skips_last=True, parse_seq="none", inplace_ops=INPLACE_HEAD, max_free_blocks=256,
+            best_fit_skips_last=True, parse_seq="none", inplace_ops=inplace_on("2024-02-11"), max_free_blocks=256,
             view_parent_returns=False, assert_line=0, alignment=64, log_style="offset", buffer_pad=64,
             description="gallocr v3: one offset-based ggml_dyn_tallocr, reserve once; the CPU buffer type "
                         "allocates max_size + 64",
         ),
         Profile(
             name="ggml-2025-09", commit="058c3973", family="gallocr",
-            best_fit_skips_last=True, parse_seq="none", inplace_ops=INPLACE_HEAD, max_free_blocks=256,
+            best_fit_skips_last=True, parse_seq="none", inplace_ops=inplace_on("2025-09-23"), max_free_blocks=256,
             view_parent_returns=False, assert_line=0, alignment=32, log_style="offset",
+            leafs_first=True,
             description="the last gallocr before chunks: all data-less leafs first, CPU alignment 32, "
                         "buffer = max_size",
         ),
         Profile(
-            name="ggml-head", commit="d99724f2b141fed9e1a9f402213506c081433465", family="gallocr",
-            best_fit_skips_last=True, parse_seq="none", inplace_ops=INPLACE_HEAD, max_free_blocks=256,
+            name="ggml-2026-08-21", commit="d99724f2b141fed9e1a9f402213506c081433465", family="gallocr",
+            best_fit_skips_last=True, parse_seq="none", inplace_ops=inplace_on("2026-08-21"), max_free_blocks=256,
+            view_parent_returns=False, assert_line=0, alignment=32, log_style="chunk",
+            reserve_fn="ggml_gallocr_reserve_n_impl", ggml_versions=("0.9.2", "0.21.0"),
+            leafs_first=True,
+            description="ggml 0.21.0 (the allocator of ggml-python's 0.15.3): chunked dynamic allocator, reuse "
+                        "factor, outputs kept; CLAMP is a view of its source",
+        ),
+        Profile(
+            name="ggml-head", commit="0c1e5709 (llama.cpp)", family="gallocr",
+            best_fit_skips_last=True, parse_seq="none", inplace_ops=inplace_on("2026-08-24"), max_free_blocks=256,
             view_parent_returns=False, assert_line=0, alignment=32, log_style="chunk",
             reserve_fn="ggml_gallocr_reserve_n_impl",
-            description="ggml 0.15.3 gallocr: chunked dynamic allocator, reuse factor, outputs kept",
+            leafs_first=True,
+            description="ggml 0.25.3 as llama.cpp vendors it: as ggml-2026-08-21, and CLAMP (a node of its own "
+                        "since llama.cpp #27644, the MoE weight normalisation) reuses its parent in place",
         ),
     ]
 }
@@ -126,6 +156,23 @@ def get_profile(name) -> Profile:
         return PROFILES[name]
     except KeyError:
         raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+def _version(v: str) -> tuple:
+    try:
+        return tuple(int(x) for x in v.split("."))
+    except ValueError:
+        return ()
+
+
+def profile_for_version(version: str) -> str:
+    """The generation a recorded ggml_version() names: the row whose known releases hold it, else
+    ggml-head (versions after the last known release of an older row are taken to be the newest)."""
+    v = _version(version)
+    for p in PROFILES.values():
+        if v and p.ggml_versions and _version(p.ggml_versions[0]) <= v <= _version(p.ggml_versions[1]):
+            return p.name
+    return "ggml-head"
 
 
 def names(presets_only: bool = False) -> str:

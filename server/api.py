@@ -226,6 +226,18 @@ def get_sweep(preset: Annotated[str, Query(max_length=100)],
                  metal_concurrency, max_points=64)
 
 
+@router.get("/sweeps", summary="Recorded sweeps (`alloctrace sweep --vary`): id, points, name, newest first")
+def get_sweeps(request: Request):
+    from alloctrace.traces.preflight.sweeps import sweep_ids
+    return {"sweeps": ctx(request).call(sweep_ids)}
+
+
+@router.get("/sweeps/{sweep_id}", summary="A recorded sweep: its points, growth laws, dominance, neighbours")
+def get_recorded_sweep(request: Request, sweep_id: Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$")]):
+    from alloctrace.traces.preflight.sweeps import load
+    return JSONResponse(ctx(request).call(lambda s: load(s, sweep_id)))
+
+
 @router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")
 def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotated[str, Query(pattern=REF)]):
     from alloctrace.traces.diff.graphs import diff_refs

@@ -124,6 +124,7 @@ def _label(filename: str | None) -> str | None:
 @router.get("/api/torch/traces/{trace_id}", summary="A torch trace: devices, peaks, OOM, settings")
 def get_summary(request: Request, trace_id: TraceId):
     from alloctrace.traces.store.torch import torch_summary
+    from alloctrace.traces.state.torch_wrapped import note as partial_note
     store = _store(request)
     _check_id(trace_id)
     require_kind(store, trace_id, TORCH)
@@ -134,7 +135,10 @@ def get_summary(request: Request, trace_id: TraceId):
         d.update({k: ex.get(k) for k in ("peak_requested_event", "peak_reserved_event", "reserved_at_snapshot",
                                          "allocated_at_snapshot", "n_segments", "n_blocks", "n_stacks",
                                          "trace_matches_snapshot", "trace_complete", "baseline_requested",
-                                         "baseline_reserved", "allocator_settings")})
+                                         "baseline_reserved", "allocator_settings", "rank", "cuda_device")})
+        part = ex.get("partial") or {}
+        d["partial"] = None if not part.get("partial") else {
+            **{k: v for k, v in part.items() if k != "seed"}, "note": partial_note(ex)}
         ooms = [int(i) for i in (dev.cols["action"] == OOM).nonzero()[0][:10]]
         d["oom_events"] = ooms
     return out
@@ -205,3 +209,33 @@ def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotat
 def _ref(ref: str) -> tuple[str, int]:
     tid, _, d = ref.partition(":")
     return tid, int(d or 0)
+
+
+@router.get("/api/torch/traces/{trace_id}/devices/{d}/flame", summary="Memory flamegraph at an entry (SVG inside)")
+def get_flame(request: Request, trace_id: TraceId, d: Device,
+              at: Annotated[str, Query(pattern=r"^(peak|oom|end|[0-9]{1,12})$",
+                                       description="entry number, peak, oom or end")] = "peak",
+              min_share: Annotated[float, Query(ge=0, lt=1)] = 0.002, skip: Skip = None,
+              tree: Annotated[bool, Query(description="include the tree itself")] = False):
+    from alloctrace.traces.explain import torch_flame_svg as flame_svg
+    from alloctrace.traces.explain.torch_flame import flame
+    dev = _device(request, trace_id, d)
+    f = flame(dev, at, _skip(skip), max(min_share, 0.0005))  # the floor bounds the answer
+    f["svg"] = flame_svg.svg(f)
+    if not tree:
+        f.pop("tree")
+    return JSONResponse(f)
+
+
+@router.get("/api/torch/traces/{trace_id}/ranks", summary="The ranks (devices) of a trace side by side")
+def get_ranks(request: Request, trace_id: TraceId, skip: Skip = None,
+              max_points: Annotated[int, Query(ge=10, le=2000)] = 400):
+    from alloctrace.traces.diff.torch_ranks import compare
+    from alloctrace.traces.memmap.torch_timeline import timeline
+    _check_id(trace_id)
+    store = _store(request)
+    out = compare(store, trace_id, _skip(skip))
+    for r in out["ranks"]:  # each rank's curves over time, sampled as the timeline samples them
+        t = timeline(_views(request).device(store, trace_id, r["device"]), max_points=max_points, max_bands=0)
+        r["series"] = {k: t.get(k, []) for k in ("grid", "time_us", "allocated_max", "reserved_max")}
+    return JSONResponse(out)

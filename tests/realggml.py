@@ -239,3 +239,50 @@ def run_both(programs) -> tuple[list[Placement], list[Placement]]:
     finally:
         real.close()
     return ours, theirs
+
+
+# --- a real ggml graph, read back as the model's tensors ----------------------------------------
+def _addr(p) -> int:
+    return ctypes.cast(p, ctypes.c_void_p).value or 0
+
+
+def read_graph(gf):
+    """The model's Graph for a built ggml graph, read tensor by tensor as the recorder reads one
+    (traces.record.replay.build_graph), and `by_addr`: tensor address -> model Tensor."""
+    from alloctrace.traces.sources.record.replay import build_graph
+    from alloctrace.traces.sources.record.stream import Call, TensorRec
+
+    g = gf.contents
+    nodes = [g.nodes[i] for i in range(g.n_nodes)]
+    leafs = [g.leafs[i] for i in range(g.n_leafs)]
+    recs, seen = [], set()
+
+    def add(kind, t):
+        a = _addr(t)
+        if not a or a in seen:
+            return
+        seen.add(a)
+        c = t.contents
+        srcs = [_addr(c.src[i]) for i in range(ggml.GGML_MAX_SRC)]
+        while srcs and not srcs[-1]:
+            srcs.pop()
+        recs.append(TensorRec(
+            kind=kind, ptr=a, type=ggml.ggml_type_name(c.type).decode(), op=ggml.ggml_op_name(c.op).decode(),
+            desc=ggml.ggml_op_desc(t).decode(), flags=c.flags, ne=tuple(c.ne), nb=tuple(c.nb),
+            nbytes=ggml.ggml_nbytes(t), data=c.data or 0, buffer=_addr(c.buffer), view_src=_addr(c.view_src),
+            view_offs=c.view_offs, srcs=srcs, alloc_sizes=(), name=ggml.ggml_get_name(t).decode()))
+
+    for t in nodes:
+        add("n", t)
+    for t in leafs:
+        add("l", t)
+    todo = list(nodes) + list(leafs)
+    while todo:  # tensors the graph points at that are in neither list (a view's source)
+        c = todo.pop().contents
+        for p in [c.src[i] for i in range(ggml.GGML_MAX_SRC)] + [c.view_src]:
+            if _addr(p) and _addr(p) not in seen:
+                add("x", p)
+                todo.append(p)
+    call = Call(seq=0, kind="alloc_graph", obj=0, graph=_addr(gf), parent=0, n_nodes=len(nodes),
+                n_leafs=len(leafs), tensors=recs)
+    return build_graph(call)

@@ -54,9 +54,9 @@ def main(argv=None) -> int:
         out = ggml.ggml_flash_attn_ext(ctx, q, kf, v, None, 0.125, 0.0, 0.0)
         ggml.ggml_set_name(out, b"kqv")
     else:
-        kq = ggml.ggml_mul_mat(ctx, k, q)
+        kq = ggml.ggml_mul_mat(ctx, k, ggml.ggml_scale(ctx, q, 0.125))  # the SCALE left unnamed: ggml calls it node_N
         ggml.ggml_set_name(kq, b"kq")
-        scaled = ggml.ggml_scale(ctx, kq, 0.125)  # left unnamed: ggml calls it node_N
+        scaled = ggml.ggml_scale(ctx, kq, 0.125)
         out = ggml.ggml_soft_max(ctx, scaled)
         ggml.ggml_set_name(out, b"kq_soft_max")
     ggml.ggml_set_output(out)

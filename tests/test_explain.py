@@ -125,7 +125,8 @@ def test_cli_peak_and_diff_json(store, capsys):
     assert main(["peak", ref, "--store", str(store.path.parent), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"trace", "graph", "peak", "families", "fragmentation"}
-    assert set(out["peak"]) >= {"event", "bytes"} and set(out["fragmentation"]) == {"free_below_peak", "largest_hole"}
+    assert set(out["peak"]) >= {"event", "bytes"}
+    assert set(out["fragmentation"]) == {"free_below_peak", "largest_hole", "holes"}
     assert set(out["families"][0]) >= {"family", "tensors", "bytes", "share"}
     assert sum(f["bytes"] for f in out["families"]) + out["fragmentation"]["free_below_peak"] == out["peak"]["bytes"]
     assert main(["peak", ref, "--store", str(store.path.parent)]) == 0
@@ -141,6 +142,23 @@ def test_cli_peak_and_diff_json(store, capsys):
     assert json.loads(capsys.readouterr().out)["families"] == out["families"]
     assert main(["peak", "nothere", "--store", str(store.path.parent)]) == 3
     assert capsys.readouterr().err.startswith("alloctrace: error: ")
+
+
+def test_holes_below_the_peak_say_what_was_freed_there(store, capsys):
+    """gpt-2 -b 64 (real log): 64.50 KiB free below the mark; each hole names the tensors that held it."""
+    assert main(["peak", f"{store.ids['long']}:0", "--store", str(store.path.parent), "--json", "--tensors"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    fr, event = out["fragmentation"], out["peak"]["event"]
+    holes = fr["holes"]
+    assert sum(h["bytes"] for h in holes) == fr["free_below_peak"] == 66_048
+    assert max(h["bytes"] for h in holes) == fr["largest_hole"] == 32_768
+    live = [(t["offset"], t["offset"] + t["bytes"]) for t in out["tensors"]]
+    for h in holes:  # a hole overlaps no live tensor, and what it names was freed before the peak, there
+        assert all(e <= h["offset"] or s >= h["offset"] + h["bytes"] for s, e in live)
+        assert h["freed"] and all(x["freed_at"] <= event for x in h["freed"])
+    assert main(["peak", f"{store.ids['long']}:0", "--store", str(store.path.parent)]) == 0
+    text = capsys.readouterr().out
+    assert "    hole at " in text and "freed at event" in text
 
 
 # --- LLaMA presets -------------------------------------------------------------------------------
@@ -294,6 +312,6 @@ def test_chunks_give_one_buffer_each_and_a_replan_starts_over():
     # the graph: both marks added, families summed over both chunks (chunk 0 at its peak keeps a and b)
     assert p["peak"]["bytes"] == 240 and p["peak"]["event"] == c1["peak"]["event"]
     assert {f["family"]: f["bytes"] for f in p["families"]} == {"c": 128, "a": 64, "b": 32, "SOFT_MAX": 16}
-    assert p["fragmentation"] == {"free_below_peak": 0, "largest_hole": 0}
+    assert p["fragmentation"] == {"free_below_peak": 0, "largest_hole": 0, "holes": []}
     empty = ggml_peak([Event("graph")]).to_json()
     assert empty["peak"]["event"] is None and empty["families"] == [] and empty["peak"]["bytes"] == 0

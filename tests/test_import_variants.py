@@ -3,7 +3,7 @@ import pytest
 
 from conftest import log_records
 from alloctrace.allocator.events import Event
-from alloctrace.traces.sources.ggml_log.import_log import LogImport
+from alloctrace.traces.sources.ggml_log.import_log import GgmlLogSource, LogImport
 from alloctrace.traces.sources import import_paths
 from alloctrace.traces.sources.ggml_log.parse_log import parse_line
 from alloctrace.traces.store.store import open_store
@@ -118,13 +118,34 @@ def test_address_era_log(tmp_path):
 
 
 def test_v3_log(tmp_path):
-    imp = LogImport(write(tmp_path, V3_LOG))
+    imp = LogImport(write(tmp_path, V3_LOG), generation="ggml-2024-02")
     [g] = log_records(imp)
-    assert imp.generation == "ggml-2024-02"
     # v3's CPU buffer type allocates one alignment (64) more than gallocr asks for
     assert (g.role, g.consistent, g.max_size, g.buffer_size) == ("eval", True, 3072, 3072 + 64)
     wrong = write(tmp_path, V3_LOG.replace("(512 bytes) - block 0, offset 0", "(512 bytes) - block 0, offset 64"), "w.log")
     assert [r.consistent for r in log_records(LogImport(wrong))] == [False]
+
+
+def test_a_log_both_offset_generations_fit_is_read_as_the_newer_and_says_so(tmp_path):
+    """Sizes all multiples of 64 and no leaf allocated after a node: 2024-02 and 2025-09 log alike."""
+    imp = LogImport(write(tmp_path, V3_LOG))
+    [g] = log_records(imp)
+    assert imp.candidates == ["ggml-2025-09", "ggml-2024-02"] and imp.generation == "ggml-2025-09"
+    assert g.buffer_size == 3072  # 2025-09's CPU buffer: max_size, no pad
+    (trace,) = GgmlLogSource().read(open(write(tmp_path, V3_LOG), "rb"), filename="v3.log", name=None)
+    note = trace.meta.extra["generation_note"]
+    assert "ggml-2025-09 and ggml-2024-02" in note and "max_size + 64" in note and "--generation" in note
+    # a leaf allocated after a node is v3's order (2025-09 allocates every data-less leaf first)
+    late = V3_LOG.replace("exec: MUL (c) <= b", "ggml_dyn_tallocr_alloc: allocating w (64 bytes) - block 0, offset 512\n"
+                          "exec: MUL (c) <= b, w")
+    imp = LogImport(write(tmp_path, late, "late.log"))
+    log_records(imp)
+    assert imp.candidates == ["ggml-2024-02"]
+    # a size only 32 divides: 2025-09 alone
+    odd = V3_LOG.replace("allocating c (512 bytes)", "allocating c (544 bytes)")
+    imp = LogImport(write(tmp_path, odd, "odd.log"))
+    log_records(imp)
+    assert imp.candidates == ["ggml-2025-09"]
 
 
 def test_generation_is_detected_from_the_first_choice(tmp_path):
@@ -181,3 +202,14 @@ def test_progress_bar_only_on_request(tmp_path):
         p.close()
     assert quiet.getvalue() == ""
     assert "50.0%" in shown.getvalue() and shown.getvalue().endswith("100.0%      2.0 MB\n")
+
+
+def test_import_says_when_a_log_fits_two_generations(tmp_path, capsys):
+    from alloctrace.cli import main
+
+    log = write(tmp_path, V3_LOG)
+    assert main(["import", "--store", str(tmp_path / "s"), str(log)]) == 0
+    err = capsys.readouterr().err
+    assert "fits ggml-2025-09 and ggml-2024-02" in err and "--generation decides" in err
+    assert main(["import", "--store", str(tmp_path / "s"), "--generation", "ggml-2024-02", str(log)]) == 0
+    assert "fits" not in capsys.readouterr().err

@@ -96,7 +96,7 @@ def test_every_command_has_help(installed):
     commands = re.findall(r"'([\w-]+)'", res.stderr.split("choose from", 1)[1])
     top = run(["alloctrace", "--help"], src, env)
     assert top.returncode == 0
-    assert {"replay", "import", "diff", "check", "serve", "record", "sweep", "fit"} <= set(commands)
+    assert {"replay", "import", "diff", "check", "serve", "record", "sweep", "fit", "flame", "report"} <= set(commands)
     for name in commands:
         assert re.search(rf"^\s+{name}\b", top.stdout, re.M), f"{name} missing from alloctrace --help"
         res = run(["alloctrace", name, "--help"], src, env)
@@ -104,6 +104,8 @@ def test_every_command_has_help(installed):
         assert res.stdout.startswith(f"usage: alloctrace {name}"), res.stdout[:200]
         if name in ("sweep", "fit"):  # the pre-flight commands show how they are called
             assert "Examples:\n  " in res.stdout and "--vary=-c=" in res.stdout
+        if name in ("flame", "record", "report"):  # PyTorch's recorder and flamegraph show how they are called
+            assert "Examples:\n  " in res.stdout and f"alloctrace {name} " in res.stdout.split("Examples:")[1]
 
 
 def tour_lines() -> list[tuple[str, int]]:

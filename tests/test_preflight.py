@@ -76,19 +76,40 @@ def test_growth_law_follows_the_shapes(recorded):
     assert laws["kq"]["kind"] == "shape"
     assert laws["kq"]["dims"] == ["-c", "-ub", 4, 1] and laws["kq"]["bytes_per_element"] == 4  # n_ctx·n_ubatch·n_head·4
     assert laws["kq"]["type"] == "f32" and laws["kq"]["formula"] == "4·-c·-ub·4 B"
-    assert laws["k"]["dims"] == [64, "-c", 4, 1] and laws["q"]["dims"] == [64, "-ub", 4, 1]
+    assert laws["k"]["dims"] == [64, "-c", 4, 1] and laws["SCALE"]["dims"] == [64, "-ub", 4, 1]  # the scaled q
     for p in out["points"]:  # the law gives each point's kq bytes
         kq = next(f for f in p["families"] if f["family"] == "kq")
         assert kq["bytes"] == 4 * int(p["values"]["-c"]) * int(p["values"]["-ub"]) * 4
         assert kq["ne"] == [int(p["values"]["-c"]), int(p["values"]["-ub"]), 4, 1] and kq["type"] == "f32"
 
 
-def test_neighbours_are_attributed_exactly(recorded):
+def test_peak_of_a_point_shows_shapes_and_names_unnamed_tensors(recorded, capsys):
+    store, out, _ = recorded
+    p = out["points"][-1]  # -c 256, -ub 64
+    assert main(["peak", p["trace"], "--store", str(store), "--json", "--tensors"]) == 0
+    peak = json.loads(capsys.readouterr().out)
+    fams = {f["family"]: f for f in peak["families"]}
+    assert fams["kq"]["shape"]["ne"] == [256, 64, 4, 1] and fams["kq"]["shape"]["type"] == "f32"
+    assert fams["kq"]["shape"]["bytes"] == fams["kq"]["bytes"] == 4 * 256 * 64 * 4
+    assert fams["kq"]["shape"]["formula"] == "f32 [256, 64, 4]: 4·256·64·4 = 262,144 B"
+    scale = next(t for t in peak["tensors"] if t["family"] == "SCALE")
+    assert scale["tensor"].startswith("node_") and scale["label"] == "SCALE(q)"  # ggml's name, and ours
+    assert fams["SCALE"]["first_node"] == "SCALE(q)"
+    assert main(["peak", p["trace"], "--store", str(store), "--tensors"]) == 0
+    text = capsys.readouterr().out
+    assert "f32 [256, 64, 4]: 4·256·64·4 = 262,144 B" in text and "SCALE(q)" in text
+
+
+def test_neighbours_are_attributed_exactly(recorded, capsys):
     _, out, _ = recorded
     by = {(n["setting"]["-ub"], n["a"], n["b"]): n for n in out["neighbours"]}
     n = by[("64", "128", "256")]
     assert n["delta"] == expected_bytes(256, 64, 4) - expected_bytes(128, 64, 4)
     assert {f["family"]: f["delta"] for f in n["families"]} == {"k": 4 * 64 * 128 * 4, "kq": 4 * 128 * 64 * 4}
+    assert main(["diff", f"{n['a_trace']}:{n['a_graph']}", f"{n['b_trace']}:{n['b_graph']}", "--store",
+                 str(recorded[0]), "--json"]) in (0, 1)
+    att = json.loads(capsys.readouterr().out)["size_attribution"]  # what `diff` says is the same attribution
+    assert att["delta"] == n["delta"] and [f for f in att["families"] if f["delta"]][:3] == n["families"]
     assert n["fragmentation_delta"] == 0
 
 

@@ -5,7 +5,9 @@ import pickle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from alloctrace.traces.sources.torch.columns import ACTIONS, split_devices
+from alloctrace.traces.store.torch import ACTIONS
+
+from alloctrace.traces.sources.torch.columns import split_devices
 from alloctrace.traces.sources.torch.source import device_facts
 from alloctrace.traces.sources.torch.unpickle import SnapshotError, load_plain
 

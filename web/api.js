@@ -223,6 +223,17 @@ export async function sweep(request) {
     oomOnset: (s.oom_onset || []).map((o) => ({ ...o, oom: oom(o.oom) })) };
 }
 
+/** Recorded sweeps (`alloctrace sweep --vary`): [{sweep, points, name, created}], newest first. */
+export async function recordedSweeps() { return (await call("/api/sweeps")).sweeps || []; }
+
+/**
+ * A recorded sweep: {sweep, vary: [[flag, [values]]], points: [{values: {flag: value}, buffers: {buffer type:
+ * bytes}, consistent, trace, graph, families: [{family, bytes, tensor, type, ne}], printed, error}], laws:
+ * [{family, law: {formula, ...}|null, by_setting}], dominance, neighbours: [{axis, setting, a, b, a_trace,
+ * b_trace, a_graph, b_graph, delta, families}]}.
+ */
+export function recordedSweep(id) { return call(`/api/sweeps/${enc(id)}`); }
+
 // --- PyTorch snapshots (docs/torch.md) ----------------------------------------------------------------------
 // Fields are passed on as the server names them (snake_case); each function lists the ones pages read.
 const torchTrace = (id) => `/api/torch/traces/${enc(id)}`;
@@ -276,6 +287,17 @@ export async function torchEntry(id, d, k, skip = null) {
  */
 export async function torchOom(id, d, skip = null) {
   return (await call(`${torchDevice(id, d)}/oom?${withSkip(new URLSearchParams(), skip)}`)).oom || null;
+}
+
+/** The memory flamegraph at an entry ("peak", "oom", "end" or a number): {event, bytes, live_allocations, svg}. */
+export function torchFlame(id, d, at = "peak", skip = null) {
+  const q = new URLSearchParams({ at: String(at) });
+  return call(`${torchDevice(id, d)}/flame?${withSkip(q, skip)}`);
+}
+
+/** The ranks (devices) of a trace side by side: {ranks: [{rank, peak_requested, ..., series}], oom_ranks, compared}. */
+export function torchRanks(id, skip = null) {
+  return call(`/api/torch/traces/${enc(id)}/ranks?${withSkip(new URLSearchParams(), skip)}`);
 }
 
 /** Live allocations at the peak: {event, peak_requested, live_allocations, by_call_site: [{bytes, share, count, site}]}. */

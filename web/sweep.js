@@ -5,6 +5,7 @@ import { presets, sweep } from "./api.js";
 import { $, el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, topNav, opColor, plotConfig, plotTheme, urlParam,
   setUrlParams, tensorLabel } from "./common.js";
 import { plotText, byteTicks } from "./memmap.js";
+import { listRecorded, showRecorded } from "./sweep-recorded.js";
 
 const FIELDS = [["preset", "preset"], ["profile", "profiles"], ["n_ctx", "n_ctx"], ["n_batch", "n_batch"], ["metal_concurrency", "metal"]];
 const famText = (p) => p.top_families.slice(0, 3).map((f) => `${f.family} ${fmtBytes(f.bytes)}`).join(", ");
@@ -100,8 +101,14 @@ async function run() {
   } finally { $("run").disabled = false; $("result").removeAttribute("aria-busy"); }
 }
 
+async function recorded(id) {
+  try { await showRecorded(id); } catch (e) { $("rec-status").className = "status error"; $("rec-status").textContent = `Sweep ${id}: ${e.message}`; }
+}
+
 async function main() {
   topNav("sweep");
+  listRecorded(recorded);
+  if (urlParam("id")) recorded(urlParam("id"));
   try {
     for (const p of (await presets()).presets || []) $("preset").append(el("option", { value: p.name }, p.name));
   } catch (e) { $("sweep-status").className = "status error"; $("sweep-status").textContent = `Presets unavailable: ${e.message}`; }

@@ -2,7 +2,7 @@
 // allocator state at any entry, the OOM card, the peak by call site) and the diff of two. Names from snapshots
 // are data: always text, never markup.
 import { listTraces, uploadSnapshot, torchSummary, torchTimeline, torchEntry, torchOom, torchPeak, torchState,
-  torchDiff } from "./api.js";
+  torchDiff, torchFlame, torchRanks } from "./api.js";
 import { $, el, clear, enc, bytesEl, fmtBytes, fmtInt, topNav, nameColor, plotConfig, plotTheme, loading, loaded,
   urlParam, FREE_COLOR, fact, pct, plotlyReady, plotlyAfter, afterPaint } from "./common.js";
 import { plotText, byteTicks, PLOTLY_WAIT_MS } from "./memmap.js";
@@ -163,6 +163,19 @@ class SnapshotView {
       p.by_call_site.map((g) => [bytesEl(g.bytes), pct(g.share), fmtInt(g.count), g.site]), [0, 1, 2]));
   }
 
+  /** The flamegraph the server draws (an SVG of boxes and titles, no script) at an entry. */
+  async flame(at = "peak") {
+    loading($("flame-note"), "Drawing the flamegraph…");
+    const f = await torchFlame(this.id, this.d, at, this.skip).finally(() => loaded($("flame-note")));
+    $("flame-event").value = String(f.event);
+    const doc = new DOMParser().parseFromString(f.svg, "image/svg+xml");
+    const svg = document.importNode(doc.documentElement, true);
+    svg.setAttribute("style", "max-width:100%;height:auto");
+    clear($("flame")).append(svg);
+    Object.assign($("flame").dataset, { event: String(f.event), bytes: String(f.bytes), ready: "1" });
+    $("flame-note").textContent = `${fmtBytes(f.bytes)} live after entry ${fmtInt(f.event)}: ${fmtInt(f.live_allocations)} allocations. Each Python frame outside the skipped files is a box as wide as the bytes allocated under it, callers below callees; the top boxes are the call sites of the table below. Hover a box for its bytes.`;
+  }
+
   async state(k) {
     k = Math.max(0, Math.min(k, this.dev.n_events));
     $("state-event").value = String(k);
@@ -211,7 +224,10 @@ async function single(id, d) {
     fact("rebuilt state = snapshot", dev.trace_matches_snapshot ? "yes" : "NO"),
     ...(dev.consistent === undefined || dev.consistent === null ? [] : [fact("caching-allocator replay",
       dev.consistent ? "consistent" : `departs at entry ${fmtInt(dev.first_mismatch ? dev.first_mismatch.event : null)}`)]),
-    ...(dev.trace_complete === false ? [fact("trace", "wrapped or began late")] : []),
+    ...(dev.partial ? [fact("trace", el("span", { id: "partial-note", title: dev.partial.note },
+      dev.partial.exact ? "partial (ring buffer wrapped): exact from entry 0, the start seeded from the snapshot"
+        : "partial (ring buffer wrapped): the start cannot be recovered, states lack it"))]
+      : dev.trace_complete === false ? [fact("trace", "wrapped or began late")] : []),
     ...(sum.devices.length > 1 ? [fact("devices", el("span", {}, sum.devices.map((x) =>
       el("a", { href: `/torch?id=${enc(id)}&device=${x.device}`, style: "margin-right:8px" }, String(x.device)))))] : []));
   $("state-event").max = dev.n_events;
@@ -219,17 +235,52 @@ async function single(id, d) {
   $("state-go").onclick = () => v.state(Number($("state-event").value || 0)).catch(fail);
   $("state-peak").onclick = () => v.state(v.peakEvent + 1).catch(fail);
   $("state-end").onclick = () => v.state(dev.n_events).catch(fail);
-  $("skip-go").onclick = () => { v.skip = $("skip").value; v.peak().catch(fail); };
+  $("skip-go").onclick = () => { v.skip = $("skip").value; v.peak().catch(fail); v.flame($("flame-event").value || "peak").catch(fail); };
+  $("flame-go").onclick = () => v.flame($("flame-event").value || "peak").catch(fail);
+  $("flame-peak").onclick = () => v.flame("peak").catch(fail);
+  if (dev.oom_events.length) { $("flame-oom").hidden = false; $("flame-oom").onclick = () => v.flame("oom").catch(fail); }
+  if (sum.devices.length > 1) ranks(id, d).catch(fail);
   // the what-if panel replays the whole trace twice: drawn when opened, not before
   const details = $("whatif-details");
   details.addEventListener("toggle", () => {
     if (details.open && !$("whatif").firstChild) mountWhatIf($("whatif"), { trace: id, device: d, fixed: true });
   });
   if (urlParam("view") === "whatif") details.open = true;
-  await Promise.all([v.timeline().finally(() => loaded($("timeline-note"))).then(() => v.wireTimeline()), v.peak(), v.oom()]);
+  await Promise.all([v.timeline().finally(() => loaded($("timeline-note"))).then(() => v.wireTimeline()), v.peak(), v.oom(),
+    v.flame(urlParam("view") === "oom" && dev.oom_events.length ? "oom" : "peak")]);
   const at = urlParam("event");
   if (urlParam("view") === "oom" && dev.oom_events.length) await v.state(dev.oom_events[0]);
   else await v.state(at !== null ? Number(at) : dev.n_events);
+}
+
+/** The ranks of a distributed job (a device each) side by side: table, curves over time, what differed. */
+async function ranks(id, d) {
+  const r = await torchRanks(id);
+  $("ranks-panel").hidden = false;
+  const rankOf = (x) => (x.rank === null || x.rank === undefined ? x.device : x.rank);
+  clear($("ranks-table")).append(table(["rank", "device", "entries", "peak requested", "peak reserved", "reserved − requested at that peak", "OOM"],
+    r.ranks.map((x) => [el("a", { href: `/torch?id=${enc(id)}&device=${x.device}` }, String(rankOf(x)) + (x.device === d ? " (this page)" : "")),
+      `${x.device} (cuda:${x.cuda_device})`, fmtInt(x.n_events), bytesEl(x.peak_requested), bytesEl(x.peak_reserved),
+      el("span", {}, bytesEl(x.fragmentation), ` (${pct(x.fragmentation_share)})`),
+      x.oom ? `entry ${fmtInt(x.oom.event)}: ${fmtBytes(x.oom.requested)} requested` : "–"]), [2, 3, 4, 5]));
+  const c = r.compared;
+  $("ranks-note").textContent = `${r.ranks.length} ranks${r.oom_ranks.length ? `; out of memory: rank ${r.oom_ranks.join(", ")}` : ""}.` +
+    (c ? ` Rank ${c.b_rank} (${c.why}) against rank ${c.a_rank}: peak requested ${fmtBytes(c.delta_requested)}, peak reserved ${fmtBytes(c.delta_reserved)}; ${fmtInt(c.paired)} allocations paired${c.same_sequence ? " (same call-site sequence)" : ""}, ${fmtInt(c.grew)} grew, ${fmtInt(c.shrank)} shrank.` : "");
+  if (c) clear($("ranks-diff")).append(table([`rank ${c.a_rank}`, `rank ${c.b_rank}`, "Δ", "call site"],
+    c.by_call_site.map((s) => [bytesEl(s.a_bytes), bytesEl(s.b_bytes), el("span", { class: s.delta > 0 ? "pos" : "neg" }, bytesEl(s.delta)), s.site]), [0, 1, 2]));
+  const theme = plotTheme();
+  const t0 = Math.min(...r.ranks.filter((x) => x.series.time_us.length).map((x) => x.series.time_us[0]));
+  const traces = [];
+  r.ranks.forEach((x) => {
+    const xs = x.series.time_us.map((t) => (t - t0) / 1e6), color = nameColor(`rank ${rankOf(x)}`);
+    traces.push({ x: xs, y: x.series.allocated_max, name: `rank ${rankOf(x)} allocated`, type: "scatter", mode: "lines", line: { color, width: 1.5 } },
+      { x: xs, y: x.series.reserved_max, name: `rank ${rankOf(x)} reserved`, type: "scatter", mode: "lines", line: { color, width: 1, dash: "dot" } });
+  });
+  const top = most(...r.ranks.map((x) => x.series.reserved_max), ...r.ranks.map((x) => x.series.allocated_max));
+  await (await plotlyReady()).react($("ranks-chart"), traces, themed(theme, { margin: { l: 80, r: 20, t: 10, b: 40 },
+    xaxis: { title: { text: "seconds since the first entry" } }, yaxis: { title: { text: "bytes" }, ...bytesAxis(top * 1.05) },
+    legend: { orientation: "h", y: -0.2 } }), plotConfig());
+  $("ranks-chart").dataset.ready = "1";
 }
 
 // ---------------------------------------------------------------------------------------- two snapshots

@@ -65,6 +65,9 @@ def run(args) -> int:
     else:
         summaries = import_files(store, args.paths, name=args.name, generation=args.generation,
                                  progress=sys.stderr.isatty(), limits=limits)
+    for s in summaries:
+        if s.get("generation_note"):
+            print(f"alloctrace: {s['name']}: {s['generation_note']}", file=sys.stderr)
     if args.json:
         print(json.dumps({"traces": [import_json(s) for s in summaries]}, indent=1))
     else:

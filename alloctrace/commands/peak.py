@@ -71,14 +71,21 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
     def section(title: str, body: dict) -> list[str]:
         pk, fr = body["peak"], body["fragmentation"]
         out = [f"{title}: {fmt_bytes(pk['bytes'])} ({pk['bytes']:,} B), set at event {pk['event']} by "
-               f"{pk['tensor'] or '(unnamed)'}"]
-        rows = [["family", "tensors", "bytes", "exact", "share", "first node", "last node"]]
+               f"{pk.get('label') or pk['tensor'] or '(unnamed)'}"]
+        shaped = any(f.get("shape") for f in body["families"])
+        rows = [["family", "tensors", "bytes", "exact", "share", "first node", "last node"]
+                + (["largest tensor: type [ne] and its bytes"] if shaped else [])]
         for f in body["families"]:
             rows.append([f["family"], str(f["tensors"]), fmt_bytes(f["bytes"]), f"{f['bytes']:,}",
-                         f"{f['share']:.1%}", f["first_node"] or "(unnamed)", f["last_node"] or "(unnamed)"])
+                         f"{f['share']:.1%}", f["first_node"] or "(unnamed)", f["last_node"] or "(unnamed)"]
+                        + ([_shape_text(f.get("shape"))] if shaped else []))
         out += ["  " + line for line in text_table(rows)]
         out.append(f"  fragmentation: {fmt_bytes(fr['free_below_peak'])} ({fr['free_below_peak']:,} B) free below "
                    f"the high-water mark, largest hole {fmt_bytes(fr['largest_hole'])} ({fr['largest_hole']:,} B)")
+        for h in fr.get("holes") or ():
+            what = ", ".join(f"{x.get('label') or x['tensor'] or '(unnamed)'} ({x['bytes']:,} B, freed at event "
+                             f"{x['freed_at']})" for x in h["freed"]) or "never used before the peak (padding)"
+            out.append(f"    hole at {h['offset']:,}: {fmt_bytes(h['bytes'])} ({h['bytes']:,} B), held {what}")
         return out
 
     lines = [f"trace {p['trace']} graph {p['graph']} ({p.get('role') or '?'}), {p['n_events']:,} events"]
@@ -100,10 +107,18 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
                   "  live then: " + ", ".join(f"{f['family']} {fmt_bytes(f['bytes'])}" for f in fail["families"][:8])]
     if tensors and p.get("tensors"):
         rows = [["tensor", "family", "bytes", "offset", "chunk", "placed", "freed"]]
-        rows += [[t["tensor"] or "(unnamed)", t["family"], f"{t['bytes']:,}", f"{t['offset']:,}", str(t["chunk"]),
+        rows += [[t.get("label") or t["tensor"] or "(unnamed)", t["family"], f"{t['bytes']:,}", f"{t['offset']:,}", str(t["chunk"]),
                   str(t["start"]), str(t["end"])] for t in p["tensors"]]
         lines += ["", "LIVE TENSORS"] + ["  " + line for line in text_table(rows)]
     return lines
+
+
+def _shape_text(shape: dict | None) -> str:
+    if not shape:
+        return "-"
+    if shape.get("formula"):
+        return shape["formula"]
+    return f"{shape['type']} [{', '.join(map(str, shape['ne']))}]"
 
 
 def torch_peak(args, store, summary: dict) -> int:
@@ -126,6 +141,8 @@ def torch_peak(args, store, summary: dict) -> int:
     for p in peaks:
         print(f"device {p['device']}: peak requested {p['peak_requested']:,} B at entry {p['event']}, "
               f"peak reserved {p['peak_reserved']:,} B, {p['live_allocations']:,} live allocations")
+        if p.get("partial"):
+            print(f"note: {p['partial']}")
         rows = [["BYTES", "SHARE", "COUNT", "CALL SITE"]]
         rows += [[f"{g['bytes']:,}", f"{g['share'] * 100:.1f}%", str(g["count"]), g["site"]]
                  for g in p["by_call_site"]]

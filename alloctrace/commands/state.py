@@ -59,6 +59,8 @@ def run(args) -> int:
         return 0
     t = st["totals"]
     nxt = st["next"]
+    if st.get("partial"):
+        print(f"note: {st['partial']}")
     print(f"after entry {k:,} of {dev.n:,}" + (f" (next: {nxt['action']} {nxt['size']:,} B, {nxt['site']})"
                                                  if nxt else ""))
     print(f"reserved {t['reserved']:,}  allocated {t['allocated']:,}  requested {t['requested']:,}  "

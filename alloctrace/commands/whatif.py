@@ -118,9 +118,11 @@ def text(out: dict) -> str:
         if k in ("max_split_size", "memory_limit") and v is not None:
             return f"{k}={fmt_bytes(v)}"
         return f"{k}={v}"
-    lines = [f"trace {out['trace_id']} device {out['device']}",
-             f"what if: {', '.join(show(k, v) for k, v in changed.items()) or 'the recorded settings'}",
-             f"  replay of the recorded run: {'consistent' if real['consistent'] else 'NOT consistent'}"]
+    lines = [f"trace {out['trace_id']} device {out['device']}"]
+    if out.get("partial"):
+        lines.append(f"note: {out['partial']['note']} ({out['partial']['seed_reserved']:,} B reserved at entry 0)")
+    lines += [f"what if: {', '.join(show(k, v) for k, v in changed.items()) or 'the recorded settings'}",
+              f"  replay of the recorded run: {'consistent' if real['consistent'] else 'NOT consistent'}"]
     if real.get("mismatch"):
         m = real["mismatch"]
         lines.append(f"    first mismatch at entry {m['event']}: trace {m['expected']}, model {m['model']}")

@@ -18,7 +18,7 @@ peak computation with `register_peak(source, fn)`; ggml's is the default.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -75,6 +75,7 @@ class Moment:
     live: list[Live]
     free_below: int  # bytes below `bytes` held by no live tensor
     largest_hole: int
+    holes: list = field(default_factory=list)  # the largest holes, each with what was freed there
 
     def families(self) -> list[dict]:
         return families_json(self.live, self.bytes)
@@ -141,7 +142,9 @@ class GraphPeak:
                         "live_bytes": total - self.free_below},
                "families": families_json(self.live, total),
                "fragmentation": {"free_below_peak": self.free_below,
-                                 "largest_hole": max((b["moment"].largest_hole for b in self.buffers), default=0)}}
+                                 "largest_hole": max((b["moment"].largest_hole for b in self.buffers), default=0),
+                                 "holes": sorted((h for b in self.buffers for h in b["moment"].holes),
+                                                 key=lambda h: -h["bytes"])[:MAX_HOLES]}}
         if len(self.buffers) > 1:
             out["buffers"] = [_buffer_json(b) for b in self.buffers]
         if tensors:
@@ -158,7 +161,7 @@ def _buffer_json(b: dict) -> dict:
     return {"buffer": b.get("buffer"), "chunk": b["chunk"], "name": b.get("name"), "peak": {"event": m.event, "bytes": m.bytes, "tensor": b["tensor"],
                                           "live_bytes": m.bytes - m.free_below},
             "families": m.families(), "fragmentation": {"free_below_peak": m.free_below,
-                                                        "largest_hole": m.largest_hole}}
+                                                        "largest_hole": m.largest_hole, "holes": m.holes}}
 
 
 def _live_at(lt: Lifetimes, event: int, chunk: int | None = None) -> np.ndarray:
@@ -169,18 +172,39 @@ def _live_at(lt: Lifetimes, event: int, chunk: int | None = None) -> np.ndarray:
     return np.flatnonzero(sel)
 
 
-def _moment(lt: Lifetimes, idx: np.ndarray, event: int, top: int) -> Moment:
+def _moment(lt: Lifetimes, idx: np.ndarray, event: int, top: int, chunk: int | None = None) -> Moment:
     live = [Live(str(lt.tensor[i] or ""), family_of(lt.tensor[i], lt.op[i]), lt.op[i], int(lt.size[i]),
                  int(lt.offset[i]), int(lt.chunk[i]), int(lt.y0[i]), int(lt.start[i]), int(lt.end[i]))
             for i in idx.tolist()]
     used = sum(t.bytes for t in live)
     # holes: the gaps between live tensors from the chunk's start up to `top`
-    hole, pos = 0, 0
+    gaps, pos = [], 0
     for t in sorted(live, key=lambda t: t.offset):
-        hole = max(hole, t.offset - pos)
+        if t.offset > pos:
+            gaps.append((pos, t.offset - pos))
         pos = max(pos, t.offset + t.bytes)
-    hole = max(hole, top - pos)
-    return Moment(event, top, live, top - used, hole)
+    if top > pos:
+        gaps.append((pos, top - pos))
+    m = Moment(event, top, live, top - used, max((n for _, n in gaps), default=0))
+    m.holes = _freed_in(lt, sorted(gaps, key=lambda g: (-g[1], g[0]))[:MAX_HOLES], event, chunk)
+    return m
+
+
+MAX_HOLES = 8  # holes below a mark that say what was freed there (the largest)
+
+
+def _freed_in(lt: Lifetimes, gaps: list, event: int, chunk: int | None) -> list[dict]:
+    """Each hole and what last held its bytes before `event` (freed there, or never used: padding)."""
+    out = []
+    done = lt.end <= event
+    if chunk is not None:
+        done &= lt.chunk == chunk
+    for off, size in gaps:
+        hit = np.flatnonzero(done & (lt.offset < off + size) & (lt.offset + lt.size > off))
+        hit = hit[np.argsort(-lt.end[hit], kind="stable")][:3]  # the latest holders first
+        out.append({"offset": off, "bytes": size, "freed": [
+            {"tensor": str(lt.tensor[i] or ""), "bytes": int(lt.size[i]), "freed_at": int(lt.end[i])} for i in hit]})
+    return out
 
 
 def _columns(events) -> dict:
@@ -219,7 +243,7 @@ def ggml_peak(events, capacity: int | None = None, buffer_names: list[str] | Non
             event = int(lt.start[k])
             name = buffer_names[b] if b is not None and buffer_names and b < len(buffer_names) else None
             buffers.append({"buffer": b, "chunk": c, "name": name, "tensor": str(lt.tensor[k] or ""),
-                            "moment": _moment(lt, _live_at(lt, event, c), event, mark)})
+                            "moment": _moment(lt, _live_at(lt, event, c), event, mark, c)})
     peak = GraphPeak(buffers, len(kind))
     ooms = np.flatnonzero(kind == "oom")
     if len(ooms):
@@ -300,7 +324,9 @@ def peak_json(store, ref: str) -> dict:
     peak, row = graph_peak(store, tid, g)
     out = peak.to_json(tid, g)
     out["role"], out["max_size"], out["buffer_size"] = row.get("role"), row.get("max_size"), row.get("buffer_size")
-    return out
+    from alloctrace.traces.peak_shapes import annotate
+
+    return annotate(out, (row.get("extra") or {}).get("shapes") or {})  # a recording knows ne and type
 
 
 # --- attribution between two runs --------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from alloctrace.traces.state.torch_device import DEFAULT_SKIP, PREEXISTING, Device, StateIndex, live_at
+from alloctrace.traces.state.torch_device import DEFAULT_SKIP, PREEXISTING, Device, StateIndex, live_at, noted
 from alloctrace.traces.store.torch import ACTIONS, OOM, SEGMENT_FREE
 
 
@@ -38,10 +38,10 @@ def peak(dev: Device, skip=DEFAULT_SKIP, top: int = 50) -> dict:
     req, res = dev.curves()
     k = int(np.argmax(req)) if dev.n else 0
     rows = live_at(dev, k)
-    return {"device": dev.device, "n_events": dev.n, "peak_requested": int(req[k]) if dev.n else 0,
-            "peak_reserved": int(res.max()) if dev.n else 0, "event": k,
-            "time_us": int(dev.cols["time_us"][k]) if dev.n else None, "live_allocations": len(rows),
-            "by_call_site": by_call_site(dev, rows, k, skip, top)}
+    return noted(dev, {"device": dev.device, "n_events": dev.n, "peak_requested": int(req[k]) if dev.n else 0,
+                       "peak_reserved": int(res.max()) if dev.n else 0, "event": k,
+                       "time_us": int(dev.cols["time_us"][k]) if dev.n else None, "live_allocations": len(rows),
+                       "by_call_site": by_call_site(dev, rows, k, skip, top)})
 
 
 def oom_card(dev: Device, index: StateIndex, skip=DEFAULT_SKIP, which: int = 0) -> dict | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from alloctrace.traces.state.torch_device import DEFAULT_SKIP, Device
+from alloctrace.traces.state.torch_device import DEFAULT_SKIP, Device, noted
 
 
 def _grid(x0: int, x1: int, n: int) -> np.ndarray:
@@ -65,7 +65,7 @@ def timeline(dev: Device, x0: int | None = None, x1: int | None = None, max_poin
                              "base": base.tolist(), "site": dev.label(int(al.stack[r]), s, skip),
                              "meta": dev.meta_text(int(al.meta[r]))})
     out["annotations"] = annotation_bands(dev, x0, x1)
-    return out
+    return noted(dev, out)
 
 
 def annotation_bands(dev: Device, x0: int, x1: int, limit: int = 200) -> list[dict]:

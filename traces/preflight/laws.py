@@ -58,7 +58,7 @@ def shape_law(rows: list[tuple[dict, dict]], flags: list[str]) -> dict | None:
     return {"kind": "shape", "per": "tensor", "type": type_, "bytes_per_element": _num(size),
             "dims": [_dim_text(x) if not isinstance(x, int) else x for x in dims],
             "formula": "·".join(factors) + " B", "tensors_at_peak": sorted(tensors),
-            "example": rows[0][1]["tensor"]}
+            "example": rows[0][1].get("label") or rows[0][1]["tensor"]}
 
 
 def bytes_law(rows: list[tuple[dict, dict]], flags: list[str]) -> dict | None:

@@ -11,7 +11,7 @@ import os
 import secrets
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +38,7 @@ class Point:
     error: str | None = None
     graph: int | None = None  # the graph whose plan made the largest buffer
     all_families: list[dict] = field(default_factory=list)  # every family at that peak (for the growth laws)
+    peak: object = None  # that graph's GraphPeak (for the attribution between neighbours)
 
     @property
     def total(self) -> int:
@@ -72,58 +73,94 @@ def run_program(argv: list[str], library: Path, workdir: Path) -> tuple[int, str
         return rc, fh.read().decode("utf-8", "replace")
 
 
+@dataclass
+class Ran:
+    """What a worker hands back for one point: the program's status and output, its traces read and replayed."""
+
+    exit_status: int
+    text: str
+    traces: list  # ImportedTrace, ready to store
+    error: str | None = None
+
+
+def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ran:
+    """A worker's whole share of a point: run it, then read and replay its recordings (the CPU-bound part)."""
+    from alloctrace.traces.sources.record.source import NO_GGML
+    from alloctrace.traces.sources import read_file
+
+    try:
+        rc, text = run_program(argv, library, workdir)
+    except UserError as e:
+        return Ran(127, "", [], str(e))
+    result = collect(argv, rc, workdir)
+    if not result.recordings:
+        return Ran(result.exit_status, text, [], NO_GGML)
+    try:
+        traces = [t for path in result.recordings for t in read_file(path, name=name)]
+    except UserError as e:
+        return Ran(result.exit_status, text, [], str(e))
+    return Ran(result.exit_status, text, traces)
+
+
+def _pool(jobs: int):
+    """Worker processes forked from this one (everything is imported already: a fork costs milliseconds, and
+    replays run on every core); threads where fork is not there."""
+    import multiprocessing
+
+    if "fork" in multiprocessing.get_all_start_methods():
+        return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"))
+    return ThreadPoolExecutor(max_workers=jobs)
+
+
 def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, jobs: int | None = None,
                name: str | None = None, sweep_id: str | None = None, progress=None, tags=()) -> tuple[str, list[Point]]:
     """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
     `progress(done, total, point)` is called as each point is stored."""
+    import alloctrace.traces.sources  # noqa: F401 (imported before the workers fork)
+    import alloctrace.traces.sources.record.source  # noqa: F401
+
     prog = checked_program(argv)
     combos = combinations(varies)
     sid = sweep_id or new_sweep_id()
     base = name or os.path.basename(prog)
     pts = [Point(values, [prog, *with_values(argv, values)[1:]]) for values in combos]
     spec = [[v.flag, list(v.values)] for v in varies]
-    with tempfile.TemporaryDirectory(prefix="alloctrace-sweep-") as tmp, \
-            ThreadPoolExecutor(max_workers=max(1, jobs or default_jobs())) as pool:
+    jobs = max(1, min(jobs or default_jobs(), len(pts)))
+    with tempfile.TemporaryDirectory(prefix="alloctrace-sweep-") as tmp:
         dirs = [Path(tmp) / str(k) for k in range(len(pts))]
         for d in dirs:
             d.mkdir()
-        futures = {pool.submit(run_program, p.argv, library, d): k for k, (p, d) in enumerate(zip(pts, dirs))}
-        done = 0
+        pool = _pool(jobs) if jobs > 1 else None
         try:
-            for fut in as_completed(futures):
-                k = futures[fut]
-                rc, text = fut.result()
+            if pool is None:
+                results = ((k, run_and_read(p.argv, library, d, f"{base} {label(p.values)}"))
+                           for k, (p, d) in enumerate(zip(pts, dirs)))
+            else:
+                futures = {pool.submit(run_and_read, p.argv, library, d, f"{base} {label(p.values)}"): k
+                           for k, (p, d) in enumerate(zip(pts, dirs))}
+                results = ((futures[f], f.result()) for f in as_completed(futures))
+            for done, (k, ran) in enumerate(results, 1):
                 p = pts[k]
-                result = collect(p.argv, rc, dirs[k])
-                p.exit_status, p.printed = result.exit_status, printed_sizes(text)
+                p.exit_status, p.printed, p.error = ran.exit_status, printed_sizes(ran.text), ran.error
                 meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
                         "argv": p.argv}
-                _store_point(store, p, result.recordings, f"{base} {label(p.values)}",
-                             ["recording", f"sweep={sid}", *(f"{f}={v}" for f, v in p.values.items()), *tags], meta)
+                if ran.traces:
+                    _store_point(store, p, ran.traces,
+                                 ["recording", f"sweep={sid}", *(f"{f}={v}" for f, v in p.values.items()), *tags],
+                                 meta)
                 if p.exit_status and p.error is None:
-                    p.error = f"exit status {p.exit_status}: {text[-OUTPUT_TAIL:].strip()}"
-                done += 1
+                    p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"
                 if progress:
                     progress(done, len(pts), p)
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
     return sid, pts
 
 
-def _store_point(store, p: Point, recordings: list[Path], name: str, tags: list[str], meta: dict):
-    from alloctrace.traces.sources.record.source import NO_GGML
-    from alloctrace.traces.sources import read_file, store_traces
+def _store_point(store, p: Point, traces: list, tags: list[str], meta: dict):
+    from alloctrace.traces.sources import store_traces
 
-    if not recordings:
-        p.error = NO_GGML
-        return
-    try:
-        traces = [t for path in recordings for t in read_file(path, name=name)]
-    except UserError as e:
-        p.error = str(e)
-        return
     for t in traces:
         t.meta.tags = tags
         t.meta.extra = {**t.meta.extra, "sweep": meta}
@@ -149,6 +186,7 @@ def summarise(store, p: Point, tid: str):
         return
     p.graph = best
     peak, row = graph_peak(store, tid, best)
+    p.peak = peak
     p.all_families = families_with_shapes(peak, row.get("extra") or {})
     p.families = p.all_families[:TOP_FAMILIES]
 
@@ -168,6 +206,8 @@ def buffer_sizes(extra: dict, row: dict) -> dict[str, int]:
 
 def families_with_shapes(peak, extra: dict) -> list[dict]:
     """The peak's families, each with its largest tensor's shape and type where the recording kept them."""
+    from alloctrace.traces.peak_shapes import label as label_of
+
     shapes = extra.get("shapes") or {}
     largest: dict[str, object] = {}
     for t in peak.live:
@@ -182,5 +222,6 @@ def families_with_shapes(peak, extra: dict) -> list[dict]:
         s = shapes.get(t.tensor)
         if s:
             row["type"], row["ne"], row["op"] = s[0], s[1], s[2]
+            row["label"] = label_of(t.tensor, shapes)
         out.append(row)
     return out

@@ -24,7 +24,8 @@ KIND = {"model": "weights", "KV": "kv_cache", "output": "output", "compute": "co
 def printed_sizes(text: str) -> dict:
     """{"weights": {device: MiB}, "kv_cache": {...}, "compute": {...}, ...} from a program's output;
     only what it printed. Later lines win (llama.cpp prints its fitting pass first)."""
-    text = text[-MAX_SCAN:]
+    # only lines that can hold a size: the regular expressions then scan kilobytes, not a chatty log
+    text = "\n".join(line for line in text[-MAX_SCAN:].splitlines() if "MiB" in line or "=" in line and "|" in line)
     out: dict[str, dict[str, float]] = {}
     breakdown: dict[str, tuple[float, float, float]] = {}
     for m in BREAKDOWN.finditer(text):

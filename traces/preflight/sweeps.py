@@ -4,8 +4,6 @@ store by the sweep's id (the `sweep=<id>` tag) for the dashboard.
 """
 from __future__ import annotations
 
-from alloctrace.traces.errors import UserError
-
 from .laws import dominance, laws, numeric_flags
 from .points import Point, summarise
 
@@ -14,7 +12,7 @@ TOP_DELTAS = 3
 
 
 def sweep_json(store, sweep_id: str, varies: list, points: list[Point]) -> dict:
-    dicts = [{**p.to_json(), "families_all": p.all_families} for p in points]
+    dicts = [{**p.to_json(), "families_all": p.all_families, "_peak": p.peak} for p in points]
     out = {"sweep": sweep_id, "vary": varies, "points": [p.to_json() for p in points],
            "laws": laws(dicts), "dominance": dominance(dicts), "neighbours": neighbours(store, dicts)}
     return out
@@ -35,6 +33,8 @@ def neighbours(store, points: list[dict]) -> list[dict]:
     cache: dict = {}
 
     def peak(p):
+        if p.get("_peak") is not None:  # computed when the point was summarised
+            return p["_peak"]
         key = (p["trace"], p["graph"])
         if key not in cache:
             cache[key] = graph_peak(store, *key)[0]
@@ -70,7 +70,9 @@ def load(store, sweep_id: str) -> dict:
     """The sweep object of a recorded sweep, from its traces."""
     members = [s for s in store.list() if f"sweep={sweep_id}" in (s.get("tags") or ())]
     if not members:
-        raise UserError(f"no recorded sweep {sweep_id!r} in this store")
+        from alloctrace.traces.store.store import NotFound
+
+        raise NotFound(f"no recorded sweep {sweep_id!r} in this store")
     pts: list[tuple[int, Point]] = []
     varies = None
     for s in members:

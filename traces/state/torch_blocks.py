@@ -73,6 +73,15 @@ class AllocatorState:
         self.at = 0
         self.mismatches: list[dict] = []
 
+    @classmethod
+    def seeded(cls, cols: dict[str, np.ndarray], seed, max_split_size: int | None = None) -> "AllocatorState":
+        """The state at entry 0 of a trace that starts mid-run, from a wrapped.Seed (its segments and blocks)."""
+        st = cls(cols, max_split_size)
+        for addr, size, stream, small, blocks in getattr(seed, "segments", seed):
+            s = st.segments[addr] = Segment(addr, size, stream, -1, small)
+            st._chain(s, [Block(b[0], b[1], s, b[2], b[3]) for b in blocks])
+        return st
+
     def clone(self) -> "AllocatorState":
         other = AllocatorState(self.cols, self.max_split)
         other.at, other.mismatches = self.at, list(self.mismatches)

@@ -14,6 +14,7 @@ import numpy as np
 
 from alloctrace.traces.state.torch_blocks import AllocatorState
 from alloctrace.traces.state.torch_frames import DEFAULT_SKIP, site_label  # noqa: F401 (DEFAULT_SKIP: the views' default)
+from alloctrace.traces.state.torch_wrapped import note as partial_note
 from alloctrace.traces.store.torch import ACTIONS, ALLOC, FREE_REQUESTED, curves, device_tables
 
 NO_STACK = "(no Python stack)"
@@ -153,7 +154,9 @@ class StateIndex:
         settings = dev.extra.get("allocator_settings") or {}
         split = settings.get("max_split_size")
         self.split = split if isinstance(split, int) else None
-        self.checkpoints: dict[int, AllocatorState] = {0: AllocatorState(dev.cols, self.split)}
+        seed = (dev.extra.get("partial") or {}).get("seed")
+        first = AllocatorState.seeded(dev.cols, seed, self.split) if seed else AllocatorState(dev.cols, self.split)
+        self.checkpoints: dict[int, AllocatorState] = {0: first}
         self.cursor: AllocatorState | None = None
 
     def at(self, k: int) -> AllocatorState:
@@ -198,5 +201,13 @@ def state(dev: Device, index: StateIndex, k: int, skip=DEFAULT_SKIP, max_blocks:
         segments.append({"address": seg.addr, "size": seg.size, "stream": seg.stream,
                          "pool": "small" if seg.small else "large",
                          "blocks": blocks})
-    return {"event": st.at, "n_events": dev.n, "totals": st.totals(), "segments": segments,
-            "truncated": n_blocks >= max_blocks, "next": entry(dev, st.at, skip)}
+    return noted(dev, {"event": st.at, "n_events": dev.n, "totals": st.totals(), "segments": segments,
+                       "truncated": n_blocks >= max_blocks, "next": entry(dev, st.at, skip)})
+
+
+def noted(dev: Device, out: dict) -> dict:
+    """An answer about a partial trace says so (`partial`: the line to show)."""
+    line = partial_note(dev.extra)
+    if line:
+        out["partial"] = line
+    return out

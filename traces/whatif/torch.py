@@ -19,7 +19,7 @@ from sortedcontainers import SortedList
 
 from alloctrace.allocator.cuda_caching import (
     ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, NO_LIMIT, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
-    SEGMENT_UNMAP, SNAPSHOT, AllocatorSettings, CachingAllocator, OutOfMemory)
+    SEGMENT_UNMAP, SNAPSHOT, AllocatorSettings, Block, CachingAllocator, OutOfMemory)
 
 SEGMENT_ACTIONS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
 
@@ -82,6 +82,12 @@ class SimulatedDevice:
         low = min((a for a, _ in recorded), default=0x7F00_0000_0000)
         self.low_addr = max(1 << 40, low // (1 << 30) * (1 << 30) - (1 << 30))
         self.live = SortedList()                              # (start, end) of segments in use
+
+    def occupy(self, addr: int, size: int):
+        """A segment that exists before the trace's first entry (a trace that starts mid-run)."""
+        self.used += size
+        self.live.add((addr, addr + size))
+        self.low_addr = min(self.low_addr, addr // (1 << 30) * (1 << 30) - (1 << 30))
 
     def _free_range(self, addr: int, size: int) -> bool:
         i = self.live.bisect_left((addr, addr))
@@ -167,8 +173,35 @@ def _lists(cols: dict) -> tuple[list, list, list, list]:
             np.asarray(stream).tolist() if stream is not None else [0] * n)
 
 
+def _seed(model: CachingAllocator, device, seed, live: dict, deferred: dict):
+    """Put a trace's starting state (wrapped.Seed segments: the allocator at its first entry, for a trace that
+    starts mid-run) into the model: its segments, its free blocks in the pools, its allocations by address."""
+    for addr, size, stream, small, blocks in seed:
+        if hasattr(device, "occupy"):
+            device.occupy(addr, size)
+        model.reserved += size
+        prev = None
+        for b_addr, b_size, state, requested in blocks:
+            b = Block(b_addr, b_size, stream, small)
+            b.prev = prev
+            if prev is not None:
+                prev.next = b
+            prev = b
+            if state == "free":
+                (model.small if small else model.large).insert(b)
+            elif state == "pending_free":
+                b.event_count = 1              # freed by the program, waiting for its stream events
+                b.requested = requested
+                deferred[b_addr] = b
+            else:
+                b.allocated, b.requested = True, requested
+                model.allocated += b_size
+                model.requested += requested
+                live[b_addr] = b
+
+
 def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set | None = None,
-         keep_series: bool = False, progress=None) -> RunResult:
+         keep_series: bool = False, progress=None, seed=None) -> RunResult:
     action, addr, size, stream = _lists(cols)
     n = len(action)
     # the next alloc/oom request at or after each index, -1 past the last one
@@ -188,10 +221,15 @@ def _run(cols: dict, settings: AllocatorSettings, *, check: bool, flushes: set |
     log = model.log
     live: dict[int, object] = {}           # trace address of a live allocation -> the model's block
     deferred: dict[int, object] = {}       # trace address of a block waiting for its stream events
+    if seed:
+        _seed(model, device, seed, live, deferred)
     reserved_s = np.zeros(n, dtype=np.int64) if keep_series else None
     allocated_s = np.zeros(n, dtype=np.int64) if keep_series else None
     res = RunResult(consistent=True if check else None, mismatch=None, peak_reserved=0, peak_allocated=0,
                     fragmentation_at_peak=0, peak_event=-1, oom=None)
+    if seed:
+        res.peak_reserved, res.peak_allocated = model.reserved, model.allocated
+        res.fragmentation_at_peak = model.reserved - model.allocated
     flush_at = set() if flushes is None else flushes
     logged = 0                             # model log entries already compared
     t = 0
@@ -360,19 +398,20 @@ class _Stopped(Exception):
         self.event = event
 
 
-def replay_check(cols: dict, settings: AllocatorSettings, *, keep_series: bool = False, progress=None) -> RunResult:
+def replay_check(cols: dict, settings: AllocatorSettings, *, keep_series: bool = False, progress=None,
+                 seed=None) -> RunResult:
     """Replay one device's trace under the settings it was recorded with and compare every decision:
     each segment request (size, and the recorded address used), each allocation's address, each release and OOM.
     `consistent` is False at the first difference, which `mismatch` describes (trace index, both choices)."""
-    return _run(cols, settings, check=True, keep_series=keep_series, progress=progress)
+    return _run(cols, settings, check=True, keep_series=keep_series, progress=progress, seed=seed)
 
 
 def what_if(cols: dict, settings: AllocatorSettings, *, flushes: list[int] | None = None, keep_series: bool = False,
-            progress=None) -> RunResult:
+            progress=None, seed=None) -> RunResult:
     """Run the trace's requests under other settings. `flushes`: the trace indices where the program emptied the
     cache (from `replay_check(...).cache_flushes`); without them every unexplained release run counts as one."""
     fl = set(flushes) if flushes is not None else _flush_guess(cols)
-    return _run(cols, settings, check=False, flushes=fl, keep_series=keep_series, progress=progress)
+    return _run(cols, settings, check=False, flushes=fl, keep_series=keep_series, progress=progress, seed=seed)
 
 
 def _flush_guess(cols: dict) -> set:
@@ -392,29 +431,34 @@ def _flush_guess(cols: dict) -> set:
     return out
 
 
-def trace_peaks(cols: dict) -> dict:
-    """What the trace itself says: peak reserved (Σ segment sizes) and the first OOM."""
+def trace_peaks(cols: dict, base_reserved: int = 0) -> dict:
+    """What the trace itself says: peak reserved (Σ segment sizes, on top of `base_reserved` for a trace that
+    starts mid-run) and the first OOM."""
     action = np.asarray(cols["action"])
     size = np.asarray(cols["size"], dtype=np.int64)
     delta = np.where((action == SEGMENT_ALLOC) | (action == SEGMENT_MAP), size,
                      np.where((action == SEGMENT_FREE) | (action == SEGMENT_UNMAP), -size, 0))
-    reserved = np.cumsum(delta)
+    reserved = np.cumsum(delta) + base_reserved
     ooms = np.flatnonzero(action == OOM)
-    return {"peak_reserved": int(reserved.max(initial=0)),
+    return {"peak_reserved": int(reserved.max(initial=base_reserved)),
             "oom": {"event": int(ooms[0]), "size": int(size[ooms[0]])} if len(ooms) else None,
             "reserved": reserved}
 
 
+def seed_reserved(seed) -> int:
+    return sum(s[1] for s in seed or ())
+
+
 def compare_settings(cols: dict, recorded: AllocatorSettings, changed: AllocatorSettings, *,
-                     keep_series: bool = False, progress=None) -> dict:
+                     keep_series: bool = False, progress=None, seed=None) -> dict:
     """Real run (checked replay under the recorded settings) next to the what-if run under `changed`.
     `progress(phase, done, total)` is called now and then ("recorded", then "what-if")."""
     def phase(name):
         return None if progress is None else (lambda i, n: progress(name, i, n))
-    real = replay_check(cols, recorded, keep_series=keep_series, progress=phase("recorded"))
-    tp = trace_peaks(cols)
+    real = replay_check(cols, recorded, keep_series=keep_series, progress=phase("recorded"), seed=seed)
+    tp = trace_peaks(cols, seed_reserved(seed))
     flushes = real.cache_flushes if real.consistent else None
-    wi = what_if(cols, changed, flushes=flushes, keep_series=keep_series, progress=phase("what-if"))
+    wi = what_if(cols, changed, flushes=flushes, keep_series=keep_series, progress=phase("what-if"), seed=seed)
 
     def block(r: RunResult, *, is_real: bool) -> dict:
         d = {"peak_reserved": r.peak_reserved, "peak_allocated": r.peak_allocated,
@@ -442,6 +486,3 @@ def settings_dict(s: AllocatorSettings) -> dict:
     d["max_split_size"] = None if s.max_split_size >= NO_LIMIT else s.max_split_size
     d["roundup_power2_divisions"] = list(s.roundup_power2_divisions)
     return d
-
-
-# -- settings from the command line / API -----------------------------------------------------------------------

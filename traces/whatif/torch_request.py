@@ -12,7 +12,7 @@ import numpy as np
 from alloctrace.allocator.cuda_caching import (ALLOC, N_ROUNDUP_INTERVALS, NO_LIMIT, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
                                                SEGMENT_MAP, SEGMENT_UNMAP, SNAPSHOT, AllocatorSettings, allocation_size,
                                                round_size)
-from alloctrace.traces.whatif.torch import compare_settings, replay_check, settings_dict
+from alloctrace.traces.whatif.torch import compare_settings, replay_check, seed_reserved, settings_dict
 
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
@@ -88,7 +88,7 @@ def apply_overrides(base: AllocatorSettings, items: dict[str, str], cap: str | N
     return replace(base, **kw)
 
 
-def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None) -> int | None:
+def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None, base_reserved: int = 0) -> int | None:
     """A cap that explains a trace's OOMs when the snapshot does not say which fraction was set (None: no OOM).
 
     Before each new segment the allocator checks reserved + segment size ≤ cap C. Every request that got one
@@ -101,7 +101,7 @@ def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None) ->
         return None
     s = settings or AllocatorSettings()
     size = np.asarray(cols["size"]).tolist()
-    reserved, before, mapping, limit = 0, 0, False, 0
+    reserved, before, mapping, limit = base_reserved, 0, False, 0
     for a, sz in zip(action, size):
         if a == SEGMENT_ALLOC or a == SEGMENT_MAP:
             if not mapping:
@@ -119,11 +119,33 @@ def infer_memory_limit(cols: dict, settings: AllocatorSettings | None = None) ->
     return max(limit, 1)
 
 
+class PartialTrace(ValueError):
+    """A trace that starts mid-run whose starting state could not be recovered: no what-if from it."""
+
+
+def starting_seed(info: dict, trace: str = "the trace") -> list | None:
+    """The allocator at a partial trace's first entry (wrapped.analyse), None for a complete trace; raises
+    PartialTrace when it could not be recovered exactly."""
+    p = info.get("partial") or {}
+    if not p.get("partial"):
+        return None
+    if not p.get("exact"):
+        raise PartialTrace(f"{trace} starts mid-run (its ring buffer wrapped: {p.get('orphan_frees', 0):,} frees of "
+                           f"blocks it never allocated) and the allocator before its first entry cannot be recovered "
+                           f"exactly ({p.get('reason')}); a what-if from it would start from an unknown state")
+    return p["seed"]
+
+
 def check_device(cols: dict, info: dict, *, memory_limit: int | None = None) -> dict:
     """The importer's check of one device: {"consistent", "first_mismatch", ...} from the recorded settings."""
+    try:
+        seed = starting_seed(info)
+    except PartialTrace as e:
+        return {"consistent": False, "first_mismatch": {"event": 0, "expected": {}, "model": None,
+                                                        "reason": str(e)}, "cache_flushes": 0, "alloc_retries": 0}
     base = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {})
-    base = replace(base, memory_limit=memory_limit or infer_memory_limit(cols, base))
-    r = replay_check(cols, base)
+    base = replace(base, memory_limit=memory_limit or infer_memory_limit(cols, base, seed_reserved(seed)))
+    r = replay_check(cols, base, seed=seed)
     return {"consistent": bool(r.consistent), "first_mismatch": asdict(r.mismatch) if r.mismatch else None,
             "cache_flushes": len(r.cache_flushes), "alloc_retries": r.alloc_retries}
 
@@ -144,12 +166,17 @@ def whatif_request(cols: dict, info: dict, settings: list[str], cap: str | None 
     """What `alloctrace whatif` and the API answer: the recorded settings (from the snapshot, with the cap
     given or inferred) against the same with `settings` (KEY=VALUE strings) and `cap` applied.
     Raises ValueError for bad settings."""
+    seed = starting_seed(info)
     recorded = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {})
     recorded = replace(recorded, memory_limit=parse_size(recorded_cap) if recorded_cap
-                       else infer_memory_limit(cols, recorded))
+                       else infer_memory_limit(cols, recorded, seed_reserved(seed)))
     changed = apply_overrides(recorded, parse_pairs(settings), cap)
-    out = compare_settings(cols, recorded, changed, keep_series=keep_series, progress=progress)
+    out = compare_settings(cols, recorded, changed, keep_series=keep_series, progress=progress, seed=seed)
     out["recorded_settings"] = settings_dict(recorded)
+    if seed is not None:
+        out["partial"] = {"exact_from": 0, "seed_reserved": seed_reserved(seed),
+                          "note": "the trace starts mid-run: both runs start from the allocator at its first entry "
+                                  "(the snapshot's segments walked back through the trace), as recorded"}
     return out
 
 

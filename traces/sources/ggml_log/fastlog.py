@@ -179,7 +179,7 @@ def fast_graphs(imp, src):
     if lib is None:
         raise Declined("no fast path library")
     from alloctrace.traces.sources.ggml_log.drafts import Features
-    from alloctrace.traces.sources.ggml_log.detect import detect_generation
+    from alloctrace.traces.sources.ggml_log.detect import generation_candidates
 
     st = lib.fl_new()
     out = GraphOut()
@@ -198,7 +198,8 @@ def fast_graphs(imp, src):
                 if lib.fl_feed(st, data, len(data), final) < 0:
                     raise Declined(lib.fl_reason(st).decode())
                 if not configured and lib.fl_queued(st):
-                    imp.features, imp.generation = _configure(lib, st, imp.generation, detect_generation, Features)
+                    imp.features, imp.generation, imp.candidates = _configure(lib, st, imp.generation,
+                                                                              generation_candidates, Features)
                     configured = True
                 while configured:
                     got = lib.fl_next(st, ctypes.byref(out))
@@ -243,8 +244,9 @@ def _utf8_text(reader):
             return
 
 
-def _configure(lib, st, generation, detect_generation, Features):
-    """The generation (detected from the features as they were when the first walk ended, or forced)."""
+def _configure(lib, st, generation, generation_candidates, Features):
+    """The generation (detected from the features as they were when the first walk ended, or forced)
+    and the candidates detection found."""
     buf = (ctypes.c_int64 * 80)()
     k = lib.fl_features(st, buf, 80)
     has_first, first_block, setup_allocs, n_asserts = buf[0], buf[1], buf[2], buf[3]
@@ -255,13 +257,16 @@ def _configure(lib, st, generation, detect_generation, Features):
         block_rows = [p for p in PROFILES.values() if p.log_style == "block"]
         if len({p.alignment for p in block_rows}) > 1:  # detection would read the first walk's sizes
             raise Declined("generation detection needs the first walk's sizes")
-        generation = detect_generation(features, None)
+        candidates = generation_candidates(features, None)
+        generation = candidates[0]
+    else:
+        candidates = []
     p = PROFILES[generation]
     if p.family != "legacy":
         raise Declined(f"{generation} is not a legacy generation")
     aligns = (ctypes.c_int64 * len(p.alignments))(*p.alignments)
     lib.fl_configure(st, int(p.best_fit_skips_last), p.max_free_blocks, p.backend_alignment, aligns, len(p.alignments))
-    return features, generation
+    return features, generation, candidates
 
 
 class _Encoder:

@@ -19,7 +19,8 @@ from alloctrace.traces.store.schema import TraceMeta
 from alloctrace.traces.sources.base import ImportedTrace
 from alloctrace.traces.sources.ggml_log import fastlog
 from alloctrace.traces.sources.ggml_log.drafts import Draft, Features
-from alloctrace.traces.sources.ggml_log.detect import detect_generation, log_style  # noqa: F401 (log_style: for readers of this module)
+from alloctrace.traces.sources.ggml_log.detect import (  # noqa: F401 (detect_generation, log_style: for readers)
+    ambiguity_note, detect_generation, generation_candidates, log_style)
 
 # The Python path's modules (parse_log, split, split_fast, recover, recover_fast) are imported where it
 # starts: an import the compiled fast path takes does without them.
@@ -46,6 +47,7 @@ class LogImport:
         self.src, self.label, self.limits = src, label, limits
         self.generation = check_generation(generation)
         self.progress = progress
+        self.candidates: list[str] = []  # the generations detection found the log to fit (newest first)
         self.fast = False  # the compiled fast path imported the log
         self.declined: str | None = None  # why the fast path did not
 
@@ -132,7 +134,8 @@ class LogImport:
         from alloctrace.traces.sources.ggml_log.recover import GallocrReplay, LegacyReplay
 
         if self.generation is None:
-            self.generation = detect_generation(features, first)
+            self.candidates = generation_candidates(features, first)
+            self.generation = self.candidates[0]
         if PROFILES[self.generation].family == "legacy":
             return LegacyReplay(self.generation, features.addr_block, features.addr)
         return GallocrReplay(self.generation)
@@ -172,6 +175,9 @@ class GgmlLogSource:
         records = imp.encoded()
         first = next(records)  # raises the file's UserError, or "no trace lines"
         extra = {"format": "at_printf", "file": filename}
+        note = ambiguity_note(imp.candidates)
+        if note:  # the log cannot tell these generations apart
+            extra["generation_candidates"], extra["generation_note"] = imp.candidates, note
         if imp.features.setup_allocs:  # the program's own buffers (weights, KV cache), before any graph walk
             extra["setup_allocations"] = imp.features.setup_allocs
         meta = TraceMeta(name=name or filename, source=self.name, generation=imp.generation,

@@ -1,4 +1,7 @@
-"""Replay recorded allocator calls through the `ggml-head` model and compare with what ggml really did.
+"""Replay recorded allocator calls through the model and compare with what ggml really did.
+
+The generation is the one the recorded `ggml_version()` names (`profile_for_version`:
+ggml-head for today's ggml).
 
 Every gallocr of the program gets one model `Gallocr` with the recorded buffer
 types (alignment, max size; the same type object shares one buffer, as in ggml).
@@ -11,6 +14,10 @@ re-plans only when the model finds the plan invalid. Then:
 - buffer sizes after the call must equal the model's (`ggml_gallocr_get_buffer_size`,
   or the sizes `reserve_n_size` returned);
 - the return value, and whether `alloc_graph` re-planned, must agree.
+
+A plan made by a reserve call places nothing itself: the `alloc_graph` calls that
+reuse it do. Their placements are checked against that plan too, and a mismatch
+makes the reserve graph inconsistent as well (`extra.plan_checked` counts them).
 """
 from __future__ import annotations
 
@@ -19,14 +26,16 @@ from dataclasses import dataclass, field
 import zstandard
 
 from alloctrace.allocator import get_profile
+from alloctrace.allocator.profiles import profile_for_version
 from alloctrace.allocator.gallocr import BufferType, Gallocr
 from alloctrace.allocator.tensor import Graph, Tensor
 from alloctrace.traces.store.columns import EncodedGraph, encode, pack
 from alloctrace.traces.store.schema import GraphRecord, oom_of
 
+from alloctrace.traces.sources.record.placed import placement_events
 from alloctrace.traces.sources.record.stream import GALLOC_CALLS, INPUT, OUTPUT, PARAM, Call, Process, RecordingError
 
-PROFILE = "ggml-head"
+PROFILE = "ggml-head"  # when the recording names no ggml version
 MAX_MISMATCHES = 10  # kept per graph
 MAX_SHAPES = 8192  # tensors whose shape a graph's extra keeps (for `peak`: ne, type, op and inputs)
 
@@ -37,6 +46,7 @@ class _Model:
     bufts: list  # stream.BufferType per buffer id
     galloc: Gallocr
     alloc_sizes: dict = field(default_factory=dict)  # Tensor -> per-buffer sizes (padding buffer types)
+    plan_owner: EncodedGraph | None = None  # the graph whose call made the plan now in force
 
 
 def build_graph(call: Call) -> tuple[Graph, dict[int, Tensor]]:
@@ -87,6 +97,7 @@ class Replayer:
         self.skipped: list[str] = []
         self.n_placements = 0
         self.buffer_buft: dict[int, int] = {}  # every compute buffer ggml made -> its buffer type
+        self.profile = profile_for_version(proc.ggml.get("version", "")) if proc.ggml else PROFILE
         self._shapes_of = None  # the tensor list whose shapes the last stored graph carries
 
     def _note_buffers(self, call: Call):
@@ -105,7 +116,8 @@ class Replayer:
             bufts = [self.proc.bufts[p] for p in buft_ptrs]
             types = [BufferType(b.name, b.alignment, b.max_size, key=b.ptr) for b in bufts]
             m = _Model(serial, bufts, None)
-            m.galloc = Gallocr(get_profile(PROFILE), buffer_types=types,
+            self.profile = profile_for_version(self.proc.ggml.get("version", "")) if self.proc.ggml else PROFILE
+            m.galloc = Gallocr(get_profile(self.profile), buffer_types=types,
                                alloc_size=lambda t, bid, m=m: (m.alloc_sizes[t][bid] if t in m.alloc_sizes
                                                                else t.nbytes))
             self.models[serial] = m
@@ -127,7 +139,7 @@ class Replayer:
             self.skipped.append(f"call {call.seq} ({call.kind}): its gallocr was created before recording began")
             return
         try:
-            record = self.replay(m, call)
+            record, plan_problems = self.replay(m, call)
         except ValueError as e:
             if call.rc is not None:
                 raise RecordingError(f"call {call.seq} ({call.kind}): {e}") from None
@@ -136,10 +148,36 @@ class Replayer:
         if via:
             record.extra["via"] = via
         strings, blobs = pack(*encode(record.events), self._zc.compress)
-        self.graphs.append(EncodedGraph(
+        graph = EncodedGraph(
             index=record.index, role=record.role, n_events=len(record.events), max_size=record.max_size,
             buffer_size=record.buffer_size, oom=record.oom, consistent=record.consistent, strings=strings,
-            blobs=blobs, extra=record.extra))
+            blobs=blobs, extra=record.extra)
+        self.graphs.append(graph)
+        self._check_plan(m, graph, plan_problems)
+
+    def _check_plan(self, m: _Model, graph: EncodedGraph, problems: list | None):
+        """`problems` None: this call made a new plan (it owns it now); False: it left the plan alone
+        (a refused alloc_graph); else the placements of a call that reused the plan in force, checked
+        against it: the plan's own graph answers for them too."""
+        if problems is False:
+            return
+        if problems is None:
+            m.plan_owner = graph
+            graph.extra["plan_checked"] = graph.extra["placements"] if graph.role == "eval" else 0
+            return
+        owner = m.plan_owner
+        if owner is None or owner is graph:
+            return
+        owner.extra["plan_checked"] += graph.extra["placements"]
+        if problems:
+            owner.consistent = False
+            found = owner.extra["mismatches"]
+            for p in problems:
+                if len(found) < MAX_MISMATCHES:
+                    found.append(f"graph {graph.index} ({graph.extra['call']}), placed with this plan: {p}")
+            owner.extra["n_mismatches"] += len(problems)
+            offs = owner.extra["offset_mismatches"]
+            offs += [{**o, "graph": graph.index} for o in graph.extra["offset_mismatches"][:MAX_MISMATCHES - len(offs)]]
 
     def replay(self, m: _Model, call: Call) -> GraphRecord:
         g = m.galloc
@@ -154,17 +192,29 @@ class Replayer:
             if ids and any(not 0 <= i < n_ids for i in ids):
                 problems.append(f"{what} buffer ids outside 0..{n_ids - 1}")
         replanned = None
+        offsets: list[dict] = []  # placements model and ggml disagree on
+        plan_problems = None  # this call makes a plan of its own (or none)
         if problems:
             ok = False
         elif call.kind == "alloc_graph":
             model_replans = g.needs_realloc(graph) is not None
-            real_replans = any(c.kind == "reserve_n" for c in call.children)
+            # one buffer: ggml re-plans inside (a nested reserve_n); several: it refuses, the caller reserves
+            real_replans = any(c.kind == "reserve_n" for c in call.children) or (
+                g.n_buffers > 1 and call.rc == 0)
             replanned = real_replans
             if model_replans != real_replans:
                 problems.append(f"re-planned: model {model_replans}, ggml {real_replans}")
             ok = g.alloc_graph(graph, graph_index=index)
             if call.rc is not None:
-                self._compare_placements(m, call, by_ptr, problems)
+                placed: list[str] = []
+                self._compare_placements(m, call, by_ptr, placed, offsets)
+                problems += placed
+                if not any(e.kind == "alloc" for e in g.events):  # the plan placed them: ggml prints nothing
+                    g.events += placement_events(graph, call, by_ptr, g, m.bufts, index)
+                if not model_replans and not real_replans:
+                    plan_problems = placed
+            if real_replans and not any(c.kind == "reserve_n" for c in call.children):
+                plan_problems = False  # refused: the caller reserves next
         else:
             ok = g.reserve(graph, graph_index=index, node_buffer_ids=call.node_ids, leaf_buffer_ids=call.leaf_ids,
                            no_alloc=call.kind == "reserve_n_size")
@@ -186,7 +236,7 @@ class Replayer:
             "buffer_types": [{"name": b.name, "alignment": b.alignment, "max_size": b.max_size} for b in m.bufts],
             "real_sizes": call.sizes, "model_sizes": model_sizes, "placements": n_real,
             "n_nodes": call.n_nodes, "n_leafs": call.n_leafs, "mismatches": problems[:MAX_MISMATCHES],
-            "n_mismatches": len(problems),
+            "n_mismatches": len(problems), "offset_mismatches": offsets[:MAX_MISMATCHES],
         }
         if replanned is not None:
             extra["replanned"] = replanned
@@ -196,10 +246,11 @@ class Replayer:
         return GraphRecord(
             index=index, role="eval" if call.kind == "alloc_graph" else "reserve", events=g.events,
             max_size=sum(g.planned_sizes()), buffer_size=sum(call.sizes) if call.sizes else None,
-            oom=oom_of(g.failed), consistent=not problems, extra=extra)
+            oom=oom_of(g.failed), consistent=not problems, extra=extra), plan_problems
 
-    def _compare_placements(self, m: _Model, call: Call, by_ptr: dict, problems: list):
-        """Each real placement at the model's offset; model (buffer id, chunk) <-> real buffer one to one."""
+    def _compare_placements(self, m: _Model, call: Call, by_ptr: dict, problems: list, offsets: list):
+        """Each real placement at the model's offset; model (buffer id, chunk) <-> real buffer one to one.
+        `offsets` gets each placement the two disagree on: tensor, model and real offset, buffer, chunk."""
         g = m.galloc
         to_real: dict = {}
         to_model: dict = {}
@@ -218,11 +269,15 @@ class Replayer:
                 continue
             if t not in g.placement:
                 problems.append(f"{t.name!r}: ggml placed it ({'view' if kind == 'V' else 'tensor'}), the model did not")
+                offsets.append({"tensor": t.name, "model_offset": None, "real_offset": data - base,
+                                "buffer": to_model.get(buf, (None,))[0], "chunk": None})
                 continue
             chunk, off = g.placement[t]
             key = (g.buffer_of[t], chunk)
             if data - base != off:
                 problems.append(f"{t.name!r}: offset model {off:,}, ggml {data - base:,} (buffer {key[0]}, chunk {chunk})")
+                offsets.append({"tensor": t.name, "model_offset": off, "real_offset": data - base,
+                                "buffer": key[0], "chunk": chunk})
             if to_real.setdefault(key, buf) != buf or to_model.setdefault(buf, key) != key:
                 problems.append(f"{t.name!r}: model buffer {key[0]} chunk {chunk} is not the buffer ggml used")
             buft = buffer_types.get(buf)
@@ -232,3 +287,5 @@ class Replayer:
         for t in g.placement:
             if t not in placed:
                 problems.append(f"{t.name!r}: the model placed it, ggml did not")
+                offsets.append({"tensor": t.name, "model_offset": g.placement[t][1], "real_offset": None,
+                                "buffer": g.buffer_of[t], "chunk": g.placement[t][0]})

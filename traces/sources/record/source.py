@@ -11,7 +11,7 @@ from typing import BinaryIO
 from alloctrace.traces.store.schema import TraceMeta
 from alloctrace.traces.sources.base import ImportedTrace
 
-from alloctrace.traces.sources.record.replay import PROFILE, Replayer
+from alloctrace.traces.sources.record.replay import Replayer
 from alloctrace.traces.sources.record.stream import MAGIC, RecordingError, read_processes
 
 NO_GGML = ("no ggml allocator calls were seen: is the program statically linked? build it with shared "
@@ -63,7 +63,7 @@ class RecordingSource:
             report = {"pid": proc.pid, "graphs": len(r.graphs), "consistent": consistent,
                       "inconsistent": len(r.graphs) - consistent, "placements": r.n_placements,
                       "ggml": proc.ggml, "signal": proc.signal, "skipped": r.skipped[:10], **proc.program}
-            meta = TraceMeta(name=label, source=self.name, generation=PROFILE, profile=PROFILE,
+            meta = TraceMeta(name=label, source=self.name, generation=r.profile, profile=r.profile,
                              tags=["recording"], extra={"recording": report})
             out.append(ImportedTrace(meta, r.graphs, report))
         if not out:

@@ -25,6 +25,7 @@ from alloctrace.traces.sources.torch.columns import OOM, DeviceData, split_devic
 from alloctrace.traces.state.torch_blocks import AllocatorState, compare_with_snapshot
 from alloctrace.traces.store.torch import curves
 from alloctrace.traces.sources.torch.unpickle import DEFAULT_MAX_BYTES, SnapshotError, load_plain
+from alloctrace.traces.state import torch_wrapped as wrapped
 
 NAME = "torch"
 GENERATION = "torch-cuda-caching"
@@ -106,7 +107,10 @@ def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
     peak_res, at_res = _peak(res)
     settings = dev.extra.get("allocator_settings") or {}
     split = settings.get("max_split_size") if isinstance(settings.get("max_split_size"), int) else None
-    state = AllocatorState(cols, split)
+    partial = wrapped.analyse(cols, tables, settings)
+    dev.extra["partial"] = partial   # read back by the model check below and by every view
+    seed = partial.get("seed")
+    state = AllocatorState.seeded(cols, seed, split) if seed else AllocatorState(cols, split)
     oom = None
     ooms = np.flatnonzero(cols["action"] == OOM)
     if len(ooms):
@@ -122,7 +126,8 @@ def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
     seg_total = int(tables["seg_total"].sum())
     extra = {**dev.extra, "peak_requested": peak_req, "peak_requested_event": at_req, "peak_reserved": peak_res,
              "peak_reserved_event": at_res, "reserved_at_snapshot": seg_total,
-             "baseline_requested": base[0], "baseline_reserved": base[1], "trace_complete": base == (0, 0),
+             "baseline_requested": base[0], "baseline_reserved": base[1],
+             "trace_complete": base == (0, 0) and not partial["partial"],
              "allocated_at_snapshot": int(tables["blk_size"][tables["blk_state"] <= 1].sum()),
              "n_segments": len(tables["seg_address"]), "n_blocks": len(tables["blk_address"]),
              "n_stacks": len(tables["stack_offsets"]) - 1,
@@ -132,6 +137,9 @@ def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
     report = {"device": dev.device, "n_events": dev.n_events, "peak_requested": peak_req, "peak_reserved": peak_res,
               "oom": None if oom is None else {k: oom[k] for k in ("requested", "allocated", "reserved")}}
     report["consistent"] = consistency["consistent"]
+    if partial["partial"]:
+        report["partial"] = {"exact": partial.get("exact"), "exact_from": 0 if partial.get("exact") else None,
+                             "reason": partial.get("reason"), "note": wrapped.note(extra)}
     if consistency["first_mismatch"] is not None:
         report["first_mismatch"] = consistency["first_mismatch"]
     extra["first_mismatch"] = consistency["first_mismatch"]
