@@ -324,7 +324,7 @@ def peak_json(store, ref: str) -> dict:
     peak, row = graph_peak(store, tid, g)
     out = peak.to_json(tid, g)
     out["role"], out["max_size"], out["buffer_size"] = row.get("role"), row.get("max_size"), row.get("buffer_size")
-    from alloctrace.traces.peak_shapes import annotate
+    from alloctrace.traces.explain.peak_shapes import annotate
 
     return annotate(out, (row.get("extra") or {}).get("shapes") or {})  # a recording knows ne and type
 

@@ -206,7 +206,7 @@ def buffer_sizes(extra: dict, row: dict) -> dict[str, int]:
 
 def families_with_shapes(peak, extra: dict) -> list[dict]:
     """The peak's families, each with its largest tensor's shape and type where the recording kept them."""
-    from alloctrace.traces.peak_shapes import label as label_of
+    from alloctrace.traces.explain.peak_shapes import label as label_of
 
     shapes = extra.get("shapes") or {}
     largest: dict[str, object] = {}

@@ -5,5 +5,6 @@ Owns: `replay` (FreeList, Replay, state_at, free_summary, stranding: ggml's free
 state_json, the checkpoints the store keeps: scrubbing a million-event graph), `torch_blocks`
 (AllocatorState: a PyTorch device's segments and blocks), `torch_device` (Device, load_device, StateIndex,
 state, entry: a stored PyTorch device as the views read it), `torch_frames` (call_site, site_label, parse_skip,
-DEFAULT_SKIP: which frame of a stack is its call site).
+DEFAULT_SKIP: which frame of a stack is its call site), `torch_wrapped` (analyse, note: the allocator before
+the first entry of a trace whose ring buffer wrapped).
 """

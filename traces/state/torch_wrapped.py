@@ -26,8 +26,8 @@ from sortedcontainers import SortedList
 
 from alloctrace.allocator.cuda_caching import NO_LIMIT, AllocatorSettings, round_size
 
-from alloctrace.traces.store.torch import ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP
-                      SEGMENT_UNMAP)
+from alloctrace.traces.store.torch import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
+                                           SEGMENT_MAP, SEGMENT_UNMAP)
 
 ALLOCATED, PENDING, FREE = "allocated", "pending_free", "free"
 SNAP_STATES = {0: ALLOCATED, 1: PENDING, 2: FREE}
