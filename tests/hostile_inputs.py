@@ -135,3 +135,77 @@ def cli_peak_rss(args: list[str], env=None, timeout: float = 120) -> tuple[subpr
 
 def self_peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# --- PyTorch snapshots whose shared references multiply the work (issue: trust nothing in a pickle) -------
+def _snapshot(segments=(), entries=(), settings=None) -> dict:
+    return {"segments": list(segments), "device_traces": [list(entries)],
+            "allocator_settings": {} if settings is None else settings}
+
+
+def write_pickle(path: Path, obj) -> Path:
+    """`obj` pickled (protocol 4): the pickler's memo keeps every shared reference shared."""
+    import pickle
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 20_000))  # a 1000-deep dict is part of the attack
+    try:
+        path.write_bytes(pickle.dumps(obj, protocol=4))
+    finally:
+        sys.setrecursionlimit(old)
+    return path
+
+
+def shared_blocks_snapshot(path: Path, n_segments: int = 3000, n_blocks: int = 3000) -> Path:
+    """`n_segments` segments (one dict, repeated) that hold one list of `n_blocks` blocks (one dict,
+    repeated): about 2 bytes of pickle per segment and per block, n_segments x n_blocks rows once expanded."""
+    block = {"address": 0, "size": 512, "requested_size": 512, "state": "inactive"}
+    seg = {"device": 0, "address": 0, "total_size": 512 * n_blocks, "stream": 0, "segment_type": "large",
+           "blocks": [block] * n_blocks}
+    return write_pickle(path, _snapshot([seg] * n_segments))
+
+
+def shared_frames_snapshot(path: Path, n_entries: int = 200_000, n_frames: int = 1_000_000) -> Path:
+    """One frames list of `n_frames` frames (one dict, repeated) shared by each of `n_entries` entries."""
+    frame = {"name": "f", "filename": "x.py", "line": 1}
+    frames = [frame] * n_frames
+    entries = [{"action": "alloc", "addr": 4096 * i, "size": 512, "stream": 0, "frames": frames}
+               for i in range(n_entries)]
+    return write_pickle(path, _snapshot(entries=entries))
+
+
+def deep_settings(depth: int = 1000) -> dict:
+    d: dict = {}
+    for _ in range(depth):
+        d = {"x": d}
+    return d
+
+
+def cyclic_settings() -> dict:
+    d: dict = {"max_split_size": -1}
+    d["self"] = d
+    return d
+
+
+def _segment(**changes) -> dict:
+    seg = {"device": 0, "address": 1 << 20, "total_size": 2 << 20, "stream": 0, "segment_type": "large",
+           "blocks": [{"address": 1 << 20, "size": 2 << 20, "requested_size": 0, "state": "inactive"}]}
+    seg.update(changes)
+    return {k: v for k, v in seg.items() if v is not None}
+
+
+def bad_value_snapshots() -> dict[str, dict]:
+    """Snapshots with one impossible value each (label -> snapshot dict)."""
+    alloc = {"action": "alloc", "addr": 1 << 20, "size": 512, "stream": 0}
+    return {
+        "allocator_settings cyclic": _snapshot([_segment()], settings=cyclic_settings()),
+        "allocator_settings 1000 deep": _snapshot([_segment()], settings=deep_settings()),
+        "device 2^70": _snapshot([_segment(device=2 ** 70)]),
+        "device '0' (a string)": _snapshot([_segment(device="0")]),
+        "segment without a device": _snapshot([_segment(device=None)]),
+        "total_size negative": _snapshot([_segment(total_size=-4096)]),
+        "block size negative": _snapshot([_segment(blocks=[{"address": 1 << 20, "size": -1, "state": "inactive"}])]),
+        "total_size int64 max": _snapshot([_segment(total_size=2 ** 63 - 1)]),
+        "entry size int64 max": _snapshot(entries=[dict(alloc, size=2 ** 63 - 1)]),
+        "entry size negative": _snapshot(entries=[dict(alloc, size=-512)]),
+    }

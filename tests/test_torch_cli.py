@@ -81,7 +81,7 @@ def test_the_caching_allocator_model_hook(capsys, tmp_path, monkeypatch):
     from alloctrace.traces.whatif import torch_request as torch_whatif
     seen = {}
 
-    def check_device(columns, info):
+    def check_device(columns, info, **kw):  # progress=: the import's CPU cap
         seen.update(columns=columns, info=info)
         return {"consistent": False, "first_mismatch": {"event": 7, "model": 1, "trace": 2}}
 
@@ -101,7 +101,7 @@ def test_the_caching_allocator_model_hook(capsys, tmp_path, monkeypatch):
     assert seen["info"]["strings"] == device_info(s, tid, 0)["strings"]
     assert device_info(s, tid, 0)["consistent"] is False
 
-    def broken(columns, info):
+    def broken(columns, info, **kw):
         raise RuntimeError("model bug")
 
     monkeypatch.setattr(torch_whatif, "check_device", broken)

@@ -102,3 +102,31 @@ def test_flame_command(stored, capsys):
         assert main(["flame", ids["oom"], "--store", s, *bad]) == 2
     assert main(["flame", ids["gpt2_train_bs8"], "--store", s, "--at", "oom"]) == 2
     assert "has no OOM" in capsys.readouterr().err
+
+
+def test_a_wrapped_trace_says_so_and_keeps_its_level(tmp_path, capsys):
+    store = open_store(str(tmp_path / "s"))
+    [tid] = import_paths(store, [DATA / "pairs" / "train_wrapped.pickle.gz"])
+    dev = load_device(store, tid, 0)
+    f = flame(dev, min_share=0)
+    assert f["partial"].startswith("partial trace") and f["bytes"] == int(dev.curves()[0][f["event"]])
+    assert f["bytes"] == peak(dev)["peak_requested"]
+    assert main(["flame", tid, "--store", str(tmp_path / "s"), "-o", str(tmp_path / "w.svg")]) == 0
+    assert "alloctrace: partial trace" in capsys.readouterr().err
+
+
+def test_cpp_frames_are_never_boxes(tmp_path):
+    store = open_store(str(tmp_path / "s"))
+    [tid] = import_paths(store, [DATA / "pairs" / "mlp_stacks_all.pickle.gz"])
+    dev = load_device(store, tid, 0)
+    f = flame(dev, min_share=0)
+    names = []
+
+    def walk(n):
+        names.append(n["name"])
+        for k in n["children"]:
+            walk(k)
+    walk(f["tree"])
+    assert len(names) > 3
+    assert not [n for n in names if ".so" in n or n.startswith("??") or "python3" in n]
+    assert own_bytes(f["tree"]) == Counter({g["site"]: g["bytes"] for g in peak(dev, top=100_000)["by_call_site"]})

@@ -54,6 +54,8 @@ def run(args) -> int:
     if d is not None and d not in [g["index"] for g in store.summary(tid)["graphs"]]:
         raise UserError(f"trace {tid} has no device {d}")
     f = flame(load_device(store, tid, d or 0), args.at, parse_skip(args.skip), share)
+    if f.get("partial"):
+        print(f"alloctrace: {f['partial']}", file=sys.stderr)
     if not args.output:
         sys.stdout.write("".join(line + "\n" for line in folded(f["tree"])))
         return 0

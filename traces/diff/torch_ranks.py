@@ -28,6 +28,7 @@ def compare(store, trace_id: str, skip=None, top: int = 10) -> dict:
                      "cuda_device": dev.extra.get("cuda_device", g["index"]), "n_events": dev.n,
                      "peak_requested": int(req.max()) if dev.n else 0, "peak_reserved": peak_res,
                      "peak_reserved_event": k if dev.n else None,
+                     "partial": bool((dev.extra.get("partial") or {}).get("partial")),
                      "fragmentation": peak_res - at_res, "fragmentation_share": (peak_res - at_res) / peak_res
                      if peak_res else 0.0,
                      "oom": None if oom is None else {f: oom.get(f) for f in ("event", "requested", "allocated",

@@ -18,6 +18,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.store.torch import OOM
 from alloctrace.traces.state.torch_frames import DEFAULT_SKIP, is_python, short
 from alloctrace.traces.state.torch_device import PREEXISTING, Device, live_at
+from alloctrace.traces.state.torch_wrapped import note as partial_note
 
 MAX_DEPTH = 64
 
@@ -100,9 +101,13 @@ def flame(dev: Device, at: str | int | None = None, skip=DEFAULT_SKIP, min_share
         pre.value = live - root.value
         root.value = live
     _prune(root, max(1, int(root.value * min_share)))
-    return {"trace_id": dev.trace_id, "device": dev.device, "name": dev.name, "event": k, "n_events": dev.n,
+    out = {"trace_id": dev.trace_id, "device": dev.device, "name": dev.name, "event": k, "n_events": dev.n,
             "time_us": int(dev.cols["time_us"][k]) if dev.n else None, "bytes": root.value,
             "live_allocations": int(len(rows)), "min_share": min_share, "tree": root.to_dict()}
+    line = partial_note(dev.extra)
+    if line:  # a trace that wrapped says so in every answer
+        out["partial"] = line
+    return out
 
 
 def _prune(node: Node, floor: int):

@@ -96,6 +96,7 @@ def torch_sections(store, tid: str, devices: list[int] | None, skip) -> tuple[li
                       ("peak reserved", f"{p['peak_reserved']:,} B"), ("peak at entry", f"{p['event']:,}"),
                       ("segments at snapshot", dev.extra.get("n_segments")),
                       ("trace", "complete" if dev.extra.get("trace_complete", True) else "partial (wrapped or late)")]),
+               *([f'<p class="oom">{e(p["partial"])}</p>'] if p.get("partial") else []),
                "<h3>Active memory timeline</h3>",
                f'<div class="chart" id="timeline-{d}"></div>',
                f'<p class="note">Allocated bytes (requested sizes) over trace entries, the {len(t["bands"])} largest '

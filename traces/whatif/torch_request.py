@@ -136,8 +136,9 @@ def starting_seed(info: dict, trace: str = "the trace") -> list | None:
     return p["seed"]
 
 
-def check_device(cols: dict, info: dict, *, memory_limit: int | None = None) -> dict:
-    """The importer's check of one device: {"consistent", "first_mismatch", ...} from the recorded settings."""
+def check_device(cols: dict, info: dict, *, memory_limit: int | None = None, progress=None) -> dict:
+    """The importer's check of one device: {"consistent", "first_mismatch", ...} from the recorded settings.
+    `progress(done, total)` is called now and then."""
     try:
         seed = starting_seed(info)
     except PartialTrace as e:
@@ -145,7 +146,7 @@ def check_device(cols: dict, info: dict, *, memory_limit: int | None = None) -> 
                                                         "reason": str(e)}, "cache_flushes": 0, "alloc_retries": 0}
     base = AllocatorSettings.from_snapshot(info.get("allocator_settings") or {})
     base = replace(base, memory_limit=memory_limit or infer_memory_limit(cols, base, seed_reserved(seed)))
-    r = replay_check(cols, base, seed=seed)
+    r = replay_check(cols, base, seed=seed, progress=progress)
     return {"consistent": bool(r.consistent), "first_mismatch": asdict(r.mismatch) if r.mismatch else None,
             "cache_flushes": len(r.cache_flushes), "alloc_retries": r.alloc_retries}
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from alloctrace.traces.sources.torch.snapshot_schema import Annotation, Block, Segment, Top, check, check_entry_column
 from alloctrace.traces.sources.torch.unpickle import SnapshotError
 from alloctrace.traces.store.torch import (  # noqa: F401 (the stored layout's codes, named here for the source)
     ACTION_CODE, ACTIONS, ALLOC, BLOCK_STATES, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
@@ -49,6 +50,7 @@ class StackTable:
         self.stacks: list[tuple[int, ...]] = []
         self._frame_by_obj: dict[int, int] = {}
         self._stack_by_obj: dict[tuple, int] = {}  # frame object ids -> stack id
+        self._stack_by_list: dict[int, int] = {}  # frames list object id -> stack id: O(1) for a shared list
 
     def stack(self, frames) -> int:
         """Stack id of a frame list (-1 for none or empty)."""
@@ -58,6 +60,13 @@ class StackTable:
             return -1
         if type(frames) is not list:
             raise SnapshotError(f"frames: expected a list, found {type(frames).__name__}")
+        sid = self._stack_by_list.get(id(frames))  # the list stays alive with the snapshot: its id is stable
+        if sid is not None:
+            return sid
+        sid = self._stack_by_list[id(frames)] = self._stack_of(frames)
+        return sid
+
+    def _stack_of(self, frames: list) -> int:
         ids = tuple(map(id, frames))  # the frame objects stay alive with the snapshot, so ids are stable
         sid = self._stack_by_obj.get(ids)
         if sid is None:
@@ -134,8 +143,9 @@ def _list(x, what: str) -> list:
     return x
 
 
-def split_devices(snapshot) -> tuple[list[DeviceData], list[str]]:
-    """Per-device columns of a snapshot dict, and the string table they share."""
+def split_devices(snapshot, tick=lambda: None) -> tuple[list[DeviceData], list[str]]:
+    """Per-device columns of a snapshot dict, and the string table they share. `tick()` is called between
+    pieces of work (the import's CPU cap)."""
     snap = _check_dict(snapshot, "snapshot")
     if "device_traces" not in snap or "segments" not in snap:
         raise SnapshotError("not a PyTorch memory snapshot (no `segments` / `device_traces`); record one with "
@@ -145,22 +155,26 @@ def split_devices(snapshot) -> tuple[list[DeviceData], list[str]]:
     traces = _list(snap["device_traces"], "device_traces")
     segments = _list(snap["segments"], "segments")
     annotations = _list(snap.get("external_annotations") or [], "external_annotations")
+    check(Top, {"allocator_settings": snap.get("allocator_settings")}, "snapshot")
     settings = snap.get("allocator_settings") or {}
-    _check_dict(settings, "allocator_settings")
+    by_device: dict[int, list] = {}  # segments of each device, checked against the schema once
+    for k, s in enumerate(segments):
+        by_device.setdefault(check(Segment, s, f"segments[{k}]").device, []).append((k, s))
     devices = []
     for d, entries in enumerate(traces):
         cols = _entries(_list(entries, f"device_traces[{d}]"), d, strings, stacks)
         devices.append(DeviceData(d, cols, {}, {"device": d}))
-    seg_devices = {s.get("device", 0) for s in segments if type(s) is dict}
-    for d in sorted(x for x in seg_devices if isinstance(x, int) and x >= len(devices)):
+        tick()
+    for d in sorted(x for x in by_device if x >= len(devices)):
         devices.append(DeviceData(d, _entries([], d, strings, stacks), {}, {"device": d}))
+    ann_by_device: dict = {}
+    for a in annotations:
+        ann_by_device.setdefault(a.get("device", 0) if type(a) is dict else 0, []).append(a)
     st = stacks.arrays()
     for dev in devices:
         dev.tables.update(st)
-        dev.tables.update(_segments([s for s in segments if type(s) is not dict or s.get("device", 0) == dev.device],
-                                    strings, stacks))
-        dev.tables.update(_annotations([a for a in annotations if type(a) is not dict
-                                        or a.get("device", 0) == dev.device], strings))
+        dev.tables.update(_segments(by_device.get(dev.device, []), strings, stacks, tick))
+        dev.tables.update(_annotations(ann_by_device.get(dev.device, []), strings))
         dev.extra["allocator_settings"] = settings
     return devices, strings.table
 
@@ -216,21 +230,26 @@ def _entry_columns(entries: list, d: int, strings: Strings, stacks: StackTable) 
     cols = {"action": action, "addr": _ints(f"{where} addr", addr), "size": _ints(f"{where} size", size),
             "stream": _ints(f"{where} stream", stream), "time_us": _ints(f"{where} time_us", time_us),
             "stack": stack, "meta": meta, "compile": compile_}
-    if (cols["size"] < 0).any():
-        raise SnapshotError(f"{where}: negative size at entry {int(np.argmax(cols['size'] < 0))}")
+    for name in ("addr", "size", "stream", "time_us"):
+        check_entry_column(name, cols[name], where)
+    if float(cols["size"].sum(dtype=np.float64)) >= 2.0 ** 62:  # running totals must stay within int64
+        raise SnapshotError(f"{where}: the entry sizes add up to more than 2^62 bytes")
     if free_at:
         free = np.full(n, -1, dtype=np.int64)
         free[list(free_at)] = _ints(f"{where} device_free", list(free_at.values()))
+        check_entry_column("device_free", free, where)
         cols["device_free"] = free
     return cols
 
 
-def _segments(segments: list, strings: Strings, stacks: StackTable) -> dict[str, np.ndarray]:
+def _segments(segments: list, strings: Strings, stacks: StackTable, tick=lambda: None) -> dict[str, np.ndarray]:
+    """Columns of one device's segments: (index in the snapshot, segment) pairs, each already a Segment."""
     rows, blocks, starts = [], [], [0]
-    for k, s in enumerate(segments):
+    for n, (k, s) in enumerate(segments):
         where = f"segments[{k}]"
+        if n & 1023 == 1023:
+            tick()
         try:
-            s = _check_dict(s, where)
             pool = s.get("segment_pool_id") or (0, 0)
             pool = tuple(pool) if type(pool) in (tuple, list) else (pool, 0)
             rows.append((s["address"], s["total_size"], s.get("allocated_size", 0), s.get("active_size", 0),
@@ -238,7 +257,7 @@ def _segments(segments: list, strings: Strings, stacks: StackTable) -> dict[str,
                          pool[0], pool[1] if len(pool) > 1 else 0, int(bool(s.get("is_expandable"))),
                          stacks.stack(s.get("frames"))))
             for j, b in enumerate(_list(s.get("blocks") or [], f"{where}.blocks")):
-                b = _check_dict(b, f"{where}.blocks[{j}]")
+                check(Block, b, f"blocks[{j}]")
                 st = b.get("state", "inactive")
                 blocks.append((b["address"], b["size"], b.get("requested_size", 0),
                                BLOCK_STATES.index(st) if st in BLOCK_STATES else 100 + strings.code(st),
@@ -263,7 +282,7 @@ def _annotations(annotations: list, strings: Strings) -> dict[str, np.ndarray]:
     stage, name, time_us = [], [], []
     for k, a in enumerate(annotations):
         try:
-            a = _check_dict(a, f"external_annotations[{k}]")
+            check(Annotation, a, "annotation")
             stage.append(int(a.get("stage") != "START"))
             name.append(strings.code(a.get("name", "?")))
             time_us.append(a["time_us"])

@@ -24,7 +24,8 @@ from alloctrace.traces.sources.base import ImportedTrace
 from alloctrace.traces.sources.torch.columns import OOM, DeviceData, split_devices
 from alloctrace.traces.state.torch_blocks import AllocatorState, compare_with_snapshot
 from alloctrace.traces.store.torch import curves
-from alloctrace.traces.sources.torch.unpickle import DEFAULT_MAX_BYTES, SnapshotError, load_plain
+from alloctrace.traces.sources.torch.bounds import Budget, check_work
+from alloctrace.traces.sources.torch.unpickle import DEFAULT_MAX_BYTES, SnapshotError, load_plain_sized
 from alloctrace.traces.state import torch_wrapped as wrapped
 
 NAME = "torch"
@@ -50,29 +51,34 @@ class TorchSource:
     def sniff(self, head: bytes) -> bool:
         return sniff(head)
 
-    def read(self, stream: BinaryIO, *, filename: str, name: str | None) -> list[ImportedTrace]:
-        return [read_snapshot(stream, filename=filename, name=name)]
+    def read(self, stream: BinaryIO, *, filename: str, name: str | None, limits=None) -> list[ImportedTrace]:
+        return [read_snapshot(stream, filename=filename, name=name, limits=limits)]
 
 
 SOURCE = TorchSource()
 
 
 def read_snapshot(stream: BinaryIO, *, filename: str, name: str | None = None,
-                  limit: int | None = None) -> ImportedTrace:
-    """One snapshot stream (decompressed) as one trace ready for the store."""
+                  limit: int | None = None, limits=None) -> ImportedTrace:
+    """One snapshot stream (decompressed) as one trace ready for the store. The work it expands into is
+    counted before it is built (bounds.check_work); `limits`' CPU and cancel caps cover the whole import."""
     label = Path(filename).name or "snapshot"
+    budget = Budget(limits, label)
     with gc_paused():  # millions of plain objects, no cycles
-        snap = load_plain(stream, label=label, max_bytes=limit or max_bytes())
+        snap, n_bytes = load_plain_sized(stream, label=label, max_bytes=limit or max_bytes())
+        budget.check()
+        check_work(snap, n_bytes, label)
         try:
-            devices, table = split_devices(snap)
+            devices, table = split_devices(snap, budget.check)
         except SnapshotError as e:
-            raise SnapshotError(f"{label}: {e}") from None
+            raise type(e)(f"{label}: {e}") from None
         del snap
     compress = compressor()  # blobs wait for the store: each in a block of its own size
     strings = compress(json.dumps(table).encode())
     graphs, report = [], []
     for dev in devices:
-        facts = device_facts(dev, table)
+        facts = device_facts(dev, table, budget.check)
+        budget.check()
         graphs.append(_encoded(dev, facts, strings, compress))
         report.append(facts["report"])
     meta = TraceMeta(name=name or label, source=NAME, generation=GENERATION,
@@ -98,8 +104,9 @@ def _peak(curve: np.ndarray) -> tuple[int, int | None]:
     return int(curve[k]), k
 
 
-def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
-    """Peaks, the OOM and the rebuilt-state check of one device: the graph row's fields and extra."""
+def device_facts(dev: DeviceData, strings: list[str] | None = None, tick=lambda *_: None) -> dict:
+    """Peaks, the OOM and the rebuilt-state check of one device: the graph row's fields and extra.
+    `tick()` is called now and then (the import's CPU cap)."""
     cols, tables = dev.cols, dev.tables
     base = baselines(cols, tables)  # (0, 0) for a trace that saw everything
     req, res = curves(cols, base)
@@ -115,13 +122,13 @@ def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
     ooms = np.flatnonzero(cols["action"] == OOM)
     if len(ooms):
         k = int(ooms[0])
-        t = state.apply(k).totals()
+        t = _apply(state, k, tick).totals()
         reserved = int(res[k])  # the oom entry itself changes nothing
         oom = {"event": k, "requested": int(cols["size"][k]), "allocated": t["allocated"],
                "reserved": reserved, "cached": reserved - t["allocated"],
                "device_free": int(cols["device_free"][k]) if "device_free" in cols else None,
                "stream": int(cols["stream"][k]), "n_ooms": len(ooms)}
-    state.apply(dev.n_events)
+    _apply(state, dev.n_events, tick)
     problems = compare_with_snapshot(state, tables)
     seg_total = int(tables["seg_total"].sum())
     extra = {**dev.extra, "peak_requested": peak_req, "peak_requested_event": at_req, "peak_reserved": peak_res,
@@ -133,7 +140,7 @@ def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
              "n_stacks": len(tables["stack_offsets"]) - 1,
              "trace_matches_snapshot": not problems and not state.mismatches,
              "state_problems": (state.mismatches[:5] + [{"problem": p} for p in problems[:5]])}
-    consistency = cuda_model_check(dev, strings)
+    consistency = cuda_model_check(dev, strings, tick)
     report = {"device": dev.device, "n_events": dev.n_events, "peak_requested": peak_req, "peak_reserved": peak_res,
               "oom": None if oom is None else {k: oom[k] for k in ("requested", "allocated", "reserved")}}
     report["consistent"] = consistency["consistent"]
@@ -149,7 +156,18 @@ def device_facts(dev: DeviceData, strings: list[str] | None = None) -> dict:
             "report": report}
 
 
-def cuda_model_check(dev: DeviceData, strings: list[str] | None = None) -> dict:
+def _apply(state: AllocatorState, k: int, tick) -> AllocatorState:
+    """state.apply(k), a slice at a time, with tick() between."""
+    for stop in range(state.at + STEP, k, STEP):
+        state.apply(stop)
+        tick()
+    return state.apply(k)
+
+
+STEP = 1 << 16  # entries replayed between two checks of the CPU cap
+
+
+def cuda_model_check(dev: DeviceData, strings: list[str] | None = None, tick=None) -> dict:
     """Replay the device through the caching-allocator model (`torch_whatif.check_device`): its `columns` are
     what `store.device_columns` returns and its `info` what `store.device_info` does (built here before the row
     is stored). A trace with OOMs is checked under the cap its OOMs imply. A model that fails is reported
@@ -162,7 +180,7 @@ def cuda_model_check(dev: DeviceData, strings: list[str] | None = None) -> dict:
     info = info_from(dev.extra, dev.tables, strings)
     info["n_events"] = dev.n_events
     try:
-        out = torch_whatif.check_device(cols, info)
+        out = torch_whatif.check_device(cols, info, progress=tick)
     except UserError:
         raise
     except Exception as e:  # the model's own bug: say so, keep the import

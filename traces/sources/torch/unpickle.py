@@ -21,6 +21,8 @@ DEFAULT_MAX_BYTES = 2 << 30  # decompressed pickle bytes read at most (memory: a
 class SnapshotError(UserError):
     """The file is not a plain PyTorch memory snapshot (or is one we refuse to read)."""
 
+    status = 422  # the server's answer: a well-formed upload whose content is refused
+
 
 class _Refusing(pickle.Unpickler):
     label = "pickle"
@@ -101,11 +103,16 @@ class BoundedInput:
 
 def load_plain(stream, *, label: str = "pickle", max_bytes: int = DEFAULT_MAX_BYTES):
     """The object a pickle stream describes, built from plain containers and scalars only."""
+    return load_plain_sized(stream, label=label, max_bytes=max_bytes)[0]
+
+
+def load_plain_sized(stream, *, label: str = "pickle", max_bytes: int = DEFAULT_MAX_BYTES):
+    """load_plain's object, and how many pickle bytes it was read from (what its work caps grow with)."""
     reader = BoundedInput(stream, max_bytes, label)
     try:
         unpickler = _Refusing(reader)
         unpickler.label = label
-        return unpickler.load()
+        return unpickler.load(), reader.n
     except SnapshotError:
         raise
     except (pickle.UnpicklingError, EOFError) as e:
