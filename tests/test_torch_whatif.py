@@ -340,7 +340,8 @@ def test_check_device_takes_the_stored_column_layout():
                 stack=np.full(n, -1, dtype=np.int32), meta=np.full(n, -1, dtype=np.int32),
                 device_free=np.array([e.get("device_free", -1) for e in entries], dtype=np.int64))
     out = check_device(cols, {"allocator_settings": d["allocator_settings"], "segments": d["segments"]})
-    assert out == {"consistent": True, "first_mismatch": None, "cache_flushes": 0, "alloc_retries": 2}
+    assert out == {"consistent": True, "first_mismatch": None, "cache_flushes": 0, "alloc_retries": 2,
+                   "cache_flush_events": [], "memory_limit": 6_436_159_488}   # the inferred cap (lower end)
     cols["size"][int(np.flatnonzero(cols["action"] == SEGMENT_ALLOC)[5])] += 512
     bad = check_device(cols, {"allocator_settings": d["allocator_settings"]})
     assert bad["consistent"] is False and bad["first_mismatch"]["event"] == int(

@@ -3,7 +3,7 @@
 // are data: always text, never markup.
 import { listTraces, uploadSnapshot, torchSummary, torchTimeline, torchEntry, torchOom, torchPeak, torchState,
   torchDiff, torchFlame, torchRanks } from "./api.js";
-import { $, el, clear, enc, bytesEl, fmtBytes, fmtInt, topNav, nameColor, plotConfig, plotTheme, loading, loaded,
+import { $, el, clear, enc, bytesEl, exactEl, fmtBytes, fmtInt, topNav, nameColor, plotConfig, plotTheme, loading, loaded,
   urlParam, FREE_COLOR, fact, pct, plotlyReady, plotlyAfter, afterPaint } from "./common.js";
 import { plotText, byteTicks, PLOTLY_WAIT_MS } from "./memmap.js";
 import { sketchFigure } from "./sketch.js";
@@ -17,6 +17,22 @@ function table(head, rows, numeric = []) {
   return el("table", { class: "data" },
     el("thead", {}, el("tr", {}, head.map((h, i) => el("th", { class: numeric.includes(i) ? "num" : null }, h)))),
     el("tbody", {}, rows.map((r) => el("tr", {}, r.map((c, i) => el("td", { class: numeric.includes(i) ? "num" : (i === r.length - 1 ? "site" : null) }, c))))));
+}
+
+/** Labels along an axis that never print over each other: `place(row, x, text, bandLo, bandHi)` says whether a
+ * label centred at x (about 6 px a character at 10 px) fits inside its band and clear of the labels placed before
+ * in the same row; the axis spans [lo, hi] over `px` pixels. */
+function labelPlacer(lo, hi, px) {
+  const scale = px / Math.max(1, hi - lo), rows = {};
+  return (row, x, text, bandLo, bandHi) => {
+    const half = (String(text).length * 6 + 8) / 2, c = (x - lo) * scale;
+    const a = c - half, b = c + half;
+    if (Number.isFinite(bandLo) && (a < (bandLo - lo) * scale || b > (bandHi - lo) * scale)) return false;
+    const taken = rows[row] || (rows[row] = []);
+    if (taken.some(([p, q]) => a < q && p < b)) return false;
+    taken.push([a, b]);
+    return true;
+  };
 }
 
 /** Plotly's layout frame in the page's theme. */
@@ -81,19 +97,36 @@ class SnapshotView {
         hoveron: "fills", name: "", customdata: [b.alloc], text: plotText(text), hoverinfo: "text" });
     }
     const shapes = [], annotations = [];
+    const div = $("timeline");
+    const lo = x0 === undefined ? t.x0 : x0, hi = x1 === undefined ? t.x1 : x1;
+    const place = labelPlacer(lo, hi, Math.max(200, (div.clientWidth || 900) - 100));   // the plot area, about
     t.annotations.forEach((a, i) => {
       const ext = a.kind === "annotation";  // record_function ranges; the others are user metadata
       shapes.push({ type: "rect", xref: "x", yref: "paper", x0: a.x0, x1: a.x1, y0: ext ? 0.94 : 0.88, y1: ext ? 1.0 : 0.94,
         fillcolor: ext ? `rgba(76,120,168,${i % 2 ? 0.22 : 0.34})` : `rgba(238,202,59,${i % 2 ? 0.25 : 0.4})`, line: { width: 0 }, layer: "below" });
-      annotations.push({ x: (a.x0 + a.x1) / 2, y: ext ? 0.97 : 0.91, xref: "x", yref: "paper", text: plotText(a.name), showarrow: false,
-        font: { size: 10, color: theme.ink }, hovertext: plotText(`${a.name}: entries ${a.x0}–${a.x1}`) });
     });
+    // a label only where it fits its band and leaves the labels already placed in its row alone; narrow (inner)
+    // bands first, so a phase's name wins over the step around it
+    const visible = (a) => Math.min(a.x1, hi) - Math.max(a.x0, lo);
+    for (const a of t.annotations.slice().sort((p, q) => visible(p) - visible(q))) {
+      const ext = a.kind === "annotation", x = (Math.max(a.x0, lo) + Math.min(a.x1, hi)) / 2;
+      if (place(ext ? "ext" : "meta", x, a.name, Math.max(a.x0, lo), Math.min(a.x1, hi)))
+        annotations.push({ x, y: ext ? 0.97 : 0.91, xref: "x", yref: "paper", text: plotText(a.name), showarrow: false,
+          font: { size: 10, color: theme.ink }, hovertext: plotText(`${a.name}: entries ${a.x0}–${a.x1}`), name: "band-label" });
+    }
+    for (const k of this.dev.oom_events || []) {  // the OOM entries: a line through the chart, one label each where it fits
+      if (k < lo || k > hi) continue;
+      shapes.push({ type: "line", xref: "x", yref: "paper", x0: k, x1: k, y0: 0, y1: 0.86, line: { color: theme.bad, width: 2 }, name: "oom-line" });
+      if (place("oom", k, "OOM", -Infinity, Infinity))
+        annotations.push({ x: k, y: 0.84, xref: "x", yref: "paper", text: "OOM", showarrow: false,
+          font: { size: 11, color: theme.bad }, hovertext: `out of memory at entry ${fmtInt(k)}`, name: "oom-label" });
+    }
+    div.dataset.oomMarks = String((this.dev.oom_events || []).filter((k) => k >= lo && k <= hi).length);
     const top = most(t.reserved_max, t.allocated_max);
     const layout = themed(theme, { margin: { l: 80, r: 20, t: 10, b: 40 }, xaxis: { title: { text: "trace entry" }, tickformat: ",d" },
       yaxis: { title: { text: "bytes" }, rangemode: "tozero", ...bytesAxis(top * 1.05) }, shapes, annotations, hovermode: "closest",
       showlegend: true, legend: { orientation: "h", y: -0.15 }, uirevision: "keep" });
     if (x0 !== undefined) layout.xaxis.range = [x0, x1];
-    const div = $("timeline");
     if (this.cancelPlotly) { this.cancelPlotly(); this.cancelPlotly = null; }
     let sketch = null;
     if (!window.Plotly) {  // the first picture while Plotly.js loads: the same figure on a canvas
@@ -139,16 +172,24 @@ class SnapshotView {
     if (!card) return;
     $("state-oom").hidden = false;
     $("state-oom").onclick = () => this.state(card.event);
+    const cap = card.cap;
     box.append(el("section", { class: "panel oom-card", id: "oom" },
-      el("h2", {}, `Out of memory at entry ${fmtInt(card.event)}`),
-      el("dl", { class: "facts" }, fact("requested", bytesEl(card.requested)), fact("allocated", bytesEl(card.allocated)),
-        fact("reserved", bytesEl(card.reserved)), fact("cached (reserved − allocated)", bytesEl(card.cached)),
-        fact("largest free block (large pool)", bytesEl(card.largest_free.large)),
-        fact("largest free block (small pool)", bytesEl(card.largest_free.small)),
-        fact("device free", card.device_free === null ? "–" : bytesEl(card.device_free)),
+      el("h2", {}, `Out of memory at entry ${fmtInt(card.event)}${card.n_ooms > 1 ? ` (the first of ${fmtInt(card.n_ooms)})` : ""}`),
+      el("p", { id: "oom-cause", class: `oom-cause ${card.cause.kind}` }, `Cause: ${card.cause.text}.`),
+      el("dl", { class: "facts" }, fact("requested", exactEl(card.requested)), fact("segment needed", exactEl(card.segment_needed)),
+        fact("allocated", exactEl(card.allocated)), fact("reserved", exactEl(card.reserved)),
+        fact("cached (reserved − allocated)", exactEl(card.cached)),
+        ...(cap ? [fact("memory cap", el("span", { id: "oom-cap" }, `${fmtInt(cap.lower)} – ${fmtInt(cap.upper - 1)} B (inferred)`,
+          ...(cap.roundest !== null ? [el("br"), `roundest value in range: ${fmtBytes(cap.roundest)} (${fmtInt(cap.roundest)} B)`] : [])))] : []),
+        fact("retries (whole run)", el("span", { id: "oom-retries" }, card.retries === null || card.retries === undefined ? "–" : fmtInt(card.retries))),
+        fact("largest free block (large pool)", exactEl(card.largest_free.large)),
+        fact("largest free block (small pool)", exactEl(card.largest_free.small)),
+        fact("device free", card.device_free === null ? "–" : exactEl(card.device_free)),
         ...card.cache_releases.slice(-1).map((r) => fact("cache emptied before", `${r.segments} segments, ${fmtBytes(r.bytes)} at entries ${r.first}–${r.end - 1}`)),
         ...(card.meta ? [fact("metadata", card.meta)] : [])),
       el("p", {}, "Failing request from ", el("code", {}, card.site)),
+      el("h2", {}, "Largest blocks held"),
+      el("div", { id: "oom-largest" }, table(["bytes", "entry", "call site"], card.largest_blocks.map((b) => [exactEl(b.bytes), fmtInt(b.entry), b.site]), [0, 1])),
       el("h2", {}, "Who held the memory"),
       table(["bytes", "share", "allocations", "call site"], card.holders.map((g) => [bytesEl(g.bytes), pct(g.share), fmtInt(g.count), g.site]), [0, 1, 2])));
   }

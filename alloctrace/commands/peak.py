@@ -124,8 +124,8 @@ def _shape_text(shape: dict | None) -> str:
 def torch_peak(args, store, summary: dict) -> int:
     """A snapshot's peak per device: the live allocations grouped by their first frame outside torch."""
     from alloctrace.traces.state.torch_frames import parse_skip
-    from alloctrace.traces.state.torch_device import load_device
-    from alloctrace.traces.explain.torch_peak import peak
+    from alloctrace.traces.state.torch_device import StateIndex, load_device
+    from alloctrace.traces.explain.torch_peak import oom_card, peak
 
     from ._common import table
 
@@ -133,7 +133,12 @@ def torch_peak(args, store, summary: dict) -> int:
     devices = [g["index"] for g in summary["graphs"] if args.device is None or g["index"] == args.device]
     if not devices:
         raise UserError(f"trace {summary['id']} has no device {args.device}")
-    peaks = [peak(load_device(store, summary["id"], d), skip, max(args.top, 1)) for d in devices]
+    peaks = []
+    for d in devices:
+        dev = load_device(store, summary["id"], d)
+        p = peak(dev, skip, max(args.top, 1))
+        p["oom"] = oom_card(dev, StateIndex(dev), skip)
+        peaks.append(p)
     if args.json:
         print(json.dumps({"id": summary["id"], "name": summary["name"], "source": "torch", "devices": peaks},
                          indent=1))
@@ -147,6 +152,9 @@ def torch_peak(args, store, summary: dict) -> int:
         rows += [[f"{g['bytes']:,}", f"{g['share'] * 100:.1f}%", str(g["count"]), g["site"]]
                  for g in p["by_call_site"]]
         print(table(rows))
+        if p.get("oom"):
+            from .state import oom_lines
+            print("\n".join(oom_lines(p["oom"])))
     return 0
 
 
@@ -181,4 +189,7 @@ def ranks_peak(args, store, summary: dict) -> int:
         rows = [[f"RANK {d['a_rank']}", f"RANK {d['b_rank']}", "DELTA", "CALL SITE"]]
         rows += [[f"{r['a_bytes']:,}", f"{r['b_bytes']:,}", f"{r['delta']:+,}", r["site"]] for r in d["by_call_site"]]
         print(table(rows))
+        if p.get("oom"):
+            from .state import oom_lines
+            print("\n".join(oom_lines(p["oom"])))
     return 0

@@ -68,10 +68,7 @@ def run(args) -> int:
     print(f"largest free block: large pool {t['largest_free']['large']:,}, small pool {t['largest_free']['small']:,}"
           f"; {t['segments']:,} segments")
     if card:
-        print(f"OOM at entry {card['event']:,}: requested {card['requested']:,} B from {card['site']}")
-        for r in card["cache_releases"][-1:]:
-            print(f"  before it the cache was emptied: {r['segments']} segments ({r['bytes']:,} B) at entries "
-                  f"{r['first']:,}-{r['end'] - 1:,}, then {r['then']}")
+        print("\n".join(oom_lines(card)))
     rows = [["SEGMENT", "POOL", "SIZE", "ALLOCATED", "FREE", "LARGEST FREE", "BLOCKS"]]
     segs = sorted(st["segments"], key=lambda s: -sum(b["size"] for b in s["blocks"] if b["state"] == "free"))
     for s in segs[:max(args.top, 0)]:
@@ -79,4 +76,28 @@ def run(args) -> int:
         rows.append([f"{s['address']:#x}", s["pool"], f"{s['size']:,}", f"{s['size'] - sum(free):,}",
                      f"{sum(free):,}", f"{max(free, default=0):,}", str(len(s["blocks"]))])
     print(table(rows))
+    if card:
+        print("WHO HELD THE MEMORY")
+        print(table([["BYTES", "SHARE", "COUNT", "CALL SITE"]] +
+                    [[f"{g['bytes']:,}", f"{g['share'] * 100:.1f}%", str(g["count"]), g["site"]]
+                     for g in card["holders"]]))
     return 0
+
+
+def oom_lines(card: dict) -> list[str]:
+    """The OOM card as text: the request, the cause (a cap or the GPU), the retries, the largest blocks."""
+    out = [f"OOM at entry {card['event']:,} (of {card['n_ooms']:,}): requested {card['requested']:,} B "
+           f"(a {card['segment_needed']:,} B segment) from {card['site']}",
+           f"  cause: {card['cause']['text']}"]
+    if card["device_free"] is not None:
+        out.append(f"  device free at the OOM: {card['device_free']:,} B; reserved {card['reserved']:,} B, "
+                   f"allocated {card['allocated']:,} B, cached {card['cached']:,} B")
+    if card.get("retries") is not None:
+        out.append(f"  retries (the cache released and the request tried again, whole run): {card['retries']:,}")
+    for r in card["cache_releases"][-1:]:
+        out.append(f"  before it the cache was emptied: {r['segments']} segments ({r['bytes']:,} B) at entries "
+                   f"{r['first']:,}-{r['end'] - 1:,}, then {r['then']}")
+    if card["largest_blocks"]:
+        out.append("  largest blocks held: " + "; ".join(f"{b['bytes']:,} B from {b['site']} (entry {b['entry']:,})"
+                                                       for b in card["largest_blocks"][:5]))
+    return out

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from alloctrace.allocator.cuda_caching import allocation_size
+from alloctrace.traces.explain.torch_oom import cap_bounds, cause
 from alloctrace.traces.state.torch_device import DEFAULT_SKIP, PREEXISTING, Device, StateIndex, live_at, noted
 from alloctrace.traces.store.torch import ACTIONS, OOM, SEGMENT_FREE
 
@@ -53,13 +55,34 @@ def oom_card(dev: Device, index: StateIndex, skip=DEFAULT_SKIP, which: int = 0) 
     t = index.at(k).totals()
     stack = int(dev.cols["stack"][k])
     free = dev.cols.get("device_free")
-    return {"event": k, "n_ooms": len(ooms), "requested": int(dev.cols["size"][k]),
+    card = {"event": k, "n_ooms": len(ooms), "oom_events": ooms[:200].tolist(), "requested": int(dev.cols["size"][k]),
+            "segment_needed": allocation_size(int(dev.cols["size"][k])),
             "stream": int(dev.cols["stream"][k]), "allocated": t["allocated"], "requested_live": t["requested"],
             "reserved": t["reserved"], "cached": t["cached"], "largest_free": t["largest_free"],
             "device_free": None if free is None else int(free[k]),
             "cache_releases": cache_releases(dev, k), "site": dev.label(stack, k, skip), "stack": dev.frames(stack),
             "meta": dev.meta_text(int(dev.cols["meta"][k])),
-            "holders": by_call_site(dev, live_at(dev, k), k, skip, top=15)}
+            "holders": by_call_site(dev, live_at(dev, k), k, skip, top=15),
+            "largest_blocks": largest_live(dev, k, skip)}
+    if "cap" not in dev._cache:
+        dev._cache["cap"] = cap_bounds(dev.cols, dev.extra)
+    bounds = dev._cache["cap"]
+    retries = dev.extra.get("alloc_retries")
+    card["retries"] = retries if retries is not None else (bounds or {}).get("retries_seen")
+    card["retries_source"] = "model" if retries is not None else "trace"
+    card["cap"] = None if not bounds or not bounds.get("upper") else {
+        "lower": bounds["lower"], "upper": bounds["upper"], "roundest": bounds["roundest"], "source": "inferred"}
+    card["cause"] = cause(card, bounds)
+    return noted(dev, card)
+
+
+def largest_live(dev: Device, k: int, skip=DEFAULT_SKIP, top: int = 10) -> list[dict]:
+    """The largest allocations live at entry k, with who made them."""
+    al = dev.allocations()
+    rows = live_at(dev, k)
+    rows = rows[np.argsort(-al.size[rows], kind="stable")[:top]]
+    return [{"bytes": int(al.size[r]), "entry": int(al.start[r]), "addr": int(al.addr[r]),
+             "site": dev.label(int(al.stack[r]), int(al.start[r]), skip)} for r in rows.tolist()]
 
 
 def cache_releases(dev: Device, k: int, last: int = 5) -> list[dict]:

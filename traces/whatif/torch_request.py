@@ -148,7 +148,8 @@ def check_device(cols: dict, info: dict, *, memory_limit: int | None = None, pro
     base = replace(base, memory_limit=memory_limit or infer_memory_limit(cols, base, seed_reserved(seed)))
     r = replay_check(cols, base, seed=seed, progress=progress)
     return {"consistent": bool(r.consistent), "first_mismatch": asdict(r.mismatch) if r.mismatch else None,
-            "cache_flushes": len(r.cache_flushes), "alloc_retries": r.alloc_retries}
+            "cache_flushes": len(r.cache_flushes), "alloc_retries": r.alloc_retries,
+            "cache_flush_events": r.cache_flushes[:10_000], "memory_limit": base.memory_limit}
 
 
 def parse_pairs(items: list[str]) -> dict[str, str]:

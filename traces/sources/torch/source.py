@@ -150,6 +150,9 @@ def device_facts(dev: DeviceData, strings: list[str] | None = None, tick=lambda 
     if consistency["first_mismatch"] is not None:
         report["first_mismatch"] = consistency["first_mismatch"]
     extra["first_mismatch"] = consistency["first_mismatch"]
+    if consistency.get("consistent"):   # the model's reading of the releases: retries vs the program's empty_cache()
+        extra["alloc_retries"] = consistency.get("alloc_retries")
+        extra["cache_flush_events"] = consistency.get("cache_flush_events")
     if consistency.get("model_error"):
         extra["model_error"] = report["model_error"] = consistency["model_error"]
     return {"extra": extra, "oom": oom, "consistent": consistency["consistent"],
@@ -185,7 +188,8 @@ def cuda_model_check(dev: DeviceData, strings: list[str] | None = None, tick=Non
         raise
     except Exception as e:  # the model's own bug: say so, keep the import
         return {"consistent": None, "first_mismatch": None, "model_error": f"{type(e).__name__}: {e}"[:300]}
-    return {"consistent": bool(out.get("consistent")), "first_mismatch": out.get("first_mismatch")}
+    return {"consistent": bool(out.get("consistent")), "first_mismatch": out.get("first_mismatch"),
+            "alloc_retries": out.get("alloc_retries"), "cache_flush_events": out.get("cache_flush_events")}
 
 
 def _encoded(dev: DeviceData, facts: dict, strings: bytes, compress) -> EncodedGraph:
