@@ -189,7 +189,4 @@ def ranks_peak(args, store, summary: dict) -> int:
         rows = [[f"RANK {d['a_rank']}", f"RANK {d['b_rank']}", "DELTA", "CALL SITE"]]
         rows += [[f"{r['a_bytes']:,}", f"{r['b_bytes']:,}", f"{r['delta']:+,}", r["site"]] for r in d["by_call_site"]]
         print(table(rows))
-        if p.get("oom"):
-            from .state import oom_lines
-            print("\n".join(oom_lines(p["oom"])))
     return 0
