@@ -195,8 +195,9 @@ export async function replay(request) {
 // --- peak and sweep (docs/explain.md) -------------------------------------------------------------------
 /**
  * What is live at a graph's high-water mark. peak: {event (null: nothing allocated), bytes, tensor,
- * live_bytes}; families: [{family, tensors, bytes, share, first_node, last_node}] largest first;
- * fragmentation: {free_below_peak, largest_hole}; failure: null or {event, tensor, needed, largest, free,
+ * live_bytes}; families: [{family, tensors, bytes, share, first_node, last_node, shape?: {type, ne, bytes,
+ * formula} (recordings)}] largest first; fragmentation: {free_below_peak, largest_hole, holes: [{offset, bytes,
+ * freed: [{tensor, label?, bytes, freed_at}]}]}; failure: null or {event, tensor, needed, largest, free,
  * largest_hole}; tensors: [{tensor, family, op, bytes, offset, chunk, y0 (offset on the map), start, end}].
  */
 export async function peak(id, g) {

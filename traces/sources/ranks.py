@@ -18,6 +18,7 @@ from alloctrace.traces.errors import UserError
 SNAPSHOT_SUFFIXES = (".pickle", ".pickle.gz", ".pickle.zst", ".pickle.xz", ".pkl", ".pkl.gz")
 RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
 MAX_RANKS = 4096
+SIDECAR_MAX = 64 * 1024
 
 
 def snapshot_files(directory: Path) -> list[Path]:
@@ -34,10 +35,11 @@ def rank_of(path: Path, position: int) -> int:
     """The recorder's sidecar `rank`, else `rank<N>` in the name, else the file's position."""
     stem = path.name.split(".pickle")[0].split(".pkl")[0]
     try:
-        facts = json.loads(path.with_name(stem + ".json").read_text())
+        with open(path.with_name(stem + ".json"), "rb") as f:
+            facts = json.loads(f.read(SIDECAR_MAX))  # the recorder's is ~200 bytes; anything longer is not it
         if isinstance(facts, dict) and isinstance(facts.get("rank"), int):
             return facts["rank"]
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnicodeDecodeError):
         pass
     m = RANK_IN_NAME.search(path.name)
     return int(m.group(1)) if m else position
