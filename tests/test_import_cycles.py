@@ -7,24 +7,34 @@ graph is built by grimp (what lint-imports uses) over the package laid out as a 
 """
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import textwrap
-
-import grimp
 
 from test_architecture import lay_out
 
 
+GRAPH = """
+import json, sys
+import grimp
+graph = grimp.build_graph("alloctrace", cache_dir=None)
+print(json.dumps({m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}))
+"""
+
+
+def import_graph(tree) -> dict[str, list[str]]:
+    """module -> the modules it imports, built in a process of its own over `tree` (building it finds the
+    packages by importing their parents, which must not replace this process's own copy)."""
+    r = subprocess.run([sys.executable, "-c", GRAPH], cwd=tree, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
 def import_circles(tree) -> list[list[str]]:
     """The strongly connected groups of two or more modules in the import graph of `alloctrace` (Tarjan)."""
-    sys.path.insert(0, str(tree))
-    try:
-        graph = grimp.build_graph("alloctrace", cache_dir=None)
-    finally:
-        sys.path.remove(str(tree))
-    for name in [m for m in sys.modules if m == "alloctrace" or m.startswith("alloctrace.")]:
-        del sys.modules[name]  # build_graph may import the packages found under `tree`: forget that copy
-    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    edges = import_graph(tree)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
