@@ -1,4 +1,4 @@
-"""The store's tables, and how an older store is brought to the current layout.
+"""The store's tables, and how an older store is brought to the current layout (both backends).
 
 STORE_FORMAT is the database's layout, not the trace format (schema.FORMAT_VERSION): 1 kept each column of
 a graph in a row of `columns`; 2 keeps them in the graph's own row (`graphs.packed`), one insert per graph
@@ -6,11 +6,9 @@ instead of ~20 (older graphs keep their rows and are read).
 """
 from __future__ import annotations
 
-import sqlite3
-import time
-
 STORE_FORMAT = 2
 
+# written for SQLite; the PostgreSQL backend reads INTEGER as BIGINT and BLOB as BYTEA
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS traces (
@@ -38,40 +36,25 @@ CREATE TABLE IF NOT EXISTS memmap_lod (
     PRIMARY KEY (trace_id, graph_idx),
     FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
 """
+def create(db, table_columns) -> str:
+    """The tables, then the format version (upgrading an older store); inside the backend's setup transaction.
+    `table_columns(db, table)`: the backend's way to list a table's columns."""
+    for stmt in SCHEMA.split(";"):
+        if stmt.strip():
+            db.execute(stmt)
+    db.execute("INSERT INTO store_info VALUES ('format_version', ?) ON CONFLICT(key) DO NOTHING",
+               (str(STORE_FORMAT),))
+    (ver,) = db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()
+    if int(ver) < STORE_FORMAT:
+        ver = _upgrade(db, int(ver), table_columns)
+    return ver
 
 
-def create_or_upgrade(db) -> str:
-    """WAL mode and tables; other processes may be creating the same store right now."""
-    for attempt in range(200):
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for stmt in SCHEMA.split(";"):
-                    if stmt.strip():
-                        db.execute(stmt)
-                db.execute("INSERT OR IGNORE INTO store_info VALUES ('format_version', ?)", (str(STORE_FORMAT),))
-                (ver,) = db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()
-                if int(ver) < STORE_FORMAT:
-                    ver = _upgrade(db, int(ver))
-                db.execute("COMMIT")
-                return ver
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-        except sqlite3.OperationalError as e:
-            if "locked" not in str(e) or attempt == 199:
-                raise
-            time.sleep(0.05)
-    raise AssertionError("unreachable")
-
-
-def _upgrade(db, ver: int) -> str:
-    """Bring an older store to STORE_FORMAT inside create_or_upgrade's transaction: what it holds stays as it is
+def _upgrade(db, ver: int, table_columns) -> str:
+    """Bring an older store to STORE_FORMAT inside the setup transaction: what it holds stays as it is
     (older graphs are read from their `columns` rows); the version says the layout changed, so an older
     alloctrace refuses the store instead of missing the columns of graphs stored from now on."""
-    have = {r[1] for r in db.execute("PRAGMA table_info(graphs)")}
-    if "packed" not in have:
+    if "packed" not in table_columns(db, "graphs"):
         db.execute("ALTER TABLE graphs ADD COLUMN packed BLOB")
     db.execute("UPDATE store_info SET value=? WHERE key='format_version'", (str(STORE_FORMAT),))
     return str(STORE_FORMAT)
