@@ -143,7 +143,8 @@ def main():
                 proc.wait(30)
         w = [int(x) for x in args.workers.split(",")]
         for n in w[1:]:
-            results[f"rps ratio {n}/{w[0]} workers"] = round(results[f"rps {n} workers"] / results[f"rps {w[0]} workers"], 2)
+            ratio = results[f"rps {n} workers"] / results[f"rps {w[0]} workers"]
+            results[f"rps ratio {n}/{w[0]} workers"] = round(ratio, 2)
         drop_database(admin, url)
     finally:
         if cluster:
