@@ -83,6 +83,8 @@ def test_sweep_page_charts_a_recorded_sweep_and_opens_a_point(server, page):
     assert page.get_attribute("#rec-point a.rec-diff-next", "href").startswith(f"/diff?a={point['trace']}")
     page.click("#rec-open-trace")
     page.wait_for_url(f"**/traces/{point['trace']}?g={point['graph']}")
+    page.wait_for_selector("#peak[data-ready='1']", timeout=30000)  # its peak: shapes from the recording
+    assert "f32 [256, 32, 2]: 4·256·32·2 = 65,536 B" in page.locator("#peak").inner_text()
     # back, and a click on a table row selects that point too
     page.goto(f"{server['base']}/sweep?id={sid}")
     page.wait_for_selector("#rec-result[data-ready='1']", timeout=30000)

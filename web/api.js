@@ -209,8 +209,9 @@ export async function consistency(id, g) {
 // --- peak and sweep (docs/explain.md) -------------------------------------------------------------------
 /**
  * What is live at a graph's high-water mark. peak: {event (null: nothing allocated), bytes, tensor,
- * live_bytes}; families: [{family, tensors, bytes, share, first_node, last_node}] largest first;
- * fragmentation: {free_below_peak, largest_hole}; failure: null or {event, tensor, needed, largest, free,
+ * live_bytes}; families: [{family, tensors, bytes, share, first_node, last_node, shape?: {type, ne, bytes,
+ * formula} (recordings)}] largest first; fragmentation: {free_below_peak, largest_hole, holes: [{offset, bytes,
+ * freed: [{tensor, label?, bytes, freed_at}]}]}; failure: null or {event, tensor, needed, largest, free,
  * largest_hole}; tensors: [{tensor, family, op, bytes, offset, chunk, y0 (offset on the map), start, end}].
  */
 export async function peak(id, g) {
@@ -236,6 +237,34 @@ export async function sweep(request) {
   return { points: (s.points || []).map((p) => ({ ...p, top_families: p.top_families || [] })),
     oomOnset: (s.oom_onset || []).map((o) => ({ ...o, oom: oom(o.oom) })) };
 }
+
+// --- tagged runs: history and compare (docs/team.md) ------------------------------------------------------
+const tagQuery = (q, tags) => { for (const t of tags || []) q.append("tag", t); return q; };
+
+/**
+ * Buffer size per commit for the traces carrying every tag of `tags` (["model=llama"]): {key, total (commits),
+ * offset, limit, commits: [{value, order}], series: [{label, config, buffer, points: [{commit, size, trace,
+ * graph}]}], jumps: [{label, buffer, base, head, base_size, head_size, delta}]} (largest change first).
+ */
+export function history(tags, { key = "commit", offset = 0, limit = 50 } = {}) {
+  const q = tagQuery(new URLSearchParams({ key, offset: String(offset), limit: String(limit) }), tags);
+  return call(`/api/history?${q}`);
+}
+
+/**
+ * Two commits compared (`alloctrace compare --json`): base/head are tag lists; `tags` narrows both sides.
+ * {failed, threshold, pairs: [{tags, base, head, grew, buffers: [{buffer, base, head, delta, cause,
+ * attribution: {families: [{family, a, b, delta, status}], fragmentation_delta, ...} | null}]}], only_base, only_head}
+ */
+export function compare(base, head, tags = [], threshold = "0") {
+  const q = new URLSearchParams({ threshold });
+  for (const t of base) q.append("base", t);
+  for (const t of head) q.append("head", t);
+  return call(`/api/compare?${tagQuery(q, tags)}`);
+}
+
+/** Every key=value tag in the store: {tags: {key: {value: count}}}. */
+export function storeTags() { return call("/api/tags"); }
 
 /** Recorded sweeps (`alloctrace sweep --vary`): [{sweep, points, name, created}], newest first. */
 export async function recordedSweeps() { return (await call("/api/sweeps")).sweeps || []; }

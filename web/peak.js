@@ -70,7 +70,9 @@ export async function peakPanel(box, id, g, { map, onEvent } = {}) {
     el("span", { class: "tensor" }, tensorLabel(pk.tensor)), "; ", bytesEl(pk.live_bytes), " live in ",
     `${fmtInt(fams.length)} famil${fams.length === 1 ? "y" : "ies"}.`));
   box.append(el("p", { id: "peak-fragmentation", class: "hint" }, "Fragmentation: ", bytesEl(fr.free_below_peak),
-    " free below the high-water mark, largest hole ", bytesEl(fr.largest_hole), "."));
+    " free below the high-water mark, largest hole ", bytesEl(fr.largest_hole), ".",
+    ...((fr.holes || []).filter((h) => h.freed.length).slice(0, 1).map((h) => el("span", { id: "peak-hole" },
+      " It held ", h.freed.map((x) => `${x.label || x.tensor || "(unnamed)"} (freed at event ${fmtInt(x.freed_at)})`).join(", "), ".")))));
   if (p.failure) {
     const f = p.failure;
     box.append(el("p", { id: "peak-failure", class: "error" }, `Out of space at event ${fmtInt(f.event)}: `,
@@ -90,6 +92,9 @@ export async function peakPanel(box, id, g, { map, onEvent } = {}) {
     { key: "first_node", label: "first node", cell: (r) => el("td", { class: "tensor" }, tensorLabel(r.first_node)) },
     { key: "last_node", label: "last node", cell: (r) => el("td", { class: "tensor" }, tensorLabel(r.last_node)) },
   ];
+  // a recording knows each family's largest tensor: type [ne] and how its bytes follow from them
+  if (fams.some((f) => f.shape)) cols.push({ key: "shape", label: "largest tensor", cell: (r) => el("td", { class: "tensor shape" },
+    !r.shape ? "–" : r.shape.formula || `${r.shape.type} [${r.shape.ne.join(", ")}]`) });
   const select = (family) => {
     tbl.select(family);
     box.dataset.selected = family;

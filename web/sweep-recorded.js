@@ -118,7 +118,7 @@ function table(sweep, axis, onPoint) {
 function laws(sweep) {
   const ul = clear($("rec-laws"));
   for (const x of sweep.laws.slice(0, 8)) {
-    const text = x.law ? x.law.formula + (x.law.kind === "shape" ? ` per tensor (${x.law.example}: ${x.law.type} [${x.law.dims.join(", ")}])` : "")
+    const text = x.law ? x.law.formula + (x.law.kind === "shape" ? ` per ${/-\d+$/.test(x.law.example) ? "layer" : "tensor"} (${x.law.example}: ${x.law.type} [${x.law.dims.join(", ")}])` : "")
       : (x.by_setting || []).map((b) => `${Object.entries(b.setting).map(([k, v]) => `${k}=${v}`).join(" ")}: ${b.law ? b.law.formula : "no exact law"}`).join("; ") || "no exact law in these points";
     ul.append(el("li", {}, el("strong", {}, x.family), ": ", text));
   }

@@ -8,10 +8,12 @@ the bytes themselves are fitted exactly: c·x^a·y^b (a, b in 0..2), then a + b�
 """
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from itertools import product
 
 MAX_EXPONENT = 2
+LAYER = re.compile(r"-\d+$")  # llama.cpp names a layer's tensors NAME-IL
 
 
 def numeric_flags(points: list[dict]) -> list[str]:
@@ -154,7 +156,8 @@ def law_text(law: dict | None) -> str:
         dims = ", ".join(str(d) for d in law["dims"])
         n = law["tensors_at_peak"]
         many = "" if n == [1] else f", {'/'.join(map(str, n))} such tensors live at the peak"
-        return f"{law['formula']} per tensor ({law['example']}: {law['type']} [{dims}]{many})"
+        per = "per layer" if LAYER.search(law["example"]) else "per tensor"  # kq-0: one such tensor per layer
+        return f"{law['formula']} {per} ({law['example']}: {law['type']} [{dims}]{many})"
     return law["formula"]
 
 
