@@ -5,7 +5,7 @@ import { el, clear, fmtInt } from "./common.js";
 
 /** "yes" / "no: N mismatches" / "–" (not checked), as a badge. */
 export function consistencyBadge(g) {
-  if (g.consistent === true) return el("span", { class: "badge ok", title: "the model reproduced every placement, plan and buffer size" }, "yes");
+  if (g.consistent === true) return el("span", { class: "badge consistent", title: "the model reproduced every placement, plan and buffer size" }, "yes");
   if (g.consistent === false) return el("span", { class: "badge oom inconsistent" }, "no");
   return el("span", { class: "hint", title: "nothing to check this graph against" }, "–");
 }
@@ -15,7 +15,7 @@ export function traceConsistency(t, href) {
   const checked = t.graphs.filter((g) => g.consistent !== null && g.consistent !== undefined);
   if (!checked.length) return el("span", { class: "hint" }, "–");
   const bad = checked.filter((g) => g.consistent === false);
-  if (!bad.length) return el("span", { class: "badge ok", title: `${checked.length} graphs checked` }, "yes");
+  if (!bad.length) return el("span", { class: "badge consistent", title: `${checked.length} graphs checked` }, "yes");
   return el("span", {}, el("span", { class: "badge oom inconsistent" }, `no: ${bad.length} of ${checked.length}`), " ",
     ...bad.slice(0, 4).map((g, k) => [k ? ", " : null, el("a", { href: href(g), class: "inconsistent-graph" }, `graph ${g.index}`)]).flat(),
     bad.length > 4 ? " …" : null);
