@@ -33,6 +33,7 @@ from alloctrace.server.whatif_api import router as whatif_router
 from alloctrace.server.regress_api import router as regress_router
 
 COOKIE = "alloctrace_token"
+AUTHENTICATED = "alloctrace.authenticated"  # scope extension TokenGuard sets on page requests
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what secrets.token_urlsafe makes: safe in URLs and cookies
 
 
@@ -110,6 +111,9 @@ class TokenGuard:
                 resp = JSONResponse({"detail": "missing or wrong token"}, status_code=401,
                                     headers={"WWW-Authenticate": "Bearer"})
             return await resp(scope, receive, send)
+        cookie = _cookie(headers.get("cookie", ""), COOKIE)
+        # a page answers a caller without a token as it answers any trace id (no telling which exist)
+        scope.setdefault("extensions", {})[AUTHENTICATED] = bool(self._level(from_query) or self._level(cookie))
         if from_query is not None and self._level(from_query):
             async def send_with_cookie(message):
                 if message["type"] == "http.response.start":
@@ -222,7 +226,8 @@ def _pages(app: FastAPI, web: Path | None):
     def trace_page(request: Request, trace_id: str):
         if not re.fullmatch(TRACE_ID.strip("^$"), trace_id):
             return JSONResponse({"detail": "not a trace id"}, status_code=404)
-        if torch_page_for(request.app.state.ctx.store, trace_id):  # PyTorch snapshots have their own page
+        known = (request.scope.get("extensions") or {}).get(AUTHENTICATED, True)  # True: no token to give
+        if known and torch_page_for(request.app.state.ctx.store, trace_id):  # PyTorch snapshots: their own page
             return RedirectResponse(f"/torch?id={trace_id}", status_code=307)
         return page(request, "trace.html")
 
