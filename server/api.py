@@ -47,7 +47,9 @@ UPLOAD_SCHEMA = {"requestBody": {"required": True, "content": {"multipart/form-d
     "properties": {"file": {"type": "string", "format": "binary",
                             "description": "a ggml log with AT_PRINTF lines (plain, gzip or zstd)"},
                    "name": {"type": "string", "maxLength": upload.FIELD_LIMIT,
-                            "description": "trace name (default: the file's name)"}}}}}}}
+                            "description": "trace name (default: the file's name)"},
+                   "tag": {"type": "array", "items": {"type": "string"}, "maxItems": upload.MAX_TAG_FIELDS,
+                           "description": "key=value tags (repeat the field)"}}}}}}}
 
 
 def ctx(request: Request) -> Context:
@@ -59,8 +61,12 @@ def ctx(request: Request) -> Context:
 # the answers follow traces/records.py (the schema JSON Lines imports are checked against); they are
 # documented with it but not re-validated, so a store written by an older version still lists
 @router.get("/traces", summary="List stored traces", responses={200: {"model": TraceList}})
-def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200, description="name search")] = None):
-    return {"traces": ctx(request).call(lambda s: s.list(q) if q else s.list())}
+def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200, description="name search")] = None,
+                tag: Annotated[list[str], Query(max_length=300, description="key=value; repeat: all must match")] = [],
+                ):
+    if len(tag) > 64:
+        raise UserError("at most 64 tags")
+    return {"traces": ctx(request).call(lambda s: s.list(q, tag) if q or tag else s.list())}
 
 
 @router.post("/traces", status_code=201, summary="Upload a log and import it", openapi_extra=UPLOAD_SCHEMA)
@@ -76,8 +82,10 @@ async def upload_trace(request: Request):
             raise upload.UploadError("the form has no `file` field")
         label = display_name(up.filename)
         name = (up.fields.get("name") or "").strip() or label
+        from alloctrace.traces.regress.tags import parse_tags
+        tags = parse_tags(up.fields.get("tag") or [])
         gone = threading.Event()
-        work = asyncio.ensure_future(run_in_threadpool(c.import_file, up.path, name, label, gone.is_set))
+        work = asyncio.ensure_future(run_in_threadpool(c.import_file, up.path, name, label, gone.is_set, tags))
         while not work.done():  # the parse stops when the client goes away
             await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
             if not work.done() and await request.is_disconnected():

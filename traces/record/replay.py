@@ -113,6 +113,10 @@ class Replayer:
         serial, buft_ptrs = entry
         m = self.models.get(serial)
         if m is None:
+            unknown = [p for p in buft_ptrs if p not in self.proc.bufts]
+            if unknown:
+                raise RecordingError(f"gallocr {serial} uses buffer type {unknown[0]:#x}, which no T line of the "
+                                     "recording describes (a damaged or hand-edited recording)")
             bufts = [self.proc.bufts[p] for p in buft_ptrs]
             types = [BufferType(b.name, b.alignment, b.max_size, key=b.ptr) for b in bufts]
             m = _Model(serial, bufts, None)

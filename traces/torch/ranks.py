@@ -77,8 +77,9 @@ def read_ranks(paths: list[Path], *, name: str | None = None, limits=None):
     return type(t)(meta=meta, graphs=graphs, report={"devices": report, "ranks": len(ranked)})
 
 
-def import_ranks(store, paths, *, name: str | None = None, limits=None) -> list[dict]:
-    """Read every rank, then store the one trace (one transaction): its summary, as `import_files` answers."""
+def import_ranks(store, paths, *, name: str | None = None, limits=None, tags=()) -> list[dict]:
+    """Read every rank, then store the one trace (one transaction): its summary, as `import_files` answers;
+    `tags` (key=value) are added to the trace's own."""
     from alloctrace.traces.logio import check_path
     from alloctrace.traces.sources import store_traces
 
@@ -87,7 +88,11 @@ def import_ranks(store, paths, *, name: str | None = None, limits=None) -> list[
         files += snapshot_files(p) if p.is_dir() else [check_path(p)]
     if not files:
         raise UserError("no snapshot files to import")
-    return store_traces(store, [read_ranks(files, name=name, limits=limits)])
+    trace = read_ranks(files, name=name, limits=limits)
+    if tags:
+        from alloctrace.traces.regress.tags import with_tags
+        trace.meta.tags = with_tags(trace.meta.tags, tags)
+    return store_traces(store, [trace])
 
 
 # --- the ranks side by side -----------------------------------------------------------------------------
