@@ -1,9 +1,10 @@
 """Record real PyTorch CUDA memory snapshots of one training workload under each allocator setting, plus a
-snapshot with C++ frames (stacks="all") and one whose ring buffer wrapped (max_entries small).
+snapshot with C++ frames (stacks="all", with torch's default symbolizer and with TORCH_SYMBOLIZE_MODE=dladdr) and
+two whose ring buffer wrapped (max_entries small; one of them under the cap, with its OOM).
 
 Needs a CUDA GPU and torch. Each run is a fresh process (PYTORCH_CUDA_ALLOC_CONF is read once):
 
-    python bench/record_torch_pairs.py OUTDIR
+    python bench/record_torch_pairs.py OUTDIR [NAME ...]
 
 writes OUTDIR/<name>.pickle.gz (what torch.cuda.memory._snapshot() returned, pickle protocol 4, gzip) and
 OUTDIR/<name>.json (max_memory_reserved/allocated, retries, OOMs, the settings and the cap in bytes).
@@ -30,7 +31,10 @@ SETTINGS = {
     "train_gc_cap": "garbage_collection_threshold:0.6",
     "train_cap": "",
 }
-EXTRA = {"train_wrapped": "", "mlp_stacks_all": ""}
+EXTRA = {"train_wrapped": "", "mlp_stacks_all": "", "mlp_stacks_dladdr": "", "train_cap_wrapped": ""}
+ENV = {"mlp_stacks_dladdr": {"TORCH_SYMBOLIZE_MODE": "dladdr"}}   # the symbolizer that names objects, not functions
+CAPPED = ("train_gc_cap", "train_cap", "train_cap_wrapped")
+WRAP = {"train_wrapped": 4000, "train_cap_wrapped": 3000}
 SHAPES = [(8, 512), (12, 384), (6, 640), (16, 256), (10, 512)]
 
 
@@ -73,19 +77,17 @@ def child(name: str, outdir: str, cap: int | None):
     total = torch.cuda.get_device_properties(0).total_memory
     if cap:
         torch.cuda.set_per_process_memory_fraction(cap / total)
-    stacks, entries = ("all", 100_000) if name == "mlp_stacks_all" else ("python", 1_000_000)
-    if name == "train_wrapped":
-        entries = 4000
+    stacks, entries = ("all", 100_000) if name.startswith("mlp_stacks") else ("python", WRAP.get(name, 1_000_000))
     torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=stacks, max_entries=entries)
     t0 = time.time()
     oom = None
     try:
-        mlp(torch) if name == "mlp_stacks_all" else train(torch)
+        mlp(torch) if name.startswith("mlp_stacks") else train(torch)
     except torch.OutOfMemoryError as e:
         oom = str(e)[:400]
     snap = torch.cuda.memory._snapshot()
     stats = torch.cuda.memory_stats()
-    side = dict(name=name, config={**SETTINGS, **EXTRA}[name], torch=torch.__version__,
+    side = dict(name=name, config={**SETTINGS, **EXTRA}[name], env=ENV.get(name), torch=torch.__version__,
                 device=torch.cuda.get_device_name(0), device_total_memory=total, cap_bytes=cap,
                 allowed_bytes=int(cap / total * total) if cap else None,
                 record=dict(enabled="all", context="all", stacks=stacks, max_entries=entries),
@@ -108,21 +110,23 @@ def spawn(name, outdir, cap=None):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
     if conf:
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+    env.update(ENV.get(name, {}))
     return subprocess.Popen([sys.executable, __file__, outdir, "child", name, str(cap or 0)], env=env)
 
 
 def main():
-    if len(sys.argv) == 5:
+    if len(sys.argv) == 5 and sys.argv[2] == "child":
         child(sys.argv[3], sys.argv[1], int(sys.argv[4]) or None)
         return
-    outdir = sys.argv[1]
+    outdir, only = sys.argv[1], sys.argv[2:]
     os.makedirs(outdir, exist_ok=True)
-    first = [spawn("train_default", outdir), spawn("mlp_stacks_all", outdir), spawn("train_wrapped", outdir)]
+    names = only or [*SETTINGS, "train_wrapped", "mlp_stacks_all"]
+    first = [spawn("train_default", outdir)] + [spawn(n, outdir) for n in names if n not in CAPPED
+                                                 and n != "train_default"]
     first[0].wait()
     d = json.load(open(os.path.join(outdir, "train_default.json")))
     cap = (d["max_memory_allocated"] + d["max_memory_reserved"]) // 2 >> 21 << 21      # a multiple of 2 MiB
-    rest = [spawn(n, outdir, cap if n in ("train_gc_cap", "train_cap") else None)
-            for n in SETTINGS if n != "train_default"]
+    rest = [spawn(n, outdir, cap) for n in names if n in CAPPED]
     for p in first[1:] + rest:
         p.wait()
 

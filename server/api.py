@@ -32,6 +32,7 @@ from alloctrace.server.mapjson import memory_map_json
 from alloctrace.traces.textsafe import safe
 from alloctrace.traces.bounded_io import Cancelled
 from alloctrace.traces.records import TraceList, TraceSummary
+from alloctrace.traces.store import NotFound
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,6})?$"
@@ -47,7 +48,9 @@ UPLOAD_SCHEMA = {"requestBody": {"required": True, "content": {"multipart/form-d
     "properties": {"file": {"type": "string", "format": "binary",
                             "description": "a ggml log with AT_PRINTF lines (plain, gzip or zstd)"},
                    "name": {"type": "string", "maxLength": upload.FIELD_LIMIT,
-                            "description": "trace name (default: the file's name)"}}}}}}}
+                            "description": "trace name (default: the file's name)"},
+                   "tag": {"type": "array", "items": {"type": "string"}, "maxItems": upload.MAX_TAG_FIELDS,
+                           "description": "key=value tags (repeat the field)"}}}}}}}
 
 
 def ctx(request: Request) -> Context:
@@ -59,8 +62,12 @@ def ctx(request: Request) -> Context:
 # the answers follow traces/records.py (the schema JSON Lines imports are checked against); they are
 # documented with it but not re-validated, so a store written by an older version still lists
 @router.get("/traces", summary="List stored traces", responses={200: {"model": TraceList}})
-def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200, description="name search")] = None):
-    return {"traces": ctx(request).call(lambda s: s.list(q) if q else s.list())}
+def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200, description="name search")] = None,
+                tag: Annotated[list[str], Query(max_length=300, description="key=value; repeat: all must match")] = [],
+                ):
+    if len(tag) > 64:
+        raise UserError("at most 64 tags")
+    return {"traces": ctx(request).call(lambda s: s.list(q, tag) if q or tag else s.list())}
 
 
 @router.post("/traces", status_code=201, summary="Upload a log and import it", openapi_extra=UPLOAD_SCHEMA)
@@ -76,8 +83,10 @@ async def upload_trace(request: Request):
             raise upload.UploadError("the form has no `file` field")
         label = display_name(up.filename)
         name = (up.fields.get("name") or "").strip() or label
+        from alloctrace.traces.regress.tags import parse_tags
+        tags = parse_tags(up.fields.get("tag") or [])
         gone = threading.Event()
-        work = asyncio.ensure_future(run_in_threadpool(c.import_file, up.path, name, label, gone.is_set))
+        work = asyncio.ensure_future(run_in_threadpool(c.import_file, up.path, name, label, gone.is_set, tags))
         while not work.done():  # the parse stops when the client goes away
             await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
             if not work.done() and await request.is_disconnected():
@@ -206,6 +215,22 @@ def get_export(request: Request, trace_id: TraceId,
     media, suffix = EXPORT_TYPES[format]
     return StreamingResponse(chunks(), media_type=media, headers={
         "Content-Length": str(size), "Content-Disposition": f'attachment; filename="trace-{trace_id}.{suffix}"'})
+
+
+@router.get("/traces/{trace_id}/graphs/{g}/consistency",
+            summary="Whether the model reproduced this graph, and the placements it got wrong")
+def get_consistency(request: Request, trace_id: TraceId, g: GraphIndex):
+    def answer(s):
+        graph = next((x for x in s.summary(trace_id)["graphs"] if x["index"] == g), None)
+        if graph is None:
+            raise NotFound(f"trace {trace_id} has no graph {g}")
+        extra = s.graph_extra(trace_id, g)
+        return {"consistent": graph["consistent"], "n_mismatches": extra.get("n_mismatches"),
+                "mismatches": extra.get("mismatches", []), "offsets": extra.get("offset_mismatches", []),
+                "plan_checked": extra.get("plan_checked"), "placements": extra.get("placements"),
+                "map_from": extra.get("map_from", "model"),
+                "buffer_types": [b.get("name") for b in extra.get("buffer_types", [])]}
+    return JSONResponse(ctx(request).call(answer))
 
 
 @router.get("/traces/{trace_id}/graphs/{g}/peak", summary="What is live at a graph's high-water mark, by family")

@@ -30,8 +30,10 @@ from alloctrace.server.guard import OriginGuard, one_line_loop_errors, os_error_
 from alloctrace.server.mapfast import MemoryMapFastPath
 from alloctrace.server.upload import UploadError
 from alloctrace.server.whatif_api import router as whatif_router
+from alloctrace.server.regress_api import router as regress_router
 
 COOKIE = "alloctrace_token"
+AUTHENTICATED = "alloctrace.authenticated"  # scope extension TokenGuard sets on page requests
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what secrets.token_urlsafe makes: safe in URLs and cookies
 
 
@@ -43,8 +45,20 @@ def check_token(token: str | None) -> str | None:
     return token
 
 
+def check_read_tokens(token: str | None, read_tokens) -> tuple[str, ...]:
+    """Read-only tokens are URL-safe, differ from the write token, and need one (else writes are open)."""
+    read_tokens = tuple(t for t in (read_tokens or ()) if t)
+    if read_tokens and not token:
+        raise UserError("read-only tokens need a write token as well (--token): else anyone could write")
+    for t in read_tokens:
+        check_token(t)
+        if t == token:
+            raise UserError("a read-only token must differ from the write token")
+    return read_tokens
+
+
 PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html",
-         "/torch": "torch.html", "/whatif": "whatif.html"}
+         "/torch": "torch.html", "/whatif": "whatif.html", "/history": "history.html"}
 
 
 def _not_found_type():
@@ -56,13 +70,24 @@ def _not_found_type():
 
 
 class TokenGuard:
-    """ASGI middleware: /api needs the token; a page opened with ?token= stores it in a cookie."""
+    """ASGI middleware: /api needs a token; a page opened with ?token= stores it in a cookie.
 
-    def __init__(self, app, token: str | None):
+    `token` may do anything; each of `read_tokens` may only read (GET and HEAD: list, view, diff,
+    compare, history): a change (upload, delete, replay) with one is a 403."""
+
+    def __init__(self, app, token: str | None, read_tokens=()):
         self.app, self.token = app, token
+        self.read_tokens = tuple(read_tokens or ())
 
-    def _ok(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+    def _level(self, given: str | None) -> str | None:
+        if given is None:
+            return None
+        g = given.encode()
+        if hmac.compare_digest(g, self.token.encode()):
+            return "write"
+        if any(hmac.compare_digest(g, t.encode()) for t in self.read_tokens):
+            return "read"
+        return None
 
     async def __call__(self, scope, receive, send):
         if self.token is None or scope["type"] != "http":
@@ -74,15 +99,25 @@ class TokenGuard:
             auth = headers.get("authorization", "")
             bearer = auth[7:] if auth.lower().startswith("bearer ") else None
             cookie = _cookie(headers.get("cookie", ""), COOKIE)
-            if not any(self._ok(t) for t in (bearer, from_query, cookie)):
+            levels = {self._level(t) for t in (bearer, from_query, cookie)}
+            if "write" in levels:
+                return await self.app(scope, receive, send)
+            if "read" in levels and scope.get("method", "GET") in ("GET", "HEAD"):
+                return await self.app(scope, receive, send)
+            if "read" in levels:
+                resp = JSONResponse({"detail": "this token may only read (list, view, diff); changes need a write "
+                                               "token"}, status_code=403)
+            else:
                 resp = JSONResponse({"detail": "missing or wrong token"}, status_code=401,
                                     headers={"WWW-Authenticate": "Bearer"})
-                return await resp(scope, receive, send)
-            return await self.app(scope, receive, send)
-        if from_query is not None and self._ok(from_query):
+            return await resp(scope, receive, send)
+        cookie = _cookie(headers.get("cookie", ""), COOKIE)
+        # a page answers a caller without a token as it answers any trace id (no telling which exist)
+        scope.setdefault("extensions", {})[AUTHENTICATED] = bool(self._level(from_query) or self._level(cookie))
+        if from_query is not None and self._level(from_query):
             async def send_with_cookie(message):
                 if message["type"] == "http.response.start":
-                    cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+                    cookie = f"{COOKIE}={from_query}; Path=/; HttpOnly; SameSite=Strict"
                     message = {**message, "headers": list(message.get("headers", [])) +
                                [(b"set-cookie", cookie.encode("latin-1"))]}
                 await send(message)
@@ -99,11 +134,13 @@ def _cookie(header: str, name: str) -> str | None:
 
 
 def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int = 2 * 1024 ** 3,
-               web_dir=None, store=None, hosts: set[str] | None = None, limits=None) -> FastAPI:
+               web_dir=None, store=None, hosts: set[str] | None = None, limits=None, read_tokens=()) -> FastAPI:
     """The server for the store at `store_dir` (None: the default store). `store` may be
     an already open store instead. `hosts`: the names the Host header may carry (None: any;
-    `alloctrace serve` passes the bound names); `limits`: the import caps (bounded_io.Limits)."""
+    `alloctrace serve` passes the bound names); `limits`: the import caps (bounded_io.Limits);
+    `read_tokens`: tokens that may only read (they need `token`, which may write)."""
     check_token(token)
+    read_tokens = check_read_tokens(token, read_tokens)
     if store is None:
         from alloctrace.traces.store import open_store
         store = open_store(store_dir)
@@ -124,11 +161,12 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     app.include_router(router)
     app.include_router(torch_router)  # PyTorch memory snapshots
     app.include_router(whatif_router)  # caching-allocator what-if for PyTorch snapshots
+    app.include_router(regress_router)  # compare and history, over tagged traces
     _errors(app)
     _pages(app, web)
     app.add_middleware(MemoryMapFastPath, ctx=ctx)  # innermost: after the guards below
     if token:
-        app.add_middleware(TokenGuard, token=token)
+        app.add_middleware(TokenGuard, token=token, read_tokens=read_tokens)
     app.add_middleware(OriginGuard, hosts=hosts)
     return app
 
@@ -188,7 +226,8 @@ def _pages(app: FastAPI, web: Path | None):
     def trace_page(request: Request, trace_id: str):
         if not re.fullmatch(TRACE_ID.strip("^$"), trace_id):
             return JSONResponse({"detail": "not a trace id"}, status_code=404)
-        if torch_page_for(request.app.state.ctx.store, trace_id):  # PyTorch snapshots have their own page
+        known = (request.scope.get("extensions") or {}).get(AUTHENTICATED, True)  # True: no token to give
+        if known and torch_page_for(request.app.state.ctx.store, trace_id):  # PyTorch snapshots: their own page
             return RedirectResponse(f"/torch?id={trace_id}", status_code=307)
         return page(request, "trace.html")
 

@@ -89,15 +89,12 @@ class Context:
         return fn(self.store)
 
     def write(self, fn):
-        """fn(store) on the writing connection (opened on first use; the same store when it has no file)."""
+        """fn(store) on the writing connection (opened on first use: a second SQLite connection, or the
+        same store when it pools its connections, as a PostgreSQL store does)."""
         with self._writer_lock:
             if self._writer is None:
-                path = getattr(self.store, "path", None)
-                if path is None:
-                    self._writer = self.store
-                else:
-                    from alloctrace.traces.store import Store
-                    self._writer = Store(path)
+                writer = getattr(self.store, "writer", None)
+                self._writer = self.store if writer is None else writer()
         return fn(self._writer)
 
     # --- per-graph caches -------------------------------------------------------------
@@ -244,7 +241,8 @@ class Context:
             cache.drop(trace_id)
 
     # --- writes -----------------------------------------------------------------------
-    def import_file(self, path: Path, name: str | None, filename: str | None = None, cancelled=None) -> list[dict]:
+    def import_file(self, path: Path, name: str | None, filename: str | None = None, cancelled=None,
+                    tags=()) -> list[dict]:
         """Import one received file through the one entry point every face uses (traces.sources):
         parsed completely within the import caps, outside the write lock, then one store
         transaction. `cancelled()` turning True stops the parse. Messages name the client's file,
@@ -254,7 +252,7 @@ class Context:
         label = filename or "upload"
         limits = self.limits if cancelled is None else self.limits.with_(cancelled=cancelled)
         try:
-            traces = read_file(path, name=name, filename=label, limits=limits)
+            traces = read_file(path, name=name, filename=label, limits=limits, tags=tags)
             if cancelled is not None and cancelled():
                 raise Cancelled(f"{label}: import cancelled (the client went away)")
             return self.write(lambda s: store_traces(s, traces))

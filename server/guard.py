@@ -1,7 +1,9 @@
 """What keeps a loopback server safe from web pages and from slow or vanishing clients.
 
 - `OriginGuard` (ASGI middleware): the `Host` header must name the server (a DNS
-  rebinding page sends its own name, so it is refused with 403), and a request
+  rebinding page sends its own name, so it is refused with 403), and so must the
+  authority of an absolute-form request target (`GET http://evil.example/...`,
+  which HTTP says wins over the Host header), and a request
   that changes the store is refused with 403 when a browser marks it as coming
   from another site (`Origin` not this server, or `Sec-Fetch-Site: cross-site`
   / `same-site`). Clients that send no `Origin` (curl, scripts, the CLI) are not
@@ -60,9 +62,12 @@ class OriginGuard:
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         host = headers.get("host", "")
+        target = request_target(scope)
         why = None
         if self.hosts is not None and _host_name(host) not in self.hosts:
             why = "the Host header does not name this server"
+        elif self.hosts is not None and target is not None and _host_name(urlsplit(target).netloc) not in self.hosts:
+            why = "the request target names another host"
         elif scope.get("method", "GET") not in SAFE_METHODS:
             origin = headers.get("origin")
             site = headers.get("sec-fetch-site", "").lower()
@@ -74,6 +79,25 @@ class OriginGuard:
             log.warning("refused %s %s: %s", scope.get("method"), scope.get("path"), why)
             return await JSONResponse({"detail": f"forbidden: {why}"}, status_code=403)(scope, receive, send)
         return await self.app(scope, receive, send)
+
+
+TARGET = "alloctrace.request_target"  # scope extension: the request line's target when in absolute form
+
+
+def request_target(scope) -> str | None:
+    """The request line's target when it is in absolute form (`http://host/path`), else None. uvicorn's
+    httptools parser keeps only the path, so the protocol below saves the whole target; h11 leaves it in
+    the path itself."""
+    saved = (scope.get("extensions") or {}).get(TARGET)
+    if saved:
+        return saved
+    raw = scope.get("raw_path") or b""
+    return raw.decode("latin-1") if _absolute(raw) else None
+
+
+def _absolute(target: bytes) -> bool:
+    head = target[:16].lower()
+    return head.startswith((b"http://", b"https://", b"ws://", b"wss://"))
 
 
 def _same_origin(origin: str, host: str) -> bool:
@@ -88,6 +112,12 @@ def slow_client_protocol(base, header_timeout_s: float = HEADER_TIMEOUT_S):
 
     class SlowClientTimeout(base):
         _header_timer = None
+
+        def on_headers_complete(self):
+            url = getattr(self, "url", b"")  # httptools: the whole request target, before it keeps the path
+            if _absolute(url) and getattr(self, "scope", None) is not None:
+                self.scope.setdefault("extensions", {})[TARGET] = url.decode("latin-1")
+            super().on_headers_complete()
 
         def connection_made(self, transport):
             super().connection_made(transport)

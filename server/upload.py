@@ -18,6 +18,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from alloctrace.traces.errors import UserError
 
 FIELD_LIMIT = 4096  # bytes of a non-file field (the trace name)
+MAX_TAG_FIELDS = 64
 BODY_SLACK = 64 * 1024  # multipart framing and the small fields, on top of the file cap
 # a client that sends nothing for this long is cut off (slowloris bodies)
 BODY_IDLE_TIMEOUT_S = float(os.environ.get("ALLOCTRACE_BODY_TIMEOUT_S") or 30.0)
@@ -132,6 +133,11 @@ class _FormReader:
         if self._is_file:
             self._fh.close()
             self._fh = None
+        elif self._part == "tag":  # repeatable: key=value tags for the stored traces
+            tags = self.fields.setdefault("tag", [])
+            if len(tags) >= MAX_TAG_FIELDS:
+                raise UploadError(f"at most {MAX_TAG_FIELDS} `tag` fields")
+            tags.append(b"".join(self._buf).decode("utf-8", "replace"))
         elif self._part is not None:
             self.fields[self._part] = b"".join(self._buf).decode("utf-8", "replace")
 

@@ -107,3 +107,45 @@ def live_server(store_dir, **app_options):
     finally:
         srv.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def pg_admin():
+    """A PostgreSQL server for the store tests (tests/pgcluster.py); the tests of the PostgreSQL store
+    fail, not skip, in CI, where .ci/run provides one."""
+    import os
+
+    from pgcluster import ENV, Cluster, pg_bin
+
+    if os.environ.get(ENV):
+        yield os.environ[ENV]
+        return
+    bindir = pg_bin()
+    if bindir is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"no PostgreSQL: set {ENV} or install postgresql")
+        pytest.skip("no PostgreSQL binaries (set ALLOCTRACE_TEST_PG to a server URL)")
+    cluster = Cluster(bindir)
+    url = cluster.start()
+    try:
+        yield url
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_admin):
+    """A fresh PostgreSQL database of its own for one test."""
+    from pgcluster import drop_database, new_database
+
+    url = new_database(pg_admin)
+    yield url
+    drop_database(pg_admin, url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_ref(request, tmp_path):
+    """What `--store` takes for each backend: a directory, or a PostgreSQL URL (the same tests run on both)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store")
+    return request.getfixturevalue("pg_url")

@@ -96,7 +96,7 @@ def test_every_command_has_help(installed):
     commands = re.findall(r"'([\w-]+)'", res.stderr.split("choose from", 1)[1])
     top = run(["alloctrace", "--help"], src, env)
     assert top.returncode == 0
-    assert {"replay", "import", "diff", "check", "serve", "record", "sweep", "fit", "flame", "report"} <= set(commands)
+    assert {"replay", "import", "diff", "check", "serve", "record", "sweep", "fit", "flame", "report", "compare"} <= set(commands)
     for name in commands:
         assert re.search(rf"^\s+{name}\b", top.stdout, re.M), f"{name} missing from alloctrace --help"
         res = run(["alloctrace", name, "--help"], src, env)

@@ -194,3 +194,10 @@ def test_a_repeated_graph_is_read_from_the_previous_dump():
 def test_a_reference_to_a_graph_not_dumped_last_is_refused():
     with pytest.raises(RecordingError, match="did not record last"):
         read(_as_reference(MLP, 4, 1))
+
+
+def test_a_buffer_type_no_T_line_describes_is_one_error():
+    """Before: a KeyError traceback from the replay."""
+    text = "\n".join(ln for ln in MLP.splitlines() if not ln.startswith("T ")) + "\n"
+    with pytest.raises(RecordingError, match="no T line"):
+        read(text)

@@ -90,3 +90,22 @@ def test_cli_peak_on_the_stacks_all_snapshot(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "record_torch_pairs.py:64" in out and "AddmmBackward0" in out and "??" not in out
+
+
+def test_dladdr_symbolizer_snapshot_names_the_same_sites(dev, tmp_path):
+    """The same MLP recorded with TORCH_SYMBOLIZE_MODE=dladdr: frames as `?? (/usr/bin/python3.12:5775726)` and
+    `name (libtorch_cpu.so:offset)`, the shape that put 100% of the peak on the interpreter before."""
+    with gzip.open(PAIRS / "mlp_stacks_dladdr.pickle.gz") as f:
+        es = pickle.load(f)["device_traces"][0]
+    assert any(fr["name"] == "??" and fr["filename"].endswith("/python3.12")
+               for e in es for fr in e.get("frames") or [])
+    s = open_store(tmp_path)
+    [tid] = import_paths(s, [PAIRS / "mlp_stacks_dladdr.pickle.gz"])
+    other = views.peak(views.load_device(s, tid, 0), top=100)
+    mine = views.peak(dev, top=100)
+    strip = lambda p: {g["site"].rsplit(":", 1)[0] if "record_torch_pairs" in g["site"] else g["site"]: g["bytes"]
+                       for g in p["by_call_site"]}
+    # same workload, same sites and bytes (the script's lines moved between the two recordings)
+    assert sorted(strip(other).values()) == sorted(strip(mine).values())
+    assert set(strip(other)) == set(strip(mine))
+    assert not any("??" in g["site"] or "python3" in g["site"] for g in other["by_call_site"])

@@ -157,3 +157,26 @@ def test_cli_says_partial_everywhere(tmp_path, capsys):
         assert main(cmd + ["--store", str(tmp_path)]) == 0
         out = capsys.readouterr().out
         assert "note: " in out and ("partial trace" in out or "starts mid-run" in out), cmd
+
+
+def test_diff_says_which_side_is_partial(tmp_path, capsys):
+    main(["diff", str(PAIRS / "train_default.pickle.gz"), str(PAIRS / "train_wrapped.pickle.gz"),
+          "--store", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "note (b): partial trace" in out and "note (a)" not in out
+
+
+def test_real_wrapped_recording_with_an_oom_under_a_cap(tmp_path):
+    """train_cap_wrapped: the capped run with max_entries=3000, its OOM inside the kept part."""
+    side = json.loads((PAIRS / "train_cap_wrapped.json").read_text())
+    s = open_store(tmp_path)
+    [tid] = import_paths(s, [PAIRS / "train_cap_wrapped.pickle.gz"])
+    d = views.load_device(s, tid, 0)
+    assert d.n == 3000 and d.extra["partial"]["exact"]
+    out = whatif_request(device_columns(s, tid, 0), device_info(s, tid, 0), [],
+                         recorded_cap=str(side["allowed_bytes"]))
+    assert out["real"]["consistent"] and out["real"]["peak_reserved"] == side["max_memory_reserved"]
+    assert out["whatif"]["oom"] == out["real"]["oom"] and out["real"]["oom"]["size"] == 160 << 20
+    card = views.oom_card(d, views.StateIndex(d))
+    assert card["cap"]["lower"] <= side["allowed_bytes"] < card["cap"]["upper"]
+    assert card["retries"] == side["num_alloc_retries"] and "partial trace" in card["partial"]

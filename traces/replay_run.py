@@ -180,8 +180,9 @@ def _first_divergence(r: ReplayResult):
     return diff_graphs(a.events, b.events, a, b).to_json()["first_divergence"]
 
 
-def store_result(r: ReplayResult, store) -> object:
-    """Both graphs as one trace (graph 0 measure, graph 1 eval); `store` is a path or an open store."""
+def store_result(r: ReplayResult, store, tags=()) -> object:
+    """Both graphs as one trace (graph 0 measure, graph 1 eval); `store` is a path or an open store;
+    `tags` (key=value) are added to the trace's own."""
     if isinstance(store, (str, Path)):
         try:
             from alloctrace.traces.store import open_store
@@ -189,12 +190,12 @@ def store_result(r: ReplayResult, store) -> object:
             raise UserError("the trace store is not available in this installation") from None
         opened = open_store(store)
         try:
-            return store_result(r, opened)
+            return store_result(r, opened, tags)
         finally:
             opened.close()
     meta = TraceMeta(
         name=f"replay {r.preset.name} {r.profile}" + (" metal" if r.parse_seq is not None else ""),
-        source="replay", generation=r.profile, profile=r.profile, tags=["replay", r.preset.name],
+        source="replay", generation=r.profile, profile=r.profile, tags=["replay", r.preset.name, *tags],
         extra={"preset": r.preset.to_json(), "layout": r.layout, "measure_tokens": r.measure.n_tokens,
                "measure_n_past": r.measure.n_past, "eval_tokens": r.eval.n_tokens, "eval_n_past": r.eval.n_past,
                "parse_seq_len": len(r.parse_seq) if r.parse_seq is not None else None,

@@ -1,23 +1,19 @@
-"""The trace store: one SQLite database (WAL) in a store directory.
+"""The trace store: one SQLite database (WAL) in a store directory, or a PostgreSQL database.
 
 Directory: an explicit path, else $ALLOCTRACE_STORE, else $XDG_DATA_HOME/alloctrace
-(~/.local/share/alloctrace). Each graph's events are stored column-wise (see
-columns.py): a few compressed numpy blobs and a string table per graph, so large
-graphs load fast. `add_trace` is one transaction: a failure or an interrupt
-leaves nothing behind. WAL and a busy timeout make concurrent imports and reads safe.
+(~/.local/share/alloctrace); a `postgresql://user@host:port/db` URL in their place opens a
+PostgreSQL store (traces/backends/postgres.py) with the same tables, bytes and answers. Each
+graph's events are stored column-wise (see columns.py): a few compressed numpy blobs and a string
+table per graph, so large graphs load fast. `add_trace` is one transaction: a failure or an
+interrupt leaves nothing behind. Concurrent imports and reads are safe on either backend.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
 import secrets
-import sqlite3
 import struct
-import threading
-import time
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -29,6 +25,8 @@ from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.gcpause import without_gc
 
+from .backends import postgres
+from .backends.sqlite import BUSY_TIMEOUT_S, SqliteBackend, StoreFull, is_full as _is_full  # noqa: F401
 from .columns import EncodedGraph, decode_events, encode, pack, public_columns
 from .graph_info import capacity_of
 from .columns_lazy import LazyColumns, StringTable
@@ -42,9 +40,10 @@ DB_NAME = "alloctrace.db"
 STORE_FORMAT = 2
 TRUNCATED = """instr(extra, '"truncated": true') > 0"""  # salvaged from a truncated compressed file
 INCOMPLETE = """instr(extra, '"incomplete": true') > 0"""  # a graph the log did not finish (extra is sorted JSON)
-BUSY_TIMEOUT_S = 120.0
 ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
+GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
 
+# written for SQLite; the PostgreSQL backend reads INTEGER as BIGINT and BLOB as BYTEA
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS traces (
@@ -86,20 +85,6 @@ def _lifetimes_opened(cols: dict, table: list) -> int:
     return 0 if kind is None else int(np.count_nonzero(np.isin(kind, codes)))
 
 
-class StoreFull(UserError):
-    """The disk (or the store's size limit) is full; nothing of the write was kept."""
-
-    status = 507
-
-
-def _is_full(e: BaseException) -> bool:
-    if isinstance(e, sqlite3.OperationalError):
-        # a write past the end of the disk or of the file size limit (RLIMIT_FSIZE gives EFBIG: IOERR_WRITE)
-        return getattr(e, "sqlite_errorcode", None) in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_WRITE) \
-            or "full" in str(e)
-    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
-
-
 class NotFound(KeyError, UserError):
     """No trace (or graph) with that id."""
 
@@ -110,6 +95,12 @@ class NotFound(KeyError, UserError):
 
     def __str__(self):
         return self.args[0]
+
+
+def store_url(path=None) -> str | None:
+    """The PostgreSQL URL that names the store (explicit, else $ALLOCTRACE_STORE), None for a directory."""
+    where = path if path else os.environ.get("ALLOCTRACE_STORE")
+    return str(where) if postgres.is_url(str(where or "")) else None
 
 
 def store_dir(path=None) -> Path:
@@ -123,6 +114,10 @@ def store_dir(path=None) -> Path:
 
 
 def open_store(path=None) -> "Store":
+    """The store a directory or a PostgreSQL URL names (see store_dir and store_url)."""
+    url = store_url(path)
+    if url is not None:
+        return Store(backend=postgres.PostgresBackend(url))
     d = store_dir(path)
     if d.exists() and not d.is_dir():
         raise UserError(f"store {d} is not a directory")
@@ -134,146 +129,111 @@ def open_store(path=None) -> "Store":
 
 
 class Store:
-    def __init__(self, db_path: Path):
-        self.path = Path(db_path)
-        self._lock = threading.RLock()
+    """Traces and their graphs over a backend (SQLite file or PostgreSQL database): the same SQL,
+    schema version and migrations on both, so every command and endpoint answers the same."""
+
+    def __init__(self, db_path: Path | None = None, backend=None):
+        self._be = backend if backend is not None else SqliteBackend(Path(db_path))
+        self.path = self._be.path  # the SQLite file; None for PostgreSQL
+        self.kind = self._be.kind
         self._zc = zstandard.ZstdCompressor(level=3)
         self._zd = zstandard.ZstdDecompressor()
         try:
-            self.db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                      check_same_thread=False)
-            self.db.execute("PRAGMA foreign_keys=ON")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            ver = self._setup()
-        except sqlite3.DatabaseError as e:
-            raise UserError(f"cannot open store {self.path}: {e}") from None
+            ver = self._be.setup(self._create)
+        except self._be.errors as e:
+            self._be.close()
+            raise UserError(f"cannot open store {self._be.describe()}: {str(e).strip().splitlines()[0]}") from None
         if int(ver) > STORE_FORMAT:
-            raise UserError(f"store {self.path} has format {ver}; this alloctrace reads up to {STORE_FORMAT}")
+            self._be.close()
+            raise UserError(f"store {self._be.describe()} has format {ver}; this alloctrace reads up to {STORE_FORMAT}")
 
-    def _setup(self) -> str:
-        """WAL mode and tables; other processes may be creating the same store right now."""
-        for attempt in range(200):
-            try:
-                self.db.execute("PRAGMA journal_mode=WAL")
-                self.db.execute("BEGIN IMMEDIATE")
-                try:
-                    for stmt in SCHEMA.split(";"):
-                        if stmt.strip():
-                            self.db.execute(stmt)
-                    self.db.execute("INSERT OR IGNORE INTO store_info VALUES ('format_version', ?)",
-                                    (str(STORE_FORMAT),))
-                    (ver,) = self.db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()
-                    if int(ver) < STORE_FORMAT:
-                        ver = self._upgrade(int(ver))
-                    self.db.execute("COMMIT")
-                    return ver
-                except BaseException:
-                    self.db.execute("ROLLBACK")
-                    raise
-            except sqlite3.OperationalError as e:
-                if "locked" not in str(e) or attempt == 199:
-                    raise
-                time.sleep(0.05)
-        raise AssertionError("unreachable")
+    # the SQLite connection and its lock (tests and tools that inspect the file)
+    db = property(lambda self: self._be.db)
+    _lock = property(lambda self: self._be.lock)
 
-    def _upgrade(self, ver: int) -> str:
-        """Bring an older store to STORE_FORMAT inside _setup's transaction: what it holds stays as it is
+    def writer(self) -> "Store":
+        """A store for a server's writes: a second SQLite connection, or this store (a pool) on PostgreSQL."""
+        be = self._be.reopen()
+        return self if be is self._be else Store(backend=be)
+
+    def _create(self, db) -> str:
+        """The tables, then the format version (upgrading an older store); inside the setup transaction."""
+        for stmt in SCHEMA.split(";"):
+            if stmt.strip():
+                db.execute(stmt)
+        db.execute("INSERT INTO store_info VALUES ('format_version', ?) ON CONFLICT(key) DO NOTHING",
+                   (str(STORE_FORMAT),))
+        (ver,) = db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()
+        if int(ver) < STORE_FORMAT:
+            ver = self._upgrade(db, int(ver))
+        return ver
+
+    def _upgrade(self, db, ver: int) -> str:
+        """Bring an older store to STORE_FORMAT inside the setup transaction: what it holds stays as it is
         (older graphs are read from their `columns` rows); the version says the layout changed, so an older
         alloctrace refuses the store instead of missing the columns of graphs stored from now on."""
-        have = {r[1] for r in self.db.execute("PRAGMA table_info(graphs)")}
-        if "packed" not in have:
-            self.db.execute("ALTER TABLE graphs ADD COLUMN packed BLOB")
-        self.db.execute("UPDATE store_info SET value=? WHERE key='format_version'", (str(STORE_FORMAT),))
+        if "packed" not in self._be.table_columns(db, "graphs"):
+            db.execute("ALTER TABLE graphs ADD COLUMN packed BLOB")
+        db.execute("UPDATE store_info SET value=? WHERE key='format_version'", (str(STORE_FORMAT),))
         return str(STORE_FORMAT)
 
-    @contextmanager
     def _snapshot(self):
         """One read transaction, so related queries see the same committed state."""
-        with self._lock:
-            self.db.execute("BEGIN")
-            try:
-                yield self.db
-            finally:
-                self.db.execute("COMMIT")
+        return self._be.read()
 
     def close(self):
-        self.db.close()
+        self._be.close()
 
     # --- writing ------------------------------------------------------------------------
     def add_trace(self, meta: TraceMeta, graphs: Iterable[GraphRecord | EncodedGraph]) -> str:
         """Store a trace in one transaction; `graphs` may be a generator (it is consumed inside).
         Items may be GraphRecords or graphs an importer encoded already (EncodedGraph)."""
         created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
-        with self._lock:
-            try:
-                self.db.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as e:
-                raise UserError(f"store {self.path} is busy: {e}") from None
-            try:
-                tid = self._new_id()
-                self._bump()
-                self.db.execute(
-                    "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version)"
-                    " VALUES (?,?,?,?,?,?,?,?,?)",
-                    (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
-                     json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION))
-                for g in graphs:
-                    self._add_graph(tid, g)
-                self.db.execute("COMMIT")
-            except BaseException as e:
-                self._abandon(e)
-                raise
+        with self._be.write() as db:
+            tid = self._new_id(db)
+            db.execute(
+                "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
+                 json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION))
+            for g in graphs:
+                self._add_graph(db, tid, g)
+            self._bump(db)  # last: on PostgreSQL the row stays locked until the commit
         return tid
 
-    def _abandon(self, e: BaseException):
-        """Roll the open write back (sqlite may have done so already) and say "disk full" when it was."""
-        if self.db.in_transaction:
-            try:
-                self.db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-        if _is_full(e):
-            try:  # give the WAL's pages back, so the disk is not left full
-                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            except sqlite3.Error:
-                pass
-            raise StoreFull(f"disk full: cannot write to the store {self.path.parent} (nothing was stored)") \
-                from None
-
-    def _bump(self):
+    @staticmethod
+    def _bump(db):
         """Every write moves the store's generation on, so caches in other processes notice."""
-        self.db.execute("INSERT INTO store_info VALUES ('generation', '1') ON CONFLICT(key) "
-                        "DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+        db.execute("INSERT INTO store_info VALUES ('generation', '1') ON CONFLICT(key) "
+                   "DO UPDATE SET value = CAST(CAST(store_info.value AS INTEGER) + 1 AS TEXT)")
 
     def generation(self, wait: bool = True) -> int | None:
-        """A number that changes whenever any process writes to the store. wait=False: None when
-        this connection is busy (a long read in another thread) instead of waiting for it."""
-        if not self._lock.acquire(blocking=wait):
+        """A number that changes whenever any process writes to the store (it lives in the database).
+        wait=False: None when this connection is busy (a long read in another thread) instead of waiting."""
+        row = self._be.generation(wait, GENERATION_SQL)
+        if row is False:  # busy
             return None
-        try:
-            row = self.db.execute("SELECT value FROM store_info WHERE key='generation'").fetchone()
-        finally:
-            self._lock.release()
         return int(row[0]) if row else 0
 
     def trace_ids(self) -> set[str]:
-        with self._lock:
-            return {r[0] for r in self.db.execute("SELECT id FROM traces")}
+        with self._snapshot() as db:
+            return {r[0] for r in db.execute("SELECT id FROM traces")}
 
-    def _new_id(self) -> str:
+    @staticmethod
+    def _new_id(db) -> str:
         while True:
             tid = secrets.token_hex(4)
-            if not self.db.execute("SELECT 1 FROM traces WHERE id=?", (tid,)).fetchone():
+            if not db.execute("SELECT 1 FROM traces WHERE id=?", (tid,)).fetchone():
                 return tid
 
-    def _add_graph(self, tid: str, g: GraphRecord | EncodedGraph):
+    def _add_graph(self, db, tid: str, g: GraphRecord | EncodedGraph):
         if isinstance(g, EncodedGraph):
             strings, blobs, n = g.strings, g.blobs, g.n_events
         else:
             encoded = encode(g.events)
             strings, blobs = pack(*encoded, self._zc.compress)
             n = len(g.events)
-        self.db.execute(
+        db.execute(
             "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings,"
             " packed) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (tid, g.index, g.role, n, g.max_size, g.buffer_size,
@@ -288,18 +248,18 @@ class Store:
             opened = _lifetimes_opened(*encoded)
             cols = public_columns(n, *encoded, names=names)
             del encoded
-            self._add_checkpoints(tid, g, cols)
+            self._add_checkpoints(db, tid, g, cols)
             if opened <= SAVED_MAX_LIFETIMES:
-                self.db.execute("INSERT INTO memmap_lod (trace_id, graph_idx, data) VALUES (?,?,?)",
-                                (tid, g.index, memmap_saved.encode(memmap_saved.lod_of(cols), self._zc)))
+                db.execute("INSERT INTO memmap_lod (trace_id, graph_idx, data) VALUES (?,?,?)",
+                           (tid, g.index, memmap_saved.encode(memmap_saved.lod_of(cols), self._zc)))
 
-    def _add_checkpoints(self, tid: str, g: GraphRecord | EncodedGraph, cols: dict):
+    def _add_checkpoints(self, db, tid: str, g: GraphRecord | EncodedGraph, cols: dict):
         """A long graph's state checkpoints (state_index.saved_checkpoints), made once here so
         that no state request has to replay the graph from its start."""
         capacity = capacity_of({"role": g.role, "buffer_size": g.buffer_size}, cols)
         for event, data in checkpoint_rows(saved_checkpoints(cols, capacity), self._zc.compress):
-            self.db.execute("INSERT INTO state_checkpoints (trace_id, graph_idx, event, data) VALUES (?,?,?,?)",
-                            (tid, g.index, event, data))
+            db.execute("INSERT INTO state_checkpoints (trace_id, graph_idx, event, data) VALUES (?,?,?,?)",
+                       (tid, g.index, event, data))
 
     def add_state_checkpoints(self, tid: str, graph_index: int, rows: list[tuple[int, bytes]]) -> bool:
         """Keep the checkpoints (checkpoint_rows) of a graph of ggml events stored without them, in one
@@ -313,48 +273,44 @@ class Store:
 
     def _add_derived(self, table: str, fields: tuple[str, ...], tid: str, graph_index: int, rows: list) -> bool:
         """Rows of `table` (one of this module's tables of derived data) for a graph of ggml events that has
-        none yet, in one transaction; False when it has some, is gone, or is not one."""
-        with self._lock:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                if "kind" not in self._column_names(tid, graph_index) or self.db.execute(
-                        f"SELECT 1 FROM {table} WHERE trace_id=? AND graph_idx=? LIMIT 1", (tid, graph_index)).fetchone():
-                    self.db.execute("ROLLBACK")  # gone, not ggml events, or kept already
-                    return False
-                marks = ",".join("?" * len(fields))
-                self.db.executemany(f"INSERT INTO {table} (trace_id, graph_idx, {', '.join(fields)}) VALUES (?,?,{marks})",
-                                    [(tid, graph_index, *row) for row in rows])
-                self.db.execute("COMMIT")  # derived data: no generation bump, nothing cached changes
-                return True
-            except BaseException as e:
-                self._abandon(e)
-                raise
+        none yet, in one transaction; False when it has some, is gone, or is not one.
+        Derived data: no generation bump, nothing cached changes."""
+        with self._be.write() as db:
+            if "kind" not in self._column_names(db, tid, graph_index) or db.execute(
+                    f"SELECT 1 FROM {table} WHERE trace_id=? AND graph_idx=? LIMIT 1", (tid, graph_index)).fetchone():
+                return False  # gone, not ggml events, or kept already (the empty transaction commits)
+            marks = ",".join("?" * len(fields))
+            db.executemany(f"INSERT INTO {table} (trace_id, graph_idx, {', '.join(fields)}) VALUES (?,?,{marks})",
+                           [(tid, graph_index, *row) for row in rows])
+            return True
 
-    def _column_names(self, tid: str, g: int) -> list[str]:
+    @staticmethod
+    def _column_names(db, tid: str, g: int) -> list[str]:
         """The names of a graph's stored columns (none when the graph is gone)."""
-        row = self.db.execute("SELECT packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
+        row = db.execute("SELECT packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
         if row is None:
             return []
         if row[0] is not None:
             return [name for name, _, _ in unpack_blobs(row[0])]
-        return [r[0] for r in self.db.execute("SELECT name FROM columns WHERE trace_id=? AND graph_idx=?",
-                                              (tid, int(g)))]
+        return [r[0] for r in db.execute("SELECT name FROM columns WHERE trace_id=? AND graph_idx=?",
+                                         (tid, int(g)))]
 
     def delete(self, tid: str) -> None:
         tid = self._id(tid)
-        with self._lock:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                self.db.execute("DELETE FROM columns WHERE trace_id=?", (tid,))
-                self.db.execute("DELETE FROM state_checkpoints WHERE trace_id=?", (tid,))
-                self.db.execute("DELETE FROM memmap_lod WHERE trace_id=?", (tid,))
-                self.db.execute("DELETE FROM graphs WHERE trace_id=?", (tid,))
-                self.db.execute("DELETE FROM traces WHERE id=?", (tid,))
-                self._bump()
-                self.db.execute("COMMIT")
-            except BaseException as e:
-                self._abandon(e)
-                raise
+        with self._be.write() as db:
+            if not db.execute("SELECT 1 FROM traces WHERE id=?", (tid,)).fetchone():
+                raise NotFound(f"no trace {tid!r}")  # deleted by another process since it was resolved
+            for table in ("columns", "state_checkpoints", "memmap_lod", "graphs"):
+                db.execute(f"DELETE FROM {table} WHERE trace_id=?", (tid,))
+            db.execute("DELETE FROM traces WHERE id=?", (tid,))
+            self._bump(db)
+
+    def set_tags(self, tid: str, tags: list[str]) -> None:
+        """Replace a trace's tags (traces never change otherwise): one write, the generation moves on."""
+        tid = self._id(tid)
+        with self._be.write() as db:
+            db.execute("UPDATE traces SET tags=? WHERE id=?", (json.dumps(list(tags)), tid))
+            self._bump(db)
 
     # --- reading ------------------------------------------------------------------------
     def resolve(self, ref: str) -> tuple[str, int | None]:
@@ -364,9 +320,9 @@ class Store:
         head = head.lower()
         if not ID_RE.match(head):
             raise NotFound(f"no trace {ref!r}")
-        with self._lock:
-            rows = self.db.execute("SELECT id FROM traces WHERE substr(id, 1, ?) = ? LIMIT 2",
-                                   (len(head), head)).fetchall()
+        with self._snapshot() as db:
+            rows = db.execute("SELECT id FROM traces WHERE substr(id, 1, ?) = ? LIMIT 2",
+                              (len(head), head)).fetchall()
         if not rows:
             raise NotFound(f"no trace {head!r}")
         if len(rows) > 1:
@@ -377,8 +333,8 @@ class Store:
         if not tail.isdigit():
             raise NotFound(f"bad graph index {tail!r} in {ref!r}")
         g = int(tail)
-        with self._lock:
-            if not self.db.execute("SELECT 1 FROM graphs WHERE trace_id=? AND idx=?", (tid, g)).fetchone():
+        with self._snapshot() as db:
+            if not db.execute("SELECT 1 FROM graphs WHERE trace_id=? AND idx=?", (tid, g)).fetchone():
                 raise NotFound(f"trace {tid} has no graph {g}")
         return tid, g
 
@@ -396,19 +352,25 @@ class Store:
             raise NotFound(f"no trace {tid!r}")
         return _summary(row, graphs)
 
-    def list(self, q: str | None = None) -> list[dict]:
-        """Summaries, newest first; `q` keeps traces whose name contains it (case-insensitive)."""
+    def list(self, q: str | None = None, tags: Iterable[str] = ()) -> list[dict]:
+        """Summaries, newest first; `q` keeps traces whose name contains it (case-insensitive) or that carry
+        it as a tag when it is `key=value`; `tags` keeps traces that carry every one of them."""
+        from .regress.tags import matches, split_query
+        q, wanted = split_query(q, tags)
         sql = "SELECT id, name, source, generation, profile, created, tags, " + TRUNCATED + " FROM traces"
         args: tuple = ()
         if q:
             sql += " WHERE instr(lower(name), lower(?)) > 0"
             args = (q,)
         with self._snapshot() as db:
-            rows = db.execute(sql + " ORDER BY created DESC, seq DESC", args).fetchall()
+            rows = [r for r in db.execute(sql + " ORDER BY created DESC, seq DESC", args).fetchall()
+                    if matches(json.loads(r[6]), wanted)]
+            keep = {r[0] for r in rows}
             graphs: dict[str, list] = {}
             for r in db.execute("SELECT trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, " +
                                 INCOMPLETE + " FROM graphs ORDER BY trace_id, idx"):
-                graphs.setdefault(r[0], []).append(r[1:])
+                if r[0] in keep:
+                    graphs.setdefault(r[0], []).append(r[1:])
         return [_summary(r, graphs.get(r[0], [])) for r in rows]
 
     @without_gc  # decoding a graph makes a million small objects, no cycles (also for events, graph)
@@ -461,6 +423,13 @@ class Store:
             raise NotFound(f"trace {tid} has no graph {graph_index}")
         return json.loads(row[0])
 
+    def graph_extras(self, tid: str) -> dict[int, dict]:
+        """Every graph's extra of a trace, by graph index."""
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            rows = db.execute("SELECT idx, extra FROM graphs WHERE trace_id=?", (tid,)).fetchall()
+        return {idx: json.loads(extra) for idx, extra in rows}
+
     def columns(self, tid: str, graph_index: int) -> dict[str, np.ndarray]:
         return self._decoded(tid, graph_index, public_columns)[1]
 
@@ -475,34 +444,33 @@ class Store:
         """The graph's stored state checkpoints (state_index.Saved), None when it has none (a short
         graph, or one stored before checkpoints were kept)."""
         tid = self._id(tid)
-        with self._lock:
-            marks = [r[0] for r in self.db.execute("SELECT event FROM state_checkpoints WHERE trace_id=? AND "
-                                                   "graph_idx=? ORDER BY event", (tid, int(graph_index)))]
+        with self._snapshot() as db:
+            marks = [r[0] for r in db.execute("SELECT event FROM state_checkpoints WHERE trace_id=? AND "
+                                              "graph_idx=? ORDER BY event", (tid, int(graph_index)))]
 
         def load(event: int) -> dict:
-            with self._lock:
-                row = self.db.execute("SELECT data FROM state_checkpoints WHERE trace_id=? AND graph_idx=? AND "
-                                      "event=?", (tid, int(graph_index), event)).fetchone()
-                if row is None:
-                    raise NotFound(f"trace {tid} graph {graph_index} has no state checkpoint at event {event}")
-                data = self._zd.decompress(row[0])
-            return json.loads(data)
+            with self._snapshot() as db:
+                row = db.execute("SELECT data FROM state_checkpoints WHERE trace_id=? AND graph_idx=? AND "
+                                 "event=?", (tid, int(graph_index), event)).fetchone()
+            if row is None:
+                raise NotFound(f"trace {tid} graph {graph_index} has no state checkpoint at event {event}")
+            return json.loads(_decompress(row[0]))
         return Saved(marks, load) if marks else None
 
     def saved_lifetimes(self, tid: str, graph_index: int):
         """The graph's memory-map lifetimes with their tile pyramid (memmap.Lifetimes with `lod`) as stored
         with it, None when it has none (a short graph, or one stored before they were kept)."""
         tid = self._id(tid)
-        with self._lock:
-            row = self.db.execute("SELECT data FROM memmap_lod WHERE trace_id=? AND graph_idx=?",
-                                  (tid, int(graph_index))).fetchone()
+        with self._snapshot() as db:
+            row = db.execute("SELECT data FROM memmap_lod WHERE trace_id=? AND graph_idx=?",
+                             (tid, int(graph_index))).fetchone()
         return None if row is None else memmap_saved.decode(row[0])
 
     def meta(self, tid: str) -> TraceMeta:
         tid = self._id(tid)
-        with self._lock:
-            r = self.db.execute("SELECT name, source, generation, profile, created, tags, extra FROM traces WHERE id=?",
-                                (tid,)).fetchone()
+        with self._snapshot() as db:
+            r = db.execute("SELECT name, source, generation, profile, created, tags, extra FROM traces WHERE id=?",
+                           (tid,)).fetchone()
         if r is None:
             raise NotFound(f"no trace {tid!r}")
         return TraceMeta(name=r[0], source=r[1], generation=r[2] or None, profile=r[3], created=r[4], tags=json.loads(r[5]),

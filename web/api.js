@@ -192,6 +192,20 @@ export async function replay(request) {
     measure: r.measure || {}, eval: r.eval || {}, firstDivergence: r.first_divergence || null, reused: !!body.reused };
 }
 
+/**
+ * Whether the model reproduced a graph (a recording's placements and sizes, a log's choices), and where not:
+ * {consistent (null: not checked), n_mismatches, mismatches: [text], offsets: [{tensor, model_offset,
+ * real_offset, buffer, chunk, graph?}] (null offset: that side placed none; graph: the eval that used this
+ * reserve's plan), plan_checked, placements, map_from ("model" or "recorded placements"), buffer_types: [name]}.
+ */
+export async function consistency(id, g) {
+  const c = await call(`${url.graph(id, g)}/consistency`);
+  return { consistent: c.consistent ?? null, n_mismatches: c.n_mismatches ?? 0, mismatches: c.mismatches || [],
+    offsets: c.offsets || [], plan_checked: c.plan_checked ?? null, placements: c.placements ?? null,
+    map_from: c.map_from || "model",
+    buffer_types: c.buffer_types || [] };
+}
+
 // --- peak and sweep (docs/explain.md) -------------------------------------------------------------------
 /**
  * What is live at a graph's high-water mark. peak: {event (null: nothing allocated), bytes, tensor,
@@ -223,6 +237,34 @@ export async function sweep(request) {
   return { points: (s.points || []).map((p) => ({ ...p, top_families: p.top_families || [] })),
     oomOnset: (s.oom_onset || []).map((o) => ({ ...o, oom: oom(o.oom) })) };
 }
+
+// --- tagged runs: history and compare (docs/team.md) ------------------------------------------------------
+const tagQuery = (q, tags) => { for (const t of tags || []) q.append("tag", t); return q; };
+
+/**
+ * Buffer size per commit for the traces carrying every tag of `tags` (["model=llama"]): {key, total (commits),
+ * offset, limit, commits: [{value, order}], series: [{label, config, buffer, points: [{commit, size, trace,
+ * graph}]}], jumps: [{label, buffer, base, head, base_size, head_size, delta}]} (largest change first).
+ */
+export function history(tags, { key = "commit", offset = 0, limit = 50 } = {}) {
+  const q = tagQuery(new URLSearchParams({ key, offset: String(offset), limit: String(limit) }), tags);
+  return call(`/api/history?${q}`);
+}
+
+/**
+ * Two commits compared (`alloctrace compare --json`): base/head are tag lists; `tags` narrows both sides.
+ * {failed, threshold, pairs: [{tags, base, head, grew, buffers: [{buffer, base, head, delta, cause,
+ * attribution: {families: [{family, a, b, delta, status}], fragmentation_delta, ...} | null}]}], only_base, only_head}
+ */
+export function compare(base, head, tags = [], threshold = "0") {
+  const q = new URLSearchParams({ threshold });
+  for (const t of base) q.append("base", t);
+  for (const t of head) q.append("head", t);
+  return call(`/api/compare?${tagQuery(q, tags)}`);
+}
+
+/** Every key=value tag in the store: {tags: {key: {value: count}}}. */
+export function storeTags() { return call("/api/tags"); }
 
 /** Recorded sweeps (`alloctrace sweep --vary`): [{sweep, points, name, created}], newest first. */
 export async function recordedSweeps() { return (await call("/api/sweeps")).sweeps || []; }

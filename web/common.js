@@ -162,6 +162,7 @@ export const NAV = [
   { key: "home", href: "/", text: "Traces" },
   { key: "replay", href: "/replay", text: "Replay" },
   { key: "sweep", href: "/sweep", text: "Sweep" },
+  { key: "history", href: "/history", text: "History" },
   { key: "torch", href: "/torch", text: "PyTorch" },
 ];
 

@@ -19,8 +19,20 @@ def examples(*lines: str) -> str:
 
 
 def add_store_arg(parser):
-    parser.add_argument("--store", metavar="DIR", default=None,
-                        help="trace store directory (default: $ALLOCTRACE_STORE, else the per-user data directory)")
+    parser.add_argument("--store", metavar="DIR|URL", default=None,
+                        help="trace store directory, or a PostgreSQL URL postgresql://user@host:port/db "
+                             "(default: $ALLOCTRACE_STORE, else the per-user data directory)")
+
+
+def add_tag_arg(parser):
+    parser.add_argument("--tag", metavar="KEY=VALUE", action="append", default=[], dest="tags",
+                        help="tag the stored traces (repeatable), e.g. --tag commit=abc123 --tag config=fa-on")
+
+
+def tags_from(args) -> list[str]:
+    from alloctrace.traces.regress.tags import parse_tags
+
+    return parse_tags(getattr(args, "tags", None))
 
 
 def open_store_from(args):
@@ -63,7 +75,9 @@ def traces_table(summaries: list[dict]) -> str:
     """One row per trace."""
     if not summaries:
         return "no traces"
-    rows = [["ID", "NAME", "GENERATION", "GRAPHS", "MAX BUFFER", "OOM", "CONSISTENT", "CREATED"]]
+    tagged = any("=" in str(t) for s in summaries for t in s.get("tags") or ())
+    rows = [["ID", "NAME", "GENERATION", "GRAPHS", "MAX BUFFER", "OOM", "CONSISTENT", "CREATED"]
+            + (["TAGS"] if tagged else [])]
     for s in summaries:
         gs = s["graphs"]
         roles = {}
@@ -74,7 +88,7 @@ def traces_table(summaries: list[dict]) -> str:
         rows.append([s["id"], s["name"], s["generation"], ", ".join(f"{n} {r}" for r, n in roles.items()) or "0",
                      _size(max(bufs) if bufs else None), "yes" if any(g["oom"] for g in gs) else "-",
                      _yes_no(all(consistent) if consistent else None, all(g.get("complete", True) for g in gs)),
-                     s["created"]])
+                     s["created"]] + ([" ".join(t for t in s.get("tags") or () if "=" in str(t))] if tagged else []))
     return table(rows)
 
 

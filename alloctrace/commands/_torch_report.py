@@ -20,6 +20,7 @@ def diff_snapshots(store, ref_a: str, ref_b: str, as_json: bool, skip=None, top:
     from alloctrace.traces.errors import UserError
     from alloctrace.traces.torch.diff import diff
     from alloctrace.traces.torch.views import DEFAULT_SKIP, load_device
+    from alloctrace.traces.torch.wrapped import note as partial_note
 
     if not (is_torch(store, ref_a) and is_torch(store, ref_b)):
         raise UserError("a PyTorch snapshot can only be diffed against another PyTorch snapshot")
@@ -35,6 +36,10 @@ def diff_snapshots(store, ref_a: str, ref_b: str, as_json: bool, skip=None, top:
         return 0 if same else 1
     a, b, p = d["a"], d["b"], d["decomposition"]
     print(f"a: {a['name']} ({a['trace_id']}:{a['device']})   b: {b['name']} ({b['trace_id']}:{b['device']})")
+    for side, dev in zip("ab", devs):
+        line = partial_note(dev.extra)
+        if line:
+            print(f"note ({side}): {line}")
     print(f"peak requested {a['peak_requested']:,} -> {b['peak_requested']:,} ({d['delta_requested']:+,})")
     print(f"peak reserved  {a['peak_reserved']:,} -> {b['peak_reserved']:,} "
           f"({d['reserved']['delta_peak_reserved']:+,})")

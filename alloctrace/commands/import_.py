@@ -7,14 +7,15 @@ import sys
 
 from alloctrace.allocator.profiles import names as profile_names
 
-from ._common import add_store_arg, examples, open_store_from, traces_table
+from ._common import add_store_arg, add_tag_arg, examples, open_store_from, tags_from, traces_table
 
 
 EXAMPLES = examples(
     'alloctrace import run.log --store ./store --name "my run"   # a ggml log with AT_PRINTF lines',
     'alloctrace import snapshot.pickle.gz --store ./store   # a PyTorch memory snapshot',
     'alloctrace import cut.log.zst --salvage --store ./store   # keep the graphs of a cut file',
-    'alloctrace import snapshots/ --name ddp --store ./store   # per-rank snapshots: one trace, a device per rank')
+    'alloctrace import snapshots/ --name ddp --store ./store   # per-rank snapshots: one trace, a device per rank',
+    'alloctrace import run.atrec --tag commit=abc123 --tag config=fa-on   # tags for compare and history')
 
 
 def register(subparsers):
@@ -30,6 +31,7 @@ def register(subparsers):
     p.add_argument("--name", help="trace name (default: the file name)")
     p.add_argument("--generation", metavar="G",
                    help=f"allocator generation of a ggml log, overriding detection: {profile_names()}")
+    add_tag_arg(p)
     p.add_argument("--json", action="store_true", help="print the imported traces as JSON")
     p.add_argument("--max-decompressed", metavar="BYTES",
                    help="refuse a file that decompresses to more than this (e.g. 512M; default 2G, "
@@ -52,6 +54,7 @@ def run(args) -> int:
     from alloctrace.traces.sources.ggml_log.import_log import check_generation
 
     check_generation(args.generation)
+    tags = tags_from(args)
     limits = Limits.from_env(
         max_decompressed=None if args.max_decompressed is None else int(parse_amount(args.max_decompressed,
                                                                                       "--max-decompressed")),
@@ -61,10 +64,10 @@ def run(args) -> int:
     if args.ranks or any(os.path.isdir(p) for p in args.paths):
         from alloctrace.traces.torch.ranks import import_ranks
 
-        summaries = import_ranks(store, args.paths, name=args.name, limits=limits)
+        summaries = import_ranks(store, args.paths, name=args.name, limits=limits, tags=tags)
     else:
         summaries = import_files(store, args.paths, name=args.name, generation=args.generation,
-                                 progress=sys.stderr.isatty(), limits=limits)
+                                 progress=sys.stderr.isatty(), limits=limits, tags=tags)
     for s in summaries:
         if s.get("generation_note"):
             print(f"alloctrace: {s['name']}: {s['generation_note']}", file=sys.stderr)

@@ -15,14 +15,17 @@ EXAMPLES = examples(
 def register(subparsers):
     p = subparsers.add_parser("list", help="list stored traces", description="List stored traces, newest first.")
     add_store_arg(p)
-    p.add_argument("-q", metavar="TEXT", dest="q", help="only traces whose name contains TEXT")
+    p.add_argument("-q", metavar="TEXT", dest="q",
+                   help="only traces whose name contains TEXT; KEY=VALUE words: only traces with all those tags")
+    p.add_argument("--tag", metavar="KEY=VALUE", action="append", default=[], dest="tags",
+                   help="only traces with this tag (repeatable)")
     p.add_argument("--json", action="store_true", help="print the traces as JSON")
     p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    summaries = open_store_from(args).list(args.q)
+    summaries = open_store_from(args).list(args.q, args.tags)
     if args.json:
         print(json.dumps({"traces": summaries}, indent=1))
     else:

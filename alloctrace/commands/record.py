@@ -11,7 +11,7 @@ from pathlib import Path
 
 from alloctrace.traces.errors import UserError
 
-from ._common import add_store_arg, examples, open_store_from, traces_table
+from ._common import add_store_arg, add_tag_arg, examples, open_store_from, tags_from, traces_table
 
 
 EXAMPLES = examples(
@@ -21,7 +21,8 @@ EXAMPLES = examples(
     'alloctrace record --store ./store -- python train.py --epochs 1   # PyTorch: CUDA memory from import torch',
     'alloctrace record --torch --stacks all -- ./train.sh   # a wrapper that starts Python; C++ frames too',
     'alloctrace record --name ddp -- torchrun --nproc_per_node 2 train.py   # one trace, a device per rank',
-    'alloctrace record -o snap.pickle -- python train.py   # keep the snapshot, store nothing')
+    'alloctrace record -o snap.pickle -- python train.py   # keep the snapshot, store nothing',
+    'alloctrace record --tag commit=abc123 --tag config=fa-off -- llama-completion -m m.gguf -fa off -n 1')
 
 NO_TORCH = ("no CUDA memory was recorded: the program never imported torch, CUDA was not available to it, or it "
             "allocated nothing on the GPU")
@@ -40,9 +41,10 @@ def register(subparsers):
                     "that used CUDA writes one (torchrun: one per rank, stored as one trace with a device per "
                     "rank). A Python program gets both recorders unless --torch or --ggml picks one. The "
                     "program's output passes through and its exit status is returned.",
-        usage="%(prog)s [--store DIR] [--name NAME] [-o FILE] [--torch | --ggml] [--stacks python|all] "
+        usage="%(prog)s [--store DIR|URL] [--name NAME] [--tag KEY=VALUE ...] [-o FILE] [--torch | --ggml] [--stacks python|all] "
               "[--max-entries N] [--ggml-include PATH] -- PROGRAM [ARGS...]")
     add_store_arg(p)
+    add_tag_arg(p)
     p.add_argument("--name", help="trace name (default: the program's name)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write the raw recording to FILE instead of importing it (PyTorch: the snapshot pickle; "
@@ -73,6 +75,10 @@ def run(args) -> int:
         raise UserError("record: name the program to run, after --")
     if args.max_entries < 1:
         raise UserError("--max-entries must be at least 1")
+    tags = tags_from(args)
+    if tags and args.output:
+        raise UserError("record: --tag labels stored traces; with -o nothing is stored (give the tags to "
+                        "`alloctrace import --tag` of the recording)")
     torch = args.torch or (not args.ggml and is_python_program(command))
     ggml = not args.torch
     library = None
@@ -105,9 +111,9 @@ def run(args) -> int:
             return result.exit_status
         name = args.name or program_name(command)
         store = open_store_from(args)
-        ids = import_into_store(store, result.recordings, name) if result.recordings else []
+        ids = import_into_store(store, result.recordings, name, tags) if result.recordings else []
         if snaps:
-            ids += import_snapshots(store, [s.path for s in snaps], name)
+            ids += import_snapshots(store, [s.path for s in snaps], name, tags)
     print(traces_table([store.summary(t) for t in ids]), file=sys.stderr)
     return result.exit_status
 
@@ -120,20 +126,20 @@ def program_name(command: list[str]) -> str:
     return os.path.basename(words[0])
 
 
-def import_into_store(store, recordings: list[Path], name: str) -> list[str]:
+def import_into_store(store, recordings: list[Path], name: str, tags=()) -> list[str]:
     """Each recording file into the store, through the one import entry point (all or nothing)."""
     from alloctrace.traces.sources import import_files
 
-    return [s["id"] for s in import_files(store, recordings, name=name, progress=sys.stderr.isatty())]
+    return [s["id"] for s in import_files(store, recordings, name=name, progress=sys.stderr.isatty(), tags=tags)]
 
 
-def import_snapshots(store, paths: list[Path], name: str) -> list[str]:
+def import_snapshots(store, paths: list[Path], name: str, tags=()) -> list[str]:
     """One process's snapshot as a trace; several (ranks, workers) as one trace with a device each."""
     from alloctrace.traces.torch.ranks import import_ranks
 
     if len(paths) == 1:
-        return import_into_store(store, paths, name)
-    return [s["id"] for s in import_ranks(store, paths, name=name)]
+        return import_into_store(store, paths, name, tags)
+    return [s["id"] for s in import_ranks(store, paths, name=name, tags=tags)]
 
 
 def _write_snapshots(paths: list[Path], out: Path):

@@ -16,6 +16,13 @@ from alloctrace.traces.errors import UserError
 from ._common import examples
 
 TOKEN_ENV = "ALLOCTRACE_TOKEN"
+READ_TOKENS_ENV = "ALLOCTRACE_READ_TOKENS"
+MAX_WORKERS = 64
+EXAMPLES = """examples:
+  alloctrace serve                                    # the default store, http://127.0.0.1:8000/
+  alloctrace serve --store postgresql://alloc@db:5432/traces --workers 4 --host 0.0.0.0 \\
+      --token auto --read-token "$DASHBOARD_TOKEN"     # a shared server for a team and its CI
+  alloctrace serve --examples --open                  # seed an empty store with example traces"""
 
 
 EXAMPLES = examples(
@@ -25,15 +32,25 @@ EXAMPLES = examples(
 
 
 def register(subparsers):
+    import argparse
+
     p = subparsers.add_parser("serve", help="run the dashboard and HTTP API",
-                              description="Serve the dashboard and the JSON API (/api, docs at /docs).")
-    p.add_argument("--store", metavar="DIR", help="store directory (default: $ALLOCTRACE_STORE or the user data dir)")
+                              description="Serve the dashboard and the JSON API (/api, docs at /docs).",
+                              epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", metavar="DIR|URL",
+                   help="store directory or PostgreSQL URL postgresql://user@host:port/db "
+                        "(default: $ALLOCTRACE_STORE or the user data dir)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--open", action="store_true", help="open the dashboard in a browser")
     p.add_argument("--token", help=f"require this token on /api (default: ${TOKEN_ENV}); "
                                    "required when binding a non-loopback address; `auto` makes a random one; "
                                    "only A-Z a-z 0-9 _ - are allowed")
+    p.add_argument("--read-token", action="append", default=[], metavar="T", dest="read_tokens",
+                   help=f"a token that may only read (list, view, diff, compare, history), repeatable "
+                        f"(default: ${READ_TOKENS_ENV}, comma-separated); needs --token for writes")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="server processes (default 1); more than one needs a PostgreSQL store")
     p.add_argument("--examples", action="store_true", help="seed an empty store with example traces")
     p.add_argument("--max-upload-mb", type=int, default=2048, metavar="MB", help="upload size cap (default 2048)")
     p.add_argument("--max-decompressed", metavar="BYTES",
@@ -56,8 +73,16 @@ def run(args) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if token == "auto":
         token = secrets.token_urlsafe(24)
-    from alloctrace.server.app import check_token
+    from alloctrace.server.app import check_read_tokens, check_token
     check_token(token)
+    read_tokens = check_read_tokens(token, args.read_tokens or [
+        t.strip() for t in os.environ.get(READ_TOKENS_ENV, "").split(",") if t.strip()])
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UserError(f"--workers must be 1 to {MAX_WORKERS}")
+    from alloctrace.traces.store import store_url
+    if args.workers > 1 and store_url(args.store) is None:
+        raise UserError("--workers > 1 needs a PostgreSQL store (--store postgresql://user@host:port/db): "
+                        "an SQLite store is served by one process")
     if not is_loopback(args.host) and not token:
         raise UserError(f"binding {args.host} exposes the store: give --token (or set {TOKEN_ENV})")
     if not 0 < args.port < 65536:
@@ -65,8 +90,9 @@ def run(args) -> int:
     if args.max_upload_mb <= 0:
         raise UserError("--max-upload-mb must be positive")
     from alloctrace.traces.bounded_io import Limits, parse_amount
-    limits = Limits.from_env(max_decompressed=None if args.max_decompressed is None
-                             else int(parse_amount(args.max_decompressed, "--max-decompressed")))
+    max_decompressed = None if args.max_decompressed is None else int(parse_amount(args.max_decompressed,
+                                                                                     "--max-decompressed"))
+    limits = Limits.from_env(max_decompressed=max_decompressed)
     sock = bind(args.host, args.port)
     import uvicorn
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -80,8 +106,12 @@ def run(args) -> int:
         seeded = seed_examples(store)
         if seeded:
             print(f"examples: stored {len(seeded)} trace(s): {' '.join(seeded)}")
-    app = create_app(token=token, max_upload_bytes=args.max_upload_mb * 1024 * 1024, store=store,
-                     hosts=allowed_hosts(args.host), limits=limits)
+    hosts = allowed_hosts(args.host)
+    if args.workers == 1:
+        app = create_app(token=token, max_upload_bytes=args.max_upload_mb * 1024 * 1024, store=store,
+                         hosts=hosts, limits=limits, read_tokens=read_tokens)
+    else:
+        store.close()  # each worker opens its own
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}/"
     if token:
@@ -93,17 +123,22 @@ def run(args) -> int:
         else:
             print(f"alloctrace: no display to open a browser on; open {url} in a browser", flush=True)
     files = _raise_file_limit()
-    handler = logging.StreamHandler()  # refusals, disconnects, exhausted resources: one line each
-    handler.setFormatter(logging.Formatter("alloctrace: %(levelname)s: %(message)s"))
-    server_log = logging.getLogger("alloctrace.server")
-    server_log.addHandler(handler)
-    server_log.setLevel(logging.WARNING)
-    server_log.propagate = False
-    # connections beyond what the file table can hold get a 503, never a 500
+    limit_concurrency = max(8, files - 32)  # connections beyond what the file table holds get a 503, never a 500
+    from alloctrace.server.workers import one_line_logging, run_workers
+    one_line_logging()
+    if args.workers > 1:
+        settings = {"store": store_url(args.store), "token": token, "read_tokens": list(read_tokens),
+                    "max_upload_bytes": args.max_upload_mb * 1024 * 1024, "max_decompressed": max_decompressed,
+                    "hosts": None if hosts is None else sorted(hosts)}
+        try:
+            run_workers(settings, sock, args.workers, max(8, limit_concurrency // args.workers))
+        finally:
+            sock.close()
+        return 0
     # no access log: at this log level it would print nothing, yet build each request's line first
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30,
                                            http=slow_client_protocol(AutoHTTPProtocol),
-                                           limit_concurrency=max(8, files - 32)))
+                                           limit_concurrency=limit_concurrency))
     try:
         server.run(sockets=[sock])
     finally:

@@ -18,7 +18,9 @@ EXAMPLES = examples(
     "alloctrace sweep --vary=-ub=128,512 -j 2 --json -- llama-completion -m model.gguf -p hi -n 1 -fit off -v",
     "alloctrace sweep --preset llama-7b --profile ggml-2023-08-16,ggml-2023-08-28 --n-ctx 512,1024,2048"
     "   # replay a built-in preset",
-    "alloctrace sweep --preset gpt2-117m --profile ggml-head --n-batch 8,64,512 --json")
+    "alloctrace sweep --preset gpt2-117m --profile ggml-head --n-batch 8,64,512 --json",
+    "alloctrace sweep --vary=-fa=on,off --tag commit=$(git rev-parse --short HEAD) -- llama-completion -m m.gguf -v"
+    "   # tagged points for `alloctrace compare`")
 
 
 def register(subparsers):
@@ -52,6 +54,9 @@ def register(subparsers):
     p.add_argument("--n-batch", metavar="N[,N...]", help="with --preset: batch sizes (default: the program's)")
     p.add_argument("--metal-concurrency", action="store_true", help="Metal's concurrency order, as in `replay`")
     p.add_argument("--json", action="store_true", help="print the points as JSON")
+    p.add_argument("--tag", metavar="KEY=VALUE", action="append", default=[], dest="tags",
+                   help="tag every point's trace (repeatable), e.g. --tag commit=abc123; with --preset the points "
+                        "are then stored too, each tagged config=PROFILE/cN_CTX/bN_BATCH")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS...]")
     p.set_defaults(func=run)
 
@@ -72,10 +77,39 @@ def run(args) -> int:
     if not profiles:
         raise UserError("--profile wants at least one profile name")
     n_ctx, n_batch = parse_values(args.n_ctx, "--n-ctx"), parse_values(args.n_batch, "--n-batch")
+    from alloctrace.traces.regress.tags import parse_tags
+    tags = parse_tags(args.tags)
     with _progress() as advance:
         out = sweep(args.preset, profiles, n_ctx, n_batch, args.metal_concurrency, progress=advance)
+    if tags:
+        store_points(out, args, tags)
     print(json.dumps(out, indent=1) if args.json else safe_lines(report_lines(out)))  # names are data: escaped
     return 0
+
+
+def store_points(out: dict, args, tags: list[str]):
+    """Each preset point that replayed, stored as its trace (both graphs) with `tags` and its config; the trace
+    id goes into the point (`trace_id`). All or nothing: a failure removes the points stored before it."""
+    from alloctrace.traces.replay_run import replay, store_result
+
+    from ._common import open_store_from
+
+    store, done = open_store_from(args), []
+    try:
+        for q in out["points"]:
+            if q["error"]:
+                continue
+            r = replay(q["preset"], q["profile"], n_ctx=q["n_ctx"], n_batch=q["n_batch"],
+                       metal_concurrency=args.metal_concurrency)
+            config = f"config={q['profile']}/c{q['n_ctx']}/b{q['n_batch']}"
+            q["trace_id"] = store_result(r, store, [*tags, config])
+            done.append(q["trace_id"])
+    except BaseException:
+        for tid in done:
+            store.delete(tid)
+        raise
+    finally:
+        store.close()
 
 
 def run_program(args, command: list[str]) -> int:
@@ -90,13 +124,15 @@ def run_program(args, command: list[str]) -> int:
         raise UserError("sweep: name the program to run, after --")
     if args.jobs is not None and not 1 <= args.jobs <= 256:
         raise UserError(f"-j wants 1 to 256 programs at once, got {args.jobs}")
+    from alloctrace.traces.regress.tags import parse_tags
+    tags = parse_tags(args.tags)
     varies = [parse_vary(v) for v in args.vary]
     total = len(combinations(varies))
     store = open_store_from(args)
     library = recorder_library()
     with _progress("recording points") as advance:
         sid, points = run_points(store, command, varies, library, jobs=args.jobs, name=args.name,
-                                 progress=lambda done, n, p: advance(done, n, p))
+                                 progress=lambda done, n, p: advance(done, n, p), tags=tags)
     out = sweep_json(store, sid, [[v.flag, list(v.values)] for v in varies], points)
     print(json.dumps(out, indent=1) if args.json else safe_lines(program_lines(out)))
     assert total == len(points)

@@ -50,13 +50,14 @@ def source_for(head: bytes) -> Source:
 
 
 def read_file(src, *, name: str | None = None, filename: str | None = None, limits: Limits | None = None,
-              progress: bool = False, **options) -> list[ImportedTrace]:
+              progress: bool = False, tags=(), **options) -> list[ImportedTrace]:
     """Read one input (a path or a binary stream) completely into its stored form, within the
     caps of `limits` (decompressed bytes, CPU time, graphs and stored bytes per input byte,
     cancel), before any store lock is taken: encoded graphs are compact.
 
     `filename` is what messages and metadata call the input (default: the path's name);
-    `options` go to the source when its `read` takes them (e.g. `generation` for ggml logs)."""
+    `options` go to the source when its `read` takes them (e.g. `generation` for ggml logs);
+    `tags` (`key=value` strings, regress/tags.py) are added to every trace read."""
     limits = limits or Limits.from_env()
     named = src if isinstance(src, (str, Path)) else getattr(src, "name", None)
     label = filename or (Path(named).name if isinstance(named, (str, Path)) else "input")
@@ -75,6 +76,10 @@ def read_file(src, *, name: str | None = None, filename: str | None = None, limi
         if reader.truncated:  # salvaged: what a cut compressed file held
             for t in traces:
                 t.meta.extra = {**t.meta.extra, "truncated": True}
+    if tags:
+        from alloctrace.traces.regress.tags import with_tags
+        for t in traces:
+            t.meta.tags = with_tags(t.meta.tags, tags)
     return traces
 
 

@@ -18,6 +18,7 @@ from alloctrace.traces.errors import UserError
 SNAPSHOT_SUFFIXES = (".pickle", ".pickle.gz", ".pickle.zst", ".pickle.xz", ".pkl", ".pkl.gz")
 RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
 MAX_RANKS = 4096
+SIDECAR_MAX = 64 * 1024
 
 
 def snapshot_files(directory: Path) -> list[Path]:
@@ -34,10 +35,11 @@ def rank_of(path: Path, position: int) -> int:
     """The recorder's sidecar `rank`, else `rank<N>` in the name, else the file's position."""
     stem = path.name.split(".pickle")[0].split(".pkl")[0]
     try:
-        facts = json.loads(path.with_name(stem + ".json").read_text())
+        with open(path.with_name(stem + ".json"), "rb") as f:
+            facts = json.loads(f.read(SIDECAR_MAX))  # the recorder's is ~200 bytes; anything longer is not it
         if isinstance(facts, dict) and isinstance(facts.get("rank"), int):
             return facts["rank"]
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnicodeDecodeError):
         pass
     m = RANK_IN_NAME.search(path.name)
     return int(m.group(1)) if m else position
@@ -75,8 +77,9 @@ def read_ranks(paths: list[Path], *, name: str | None = None, limits=None):
     return type(t)(meta=meta, graphs=graphs, report={"devices": report, "ranks": len(ranked)})
 
 
-def import_ranks(store, paths, *, name: str | None = None, limits=None) -> list[dict]:
-    """Read every rank, then store the one trace (one transaction): its summary, as `import_files` answers."""
+def import_ranks(store, paths, *, name: str | None = None, limits=None, tags=()) -> list[dict]:
+    """Read every rank, then store the one trace (one transaction): its summary, as `import_files` answers;
+    `tags` (key=value) are added to the trace's own."""
     from alloctrace.traces.logio import check_path
     from alloctrace.traces.sources import store_traces
 
@@ -85,7 +88,11 @@ def import_ranks(store, paths, *, name: str | None = None, limits=None) -> list[
         files += snapshot_files(p) if p.is_dir() else [check_path(p)]
     if not files:
         raise UserError("no snapshot files to import")
-    return store_traces(store, [read_ranks(files, name=name, limits=limits)])
+    trace = read_ranks(files, name=name, limits=limits)
+    if tags:
+        from alloctrace.traces.regress.tags import with_tags
+        trace.meta.tags = with_tags(trace.meta.tags, tags)
+    return store_traces(store, [trace])
 
 
 # --- the ranks side by side -----------------------------------------------------------------------------

@@ -83,16 +83,10 @@ def device_tables(store, trace_id: str, device: int) -> tuple[dict[str, np.ndarr
     return cols, table, json.loads(row[7])
 
 
-def _extras(store, tid: str) -> dict[int, dict]:
-    with store._lock:
-        rows = store.db.execute("SELECT idx, extra FROM graphs WHERE trace_id=?", (tid,)).fetchall()
-    return {idx: json.loads(extra) for idx, extra in rows}
-
-
 def torch_summary(store, trace_id: str) -> dict:
     """The `import --json` shape of one stored torch trace."""
     s = store.summary(trace_id)
-    extras = _extras(store, s["id"])
+    extras = store.graph_extras(s["id"])
     devices = []
     for g in s["graphs"]:
         oom = g["oom"]

@@ -1,0 +1,166 @@
+"""The shared store against the local one: import and list on PostgreSQL and SQLite, and requests per second
+with 1, 2 and 4 server workers over PostgreSQL.
+
+Imports the same real files into an SQLite store and a PostgreSQL database (a throwaway cluster made with
+initdb/pg_ctl, or $ALLOCTRACE_TEST_PG), then lists them; figures are PostgreSQL's time as a ratio to SQLite's
+in the same run. Then `alloctrace serve --workers N` over the PostgreSQL store, driven by --clients clients
+(fresh connections) asking for trace summaries, a tag's list and memory-map windows of 6 traces: --warmup
+seconds unmeasured (workers start, caches fill), then --seconds measured; figures are ratios to 1 worker.
+
+    python bench/bench_team.py [--copies 20] [--clients 50] [--seconds 10] [--warmup 5] [--workers 1,2,4]
+                               [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+from figures import Figure, add_option, write  # noqa: E402
+FILES = [ROOT / "tests" / "data" / "explain" / "llama-tiny_c512_ub64.head.AT.log.gz",
+         ROOT / "tests" / "data" / "compare" / "tiny-llama-fa-off.atrec.gz",
+         ROOT / "tests" / "data" / "explain" / "gpt-2_tiny_long.2023-08-28.AT+DEBUG.log.gz"]
+
+
+def timed(fn, repeat: int = 1) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def import_and_list(ref: str, copies: int) -> dict:
+    from alloctrace.traces.sources import read_file, store_traces
+    from alloctrace.traces.store import open_store
+
+    store = open_store(ref)
+    read = [t for f in FILES for t in read_file(f)]  # parsed once: the store's share is what is measured
+
+    def add():
+        for k in range(copies):
+            for t in read:
+                t.meta.tags = [f"copy={k}"]
+                store_traces(store, [t])
+    out = {"import_s": timed(add)}
+    out["list_s"] = timed(lambda: store.list(), repeat=5)
+    out["list_tag_s"] = timed(lambda: store.list(tags=["copy=3"]), repeat=5)
+    out["traces"] = len(store.trace_ids())
+    store.close()
+    return out
+
+
+async def load(url: str, clients: int, seconds: float, ids: list[str]) -> float:
+    """Requests per second from `clients` clients, each on fresh connections (spread over the workers)."""
+    done = 0
+    deadline = time.monotonic() + seconds
+    limits = httpx.Limits(max_keepalive_connections=0)
+
+    async def client(k: int):
+        nonlocal done
+        rng = random.Random(k)
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+            while time.monotonic() < deadline:
+                tid = rng.choice(ids)
+                path = rng.choice([f"/api/traces/{tid}", "/api/traces?tag=copy=1",
+                                   f"/api/traces/{tid}/graphs/0/memory-map?max_shapes=500"])
+                r = await c.get(path)
+                if r.status_code != 200:
+                    raise RuntimeError(f"{path}: {r.status_code} {r.text[:200]}")
+                done += 1
+    t0 = time.monotonic()
+    await asyncio.gather(*(client(k) for k in range(clients)))
+    return done / (time.monotonic() - t0)
+
+
+def serve(ref: str, workers: int) -> tuple[subprocess.Popen, str]:
+    from pgcluster import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "alloctrace", "serve", "--store", ref, "--port", str(port),
+                             "--workers", str(workers)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(url + "/api/presets", timeout=5).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(proc.stderr.read().decode()[-2000:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--copies", type=int, default=20, help="times each file is stored")
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--seconds", type=float, default=10, help="load time per worker count")
+    ap.add_argument("--warmup", type=float, default=5, help="unmeasured load first, per worker count")
+    ap.add_argument("--workers", default="1,2,4")
+    add_option(ap)
+    args = ap.parse_args()
+    from pgcluster import Cluster, drop_database, new_database, pg_bin
+
+    cluster = None
+    admin = os.environ.get("ALLOCTRACE_TEST_PG")
+    if not admin:
+        cluster = Cluster(pg_bin())
+        admin = cluster.start()
+    results: dict = {"cores": os.cpu_count()}
+    try:
+        url = new_database(admin)
+        with tempfile.TemporaryDirectory() as tmp:
+            lite = import_and_list(str(Path(tmp) / "s"), args.copies)
+        pg = import_and_list(url, args.copies)
+        results["sqlite"], results["postgresql"] = lite, pg
+        for k in ("import_s", "list_s", "list_tag_s"):
+            results[f"{k} ratio pg/sqlite"] = round(pg[k] / lite[k], 2)
+        from alloctrace.traces.store import open_store
+        s = open_store(url)
+        ids = sorted(s.trace_ids())[:6]  # a working set the per-worker caches hold (8 graphs)
+        s.close()
+        for n in (int(w) for w in args.workers.split(",")):
+            proc, base = serve(url, n)
+            try:
+                asyncio.run(load(base, args.clients, args.warmup, ids))  # every worker started, its caches warm
+                results[f"rps {n} workers"] = round(asyncio.run(load(base, args.clients, args.seconds, ids)), 1)
+            finally:
+                os.killpg(proc.pid, signal.SIGINT)
+                proc.wait(30)
+        w = [int(x) for x in args.workers.split(",")]
+        for n in w[1:]:
+            ratio = results[f"rps {n} workers"] / results[f"rps {w[0]} workers"]
+            results[f"rps ratio {n}/{w[0]} workers"] = round(ratio, 2)
+        drop_database(admin, url)
+    finally:
+        if cluster:
+            cluster.stop()
+    print(json.dumps(results, indent=1))
+    lite, pg = results["sqlite"], results["postgresql"]
+    figures = [Figure(f"PostgreSQL store: {what}, ratio to SQLite", results[f"{k} ratio pg/sqlite"], "x",
+                      baseline=f"SQLite {lite[k]:.3f} s")
+               for k, what in (("import_s", f"import {pg['traces']} traces"), ("list_s", "list"),
+                               ("list_tag_s", "list by tag"))]
+    w = [int(x) for x in args.workers.split(",")]
+    figures += [Figure(f"serve --workers {n} over PostgreSQL, {args.clients} clients: requests/s, ratio to {w[0]}",
+                       results[f"rps ratio {n}/{w[0]} workers"], "x",
+                       baseline=f"{results[f'rps {w[0]} workers']} requests/s with {w[0]}") for n in w[1:]]
+    write(args.json, figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The API behind the history page and `compare`: buffers per commit, and two commits compared."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from alloctrace.server.api import ctx
+from alloctrace.traces.errors import UserError
+
+router = APIRouter(prefix="/api")
+Tag = Annotated[list[str], Query(max_length=300, description="key=value; repeat: all must match")]
+
+
+def _few(tags: list[str]) -> list[str]:
+    if len(tags) > 16:
+        raise UserError("at most 16 tags per side")
+    return tags
+
+
+@router.get("/compare", summary="Buffers of two commits' traces, paired by their other tags")
+def get_compare(request: Request, base: Tag, head: Tag,
+                threshold: Annotated[str, Query(max_length=40, description="bytes (1MiB) or percent (1%)")] = "0",
+                tag: Tag = [],
+                format: Annotated[str, Query(pattern="^(json|markdown)$")] = "json"):
+    """`alloctrace compare --json` (or `--markdown`, with the header X-Alloctrace-Grew: true|false);
+    `tag` narrows both sides (e.g. model=llama)."""
+    from alloctrace.traces.regress.compare import compare
+    extra = _few(tag)
+    result = ctx(request).call(lambda s: compare(s, _few(base) + extra, _few(head) + extra, threshold))
+    if format == "markdown":
+        from alloctrace.traces.regress.compare_report import markdown
+        return Response(markdown(result), media_type="text/markdown; charset=utf-8",
+                        headers={"X-Alloctrace-Grew": "true" if result.failed else "false"})
+    return JSONResponse(result.to_json(), headers={"X-Alloctrace-Grew": "true" if result.failed else "false"})
+
+
+@router.get("/history", summary="Buffer size per commit, one line per config and buffer (paged over commits)")
+def get_history(request: Request, tag: Tag = [],
+                key: Annotated[str, Query(max_length=64, description="the tag key of the x axis")] = "commit",
+                offset: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=500)] = 50):
+    from alloctrace.traces.regress.history import history
+    return JSONResponse(ctx(request).call(lambda s: history(s, _few(tag), key, offset, limit)))
+
+
+@router.get("/tags", summary="Every key=value tag in the store, with how many traces carry it")
+def get_tags(request: Request):
+    from alloctrace.traces.regress.tags import as_dict
+    counts: dict[str, dict[str, int]] = {}
+    for s in ctx(request).call(lambda st: st.list()):
+        for k, v in as_dict(s["tags"]).items():
+            counts.setdefault(k, {})
+            counts[k][v] = counts[k].get(v, 0) + 1
+    return {"tags": {k: dict(sorted(v.items())) for k, v in sorted(counts.items())}}
