@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 
-from alloctrace.traces.export import export_chunks
+from alloctrace.traces.export.ggml import export_chunks
 from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store import open_store
 from test_diff_terminal import on_a_terminal

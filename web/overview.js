@@ -9,7 +9,8 @@ import { byteTicks, plotText } from "./memmap.js";
 export const LONG_RUN = 12;
 
 const graphHref = (id, g) => `/traces/${enc(id)}?g=${g}`;
-const graphText = (x) => `${x.index} · ${x.role ?? ""}${x.oom ? " · OOM" : ""}${x.complete === false ? " · incomplete" : ""}`;
+const graphText = (x) => `${x.index} · ${x.role ?? ""}${x.oom ? " · OOM" : ""}${x.complete === false ? " · incomplete" : ""}` +
+  `${x.consistent === false ? " · inconsistent" : ""}`;
 
 /** The graph picker: a button per graph for a short run; for a long one, previous / a list / next. */
 export function graphPicker(t, gs) {

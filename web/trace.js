@@ -10,6 +10,7 @@ import { oomCard } from "./cards.js";
 import { peakPanel } from "./peak.js";
 import { graphPicker, runOverview, LONG_RUN } from "./overview.js";
 import { errorPage, problem, isTraceId } from "./errors.js";
+import { consistencyBadge, showMismatches } from "./consistency.js";
 
 topNav("trace");
 const id = decodeURIComponent(location.pathname.replace(/^\/traces\//, "").replace(/\/$/, ""));
@@ -55,6 +56,7 @@ function header(t, gs) {
     fact("high water (this graph)", el("span", { id: "high-water" }, "…")),
     fact("allocator max_size", el("span", { id: "max-size", title: "ggml's max_size; in 2023 generations a running maximum over every graph the allocator measured" }, gs.max_size === null ? "–" : exactEl(gs.max_size))),
     fact("buffer", gs.buffer_size === null ? "–" : exactEl(gs.buffer_size)),
+    fact("consistent", el("span", { id: "consistent" }, consistencyBadge(gs))),
     ...(gs.complete === false ? [fact("complete", el("span", { class: "badge oom incomplete" }, "no: the log ends inside this walk"))] : []));
   $("exports").append("Download: ",
     el("a", { href: url.export(t.id, "chrome"), download: `trace-${t.id}.chrome.json`, id: "export-chrome", title: "open it in Perfetto (ui.perfetto.dev) or chrome://tracing" }, "Chrome trace (Perfetto)"),
@@ -89,6 +91,7 @@ async function main() {
   const ref = { id: t.id, g: gs.index };
   if (gParam !== gs.index) setUrlParams({ g: gs.index });
   header(t, gs);
+  showMismatches($("mismatches"), ref, gs);
 
   let map = null;
   const table = new EventTable($("events"), ref, { onSelect: (i) => pickEvent(i) });

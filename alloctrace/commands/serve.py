@@ -37,8 +37,9 @@ def register(subparsers):
     p = subparsers.add_parser("serve", help="run the dashboard and HTTP API",
                               description="Serve the dashboard and the JSON API (/api, docs at /docs).",
                               epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", metavar="DIR|URL", help="store directory or PostgreSQL URL postgresql://user@host:port/db "
-                                                      "(default: $ALLOCTRACE_STORE or the user data dir)")
+    p.add_argument("--store", metavar="DIR|URL",
+                   help="store directory or PostgreSQL URL postgresql://user@host:port/db "
+                        "(default: $ALLOCTRACE_STORE or the user data dir)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--open", action="store_true", help="open the dashboard in a browser")
@@ -78,7 +79,7 @@ def run(args) -> int:
         t.strip() for t in os.environ.get(READ_TOKENS_ENV, "").split(",") if t.strip()])
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UserError(f"--workers must be 1 to {MAX_WORKERS}")
-    from alloctrace.traces.store import store_url
+    from alloctrace.traces.store.store import store_url
     if args.workers > 1 and store_url(args.store) is None:
         raise UserError("--workers > 1 needs a PostgreSQL store (--store postgresql://user@host:port/db): "
                         "an SQLite store is served by one process")
@@ -88,7 +89,7 @@ def run(args) -> int:
         raise UserError(f"bad port {args.port}")
     if args.max_upload_mb <= 0:
         raise UserError("--max-upload-mb must be positive")
-    from alloctrace.traces.bounded_io import Limits, parse_amount
+    from alloctrace.traces.sources.bounded_io import Limits, parse_amount
     max_decompressed = None if args.max_decompressed is None else int(parse_amount(args.max_decompressed,
                                                                                      "--max-decompressed"))
     limits = Limits.from_env(max_decompressed=max_decompressed)
@@ -98,7 +99,7 @@ def run(args) -> int:
 
     from alloctrace.server.app import create_app
     from alloctrace.server.guard import allowed_hosts, slow_client_protocol
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
     store = open_store(args.store)
     if args.examples:
         from alloctrace.server.examples import seed_examples
