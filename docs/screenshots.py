@@ -31,7 +31,7 @@ CHROMIUM = "/usr/bin/chromium"
 def build_store(path: Path) -> dict:
     """The example store; the ids of its traces by role."""
     from alloctrace.traces import import_paths
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
 
     store = open_store(path)
     try:

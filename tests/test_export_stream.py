@@ -12,7 +12,7 @@ import pytest
 
 from alloctrace.traces.export.ggml import export_chunks
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 from test_diff_terminal import on_a_terminal
 
 PHASES = {"X", "C", "M"}  # what the exporter writes; the checks below are the format's rules for each

@@ -11,7 +11,7 @@ import pytest
 
 from alloctrace.server.app import PAGES
 from alloctrace.traces import import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 from conftest import live_server
 from test_export_stream import check_trace_event_format
 
