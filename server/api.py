@@ -32,6 +32,7 @@ from alloctrace.server.mapjson import memory_map_json
 from alloctrace.traces.textsafe import safe
 from alloctrace.traces.bounded_io import Cancelled
 from alloctrace.traces.records import TraceList, TraceSummary
+from alloctrace.traces.store import NotFound
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,6})?$"
@@ -214,6 +215,22 @@ def get_export(request: Request, trace_id: TraceId,
     media, suffix = EXPORT_TYPES[format]
     return StreamingResponse(chunks(), media_type=media, headers={
         "Content-Length": str(size), "Content-Disposition": f'attachment; filename="trace-{trace_id}.{suffix}"'})
+
+
+@router.get("/traces/{trace_id}/graphs/{g}/consistency",
+            summary="Whether the model reproduced this graph, and the placements it got wrong")
+def get_consistency(request: Request, trace_id: TraceId, g: GraphIndex):
+    def answer(s):
+        graph = next((x for x in s.summary(trace_id)["graphs"] if x["index"] == g), None)
+        if graph is None:
+            raise NotFound(f"trace {trace_id} has no graph {g}")
+        extra = s.graph_extra(trace_id, g)
+        return {"consistent": graph["consistent"], "n_mismatches": extra.get("n_mismatches"),
+                "mismatches": extra.get("mismatches", []), "offsets": extra.get("offset_mismatches", []),
+                "plan_checked": extra.get("plan_checked"), "placements": extra.get("placements"),
+                "map_from": extra.get("map_from", "model"),
+                "buffer_types": [b.get("name") for b in extra.get("buffer_types", [])]}
+    return JSONResponse(ctx(request).call(answer))
 
 
 @router.get("/traces/{trace_id}/graphs/{g}/peak", summary="What is live at a graph's high-water mark, by family")

@@ -88,7 +88,9 @@ def test_derived_rows_are_kept_once(store_ref):
     store = open_store(store_ref)
     tid = store.add_trace(*_trace(n=400, graphs=1))
     assert store.saved_states(tid, 0) is None  # short graph: none stored with it
-    rows = list(checkpoint_rows([{"n": 100, "free": []}], lambda b: __import__("zstandard").ZstdCompressor().compress(b)))
+    import zstandard
+
+    rows = list(checkpoint_rows([{"n": 100, "free": []}], zstandard.ZstdCompressor().compress))
     assert store.add_state_checkpoints(tid, 0, rows) is True
     assert store.add_state_checkpoints(tid, 0, rows) is False  # kept already
     saved = store.saved_states(tid, 0)
@@ -145,8 +147,10 @@ def _cli_session(ref: str, capsys) -> list[str]:
         out.append(f"{' '.join(argv[:1])} -> {code}\n{text}")
         return text
 
-    ids = [t["id"] for t in json.loads(run("import", str(UB8), "--json", "--tag", "commit=a", "--tag", "config=c"))["traces"]]
-    ids += [t["id"] for t in json.loads(run("import", str(UB64), "--json", "--tag", "commit=b", "--tag", "config=c"))["traces"]]
+    ids = []
+    for path, commit in ((UB8, "commit=a"), (UB64, "commit=b")):
+        ids += [t["id"] for t in json.loads(run("import", str(path), "--json", "--tag", commit, "--tag",
+                                                "config=c"))["traces"]]
     ids += [t["id"] for t in json.loads(run("import", str(SNAPSHOT), "--json"))["traces"]]
     run("list")
     run("list", "-q", "commit=b")

@@ -192,6 +192,20 @@ export async function replay(request) {
     measure: r.measure || {}, eval: r.eval || {}, firstDivergence: r.first_divergence || null, reused: !!body.reused };
 }
 
+/**
+ * Whether the model reproduced a graph (a recording's placements and sizes, a log's choices), and where not:
+ * {consistent (null: not checked), n_mismatches, mismatches: [text], offsets: [{tensor, model_offset,
+ * real_offset, buffer, chunk, graph?}] (null offset: that side placed none; graph: the eval that used this
+ * reserve's plan), plan_checked, placements, map_from ("model" or "recorded placements"), buffer_types: [name]}.
+ */
+export async function consistency(id, g) {
+  const c = await call(`${url.graph(id, g)}/consistency`);
+  return { consistent: c.consistent ?? null, n_mismatches: c.n_mismatches ?? 0, mismatches: c.mismatches || [],
+    offsets: c.offsets || [], plan_checked: c.plan_checked ?? null, placements: c.placements ?? null,
+    map_from: c.map_from || "model",
+    buffer_types: c.buffer_types || [] };
+}
+
 // --- peak and sweep (docs/explain.md) -------------------------------------------------------------------
 /**
  * What is live at a graph's high-water mark. peak: {event (null: nothing allocated), bytes, tensor,

@@ -1,6 +1,7 @@
 // Home: the stored traces, and upload by drag and drop (anywhere on the page) or file picker with progress.
 import { listTraces, deleteTrace, uploadTrace } from "./api.js";
 import { $, el, clear, bytesEl, fmtInt, topNav, showError, enc, loading, loaded, exactBytes, words } from "./common.js";
+import { traceConsistency } from "./consistency.js";
 
 topNav("home", { onStored: (stored) => { $("upload-status").textContent = storedText(stored); $("upload-name").value = ""; load(); },
   uploadName: () => $("upload-name").value.trim() || null });
@@ -47,6 +48,7 @@ function traceRow(t) {
     el("td", { class: "num" }, fmtInt(graphs.length),
       el("div", { class: "hint" }, graphs.map((g) => g.role).filter(Boolean).join(", "))),
     el("td", { class: "num" }, bytesEl(maxSize(t))),
+    el("td", { class: "consistency" }, traceConsistency(t, (g) => `/traces/${enc(t.id)}?g=${g.index}`)),
     el("td", {}, statusBadge(t), incomplete ? " " : null, incomplete),
     el("td", { class: "hint" }, t.created ? new Date(t.created).toLocaleString() : "–"),
     links,
@@ -58,7 +60,7 @@ function render() {
   const shown = traces.filter((t) => !q || t.name.toLowerCase().includes(q));
   clear(listBox);
   if (!traces.length) { listBox.append(el("p", { class: "empty" }, "No traces yet. Upload a ggml log above, or run a replay.")); return; }
-  const head = el("tr", {}, ...["Name", "Generation", "Graphs", "Max size", "Status", "Created", "Open", ""].map((h, i) =>
+  const head = el("tr", {}, ...["Name", "Generation", "Graphs", "Max size", "Consistent", "Status", "Created", "Open", ""].map((h, i) =>
     el("th", { class: i === 2 || i === 3 ? "num" : null }, h)));
   listBox.append(el("div", { class: "table-wide" }, el("table", { class: "data", id: "trace-table" }, el("thead", {}, head), el("tbody", {}, shown.map(traceRow)))));
 }

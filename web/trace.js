@@ -8,6 +8,7 @@ import { EventTable } from "./events-table.js";
 import { drawState } from "./statebar.js";
 import { oomCard } from "./cards.js";
 import { peakPanel } from "./peak.js";
+import { consistencyBadge, showMismatches } from "./consistency.js";
 
 topNav("trace");
 const id = decodeURIComponent(location.pathname.replace(/^\/traces\//, "").replace(/\/$/, ""));
@@ -53,6 +54,7 @@ function header(t, gs) {
     fact("high water (this graph)", el("span", { id: "high-water" }, "…")),
     fact("allocator max_size", el("span", { id: "max-size", title: "ggml's max_size; in 2023 generations a running maximum over every graph the allocator measured" }, gs.max_size === null ? "–" : exactEl(gs.max_size))),
     fact("buffer", gs.buffer_size === null ? "–" : exactEl(gs.buffer_size)),
+    fact("consistent", el("span", { id: "consistent" }, consistencyBadge(gs))),
     ...(gs.complete === false ? [fact("complete", el("span", { class: "badge oom incomplete" }, "no: the log ends inside this walk"))] : []));
   $("exports").append("Download: ",
     el("a", { href: url.export(t.id, "chrome"), download: `trace-${t.id}.chrome.json`, id: "export-chrome", title: "open it in Perfetto (ui.perfetto.dev) or chrome://tracing" }, "Chrome trace (Perfetto)"),
@@ -62,7 +64,7 @@ function header(t, gs) {
   bar.append(el("span", { class: "hint" }, "Graph:"));
   for (const x of t.graphs) {
     const a = el("a", { href: `/traces/${enc(t.id)}?g=${x.index}`, class: `badge ${x.index === gs.index ? "role" : "kind"}` },
-      `${x.index} · ${x.role ?? ""}${x.oom ? " · OOM" : ""}${x.complete === false ? " · incomplete" : ""}`);
+      `${x.index} · ${x.role ?? ""}${x.oom ? " · OOM" : ""}${x.complete === false ? " · incomplete" : ""}${x.consistent === false ? " · inconsistent" : ""}`);
     if (x.index === gs.index) a.setAttribute("aria-current", "page");
     bar.append(a);
   }
@@ -92,6 +94,7 @@ async function main() {
   const ref = { id: t.id, g: gs.index };
   if (gParam !== gs.index) setUrlParams({ g: gs.index });
   header(t, gs);
+  showMismatches($("mismatches"), ref, gs);
 
   let map = null;
   const table = new EventTable($("events"), ref, { onSelect: (i) => pickEvent(i) });

@@ -70,8 +70,8 @@ def register(subparsers):
                    help="order of a concurrent level's nodes in the numeric run (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed for data and shuffled orders")
     p.add_argument("--json", action="store_true", help="print hazard events as JSON lines")
-    p.add_argument("--store", metavar="DIR", default=None,
-                   help="with TRACE_ID: trace store directory (default: $ALLOCTRACE_STORE or the per-user one)")
+    p.add_argument("--store", metavar="DIR|URL", default=None,
+                   help="with TRACE_ID: trace store directory or PostgreSQL URL (default: $ALLOCTRACE_STORE or the per-user one)")
     p.epilog = EXAMPLES
     p.set_defaults(func=run)
 

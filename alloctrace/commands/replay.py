@@ -33,7 +33,8 @@ def register(subparsers):
                    help="address-space layout (default: macos-metal with --metal-concurrency, else linux)")
     p.add_argument("--hparam", action="append", default=[], metavar="KEY=VALUE",
                    help="override a hyper-parameter (repeatable), e.g. --hparam n_layer=4")
-    p.add_argument("--store", metavar="DIR", help="store both graphs as one trace in this store")
+    p.add_argument("--store", metavar="DIR|URL",
+                   help="store both graphs as one trace in this store (a directory or a PostgreSQL URL)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.epilog = EXAMPLES
     p.set_defaults(func=run)

@@ -37,8 +37,9 @@ def register(subparsers):
     p = subparsers.add_parser("serve", help="run the dashboard and HTTP API",
                               description="Serve the dashboard and the JSON API (/api, docs at /docs).",
                               epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", metavar="DIR|URL", help="store directory or PostgreSQL URL postgresql://user@host:port/db "
-                                                      "(default: $ALLOCTRACE_STORE or the user data dir)")
+    p.add_argument("--store", metavar="DIR|URL",
+                   help="store directory or PostgreSQL URL postgresql://user@host:port/db "
+                        "(default: $ALLOCTRACE_STORE or the user data dir)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--open", action="store_true", help="open the dashboard in a browser")

@@ -197,6 +197,7 @@ class Replayer:
                 problems.append(f"{what} buffer ids outside 0..{n_ids - 1}")
         replanned = None
         offsets: list[dict] = []  # placements model and ggml disagree on
+        recorded: list = []  # events made from the recorded placements (the map of a plan-reusing call)
         plan_problems = None  # this call makes a plan of its own (or none)
         if problems:
             ok = False
@@ -214,7 +215,8 @@ class Replayer:
                 self._compare_placements(m, call, by_ptr, placed, offsets)
                 problems += placed
                 if not any(e.kind == "alloc" for e in g.events):  # the plan placed them: ggml prints nothing
-                    g.events += placement_events(graph, call, by_ptr, g, m.bufts, index)
+                    recorded = placement_events(graph, call, by_ptr, g, m.bufts, index)
+                    g.events += recorded
                 if not model_replans and not real_replans:
                     plan_problems = placed
             if real_replans and not any(c.kind == "reserve_n" for c in call.children):
@@ -241,6 +243,7 @@ class Replayer:
             "real_sizes": call.sizes, "model_sizes": model_sizes, "placements": n_real,
             "n_nodes": call.n_nodes, "n_leafs": call.n_leafs, "mismatches": problems[:MAX_MISMATCHES],
             "n_mismatches": len(problems), "offset_mismatches": offsets[:MAX_MISMATCHES],
+            "map_from": "recorded placements" if recorded else "model",
         }
         if replanned is not None:
             extra["replanned"] = replanned
