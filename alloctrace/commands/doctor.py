@@ -31,7 +31,7 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.doctor import examine, repair
+    from alloctrace.traces.store.doctor import examine, repair
 
     store = open_store_from(args)
     n, damage = examine(store)
