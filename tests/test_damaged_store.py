@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from alloctrace.cli import main
 from alloctrace.server.app import create_app
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT2 = ROOT / "tests" / "data" / "hostile" / "gpt-2_tiny_short.AT.log"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from alloctrace.traces.textsafe import safe
+from alloctrace.traces.util.textsafe import safe
 
 from ._common import add_store_arg, examples, open_store_from
 
