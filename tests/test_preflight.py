@@ -13,7 +13,7 @@ from alloctrace.cli import main
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.preflight import printed, vary
 from alloctrace.traces.preflight.sweeps import load, sweep_ids
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 from sweep_program import expected_bytes
 
 PROGRAM = [sys.executable, str(Path(__file__).with_name("sweep_program.py"))]
@@ -62,7 +62,7 @@ def test_points_are_tagged_traces_that_load_again(recorded):
     for p in out["points"]:
         tags = s.summary(p["trace"])["tags"]
         assert f"sweep={sid}" in tags and f"-c={p['values']['-c']}" in tags and f"-ub={p['values']['-ub']}" in tags
-    assert [x["sweep"] for x in sweep_ids(s)] == [sid]
+    assert [(x["sweep"], x["points"], x["name"]) for x in sweep_ids(s)] == [(sid, 4, "python")]
     again = load(s, sid)
     assert [(p["values"], p["buffers"], p["trace"]) for p in again["points"]] == \
         [(p["values"], p["buffers"], p["trace"]) for p in out["points"]]

@@ -20,7 +20,7 @@ def sweep_json(store, sweep_id: str, varies: list, points: list[Point]) -> dict:
 
 def neighbours(store, points: list[dict]) -> list[dict]:
     """Consecutive points along the first numeric flag (the others equal): b - a by family, exactly."""
-    from alloctrace.traces.explain import graph_peak, size_attribution
+    from alloctrace.traces.explain.peak import graph_peak, size_attribution
 
     ok = [p for p in points if p.get("trace") and p.get("graph") is not None]
     flags = numeric_flags(ok)
@@ -61,7 +61,9 @@ def sweep_ids(store) -> list[dict]:
         for tag in s.get("tags") or ():
             if isinstance(tag, str) and tag.startswith("sweep="):
                 sid = tag[len("sweep="):]
-                entry = found.setdefault(sid, {"sweep": sid, "points": 0, "name": s["name"], "created": s["created"]})
+                values = " ".join(t for t in s["tags"] if isinstance(t, str) and t.startswith("-"))
+                program = s["name"][:-len(values) - 1] if values and s["name"].endswith(" " + values) else s["name"]
+                entry = found.setdefault(sid, {"sweep": sid, "points": 0, "name": program, "created": s["created"]})
                 entry["points"] += 1
     return list(found.values())
 
@@ -70,7 +72,7 @@ def load(store, sweep_id: str) -> dict:
     """The sweep object of a recorded sweep, from its traces."""
     members = [s for s in store.list() if f"sweep={sweep_id}" in (s.get("tags") or ())]
     if not members:
-        from alloctrace.traces.store import NotFound
+        from alloctrace.traces.store.store import NotFound
 
         raise NotFound(f"no recorded sweep {sweep_id!r} in this store")
     pts: list[tuple[int, Point]] = []

@@ -14,8 +14,8 @@ from alloctrace.allocator.events import Event
 from alloctrace.allocator.profiles import get_profile
 from alloctrace.allocator.tallocr import MEASURE_BASE, MEASURE_SIZE, LegacyTallocr, OutOfFreeBlocks, OutOfSpace
 
-from ...schema import GraphRecord, oom_of
-from .split import Draft
+from alloctrace.traces.store.schema import GraphRecord, oom_of
+from alloctrace.traces.sources.ggml_log.split import Draft
 
 MIB = 1024 * 1024
 REPLAYED = frozenset({"alloc", "free", "reuse", "oom"})
@@ -60,9 +60,11 @@ class LegacyReplay:
             self.life, self.buffer = "measure", None
         elif self.life != "real" or d.buffer_before is not None:  # a new real allocator
             align = d.alignment or self.measure_align
-            pad = 0 if align == self.profile.backend_alignment else align
+            backend = align == self.profile.backend_alignment  # a CPU backend buffer, not a plain one
+            pad = 0 if backend else align
             self.buffer = d.buffer_before or (self.measure_max + pad if self.measure_max else None)
-            self.t = LegacyTallocr(self.profile, base or 0, self.buffer or MEASURE_SIZE, align)
+            room = self.profile.backend_slack if backend else 0  # the backend's own slack beyond the size asked
+            self.t = LegacyTallocr(self.profile, base or 0, (self.buffer + room) if self.buffer else MEASURE_SIZE, align)
             self.life = "real"
         else:
             self.t.reset()
