@@ -1,9 +1,10 @@
 """Run a sweep's points under the recorder, in parallel, and store each one as a tagged trace.
 
-Programs run in worker threads (they wait on child processes, so the GIL is free); each finished point is
-read, replayed and stored by the calling thread while the others still run. A point's trace carries the tags
-`sweep=<id>` and one `KEY=VALUE` per varied flag (`c=512` for -c), and `extra.sweep` (the sweep's flags, the point's values,
-what the program printed), which is how `sweeps.load` and the dashboard find a recorded sweep again.
+Each point's program runs in a worker process forked from this one, which also reads and replays its
+recording (the CPU-bound part, so it uses every core); the calling process stores each point as it comes back
+and sums it up. A point's trace carries the tags `sweep=<id>` and one `KEY=VALUE` per varied flag (`c=512` for
+-c), and `extra.sweep` (the sweep's flags, the point's values, what the program printed), which is how
+`sweeps.load` and the dashboard find a recorded sweep again.
 """
 from __future__ import annotations
 
