@@ -59,6 +59,9 @@ class Profile:
     alignments: tuple = (32, 16)  # alignments programs of the time used, widest first (a log's sizes tell which)
     backend_alignment: int = 0  # the CPU backend buffer's alignment (0: no backends yet); such buffers are
     #                             allocated at the measured size, plain ones one alignment larger
+    backend_slack: int = 0  # bytes the CPU backend adds to a buffer it allocates (08d748b2's cpu_alloc_buffer:
+    #                         size += TENSOR_ALIGNMENT, for a malloc base that is not aligned): room the real
+    #                         allocator has beyond the size the program asked for
     # --- what the model presets need (the programs of that time) ---
     presets: bool = False  # `alloctrace replay` can run the Aug 2023 programs under it
     llama_names: str = "gguf"  # llama.cpp's tensor names: "pre-gguf" before Aug 21 2023, then "gguf"
@@ -105,7 +108,7 @@ PROFILES = {
             name="ggml-2023-10", commit="08d748b2", family="legacy",
             best_fit_skips_last=True, parse_seq="barrier", inplace_ops=inplace_on("2023-10-30"), max_free_blocks=256,
             view_parent_returns=False, assert_line=148, other_assert_lines=(116, 114), log_style="addr",
-            alignments=(64, 32, 16), backend_alignment=64,
+            alignments=(64, 32, 16), backend_alignment=64, backend_slack=64,
             description="Oct 2023 - Jan 2024: the first ggml_tallocr / ggml_gallocr split (the scheduler); the "
                         "same free-block rules, messages with heap addresses, no graph markers",
         ),

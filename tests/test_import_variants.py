@@ -213,3 +213,35 @@ def test_import_says_when_a_log_fits_two_generations(tmp_path, capsys):
     assert "fits ggml-2025-09 and ggml-2024-02" in err and "--generation decides" in err
     assert main(["import", "--store", str(tmp_path / "s"), "--generation", "ggml-2024-02", str(log)]) == 0
     assert "fits" not in capsys.readouterr().err
+
+
+SCHED_LOG = """\
+ggml_tallocr_alloc: allocating a (1024 bytes) - block 0, addr 0x7f0000001000
+ggml_tallocr_alloc: allocating b (2048 bytes) - block 0, addr 0x7f0000001400
+exec: ADD (b) <= a
+ggml_tallocr_free_tensor: freeing a at 0x7f0000001000 (1024 bytes) - n_free_blocks = 1
+
+ggml_tallocr_alloc: allocating c (512 bytes) - block 0, addr 0x7f0000001000
+exec: MUL (c) <= b
+
+main: eval
+ggml_tallocr_alloc: allocating a (1024 bytes) - block 0, addr 0x7f0000101000
+ggml_tallocr_alloc: allocating b (2048 bytes) - block 0, addr 0x7f0000101400
+exec: ADD (b) <= a
+ggml_tallocr_alloc: allocating d (64 bytes) - block 0, addr 0x7f0000101c00
+exec: MUL (d) <= b
+
+"""
+
+
+def test_a_2023_10_backend_buffer_has_the_cpu_backends_slack(tmp_path):
+    """08d748b2's CPU backend allocates 64 bytes more than asked (size += TENSOR_ALIGNMENT): an eval may end
+    up to 64 bytes past the measured size (its buffer's base padding counts in max_size) and still fit."""
+    imp = LogImport(write(tmp_path, SCHED_LOG), generation="ggml-2023-10")
+    measure, ev = log_records(imp)
+    assert (measure.role, measure.max_size) == ("measure", 3072)
+    assert (ev.role, ev.max_size, ev.buffer_size) == ("eval", 3136, 3072)
+    assert ev.consistent and ev.oom is None
+    over = write(tmp_path, SCHED_LOG.replace("allocating d (64 bytes)", "allocating d (128 bytes)"), "over.log")
+    _, ev = log_records(LogImport(over, generation="ggml-2023-10"))
+    assert not ev.consistent  # past the slack: the model's allocator is out of space where ggml was not

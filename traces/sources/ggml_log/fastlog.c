@@ -189,7 +189,7 @@ typedef struct {
     int finished;
     /* replay config */
     int configured, skips_last;
-    int64_t max_free_blocks, backend_alignment, alignments[8]; int n_alignments;
+    int64_t max_free_blocks, backend_alignment, backend_slack, alignments[8]; int n_alignments;
     /* replay state */
     int64_t index; int life; /* 0 None, 1 measure, 2 real */
     int64_t measure_max, measure_align, buffer;  /* MISSING: None */
@@ -1153,10 +1153,11 @@ end:
 
 /* ---------- the replay (recover.LegacyReplay over allocator/tallocr.LegacyTallocr) ---------- */
 EXPORT void fl_configure(void *p, int skips_last, int64_t max_free_blocks, int64_t backend_alignment,
-                         const int64_t *alignments, int n) {
+                         int64_t backend_slack, const int64_t *alignments, int n) {
     St *st = p;
     st->configured = 1;
     st->skips_last = skips_last; st->max_free_blocks = max_free_blocks; st->backend_alignment = backend_alignment;
+    st->backend_slack = backend_slack;
     st->n_alignments = n < 8 ? n : 8;
     for (int i = 0; i < st->n_alignments; i++) st->alignments[i] = alignments[i];
 }
@@ -1309,10 +1310,12 @@ static void replay(St *st, Draft *d, GraphOut *out) {
         st->life = 1; st->buffer = MISSING;
     } else if (st->life != 2 || d->buffer_before != MISSING) {
         align = d->alignment != MISSING && d->alignment ? d->alignment : st->measure_align;
-        int64_t padb = align == st->backend_alignment ? 0 : align;
+        int backend = align == st->backend_alignment;  /* a CPU backend buffer: its own slack beyond the size */
+        int64_t padb = backend ? 0 : align;
         if (d->buffer_before != MISSING && d->buffer_before) st->buffer = d->buffer_before;
         else st->buffer = (st->measure_max != MISSING && st->measure_max) ? st->measure_max + padb : MISSING;
-        t_new(st, 0, st->buffer != MISSING && st->buffer ? st->buffer : (1LL << 40), align, 0);
+        t_new(st, 0, st->buffer != MISSING && st->buffer ? st->buffer + (backend ? st->backend_slack : 0) : (1LL << 40),
+              align, 0);
         t_reset(st);
         st->life = 2;
     } else t_reset(st);

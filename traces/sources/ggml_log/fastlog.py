@@ -96,7 +96,7 @@ def library():
             lib.fl_features.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
             lib.fl_features.restype = ctypes.c_int64
             lib.fl_configure.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
-                                         ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
+                                         ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
             lib.fl_next.argtypes = [ctypes.c_void_p, ctypes.POINTER(GraphOut)]
             lib.fl_tune.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
         _LIB.append(lib)
@@ -265,7 +265,8 @@ def _configure(lib, st, generation, generation_candidates, Features):
     if p.family != "legacy":
         raise Declined(f"{generation} is not a legacy generation")
     aligns = (ctypes.c_int64 * len(p.alignments))(*p.alignments)
-    lib.fl_configure(st, int(p.best_fit_skips_last), p.max_free_blocks, p.backend_alignment, aligns, len(p.alignments))
+    lib.fl_configure(st, int(p.best_fit_skips_last), p.max_free_blocks, p.backend_alignment, p.backend_slack, aligns,
+                     len(p.alignments))
     return features, generation, candidates
 
 

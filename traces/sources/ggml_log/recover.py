@@ -60,9 +60,11 @@ class LegacyReplay:
             self.life, self.buffer = "measure", None
         elif self.life != "real" or d.buffer_before is not None:  # a new real allocator
             align = d.alignment or self.measure_align
-            pad = 0 if align == self.profile.backend_alignment else align
+            backend = align == self.profile.backend_alignment  # a CPU backend buffer, not a plain one
+            pad = 0 if backend else align
             self.buffer = d.buffer_before or (self.measure_max + pad if self.measure_max else None)
-            self.t = LegacyTallocr(self.profile, base or 0, self.buffer or MEASURE_SIZE, align)
+            room = self.profile.backend_slack if backend else 0  # the backend's own slack beyond the size asked
+            self.t = LegacyTallocr(self.profile, base or 0, (self.buffer + room) if self.buffer else MEASURE_SIZE, align)
             self.life = "real"
         else:
             self.t.reset()
