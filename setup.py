@@ -25,8 +25,8 @@ def discover() -> list[str]:
 
 
 def _cbuild():
-    """traces/cbuild.py, loaded by path (it imports nothing of the package at its top)."""
-    spec = importlib.util.spec_from_file_location("_alloctrace_cbuild", HERE / "traces" / "cbuild.py")
+    """traces/util/cbuild.py, loaded by path (it imports nothing of the package at its top)."""
+    spec = importlib.util.spec_from_file_location("_alloctrace_cbuild", HERE / "traces" / "util" / "cbuild.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -7,6 +7,9 @@ the model the addresses a real run got and a what-if run can make some up. No I/
 
 Every decision the model takes is appended to `log` as `(action, addr, size, stream)` with the action codes of
 PyTorch's trace (`ACTIONS`), so it can be compared entry by entry with a real snapshot's trace.
+
+Its length: one model, kept in one module as PyTorch keeps it in one class; the pools, the expandable
+segments and the retry path share the allocator's state and are checked together against real traces.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import sys
 
 from . import __version__, commands
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe
+from alloctrace.traces.util.textsafe import safe
 
 
 class HelpFormatter(argparse.HelpFormatter):

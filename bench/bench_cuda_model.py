@@ -22,9 +22,9 @@ import numpy as np
 from alloctrace.allocator.cuda_caching import (
     ALLOC, FREE_COMPLETED, FREE_REQUESTED, AllocatorSettings, CachingAllocator)
 from alloctrace.traces import import_paths
-from alloctrace.traces.store import open_store
-from alloctrace.traces.torch.store import device_columns
-from alloctrace.traces.torch_whatif import SimulatedDevice, replay_check, what_if
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.store.torch import device_columns
+from alloctrace.traces.whatif.torch import SimulatedDevice, replay_check, what_if
 
 ROOT = Path(__file__).resolve().parent.parent
 

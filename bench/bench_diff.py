@@ -16,8 +16,8 @@ import time
 
 from alloctrace.allocator import Event, get_profile
 from alloctrace.allocator.tallocr import LegacyTallocr
-from alloctrace.traces.columns import encode, public_columns
-from alloctrace.traces.diff import diff_graphs
+from alloctrace.traces.store.columns import encode, public_columns
+from alloctrace.traces.diff.graphs import diff_graphs
 from figures import Figure, at_most, take_option, write
 
 FIGURES: list[Figure] = []

@@ -54,7 +54,7 @@ class Store:
         self.before = self._facts()
 
     def _facts(self):
-        from alloctrace.traces.store import open_store
+        from alloctrace.traces.store.store import open_store
         s = open_store(self.path)
         try:
             summary = s.summary(self.tid)
@@ -78,7 +78,7 @@ def serve_code(store: Path, body: str, limits: str = "None") -> str:
         from fastapi.testclient import TestClient
         from alloctrace.server.app import create_app
         from alloctrace.server.guard import allowed_hosts
-        from alloctrace.traces.bounded_io import Limits
+        from alloctrace.traces.sources.bounded_io import Limits
         c = TestClient(create_app({str(store)!r}, hosts=allowed_hosts("127.0.0.1"), limits={limits}),
                        base_url="http://127.0.0.1:8000")
         def up(p, **kw):

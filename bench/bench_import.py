@@ -76,7 +76,7 @@ def whole_processes(log: Path, store: Path) -> tuple[float, float]:
 
 def child(path: str, store: str, warm: bool = False):
     from alloctrace.traces import import_paths
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
 
     s = open_store(store)
     if warm:  # load what an import loads on first use (numpy, the sources, the built fast path), untimed
@@ -94,8 +94,8 @@ def child(path: str, store: str, warm: bool = False):
 def bench_large_graph(store_dir: Path, n: int = 1_000_000):
     """Time loading one graph of n events back from the store."""
     from alloctrace.allocator.events import Event
-    from alloctrace.traces.schema import GraphRecord, TraceMeta
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.schema import GraphRecord, TraceMeta
+    from alloctrace.traces.store.store import open_store
 
     s = open_store(store_dir)
     ev = [Event("alloc" if i % 2 else "free", tensor=f"node_{i % 5000}", size=4096 + (i % 64) * 32,

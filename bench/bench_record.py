@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from alloctrace.traces.record.build import recorder_library
-from alloctrace.traces.record.source import RecordingSource
+from alloctrace.traces.sources.record.build import recorder_library
+from alloctrace.traces.sources.record.source import RecordingSource
 
 
 def timed(argv, env) -> float:

@@ -14,7 +14,7 @@ from alloctrace.allocator.legacy import LegacyAllocator
 from alloctrace.allocator.presets import family_of, get_preset
 from alloctrace.allocator.presets.space import AddressSpace
 from alloctrace.allocator.profiles import get_profile
-from alloctrace.traces.replay_run import replay
+from alloctrace.traces.replay.run import replay
 from alloctrace.metal_exec import find_concurrency
 from figures import at_most, take_option, write
 
@@ -45,7 +45,7 @@ def split(profile_name: str) -> dict:
     real.alloc_graph(g2, parse_seq=seq)
     t["eval walk"] = time.perf_counter() - t0
     try:
-        from alloctrace.traces.diff import diff_graphs
+        from alloctrace.traces.diff.graphs import diff_graphs
     except ImportError:
         return t
     t0 = time.perf_counter()

@@ -19,9 +19,9 @@ from figures import Figure, add_option, at_most, write  # noqa: E402
 
 
 def main(argv=None) -> int:
-    from alloctrace.traces.report_html import build as report
+    from alloctrace.traces.export.report_html import build as report
     from alloctrace.traces.sources import import_paths
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--entries", type=int, default=1_000_000)

@@ -41,8 +41,8 @@ FIGURES: list[Figure] = []
 def build_store(path: Path, n_events: int) -> str:
     from test_memmap import synthetic_events  # the same generator the tests use
 
-    from alloctrace.traces.schema import GraphRecord, TraceMeta
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.schema import GraphRecord, TraceMeta
+    from alloctrace.traces.store.store import open_store
     store = open_store(path)
     for t in store.list():
         if t["name"] == f"bench {n_events}":

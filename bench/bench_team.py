@@ -46,7 +46,7 @@ def timed(fn, repeat: int = 1) -> float:
 
 def import_and_list(ref: str, copies: int) -> dict:
     from alloctrace.traces.sources import read_file, store_traces
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
 
     store = open_store(ref)
     read = [t for f in FILES for t in read_file(f)]  # parsed once: the store's share is what is measured
@@ -129,7 +129,7 @@ def main():
         results["sqlite"], results["postgresql"] = lite, pg
         for k in ("import_s", "list_s", "list_tag_s"):
             results[f"{k} ratio pg/sqlite"] = round(pg[k] / lite[k], 2)
-        from alloctrace.traces.store import open_store
+        from alloctrace.traces.store.store import open_store
         s = open_store(url)
         ids = sorted(s.trace_ids())[:6]  # a working set the per-worker caches hold (8 graphs)
         s.close()

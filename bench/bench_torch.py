@@ -44,9 +44,9 @@ def build(src: Path, dst: Path, entries: int, deepen: int = 1) -> int:
 
 PROBES = {
     "pickle.load": "import pickle; f = open(P, 'rb'); x = pickle.load(f)",
-    "restricted read": ("from alloctrace.traces.torch.source import read_snapshot; "
+    "restricted read": ("from alloctrace.traces.sources.torch.source import read_snapshot; "
                         "x = read_snapshot(open(P, 'rb'), filename='bench.pickle')"),
-    "import into a store": ("import tempfile; from alloctrace.traces.store import open_store; "
+    "import into a store": ("import tempfile; from alloctrace.traces.store.store import open_store; "
                             "from alloctrace.traces import import_paths; "
                             "import_paths(open_store(tempfile.mkdtemp()), [P])"),
 }
@@ -69,7 +69,7 @@ def first_picture(path: Path, runs: int = 3, web_dir: Path | None = None) -> Non
 
     from playwright.sync_api import sync_playwright
 
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
     from alloctrace.traces import import_paths
     from bench_web import ARGS, CHROMIUM, plotly_alone_ms, serve
 

@@ -31,8 +31,8 @@ from fastapi.responses import HTMLResponse
 
 from alloctrace.allocator.events import Event
 from alloctrace.server.app import create_app
-from alloctrace.traces.schema import GraphRecord, TraceMeta
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
+from alloctrace.traces.store.store import open_store
 from figures import Figure, add_option, at_most, write
 
 CHROMIUM = "/usr/bin/chromium"

@@ -24,15 +24,15 @@ from alloctrace.allocator.events import KINDS
 from alloctrace.traces.errors import UserError
 from alloctrace.server import graphs, upload
 from alloctrace.traces import memmap
-from alloctrace.traces.graph_info import events_page
-from alloctrace.traces.live_ops import name_live_ops
-from alloctrace.traces.state_index import state_json
+from alloctrace.traces.store.graph_info import events_page
+from alloctrace.traces.memmap.live_ops import name_live_ops
+from alloctrace.traces.state.index import state_json
 from alloctrace.server.context import Context
 from alloctrace.server.mapjson import memory_map_json
-from alloctrace.traces.textsafe import safe
-from alloctrace.traces.bounded_io import Cancelled
-from alloctrace.traces.records import TraceList, TraceSummary
-from alloctrace.traces.store import NotFound
+from alloctrace.traces.util.textsafe import safe
+from alloctrace.traces.sources.bounded_io import Cancelled
+from alloctrace.traces.store.records import TraceList, TraceSummary
+from alloctrace.traces.store.store import NotFound
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,6})?$"
@@ -59,7 +59,7 @@ def ctx(request: Request) -> Context:
     return c
 
 
-# the answers follow traces/records.py (the schema JSON Lines imports are checked against); they are
+# the answers follow traces/store/records.py (the schema JSON Lines imports are checked against); they are
 # documented with it but not re-validated, so a store written by an older version still lists
 @router.get("/traces", summary="List stored traces", responses={200: {"model": TraceList}})
 def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200, description="name search")] = None,
@@ -83,7 +83,7 @@ async def upload_trace(request: Request):
             raise upload.UploadError("the form has no `file` field")
         label = display_name(up.filename)
         name = (up.fields.get("name") or "").strip() or label
-        from alloctrace.traces.regress.tags import parse_tags
+        from alloctrace.traces.store.tags import parse_tags
         tags = parse_tags(up.fields.get("tag") or [])
         gone = threading.Event()
         work = asyncio.ensure_future(run_in_threadpool(c.import_file, up.path, name, label, gone.is_set, tags))
@@ -193,7 +193,7 @@ def get_export(request: Request, trace_id: TraceId,
                format: Annotated[str, Query(pattern="^(jsonl|csv|chrome)$",
                                             description="jsonl, csv or chrome (opens in Perfetto)")] = "chrome"):
     """Written to a temporary file first (a big trace never sits in memory whole), then streamed."""
-    from alloctrace.traces.export import export
+    from alloctrace.traces.export.ggml import export
 
     tmp = tempfile.TemporaryFile()
     try:
@@ -235,7 +235,7 @@ def get_consistency(request: Request, trace_id: TraceId, g: GraphIndex):
 
 @router.get("/traces/{trace_id}/graphs/{g}/peak", summary="What is live at a graph's high-water mark, by family")
 def get_peak(request: Request, trace_id: TraceId, g: GraphIndex):
-    from alloctrace.traces.explain import peak_json
+    from alloctrace.traces.explain.peak import peak_json
     return JSONResponse(ctx(request).call(lambda s: peak_json(s, f"{trace_id}:{g}")))
 
 
@@ -245,7 +245,7 @@ def get_sweep(preset: Annotated[str, Query(max_length=100)],
               n_ctx: Annotated[str | None, Query(max_length=400, description="comma-separated")] = None,
               n_batch: Annotated[str | None, Query(max_length=400, description="comma-separated")] = None,
               metal_concurrency: bool = False):
-    from alloctrace.traces.sweep import parse_values, sweep
+    from alloctrace.traces.replay.sweep import parse_values, sweep
     profiles = [p.strip() for p in profile.split(",") if p.strip()]
     return sweep(preset, profiles, parse_values(n_ctx, "n_ctx"), parse_values(n_batch, "n_batch"),
                  metal_concurrency, max_points=64)
@@ -265,7 +265,7 @@ def get_recorded_sweep(request: Request, sweep_id: Annotated[str, Path(pattern=r
 
 @router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")
 def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotated[str, Query(pattern=REF)]):
-    from alloctrace.traces.diff import diff_refs
+    from alloctrace.traces.diff.graphs import diff_refs
     return JSONResponse(ctx(request).call(lambda s: diff_refs(s, a, b).to_json()))
 
 

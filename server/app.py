@@ -27,7 +27,7 @@ from alloctrace.server.api import TRACE_ID, router
 from alloctrace.server.context import Context
 from alloctrace.server.torch_api import is_torch_trace as torch_page_for, router as torch_router
 from alloctrace.server.guard import OriginGuard, one_line_loop_errors, os_error_response
-from alloctrace.server.mapfast import MemoryMapFastPath
+from alloctrace.server.mapjson_fast import MemoryMapFastPath
 from alloctrace.server.upload import UploadError
 from alloctrace.server.whatif_api import router as whatif_router
 from alloctrace.server.regress_api import router as regress_router
@@ -63,7 +63,7 @@ PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sw
 
 def _not_found_type():
     try:
-        from alloctrace.traces.store import NotFound
+        from alloctrace.traces.store.store import NotFound
         return NotFound
     except ImportError:  # pragma: no cover - the store is part of the package
         return KeyError
@@ -142,7 +142,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     check_token(token)
     read_tokens = check_read_tokens(token, read_tokens)
     if store is None:
-        from alloctrace.traces.store import open_store
+        from alloctrace.traces.store.store import open_store
         store = open_store(store_dir)
     ctx = Context(store, max_upload_bytes, limits)
     web = paths.find_web_dir(web_dir)

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Callable
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.gcpause import gc_paused
+from alloctrace.traces.util.gcpause import gc_paused
 from alloctrace.traces import memmap
-from alloctrace.traces.columns import event_rows
-from alloctrace.traces.graph_info import graph_info
-from alloctrace.traces.store import NotFound
+from alloctrace.traces.util.lru import LRU
+from alloctrace.traces.store.columns import event_rows
+from alloctrace.traces.store.graph_info import graph_info
+from alloctrace.traces.store.store import NotFound
 from alloctrace.server.mapjson import prepare
 
 log = logging.getLogger("alloctrace.server")
@@ -60,18 +61,18 @@ def _alive(pid: int) -> bool:
 
 class Context:
     def __init__(self, store, max_upload_bytes: int, limits=None):
-        from alloctrace.traces.bounded_io import Limits
+        from alloctrace.traces.sources.bounded_io import Limits
         self.store = store
         self.max_upload_bytes = max_upload_bytes
         self.limits = limits or Limits.from_env()
         self._generation = None
         self._gen_lock = threading.Lock()
-        self.columns_cache = memmap.LRU(8)
-        self.lifetimes_cache = memmap.LRU(8)
-        self.info_cache = memmap.LRU(64)
-        self.map_cache = memmap.LRU(128)
-        self.states_cache = memmap.LRU(8)
-        self.lazy_cache = memmap.LRU(8)  # columns still compressed, for graphs only asked for states
+        self.columns_cache = LRU(8)
+        self.lifetimes_cache = LRU(8)
+        self.info_cache = LRU(64)
+        self.map_cache = LRU(128)
+        self.states_cache = LRU(8)
+        self.lazy_cache = LRU(8)  # columns still compressed, for graphs only asked for states
         self.upload_dir = upload_dir_for(store)
         self._writer = None
         self._writer_lock = threading.Lock()
@@ -170,14 +171,14 @@ class Context:
     def _keep_lifetimes(self, trace_id: str, g: int, lt: memmap.Lifetimes):
         """A long graph of an older store: its lifetimes and pyramid are stored in the background, for the
         next server (as its state checkpoints are)."""
-        from alloctrace.traces.state_index import SAVED_MIN_EVENTS
+        from alloctrace.traces.state.index import SAVED_MIN_EVENTS
         if lt.n_events < SAVED_MIN_EVENTS or getattr(self.store, "add_saved_lifetimes", None) is None:
             return
 
         def made():
             import zstandard
 
-            from alloctrace.traces import memmap_saved
+            from alloctrace.traces.memmap import saved as memmap_saved
             data = memmap_saved.encode(lt, zstandard.ZstdCompressor(level=3))
             return lambda s: s.add_saved_lifetimes(trace_id, g, data)
         self._keep_in_background("memory-map lifetimes", trace_id, g, made)
@@ -197,7 +198,7 @@ class Context:
         """The graph's StateIndex, from its stored checkpoints. A long graph stored without them (by an
         older version) answers from checkpoints made on demand, and has them made and stored in the
         background, for the next server."""
-        from alloctrace.traces.state_index import SAVED_MIN_EVENTS, StateIndex, first_saved
+        from alloctrace.traces.state.index import SAVED_MIN_EVENTS, StateIndex, first_saved
 
         def build():
             info = self.graph_info(trace_id, g, lazy=True)
@@ -217,8 +218,8 @@ class Context:
         """A graph's state checkpoints, made outside the write lock; the store write that keeps them."""
         import zstandard
 
-        from alloctrace.traces.state_index import saved_checkpoints
-        from alloctrace.traces.store import checkpoint_rows
+        from alloctrace.traces.state.index import saved_checkpoints
+        from alloctrace.traces.store.blobs import checkpoint_rows
         rows = list(checkpoint_rows(saved_checkpoints(cols, capacity), zstandard.ZstdCompressor(level=3).compress))
         return lambda s: s.add_state_checkpoints(trace_id, g, rows)
 
@@ -247,7 +248,7 @@ class Context:
         parsed completely within the import caps, outside the write lock, then one store
         transaction. `cancelled()` turning True stops the parse. Messages name the client's file,
         never the temp path."""
-        from alloctrace.traces.bounded_io import Cancelled
+        from alloctrace.traces.sources.bounded_io import Cancelled
         from alloctrace.traces.sources import read_file, store_traces
         label = filename or "upload"
         limits = self.limits if cancelled is None else self.limits.with_(cancelled=cancelled)
@@ -262,7 +263,7 @@ class Context:
 
     def replay(self, params: dict) -> dict:
         """`alloctrace replay --store` in-process: both graphs stored as one trace."""
-        from alloctrace.traces.replay_run import run_replay
+        from alloctrace.traces.replay.run import run_replay
         return self.write(lambda s: run_replay(params.pop("preset"), params.pop("profile"), store=s, **params))
 
     # --- reads ------------------------------------------------------------------------

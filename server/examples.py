@@ -22,7 +22,7 @@ def seed_examples(store) -> list[str]:
     Returns the ids stored."""
     if store.list():
         return []
-    from alloctrace.traces.replay_run import run_replay
+    from alloctrace.traces.replay.run import run_replay
     from alloctrace.server.graphs import stored_ids
     from alloctrace.traces.sources import import_paths
     ids: list[str] = []

@@ -7,7 +7,7 @@ template; strings (tensor and op names) go through the C string encoder json.dum
 uses, a column at a time. The document parses to exactly the dict of the generic
 reductions (tests/test_server_mapjson.py builds that reference and compares).
 
-With the graph's tile pyramid (traces/memmap_lod.py) built, a reduced window is
+With the graph's tile pyramid (traces/memmap/lod.py) built, a reduced window is
 rows of pyramid tiles: each tile's row and each series bucket's row is formatted
 once per graph (`prepare`, when the graph's lifetimes are built) and kept with the
 pyramid, so an answer is mostly a join and no request formats a whole level.
@@ -21,7 +21,9 @@ from json.encoder import encode_basestring
 
 import numpy as np
 
-from alloctrace.traces import memmap, memmap_lod
+from alloctrace.traces import memmap
+
+from alloctrace.traces.memmap import lod as memmap_lod
 
 SHAPE_INTS = ("x0", "x1", "y0", "y1", "n")
 SHAPE_NAMES = ("tensor", "op")

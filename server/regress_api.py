@@ -46,7 +46,7 @@ def get_history(request: Request, tag: Tag = [],
 
 @router.get("/tags", summary="Every key=value tag in the store, with how many traces carry it")
 def get_tags(request: Request):
-    from alloctrace.traces.regress.tags import as_dict
+    from alloctrace.traces.store.tags import as_dict
     counts: dict[str, dict[str, int]] = {}
     for s in ctx(request).call(lambda st: st.list()):
         for k, v in as_dict(s["tags"]).items():

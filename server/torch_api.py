@@ -17,8 +17,9 @@ from fastapi.responses import JSONResponse
 
 from alloctrace.traces.errors import UserError
 from alloctrace.server import upload
-from alloctrace.traces.memmap import LRU
-from alloctrace.traces.torch.columns import OOM
+from alloctrace.traces.store.kinds import TORCH, kind_of_source, require_kind, trace_kind
+from alloctrace.traces.store.torch import OOM
+from alloctrace.traces.util.lru import LRU
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,4})?$"
@@ -40,11 +41,11 @@ class _Views:
         self.lock = threading.Lock()
 
     def device(self, store, tid: str, d: int):
-        from alloctrace.traces.torch.views import load_device
+        from alloctrace.traces.state.torch_device import load_device
         return self.devices.get((tid, d), lambda: load_device(store, tid, d))
 
     def state_index(self, store, tid: str, d: int):
-        from alloctrace.traces.torch.views import StateIndex
+        from alloctrace.traces.state.torch_device import StateIndex
         idx = self.states.get((tid, d), lambda: StateIndex(self.device(store, tid, d)))
         with self.lock:
             lock = self.locks.setdefault((tid, d), threading.Lock())
@@ -65,7 +66,7 @@ def _store(request: Request):
 def is_torch_trace(store, tid: str) -> bool:
     """Is this stored trace a PyTorch snapshot (False for unknown ids: their page says so itself)?"""
     try:
-        return store.meta(tid).source == "torch"
+        return trace_kind(store, tid) == TORCH
     except UserError:
         return False
 
@@ -78,24 +79,23 @@ def _check_id(tid: str) -> str:
 
 
 def _skip(skip: str | None):
-    from alloctrace.traces.torch.frames import parse_skip
+    from alloctrace.traces.state.torch_frames import parse_skip
     return parse_skip(skip)
 
 
 def _device(request: Request, tid: str, d: int):
     _check_id(tid)
     store = _store(request)
-    if store.meta(tid).source != "torch":
-        raise UserError(f"trace {tid} is not a PyTorch snapshot")
+    require_kind(store, tid, TORCH)
     if d not in [g["index"] for g in store.summary(tid)["graphs"]]:
-        from alloctrace.traces.store import NotFound
+        from alloctrace.traces.store.store import NotFound
         raise NotFound(f"trace {tid} has no device {d}")
     return _views(request).device(store, tid, d)
 
 
 @router.post("/api/torch/traces", status_code=201, summary="Upload a PyTorch memory snapshot (.pickle[.gz|.zst])")
 async def upload_snapshot(request: Request):
-    from alloctrace.traces.torch.store import torch_summary
+    from alloctrace.traces.store.torch import torch_summary
     c = request.app.state.ctx
     up = await upload.receive_upload(request, c.upload_dir, c.max_upload_bytes)
     try:
@@ -105,7 +105,7 @@ async def upload_snapshot(request: Request):
         name = (up.fields.get("name") or "").strip()[:200] or label
 
         done = await run_in_threadpool(c.import_file, up.path, name, label)
-        if any(s["source"] != "torch" for s in done):
+        if any(kind_of_source(s["source"]) != TORCH for s in done):
             for s in done:
                 c.write(lambda st, tid=s["id"]: st.delete(tid))
             raise UserError(f"{label}: not a PyTorch memory snapshot")
@@ -123,12 +123,11 @@ def _label(filename: str | None) -> str | None:
 
 @router.get("/api/torch/traces/{trace_id}", summary="A torch trace: devices, peaks, OOM, settings")
 def get_summary(request: Request, trace_id: TraceId):
-    from alloctrace.traces.torch.store import torch_summary
-    from alloctrace.traces.torch.wrapped import note as partial_note
+    from alloctrace.traces.store.torch import torch_summary
+    from alloctrace.traces.state.torch_wrapped import note as partial_note
     store = _store(request)
     _check_id(trace_id)
-    if store.meta(trace_id).source != "torch":
-        raise UserError(f"trace {trace_id} is not a PyTorch snapshot")
+    require_kind(store, trace_id, TORCH)
     out = torch_summary(store, trace_id)
     for d in out["devices"]:
         dev = _views(request).device(store, trace_id, d["device"])
@@ -151,7 +150,7 @@ def get_timeline(request: Request, trace_id: TraceId, d: Device,
                  max_points: Annotated[int, Query(ge=10, le=5000)] = 1000,
                  max_bands: Annotated[int, Query(ge=0, le=500)] = 120,
                  band_points: Annotated[int, Query(ge=2, le=2000)] = 300, skip: Skip = None):
-    from alloctrace.traces.torch.views import timeline
+    from alloctrace.traces.memmap.torch_timeline import timeline
     dev = _device(request, trace_id, d)
     if x0 is not None and x1 is not None and x1 <= x0:
         raise UserError(f"empty entry range: x1 ({x1}) must be above x0 ({x0})")
@@ -162,7 +161,7 @@ def get_timeline(request: Request, trace_id: TraceId, d: Device,
 def get_state(request: Request, trace_id: TraceId, d: Device,
               event: Annotated[int, Query(ge=0, description="entries applied (0..n)")],
               max_blocks: Annotated[int, Query(ge=1, le=100_000)] = 20_000, skip: Skip = None):
-    from alloctrace.traces.torch.views import state
+    from alloctrace.traces.state.torch_device import state
     dev = _device(request, trace_id, d)
     if event > dev.n:
         raise UserError(f"event {event} is out of range (0..{dev.n})")
@@ -174,14 +173,14 @@ def get_state(request: Request, trace_id: TraceId, d: Device,
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/peak", summary="Live allocations at the peak, by call site")
 def get_peak(request: Request, trace_id: TraceId, d: Device, skip: Skip = None,
              top: Annotated[int, Query(ge=1, le=1000)] = 50):
-    from alloctrace.traces.torch.views import peak
+    from alloctrace.traces.explain.torch_peak import peak
     return JSONResponse(peak(_device(request, trace_id, d), _skip(skip), top))
 
 
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/oom", summary="The OOM card (null when none)")
 def get_oom(request: Request, trace_id: TraceId, d: Device, skip: Skip = None,
             which: Annotated[int, Query(ge=0, le=1_000_000)] = 0):
-    from alloctrace.traces.torch.views import oom_card
+    from alloctrace.traces.explain.torch_peak import oom_card
     dev = _device(request, trace_id, d)
     idx, lock = _views(request).state_index(_store(request), trace_id, d)
     with lock:
@@ -192,7 +191,7 @@ def get_oom(request: Request, trace_id: TraceId, d: Device, skip: Skip = None,
 def get_entries(request: Request, trace_id: TraceId, d: Device, start: Annotated[int, Query(ge=0)] = 0,
                 limit: Annotated[int, Query(ge=1, le=2000)] = 100, skip: Skip = None,
                 frames: Annotated[bool, Query(description="include each entry's stack")] = False):
-    from alloctrace.traces.torch.views import entry
+    from alloctrace.traces.state.torch_device import entry
     dev = _device(request, trace_id, d)
     sk = _skip(skip)
     rows = [entry(dev, k, sk, frames) for k in range(min(start, dev.n), min(start + limit, dev.n))]
@@ -202,7 +201,7 @@ def get_entries(request: Request, trace_id: TraceId, d: Device, start: Annotated
 @router.get("/api/torch/diff", summary="Diff two snapshots (ID or ID:DEVICE)")
 def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotated[str, Query(pattern=REF)],
              skip: Skip = None, top: Annotated[int, Query(ge=1, le=500)] = 40):
-    from alloctrace.traces.torch.diff import diff
+    from alloctrace.traces.diff.torch import diff
     da, db = (_device(request, *_ref(r)) for r in (a, b))
     return JSONResponse(diff(da, db, _skip(skip), top))
 
@@ -218,8 +217,8 @@ def get_flame(request: Request, trace_id: TraceId, d: Device,
                                        description="entry number, peak, oom or end")] = "peak",
               min_share: Annotated[float, Query(ge=0, lt=1)] = 0.002, skip: Skip = None,
               tree: Annotated[bool, Query(description="include the tree itself")] = False):
-    from alloctrace.traces.torch import flame_svg
-    from alloctrace.traces.torch.flame import flame
+    from alloctrace.traces.explain import torch_flame_svg as flame_svg
+    from alloctrace.traces.explain.torch_flame import flame
     dev = _device(request, trace_id, d)
     f = flame(dev, at, _skip(skip), max(min_share, 0.0005))  # the floor bounds the answer
     f["svg"] = flame_svg.svg(f)
@@ -231,8 +230,8 @@ def get_flame(request: Request, trace_id: TraceId, d: Device,
 @router.get("/api/torch/traces/{trace_id}/ranks", summary="The ranks (devices) of a trace side by side")
 def get_ranks(request: Request, trace_id: TraceId, skip: Skip = None,
               max_points: Annotated[int, Query(ge=10, le=2000)] = 400):
-    from alloctrace.traces.torch.ranks import compare
-    from alloctrace.traces.torch.views import timeline
+    from alloctrace.traces.diff.torch_ranks import compare
+    from alloctrace.traces.memmap.torch_timeline import timeline
     _check_id(trace_id)
     store = _store(request)
     out = compare(store, trace_id, _skip(skip))

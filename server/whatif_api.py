@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from alloctrace.server.torch_api import Device, TraceId
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.memmap import LRU
+from alloctrace.traces.util.lru import LRU
 
 router = APIRouter()
 CACHE_SIZE = 16
@@ -29,7 +29,7 @@ def _answers(request: Request) -> LRU:
 
 def _load(request: Request, trace_id: str, device: int) -> tuple[dict, dict]:
     """(columns, info) of a stored torch trace's device."""
-    from alloctrace.traces.torch.store import device_columns, device_info
+    from alloctrace.traces.store.torch import device_columns, device_info
 
     return request.app.state.ctx.call(
         lambda store: (device_columns(store, trace_id, device), device_info(store, trace_id, device)))
@@ -54,7 +54,7 @@ def _compare(request, trace_id, d, settings, cap, recorded_cap, points):
 
 
 def _answer(request, trace_id, d, settings, cap, recorded_cap, points):
-    from alloctrace.traces.torch_whatif import downsample, whatif_request
+    from alloctrace.traces.whatif.torch_request import downsample, whatif_request
 
     cols, info = _load(request, trace_id, d)
     try:

@@ -32,8 +32,8 @@ def one_line_logging():
 def app_from_env():
     """The app of one worker, from the parent's settings (uvicorn's factory)."""
     from alloctrace.server.app import create_app
-    from alloctrace.traces.bounded_io import Limits
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.sources.bounded_io import Limits
+    from alloctrace.traces.store.store import open_store
 
     s = json.loads(os.environ[SETTINGS_ENV])
     one_line_logging()

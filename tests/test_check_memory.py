@@ -9,7 +9,7 @@ import pytest
 
 from alloctrace.cli import main
 from alloctrace.metal_exec.execute import estimate_bytes, run
-from alloctrace.traces.replay_run import preset_plans
+from alloctrace.traces.replay.run import preset_plans
 
 SMALL_LLAMA = {"n_layer": "1", "n_embd": "128", "n_head": "4", "n_head_kv": "4", "n_ff": "344", "n_vocab": "256"}
 
@@ -38,7 +38,7 @@ def test_too_large_a_run_is_refused_at_once_with_the_estimate(capsys):
     assert elapsed < 15
     [line] = err.splitlines()
     assert line.startswith("alloctrace: error: --numeric would allocate")
-    assert f"({expected:,} bytes)" in line and "1.0 GiB allowed (--max-memory)" in line
+    assert f"({expected:,} bytes)" in line and "1.00 GiB allowed (--max-memory)" in line
     assert "a reduced llama2-70b fits: --hparam" in line
 
 

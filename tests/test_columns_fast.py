@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from alloctrace.allocator.events import KINDS, Event
-from alloctrace.traces.columns import INT_FIELDS, encode, pack
-from alloctrace.traces.columns_fast import ColumnEncoder, encode_fast
+from alloctrace.traces.store.columns import INT_FIELDS, encode, pack
+from alloctrace.traces.store.columns_fast import ColumnEncoder, encode_fast
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.sources.ggml_log.import_log import LogImport
 

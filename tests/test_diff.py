@@ -8,8 +8,8 @@ from alloctrace.allocator import LAYOUTS, Gallocr, LegacyAllocator, get_profile
 from alloctrace.allocator.harness import graph_from_json
 from conftest import load_harness
 from alloctrace.traces import import_paths
-from alloctrace.traces.diff import TraceDiff, diff_graphs, diff_refs
-from alloctrace.traces.store import open_store
+from alloctrace.traces.diff.graphs import TraceDiff, diff_graphs, diff_refs
+from alloctrace.traces.store.store import open_store
 
 ALLOC = re.compile(r"allocating (.*) \((\d+) bytes\) - block (-?\d+)")
 OOM = re.compile(r"needed (\d+), largest block available (\d+)")

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from alloctrace.allocator import Event
-from alloctrace.traces.align import align, identity_keys, longest_increasing, placements
-from alloctrace.traces.diff import diff_graphs
+from alloctrace.traces.diff.align import align, identity_keys, longest_increasing, placements
+from alloctrace.traces.diff.graphs import diff_graphs
 
 
 def lis_length_quadratic(seq):

@@ -7,7 +7,7 @@ import pytest
 
 from alloctrace.cli import main
 from alloctrace.traces import import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 
 def run_cli(*args):

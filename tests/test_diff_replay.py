@@ -1,6 +1,6 @@
 """The 70B Metal failure of Aug 2023, replayed on the model: measure and eval part before the OOM."""
-from alloctrace.traces.replay_run import replay
-from alloctrace.traces.diff import diff_graphs
+from alloctrace.traces.replay.run import replay
+from alloctrace.traces.diff.graphs import diff_graphs
 
 
 def test_llama2_70b_metal_diverges_before_the_oom():

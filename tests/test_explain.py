@@ -12,14 +12,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from alloctrace.allocator.presets import get_preset
-from alloctrace.traces.replay_run import replay, store_result
+from alloctrace.traces.replay.run import replay, store_result
 from alloctrace.cli import main
 from alloctrace.server.app import create_app
-from alloctrace.traces.diff import diff_refs
-from alloctrace.traces.explain import family_of, ggml_peak, peak_json, register_peak, size_attribution, PEAK_SOURCES
+from alloctrace.traces.diff.graphs import diff_refs
+from alloctrace.traces.explain.peak import family_of, ggml_peak, peak_json, register_peak, size_attribution, PEAK_SOURCES
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
-from alloctrace.traces.sweep import sweep
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.replay.sweep import sweep
 
 DATA = Path(__file__).resolve().parent / "data" / "explain"
 SHORT = DATA / "gpt-2_tiny_short.2023-08-28.AT.log.gz"  # -b 8: measure N=8, n_past=120

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 LOGS = [("v2023-08-16-legacy", "harness_plain.AT.log"), ("v2023-08-28-parseseq", "gpt-2_tiny_long.AT+DEBUG.log"),
         ("head-gallocr", "harness_gallocr.AT.log")]

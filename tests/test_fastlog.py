@@ -17,7 +17,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.sources import import_file
 from alloctrace.traces.sources.ggml_log import fastlog
 from alloctrace.traces.sources.ggml_log.import_log import LogImport
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 from conftest import FIXTURES
 
@@ -182,7 +182,7 @@ def test_without_a_compiler_the_python_path_imports(tmp_path, monkeypatch):
 LOADED_BY_AN_IMPORT = """
 import sys
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 [tid] = import_paths(open_store(sys.argv[2]), [sys.argv[1]])
 print(" ".join(sorted(m for m in sys.modules if m.startswith(("alloctrace.", "rich", "pydantic", "fastapi")))))
 """
@@ -198,7 +198,7 @@ def test_an_import_on_the_fast_path_loads_no_python_path_modules(tmp_path, pure)
     assert res.returncode == 0, res.stderr
     loaded = set(res.stdout.split())
     ggml = "alloctrace.traces.sources.ggml_log."
-    python_path = {ggml + m for m in ("parse_log", "split", "split_memo", "recover", "graph_cache")}
+    python_path = {ggml + m for m in ("parse_log", "split", "split_fast", "recover", "recover_fast")}
     assert "alloctrace.traces.sources.ggml_log.fastlog" in loaded
     assert (loaded & python_path) == (python_path if pure else set())
     assert not {m for m in loaded if m.split(".")[0] in ("rich", "pydantic", "fastapi")}
@@ -320,7 +320,7 @@ def test_legacy_logs_without_graph_headers_store_the_same_bytes(tmp_path, monkey
 
 def test_a_cancelled_import_stops_on_the_fast_path_and_stores_nothing(tmp_path, monkeypatch):
     """An upload whose client left stops between graphs on the compiled path too (capped_graphs' check)."""
-    from alloctrace.traces.bounded_io import Cancelled, Limits
+    from alloctrace.traces.sources.bounded_io import Cancelled, Limits
 
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
     store = open_store(tmp_path / "s")

@@ -1,12 +1,12 @@
 """Hazard checks and numeric runs on the model presets' graphs (gpt2-tiny, a tiny LLaMA, 70B statically)."""
 import pytest
 
-from alloctrace.traces.replay_run import replay, store_result
+from alloctrace.traces.replay.run import replay, store_result
 from alloctrace.cli import main
 from alloctrace.metal_exec.execute import run
 from alloctrace.metal_exec.hazards import STALE_READ, check
 from alloctrace.metal_exec.plan import read_srcs, root_of
-from alloctrace.traces.replay_run import preset_plans
+from alloctrace.traces.replay.run import preset_plans
 
 TINY_LLAMA = {"n_vocab": 64, "n_embd": 64, "n_head": 4, "n_head_kv": 4, "n_layer": 2, "n_ff": 96}
 LEGACY = ["ggml-2023-08-16", "ggml-2023-08-28"]

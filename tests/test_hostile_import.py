@@ -123,7 +123,7 @@ def test_disk_full_is_one_line_and_leaves_the_store_as_it_was(tmp_path):
 
 def test_store_full_in_process_rolls_back_and_says_so(tmp_path):
     from alloctrace.traces.sources import read_file
-    from alloctrace.traces.store import StoreFull, open_store
+    from alloctrace.traces.store.store import StoreFull, open_store
 
     store = open_store(tmp_path / "s")
     [t] = read_file(GPT2)
@@ -284,7 +284,7 @@ def test_many_graphs_from_a_few_kb_are_capped(tmp_path):
 
 
 def test_amplification_cap_counts_stored_bytes(tmp_path):
-    from alloctrace.traces.bounded_io import LimitExceeded, Limits
+    from alloctrace.traces.sources.bounded_io import LimitExceeded, Limits
     from alloctrace.traces.sources import read_file
 
     z = many_graphs_zstd(tmp_path / "g.zst", 3000)
@@ -370,7 +370,7 @@ def test_bounded_reader_reads_every_member_and_refuses_garbage():
     import lzma
 
     from alloctrace.traces.errors import UserError
-    from alloctrace.traces.bounded_io import BoundedRaw, Limits, kind_of
+    from alloctrace.traces.sources.bounded_io import BoundedRaw, Limits, kind_of
 
     data = GPT2.read_bytes()
     a, b = data[:30_000], data[30_000:]

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 
 from alloctrace.server.app import create_app
 from alloctrace.server.guard import allowed_hosts
-from alloctrace.traces.bounded_io import Limits
-from alloctrace.traces.store import Store
+from alloctrace.traces.sources.bounded_io import Limits
+from alloctrace.traces.store.store import Store
 from conftest import free_port
 from hostile_inputs import (distinct_names_log, gzip_text_bomb, long_graph_log, many_distinct_graphs_zstd,
                             many_graphs_zstd, peak_rss_of, zstd_zero_bomb)
@@ -55,7 +55,7 @@ def test_upload_bombs_are_refused_with_bounded_server_memory(tmp_path):
         import time
         from fastapi.testclient import TestClient
         from alloctrace.server.app import create_app
-        from alloctrace.traces.bounded_io import Limits
+        from alloctrace.traces.sources.bounded_io import Limits
         c = TestClient(create_app({str(tmp_path / 's')!r}, limits=Limits(max_decompressed=32 << 20)))
         for p in ({str(zeros)!r}, {str(text)!r}):
             r = c.post("/api/traces", files={{"file": ("bomb", open(p, "rb").read())}})

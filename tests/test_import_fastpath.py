@@ -9,18 +9,18 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
-from alloctrace.traces import logio
-from alloctrace.traces.columns import EncodedGraph, encode, pack
-from alloctrace.traces.sources.ggml_log.graph_cache import RecoveryCache
+from alloctrace.traces.sources import logio
+from alloctrace.traces.store.columns import EncodedGraph, encode, pack
+from alloctrace.traces.sources.ggml_log.recover_fast import RecoveryCache
 from alloctrace.traces.sources.ggml_log.import_log import LogImport, _compressor, detect_generation
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.logio import LogReader
+from alloctrace.traces.sources.logio import LogReader
 from alloctrace.traces.sources.ggml_log.parse_log import LineMemo, own, parse_line
 from alloctrace.allocator.profiles import get_profile
 from alloctrace.traces.sources.ggml_log.recover import GallocrReplay, LegacyReplay
-from alloctrace.traces.schema import GraphRecord, TraceMeta
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
 from alloctrace.traces.sources.ggml_log.split import Splitter
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 from conftest import FIXTURES
 from test_import_fuzz import OPS, mutate

@@ -8,7 +8,7 @@ from alloctrace.allocator import Event, get_profile, render
 from alloctrace.traces.sources.ggml_log.parse_log import BLANK, parse_line
 from alloctrace.traces.sources.ggml_log.import_log import LogImport
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 from conftest import allocator_lines, log_records
 

@@ -3,7 +3,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 from conftest import FIXTURES
 

@@ -2,7 +2,7 @@
 import pytest
 
 from alloctrace.traces import import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 from test_fidelity_harness import CASES_2023, run_2023
 from alloctrace.allocator import get_profile

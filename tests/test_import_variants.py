@@ -6,7 +6,7 @@ from alloctrace.allocator.events import Event
 from alloctrace.traces.sources.ggml_log.import_log import GgmlLogSource, LogImport
 from alloctrace.traces.sources import import_paths
 from alloctrace.traces.sources.ggml_log.parse_log import parse_line
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 
 def write(tmp_path, text, name="v.log"):
@@ -193,7 +193,7 @@ def test_allocator_debug_and_assert_lines_are_tolerated(fixtures, tmp_path):
 def test_progress_bar_only_on_request(tmp_path):
     import io
 
-    from alloctrace.traces.progress import Progress
+    from alloctrace.traces.util.progress import Progress
 
     quiet, shown = io.StringIO(), io.StringIO()
     for stream, enabled in ((quiet, False), (shown, True)):

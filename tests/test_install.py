@@ -188,7 +188,7 @@ def test_the_installed_recorder_needs_no_cache(installed, tmp_path):
     """`pip install .` also compiles the recorder (its default build needs no header of the program), so
     `record` loads it from the package, never from a cache another user might have reached first."""
     src, env = installed
-    probe = "from alloctrace.traces.record.build import recorder_library; print(recorder_library())"
+    probe = "from alloctrace.traces.sources.record.build import recorder_library; print(recorder_library())"
     cache = tmp_path / "cache"
     res = run(["python", "-c", probe], tmp_path, {**env, "XDG_CACHE_HOME": str(cache)})
     assert res.returncode == 0, res.stderr

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from alloctrace.cli import main
-from alloctrace.traces import cbuild
+from alloctrace.traces.util import cbuild
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.record import build, run
+from alloctrace.traces.sources.record import build, run
 from alloctrace.traces.sources.ggml_log import fastlog
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,10 +14,12 @@ from alloctrace.allocator.events import Event
 from alloctrace.allocator.harness import graph_from_json
 from conftest import load_harness
 from alloctrace.traces import memmap
-from alloctrace.traces.columns import encode, public_columns
+from alloctrace.traces.memmap import view as memmap_view
+from alloctrace.traces.util.lru import LRU
+from alloctrace.traces.store.columns import encode, public_columns
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.state import state_at, states_at
-from alloctrace.traces.store import open_store
+from alloctrace.traces.state.replay import state_at, states_at
+from alloctrace.traces.store.store import open_store
 
 
 def columns_of(events):
@@ -171,7 +173,7 @@ def test_window_reduction_never_exceeds_its_budget(rects, win, max_shapes):
 
 
 def test_lru_builds_once_and_drops_the_oldest():
-    cache = memmap.LRU(2)
+    cache = LRU(2)
     built = []
 
     def build(k):
@@ -193,11 +195,11 @@ def test_the_grid_search_counts_occupied_cells_as_numbering_them_does():
     for g in (1, 2, 7, 64, 357, 1024):
         for n in (0, 1, 10, 5000, 300_000):
             cells = rng.integers(0, g * g, n) if rng.random() < 0.5 else rng.integers(0, max(1, g), n) * g
-            assert memmap._count_occupied(cells, g) == len(memmap._occupied(cells, g)[0]) == len(np.unique(cells))
+            assert memmap_view._count_occupied(cells, g) == len(memmap_view._occupied(cells, g)[0]) == len(np.unique(cells))
 
 
 def test_lru_peek_never_builds():
-    cache = memmap.LRU(2)
+    cache = LRU(2)
     assert cache.peek(("a", 0)) is None
     cache.get(("a", 0), lambda: 1)
     cache.get(("b", 0), lambda: 2)

@@ -8,7 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from alloctrace.traces import memmap, memmap_lod
+from alloctrace.traces import memmap
+
+from alloctrace.traces.memmap import lod as memmap_lod
 from test_memmap import columns_of, synthetic_events
 
 

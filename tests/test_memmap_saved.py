@@ -1,4 +1,4 @@
-"""A long graph's lifetimes and tile pyramid stored with it (traces/memmap_saved.py) give exactly the
+"""A long graph's lifetimes and tile pyramid stored with it (traces/memmap/saved.py) give exactly the
 memory-map answers of the ones the server builds on the first view: the same bytes for many windows,
 through the FastAPI route and the fast path, on a synthetic graph and on the real logs. The stored
 value goes with its trace, is made only for long graphs of ggml events, and an older store (without
@@ -14,12 +14,15 @@ import zstandard
 from fastapi.testclient import TestClient
 
 from alloctrace.server.app import create_app
-from alloctrace.traces import memmap, memmap_saved, state_index as state_index_mod, store as store_mod
-from alloctrace.traces.schema import GraphRecord, TraceMeta
+from alloctrace.traces import memmap
+from alloctrace.traces.memmap import saved as memmap_saved
+from alloctrace.traces.state import index as state_index_mod
+from alloctrace.traces.store import store as store_mod
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 from test_memmap import columns_of, synthetic_events
-from test_server_mapfast import route_only_app
+from test_server_mapjson_fast import route_only_app
 from test_server_mapjson import ODD_NAMES
 from test_state_checkpoints import DATA, REAL_LOGS
 
@@ -172,12 +175,12 @@ def test_a_map_of_too_many_lifetimes_waits_for_the_first_view(tmp_path, monkeypa
     monkeypatch.setattr(store_mod, "SAVED_MIN_EVENTS", LONG)
     graph = synthetic_graph(3000)
     opened = sum(e.kind in ("alloc", "reuse") for e in graph.events)
-    monkeypatch.setattr(store_mod, "SAVED_MAX_LIFETIMES", opened - 1)
+    monkeypatch.setattr(memmap_saved, "SAVED_MAX_LIFETIMES", opened - 1)
     store = open_store(tmp_path / "over")
     tid = store.add_trace(TraceMeta("a", "synthetic", "ggml-head"), [graph])
     assert store.saved_lifetimes(tid, 0) is None and store.saved_states(tid, 0) is not None
     store.close()
-    monkeypatch.setattr(store_mod, "SAVED_MAX_LIFETIMES", opened)
+    monkeypatch.setattr(memmap_saved, "SAVED_MAX_LIFETIMES", opened)
     under = open_store(tmp_path / "under")
     tid2 = under.add_trace(TraceMeta("a", "synthetic", "ggml-head"), [synthetic_graph(3000)])
     assert under.saved_lifetimes(tid2, 0) is not None
@@ -210,7 +213,7 @@ def test_unreadable_value_is_built_instead(tmp_path, monkeypatch):
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 7, 8, 33])
 def test_series_pairs_reduce_as_reduceat(m):
     """The series levels (rebuilt on every load) pair buckets as fn.reduceat over aligned pairs did."""
-    from alloctrace.traces.memmap_lod import _pairs
+    from alloctrace.traces.memmap.lod import _pairs
     rng = np.random.default_rng(m)
     a = rng.integers(0, 9, m).astype(np.float64)
     a[rng.random(m) < 0.3] = np.nan

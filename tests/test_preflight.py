@@ -13,7 +13,7 @@ from alloctrace.cli import main
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.preflight import printed, vary
 from alloctrace.traces.preflight.sweeps import load, sweep_ids
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 from sweep_program import expected_bytes
 
 PROGRAM = [sys.executable, str(Path(__file__).with_name("sweep_program.py"))]

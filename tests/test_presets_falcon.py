@@ -22,13 +22,13 @@ import pytest
 from alloctrace.allocator import LAYOUTS, LegacyAllocator, get_profile
 from alloctrace.allocator.presets import PRESETS, falcon, family_of, get_preset, with_hparams
 from alloctrace.allocator.presets.space import AddressSpace
-from alloctrace.traces.replay_run import replay
+from alloctrace.traces.replay.run import replay
 from alloctrace.cli import main
 from alloctrace.metal_exec import find_concurrency
 from alloctrace.metal_exec.execute import run
 from alloctrace.metal_exec.hazards import CONCURRENT_OVERLAP, check
 from alloctrace.metal_exec.plan import plan_from_legacy
-from alloctrace.traces.replay_run import preset_plans
+from alloctrace.traces.replay.run import preset_plans
 
 TINY = {"n_embd": 64, "n_head": 4, "n_head_kv": 1, "n_layer": 2, "n_ff": 256, "n_vocab": 128}
 LAYER_OPS = ["NORM", "MUL", "ADD", "MUL_MAT", "VIEW", "ROPE", "VIEW", "CPY",

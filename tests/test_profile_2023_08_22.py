@@ -6,7 +6,7 @@ while Metal ran their readers' level concurrently: the race PR #2757 fixed.
 from alloctrace.allocator import LegacyAllocator, get_profile
 from alloctrace.allocator.harness import graph_from_json
 from conftest import load_harness
-from alloctrace.traces.replay_run import replay
+from alloctrace.traces.replay.run import replay
 from alloctrace.metal_exec.execute import run
 from alloctrace.metal_exec.hazards import CONCURRENT_OVERLAP, check
 from alloctrace.metal_exec.plan import harness_plans
@@ -65,7 +65,7 @@ def test_serial_walk_is_08_28s_until_the_silent_return(fixtures):
 def test_import_reads_an_08_22_log(fixtures, tmp_path):
     """08-22 chooses blocks as 08-28 does, so a serial log of either replays consistently under it."""
     from alloctrace.traces import import_paths
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
 
     store = open_store(tmp_path / "store")
     try:

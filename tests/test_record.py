@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from alloctrace.cli import main
-from alloctrace.traces.record.source import RecordingSource
-from alloctrace.traces.record.stream import read_processes
-from alloctrace.traces.store import open_store
+from alloctrace.traces.sources.record.source import RecordingSource
+from alloctrace.traces.sources.record.stream import read_processes
+from alloctrace.traces.store.store import open_store
 from record_program import SECOND_ALIGNMENT, SECOND_MAX_SIZE, encode
 from test_differential_ggml import programs
 

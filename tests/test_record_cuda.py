@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from alloctrace.cli import main
-from alloctrace.traces.record.source import RecordingSource
+from alloctrace.traces.sources.record.source import RecordingSource
 
 DATA = Path(__file__).with_name("data") / "record" / "cuda"
 PRINTED_MIB = {  # (CUDA0, CUDA_Host) compute buffers, as llama.cpp printed them at exit

@@ -11,9 +11,10 @@ import pytest
 
 from alloctrace.cli import main
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.record import build, run
-from alloctrace.traces.record.source import RecordingSource
-from alloctrace.traces.record.stream import RecordingError
+from alloctrace.traces.sources.record import build
+from alloctrace.traces.sources.record import run
+from alloctrace.traces.sources.record.source import RecordingSource
+from alloctrace.traces.sources.record.stream import RecordingError
 
 DATA = Path(__file__).with_name("data") / "record"
 MLP = (DATA / "gallocr-mlp.atrec").read_text()  # three graphs: mlp(4), mlp(16), mlp(4) in one gallocr

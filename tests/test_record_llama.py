@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 BIN = os.environ.get("ALLOCTRACE_LLAMA_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="ALLOCTRACE_LLAMA_BIN is not set (a llama-completion binary)")

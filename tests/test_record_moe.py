@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import alloctrace.traces.record.replay as replay
-from alloctrace.traces.record.source import RecordingSource
+import alloctrace.traces.sources.record.replay as replay
+from alloctrace.traces.sources.record.source import RecordingSource
 
 DATA = Path(__file__).with_name("data") / "record" / "moe"
 # llama.cpp's own check of its compute buffer ("CPU compute buffer size is X MiB, matches expectation")

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from alloctrace.traces.replay_run import replay, run_replay
+from alloctrace.traces.replay.run import replay, run_replay
 from alloctrace.cli import main
 
 KEYS = {"preset", "profile", "parse_seq_len", "measure", "eval", "first_divergence"}
@@ -89,7 +89,7 @@ def test_bad_input_is_one_line_and_nonzero(capsys, argv, msg):
 
 
 def test_store_keeps_measure_and_eval_as_one_trace(tmp_path, capsys):
-    store_mod = pytest.importorskip("alloctrace.traces.store")
+    store_mod = pytest.importorskip("alloctrace.traces.store.store")
     out = run_replay("gpt2-tiny", "ggml-2023-08-16", n_batch=8, eval_tokens=1, n_past=8, store=tmp_path / "st")
     tid = out["measure"]["trace_id"]
     assert tid is not None and out["eval"]["trace_id"] == tid

@@ -13,8 +13,8 @@ import pytest
 
 from alloctrace.cli import main
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
-from alloctrace.traces.torch.ranks import import_ranks
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.sources.ranks import import_ranks
 from torchsnap import DATA, sidecar
 
 MB = 1_000_000

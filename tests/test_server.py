@@ -14,11 +14,11 @@ import pytest
 import uvicorn
 
 from alloctrace.allocator.presets import PRESETS
-from alloctrace.traces.replay_run import run_replay
+from alloctrace.traces.replay.run import run_replay
 from alloctrace.server.app import create_app
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.state import state_at
-from alloctrace.traces.store import open_store
+from alloctrace.traces.state.replay import state_at
+from alloctrace.traces.store.store import open_store
 
 LEGACY_HARNESS = "v2023-08-16-legacy/harness_plain.AT.log"
 
@@ -435,7 +435,7 @@ def test_gzip_and_zstd_uploads_import_like_plain(client, fixtures, tmp_path, leg
 def test_state_checkpoints_give_state_at_in_any_order(live, legacy, monkeypatch):
     import random
 
-    from alloctrace.traces.state_index import StateIndex
+    from alloctrace.traces.state.index import StateIndex
     store = live.app.state.ctx.store
     tid = legacy["id"]
     events = store.events(tid, 1)
@@ -458,7 +458,7 @@ def test_a_jsonl_export_round_trips_through_the_upload_endpoint(client, fixtures
     import gzip
     import io
 
-    from alloctrace.traces.export import export
+    from alloctrace.traces.export.ggml import export
 
     src = open_store(tmp_path / "src")
     [tid] = import_paths(src, [fixtures / "v2023-08-28-parseseq" / "harness_parseseq.AT.log"])

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from alloctrace.traces.sources.ggml_log import import_log
-from alloctrace.traces.store import Store
+from alloctrace.traces.store.store import Store
 from test_server import LEGACY_HARNESS, LiveServer, upload
 
 

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from alloctrace.traces.schema import GraphRecord, TraceMeta
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
+from alloctrace.traces.store.store import open_store
 from test_memmap import synthetic_events
 from test_server import LiveServer
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from alloctrace.server import paths
 from alloctrace.server.examples import example_logs, seed_examples
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ("import json; from alloctrace.server import paths, examples; "

@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from alloctrace.cli import main
 from alloctrace.server.app import create_app
-from alloctrace.traces.bounded_io import Limits
-from alloctrace.traces.store import open_store
+from alloctrace.traces.sources.bounded_io import Limits
+from alloctrace.traces.store.store import open_store
 from hostile_inputs import bad_value_snapshots, shared_blocks_snapshot, shared_frames_snapshot, write_pickle
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,14 +73,14 @@ def test_a_frames_list_shared_by_every_entry_costs_once(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     s = open_store(tmp_path / "s")
-    from alloctrace.traces.torch.store import device_info
+    from alloctrace.traces.store.torch import device_info
     stacks = device_info(s, s.list()[0]["id"], 0)["stacks"]
     assert len(stacks["offsets"]) == 2 and len(stacks["frames"]) == 1_000_000  # one stack of 10^6 frames
 
 
 def _slow_model(monkeypatch, seconds: float):
     """The model replay burns `seconds` of CPU time (reading stays as cheap as it is)."""
-    from alloctrace.traces import torch_whatif
+    from alloctrace.traces.whatif import torch_request as torch_whatif
     real = torch_whatif.check_device
 
     def slow(cols, info, **kw):

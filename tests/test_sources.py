@@ -10,10 +10,10 @@ import pytest
 from alloctrace.allocator.events import Event
 from alloctrace.traces import sources
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.logio import HEAD
-from alloctrace.traces.schema import GraphRecord, TraceMeta
+from alloctrace.traces.sources.logio import HEAD
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
 from alloctrace.traces.sources import ImportedTrace, import_file, import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 LOG = "v2023-08-28-parseseq/harness_plain.AT.log"
 
@@ -114,8 +114,8 @@ def test_a_failing_trace_leaves_none_of_the_file(tmp_path, store, monkeypatch):
 def test_the_callers_caps_apply_to_every_reader_of_the_input(fixtures, store, tmp_path, monkeypatch, kind):
     """A source reads the seam's stream through its own text reader: the caps are the caller's,
     not the environment's defaults, both ways."""
-    from alloctrace.traces.bounded_io import LimitExceeded, Limits
-    from alloctrace.traces.export import export
+    from alloctrace.traces.sources.bounded_io import LimitExceeded, Limits
+    from alloctrace.traces.export.ggml import export
 
     path = fixtures / "v2023-08-28-parseseq" / "harness_parseseq.AT.log"
     if kind == "jsonl":

@@ -6,7 +6,7 @@ import pytest
 from alloctrace.allocator import LAYOUTS, Event, Gallocr, LegacyAllocator, get_profile
 from alloctrace.allocator.harness import graph_from_json
 from conftest import load_harness
-from alloctrace.traces.state import Replay, free_summary, state_at, states_at, stranding
+from alloctrace.traces.state.replay import Replay, free_summary, state_at, states_at, stranding
 
 LEGACY = [("v2023-08-16-legacy", "ggml-2023-08-16"), ("v2023-08-28-parseseq", "ggml-2023-08-28")]
 
@@ -136,7 +136,7 @@ def test_double_free_is_reported_not_merged():
 
 def test_state_from_store_columns_equals_state_from_events(fixtures, tmp_path):
     from alloctrace.traces import import_paths
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
 
     s = open_store(tmp_path)
     (tid,) = import_paths(s, [fixtures / "head-gallocr" / "harness_gallocr.AT.log"])

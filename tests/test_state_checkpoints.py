@@ -20,12 +20,13 @@ from hypothesis import given, settings, strategies as st
 from alloctrace.allocator import Event, get_profile
 from alloctrace.allocator.gallocr import BufferType, Gallocr
 from alloctrace.allocator.harness import graph_from_json
-from alloctrace.traces import state_index as state_index_mod, store as store_mod
-from alloctrace.traces.graph_info import graph_info
+from alloctrace.traces.state import index as state_index_mod
+from alloctrace.traces.store import store as store_mod
+from alloctrace.traces.store.graph_info import graph_info
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.state import states_at
-from alloctrace.traces.state_index import Saved, StateIndex, saved_checkpoints
-from alloctrace.traces.store import open_store
+from alloctrace.traces.state.replay import states_at
+from alloctrace.traces.state.index import Saved, StateIndex, saved_checkpoints
+from alloctrace.traces.store.store import open_store
 from conftest import load_harness
 from test_memmap import columns_of, synthetic_events
 
@@ -160,7 +161,7 @@ def test_random_graphs(ops, chunked, capacity, step):
 
 def test_a_long_graph_keeps_its_checkpoints_in_the_store(tmp_path, monkeypatch):
     """Stored at add_trace, bounded like the on-demand ones, gone with the trace."""
-    from alloctrace.traces.schema import GraphRecord, TraceMeta
+    from alloctrace.traces.store.schema import GraphRecord, TraceMeta
     monkeypatch.setattr(store_mod, "SAVED_MIN_EVENTS", 20_000)
     monkeypatch.setattr(StateIndex, "step", 1000)
     events = synthetic_events(30_000, seed=4, slots=512)
@@ -235,7 +236,7 @@ def test_a_store_written_before_checkpoints_still_answers(tmp_path, monkeypatch)
     """An older store has no checkpoint table: opening it adds the table, states are made on demand,
     and the server stores the long graph's checkpoints meanwhile, for the next server."""
     from alloctrace.server.context import Context
-    from alloctrace.traces.schema import GraphRecord, TraceMeta
+    from alloctrace.traces.store.schema import GraphRecord, TraceMeta
     monkeypatch.setattr(store_mod, "SAVED_MIN_EVENTS", 1000)
     monkeypatch.setattr(state_index_mod, "SAVED_MIN_EVENTS", 1000)
     monkeypatch.setattr(StateIndex, "step", 100)

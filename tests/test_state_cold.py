@@ -20,15 +20,17 @@ from hypothesis import given, settings, strategies as st
 
 from alloctrace.server.api import _name_live_ops
 from alloctrace.server.app import create_app
-from alloctrace.traces import live_ops, memmap, store as store_mod
-from alloctrace.traces.columns import FIELDS, event_rows
-from alloctrace.traces.columns_lazy import LazyColumns, StringTable
-from alloctrace.traces.graph_info import graph_info
-from alloctrace.traces.live_ops import name_live_ops
-from alloctrace.traces.schema import GraphRecord, TraceMeta
+from alloctrace.traces.memmap import live_ops
+from alloctrace.traces import memmap
+from alloctrace.traces.store import store as store_mod
+from alloctrace.traces.store.columns import FIELDS, event_rows
+from alloctrace.traces.store.columns_lazy import LazyColumns, StringTable
+from alloctrace.traces.store.graph_info import graph_info
+from alloctrace.traces.memmap.live_ops import name_live_ops
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.state_index import StateIndex
-from alloctrace.traces.store import open_store
+from alloctrace.traces.state.index import StateIndex
+from alloctrace.traces.store.store import open_store
 from test_memmap import columns_of, synthetic_events
 from test_state_checkpoints import REAL_LOGS, events_of, head_run, op
 

@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from alloctrace.traces.state_index import StateIndex, column_changes
+from alloctrace.traces.state.index import StateIndex, column_changes
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.state import states_at
-from alloctrace.traces.store import open_store
+from alloctrace.traces.state.replay import states_at
+from alloctrace.traces.store.store import open_store
 from test_memmap import columns_of, synthetic_events
 
 

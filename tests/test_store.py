@@ -9,8 +9,8 @@ import pytest
 
 from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.schema import GraphRecord, TraceMeta
-from alloctrace.traces.store import NotFound, open_store, store_dir
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
+from alloctrace.traces.store.store import NotFound, open_store, store_dir
 
 
 def _events(n, graph=0):
@@ -185,7 +185,7 @@ def test_concurrent_writers_and_readers(tmp_path):
 def test_concurrent_processes(tmp_path):
     path = tmp_path / "s"
     code = ("import sys; sys.path.insert(0, %r); from test_store import _trace; "
-            "from alloctrace.traces.store import open_store; s = open_store(%r); "
+            "from alloctrace.traces.store.store import open_store; s = open_store(%r); "
             "[s.add_trace(*_trace(name='p', n=2000)) for _ in range(4)]") % (os.path.dirname(__file__), str(path))
     procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True) for _ in range(3)]
     errs = [p.communicate(timeout=300)[1] for p in procs]

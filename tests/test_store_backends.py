@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 from alloctrace.cli import main
 from alloctrace.server.app import create_app
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.schema import GraphRecord, TraceMeta
-from alloctrace.traces.store import STORE_FORMAT, NotFound, open_store
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
+from alloctrace.traces.store.store import STORE_FORMAT, NotFound, open_store
 
 from test_store import _events, _trace
 
@@ -83,7 +83,7 @@ def test_a_failed_add_leaves_nothing(store_ref):
 
 
 def test_derived_rows_are_kept_once(store_ref):
-    from alloctrace.traces.store import checkpoint_rows
+    from alloctrace.traces.store.store import checkpoint_rows
 
     store = open_store(store_ref)
     tid = store.add_trace(*_trace(n=400, graphs=1))
@@ -210,8 +210,8 @@ def test_every_endpoint_answers_the_same_on_both(tmp_path, pg_url):
 
 IMPORTER = """
 import sys, time
-from alloctrace.traces.store import open_store
-from alloctrace.traces.schema import GraphRecord, TraceMeta
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
 sys.path.insert(0, {tests!r})
 from test_store import _events
 store = open_store({ref!r})

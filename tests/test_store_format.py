@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.store import STORE_FORMAT, Store, open_store, pack_blobs, unpack_blobs
+from alloctrace.traces.store.store import STORE_FORMAT, Store, open_store, pack_blobs, unpack_blobs
 
 from test_store import _trace
 

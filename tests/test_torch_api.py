@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 
 from alloctrace.allocator.events import Event
 from alloctrace.server.app import create_app
-from alloctrace.traces.schema import GraphRecord, TraceMeta
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
+from alloctrace.traces.store.store import open_store
 
 DATA = Path(__file__).resolve().parent / "data" / "torch"
 

@@ -59,9 +59,9 @@ def test_every_fixture_imports_consistent(capsys, tmp_path, name):
     for d in trace["devices"]:
         assert d["consistent"] is True, d
         assert "first_mismatch" not in d and "model_error" not in d
-    from alloctrace.traces.store import open_store
-    from alloctrace.traces.torch.store import device_columns, device_info
-    from alloctrace.traces.torch_whatif import infer_memory_limit
+    from alloctrace.traces.store.store import open_store
+    from alloctrace.traces.store.torch import device_columns, device_info
+    from alloctrace.traces.whatif.torch_request import infer_memory_limit
     s = open_store(tmp_path)
     cols, info = device_columns(s, trace["id"], 0), device_info(s, trace["id"], 0)
     assert info["consistent"] is True                      # stored with the row, not only printed
@@ -78,7 +78,7 @@ def test_every_fixture_imports_consistent(capsys, tmp_path, name):
 
 def test_the_caching_allocator_model_hook(capsys, tmp_path, monkeypatch):
     """What the model answers lands in `import --json`, and what it was given is the stored form."""
-    from alloctrace.traces import torch_whatif
+    from alloctrace.traces.whatif import torch_request as torch_whatif
     seen = {}
 
     def check_device(columns, info, **kw):  # progress=: the import's CPU cap
@@ -90,8 +90,8 @@ def test_the_caching_allocator_model_hook(capsys, tmp_path, monkeypatch):
     assert rc == 0, err
     (d,) = json.loads(out)["traces"][0]["devices"]
     assert d["consistent"] is False and d["first_mismatch"] == {"event": 7, "model": 1, "trace": 2}
-    from alloctrace.traces.store import open_store
-    from alloctrace.traces.torch.store import device_columns, device_info
+    from alloctrace.traces.store.store import open_store
+    from alloctrace.traces.store.torch import device_columns, device_info
     s = open_store(tmp_path)
     tid = json.loads(out)["traces"][0]["id"]
     stored = device_columns(s, tid, 0)

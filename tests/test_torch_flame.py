@@ -9,10 +9,11 @@ import pytest
 
 from alloctrace.cli import main
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
-from alloctrace.traces.torch import flame_svg
-from alloctrace.traces.torch.flame import flame, folded
-from alloctrace.traces.torch.views import load_device, peak
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.explain import torch_flame_svg as flame_svg
+from alloctrace.traces.explain.torch_flame import flame, folded
+from alloctrace.traces.state.torch_device import load_device
+from alloctrace.traces.explain.torch_peak import peak
 from torchsnap import DATA, sidecar
 
 SVG = "{http://www.w3.org/2000/svg}"

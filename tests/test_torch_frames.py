@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
-from alloctrace.traces.torch import views
-from alloctrace.traces.torch.frames import DEFAULT_SKIP, call_site, is_python, parse_skip, site_label
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.explain import torch_peak
+from alloctrace.traces.state import torch_device as views
+from alloctrace.traces.state.torch_frames import DEFAULT_SKIP, call_site, is_python, parse_skip, site_label
 
 from alloctrace.cli import main
 
@@ -37,7 +38,7 @@ def test_the_fixture_really_has_cpp_frames_before_python_ones():
 
 
 def test_peak_sites_are_python_frames_or_autograd_nodes(dev):
-    p = views.peak(dev, top=100)
+    p = torch_peak.peak(dev, top=100)
     sites = {g["site"]: g["bytes"] for g in p["by_call_site"]}
     assert sum(sites.values()) == p["peak_requested"]
     # every forward allocation lands on the script's own lines, every backward one on its autograd node
@@ -59,7 +60,7 @@ def test_no_stack_with_a_python_frame_is_named_by_a_native_one(dev):
 def test_skip_refines_and_never_reaches_native_frames(dev):
     # skipping the script too: the first Python frame left (torch's own nn module), or where every Python frame
     # is skipped (torch.randn called from the script) the innermost Python frame: never a C++ one
-    p = views.peak(dev, skip=parse_skip("default,bench/record_torch_pairs.py"), top=100)
+    p = torch_peak.peak(dev, skip=parse_skip("default,bench/record_torch_pairs.py"), top=100)
     sites = [g["site"] for g in p["by_call_site"]]
     assert any("torch/nn/modules/linear.py" in s for s in sites)
     for s in sites:
@@ -101,8 +102,8 @@ def test_dladdr_symbolizer_snapshot_names_the_same_sites(dev, tmp_path):
                for e in es for fr in e.get("frames") or [])
     s = open_store(tmp_path)
     [tid] = import_paths(s, [PAIRS / "mlp_stacks_dladdr.pickle.gz"])
-    other = views.peak(views.load_device(s, tid, 0), top=100)
-    mine = views.peak(dev, top=100)
+    other = torch_peak.peak(views.load_device(s, tid, 0), top=100)
+    mine = torch_peak.peak(dev, top=100)
     strip = lambda p: {g["site"].rsplit(":", 1)[0] if "record_torch_pairs" in g["site"] else g["site"]: g["bytes"]
                        for g in p["by_call_site"]}
     # same workload, same sites and bytes (the script's lines moved between the two recordings)

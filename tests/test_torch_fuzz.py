@@ -5,9 +5,11 @@ import pickle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from alloctrace.traces.torch.columns import ACTIONS, split_devices
-from alloctrace.traces.torch.source import device_facts
-from alloctrace.traces.torch.unpickle import SnapshotError, load_plain
+from alloctrace.traces.store.torch import ACTIONS
+
+from alloctrace.traces.sources.torch.columns import split_devices
+from alloctrace.traces.sources.torch.source import device_facts
+from alloctrace.traces.sources.torch.unpickle import SnapshotError, load_plain
 
 KEYS = ["action", "addr", "size", "stream", "time_us", "frames", "user_metadata", "device_free", "name",
         "filename", "line", "address", "total_size", "blocks", "state", "requested_size", "device", "stage",

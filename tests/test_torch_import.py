@@ -13,17 +13,17 @@ import pytest
 import zstandard
 
 from alloctrace.cli import main
-from alloctrace.traces.store import open_store
-from alloctrace.traces.torch.columns import ACTIONS
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.store.torch import ACTIONS
 from alloctrace.traces.sources import import_paths
 
 
 def import_snapshot(store, path):
     [tid] = import_paths(store, [path])
     return tid
-from alloctrace.traces.torch.state import compare_with_snapshot, state_at
-from alloctrace.traces.torch.store import device_columns, device_info
-from alloctrace.traces.torch.unpickle import SnapshotError, load_plain
+from alloctrace.traces.state.torch_blocks import compare_with_snapshot, state_at
+from alloctrace.traces.store.torch import device_columns, device_info
+from alloctrace.traces.sources.torch.unpickle import SnapshotError, load_plain
 
 DATA = Path(__file__).resolve().parent / "data" / "torch"
 NAMES = ["gpt2_train_bs8", "gpt2_train_bs16", "oom", "fragmentation"]
@@ -124,7 +124,7 @@ def test_state_rebuilt_from_the_trace_matches_the_snapshot(tmp_path, name):
     store = open_store(tmp_path)
     tid = import_snapshot(store, DATA / f"{name}.pickle.gz")
     cols = device_columns(store, tid, 0)
-    from alloctrace.traces.torch.store import device_tables
+    from alloctrace.traces.store.torch import device_tables
     tables, _, extra = device_tables(store, tid, 0)
     state = state_at(cols, len(cols["action"]))
     assert state.mismatches == []
@@ -240,7 +240,7 @@ def test_decompressed_size_is_capped(tmp_path, capsys, store_dir, monkeypatch):
 
 
 def test_sniff_knows_snapshots_from_other_input():
-    from alloctrace.traces.torch.source import SOURCE
+    from alloctrace.traces.sources.torch.source import SOURCE
     for name in NAMES:
         assert SOURCE.sniff(raw(name)[:65536])
     for proto in (2, 3, 5):

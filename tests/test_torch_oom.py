@@ -7,9 +7,10 @@ import pytest
 
 from alloctrace.cli import main
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
-from alloctrace.traces.torch import views
-from alloctrace.traces.torch.oom import _roundest, cause
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.explain import torch_peak
+from alloctrace.traces.state import torch_device as views
+from alloctrace.traces.explain.torch_oom import _roundest, cause
 
 DATA = Path(__file__).parent / "data" / "torch"
 # real runs under a cap (the cap the script set and num_alloc_retries are in their sidecars)
@@ -30,7 +31,7 @@ def cards(tmp_path_factory):
     for name in RUNS:
         [tid] = import_paths(s, [DATA / f"{name}.pickle.gz"])
         d = views.load_device(s, tid, 0)
-        out[name] = views.oom_card(d, views.StateIndex(d))
+        out[name] = torch_peak.oom_card(d, views.StateIndex(d))
     return out
 
 

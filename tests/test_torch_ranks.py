@@ -8,9 +8,10 @@ import shutil
 import pytest
 
 from alloctrace.cli import main
-from alloctrace.traces.store import open_store
-from alloctrace.traces.torch.ranks import compare, rank_of
-from alloctrace.traces.torch.store import device_info
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.diff.torch_ranks import compare
+from alloctrace.traces.sources.ranks import rank_of
+from alloctrace.traces.store.torch import device_info
 from torchsnap import DATA, sidecar
 
 

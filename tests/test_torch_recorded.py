@@ -10,9 +10,10 @@ import pytest
 
 from alloctrace.cli import main
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
-from alloctrace.traces.torch.ranks import compare, import_ranks
-from alloctrace.traces.torch.store import device_info
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.diff.torch_ranks import compare
+from alloctrace.traces.sources.ranks import import_ranks
+from alloctrace.traces.store.torch import device_info
 
 REC = Path(__file__).parent / "data" / "torch" / "recorded"
 

@@ -7,16 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from alloctrace.traces.store import open_store
-from alloctrace.traces.torch import views
-from alloctrace.traces.torch.diff import diff
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.explain import torch_peak
+from alloctrace.traces.memmap import torch_timeline
+from alloctrace.traces.state import torch_device as views
+from alloctrace.traces.diff.torch import diff
 from alloctrace.traces.sources import import_paths
 
 
 def import_snapshot(store, path):
     [tid] = import_paths(store, [path])
     return tid
-from alloctrace.traces.torch.store import device_columns, device_info
+from alloctrace.traces.store.torch import device_columns, device_info
 
 DATA = Path(__file__).resolve().parent / "data" / "torch"
 
@@ -56,7 +58,7 @@ def lifetimes(es):
 def test_timeline_bands_stack_like_the_official_viewer(store):
     es = entries("gpt2_train_bs8")
     life = lifetimes(es)
-    t = views.timeline(dev(store, "gpt2_train_bs8"), max_points=300, max_bands=40, band_points=50)
+    t = torch_timeline.timeline(dev(store, "gpt2_train_bs8"), max_points=300, max_bands=40, band_points=50)
     assert len(t["bands"]) == 40
     sizes = sorted((z for _, _, z in life), reverse=True)
     assert sorted((b["size"] for b in t["bands"]), reverse=True) == sizes[:40]  # the largest are drawn
@@ -69,7 +71,7 @@ def test_timeline_bands_stack_like_the_official_viewer(store):
     assert max(t["allocated_max"]) == sidecar("gpt2_train_bs8")["memory_stats_subset"]["requested_bytes.all.peak"]
     assert max(t["reserved_max"]) == sidecar("gpt2_train_bs8")["ground_truth"]["max_memory_reserved"]
     for x0, x1 in ((100, 200), (5000, 5003), (len(es) - 10, len(es))):  # zoomed windows: same stacking
-        z = views.timeline(dev(store, "gpt2_train_bs8"), x0, x1, max_bands=30)
+        z = torch_timeline.timeline(dev(store, "gpt2_train_bs8"), x0, x1, max_bands=30)
         for b in z["bands"]:
             assert x0 <= b["x"][0] and b["x"][-1] < x1
             for x, base in zip(b["x"], b["base"]):
@@ -86,12 +88,12 @@ def test_timeline_payload_does_not_grow_with_the_snapshot(tmp_path):
     big = tmp_path / "big.pickle"
     big.write_bytes(pickle.dumps(snap, protocol=4))
     s = open_store(tmp_path / "s")
-    small_len = len(json.dumps(views.timeline(views.load_device(s, import_snapshot(s, DATA / "oom.pickle.gz"), 0))))
+    small_len = len(json.dumps(torch_timeline.timeline(views.load_device(s, import_snapshot(s, DATA / "oom.pickle.gz"), 0))))
     big_dev = views.load_device(s, import_snapshot(s, big), 0)
-    big_t = views.timeline(big_dev)
+    big_t = torch_timeline.timeline(big_dev)
     assert big_t["n_events"] == 8 * len(trace)
     assert len(json.dumps(big_t)) < 1.5 * small_len < 600_000
-    zoom = views.timeline(big_dev, 5000, 6000, max_points=100)
+    zoom = torch_timeline.timeline(big_dev, 5000, 6000, max_points=100)
     assert zoom["grid"][0] == 5000 and zoom["grid"][-1] < 6000 and len(zoom["grid"]) <= 100
 
 
@@ -130,16 +132,16 @@ def test_state_at_random_entries_matches_running_sums(store, name):
 def test_peak_by_call_site_adds_up_and_skip_is_configurable(store):
     d = dev(store, "gpt2_train_bs8")
     truth = sidecar("gpt2_train_bs8")["memory_stats_subset"]["requested_bytes.all.peak"]
-    default = views.peak(d, top=1000)
+    default = torch_peak.peak(d, top=1000)
     assert sum(g["bytes"] for g in default["by_call_site"]) == truth
     assert not any("site-packages/torch/" in g["site"] for g in default["by_call_site"])
     # skipping the model library too moves the attribution to the training script
-    deeper = views.peak(d, skip=views.DEFAULT_SKIP + ("site-packages/",), top=1000)
+    deeper = torch_peak.peak(d, skip=views.DEFAULT_SKIP + ("site-packages/",), top=1000)
     assert sum(g["bytes"] for g in deeper["by_call_site"]) == truth
     assert {g["site"].split(" (")[1].split(":")[0] for g in deeper["by_call_site"] if "(" in g["site"]
             and not g["site"].startswith("(no")} == {"heldout/torch-snapshots/gen/make.py"}
     # no skipping: the innermost frame, which for this model is torch's own
-    raw = views.peak(d, skip=(), top=1000)
+    raw = torch_peak.peak(d, skip=(), top=1000)
     assert any("torch/" in g["site"] for g in raw["by_call_site"])
     live = [z for s, e, z in lifetimes(entries("gpt2_train_bs8")) if s <= default["event"] < e]
     assert default["live_allocations"] == len(live) and sum(live) == truth
@@ -147,7 +149,7 @@ def test_peak_by_call_site_adds_up_and_skip_is_configurable(store):
 
 def test_oom_card(store):
     d = dev(store, "oom")
-    card = views.oom_card(d, views.StateIndex(d))
+    card = torch_peak.oom_card(d, views.StateIndex(d))
     es = entries("oom")
     k = next(i for i, e in enumerate(es) if e["action"] == "oom")
     assert card["event"] == k and card["requested"] == es[k]["size"] and card["device_free"] == es[k]["device_free"]
@@ -161,7 +163,7 @@ def test_oom_card(store):
     assert (flush["first"], flush["end"], flush["segments"]) == (frees[0], frees[-1] + 1, len(frees)) == \
         (frees[0], frees[0] + 11, 11)
     assert flush["bytes"] == sum(es[i]["size"] for i in frees) and flush["then"] == "segment_alloc"
-    assert views.oom_card(dev(store, "gpt2_train_bs8"), views.StateIndex(dev(store, "gpt2_train_bs8"))) is None
+    assert torch_peak.oom_card(dev(store, "gpt2_train_bs8"), views.StateIndex(dev(store, "gpt2_train_bs8"))) is None
 
 
 def test_diff_of_batch_8_and_16_decomposes_exactly(store):
@@ -252,7 +254,7 @@ def test_a_trace_that_wrapped_keeps_absolute_levels(tmp_path, store):
     assert info["baseline_requested"] == levels[2999]
     assert info["peak_requested"] == max(levels[3000:])
     d = views.load_device(s, tid, 0)
-    p = views.peak(d, top=1000)
+    p = torch_peak.peak(d, top=1000)
     assert sum(g["bytes"] for g in p["by_call_site"]) == p["peak_requested"]
     assert any(g["site"] == views.PREEXISTING for g in p["by_call_site"])
     full_dev = dev(store, "gpt2_train_bs8")

@@ -6,8 +6,8 @@ import httpx
 import pytest
 from conftest import live_server
 
-from alloctrace.traces.store import open_store
-from alloctrace.traces.torch.ranks import import_ranks
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.sources.ranks import import_ranks
 from torchsnap import DATA, sidecar
 
 pytest.importorskip("playwright.sync_api")

@@ -11,10 +11,12 @@ import pytest
 
 from alloctrace.cli import main
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
-from alloctrace.traces.torch import views
-from alloctrace.traces.torch.store import device_columns, device_info
-from alloctrace.traces.torch_whatif import PartialTrace, replay_check, whatif_request
+from alloctrace.traces.store.store import open_store
+from alloctrace.traces.explain import torch_peak
+from alloctrace.traces.state import torch_device as views
+from alloctrace.traces.store.torch import device_columns, device_info
+from alloctrace.traces.whatif.torch_request import PartialTrace, whatif_request
+from alloctrace.traces.whatif.torch import replay_check
 from alloctrace.allocator.cuda_caching import AllocatorSettings
 
 DATA = Path(__file__).parent / "data" / "torch"
@@ -83,7 +85,7 @@ def test_states_of_the_cut_are_the_full_traces_from_k_on(cuts):
 def test_peaks_of_the_cut_are_the_full_traces_over_the_kept_part(cuts):
     for (name, k), (full, cut, *_) in _cases(cuts):
         freq, fres = full.curves()
-        p = views.peak(cut, top=1000)
+        p = torch_peak.peak(cut, top=1000)
         assert p["peak_requested"] == int(freq[k:].max())
         assert p["peak_reserved"] == int(fres[k:].max())
         assert sum(g["bytes"] for g in p["by_call_site"]) == p["peak_requested"]
@@ -129,7 +131,7 @@ def test_real_wrapped_recording(tmp_path):
     assert out["real"]["consistent"]
     assert out["real"]["peak_reserved"] == side["max_memory_reserved"]       # the allocator's own counters
     assert out["real"]["peak_allocated"] == side["max_memory_allocated"]
-    assert views.peak(wd)["peak_requested"] == side["requested_peak"]
+    assert torch_peak.peak(wd)["peak_requested"] == side["requested_peak"]
 
 
 def test_a_start_that_cannot_be_recovered_refuses_whatif(tmp_path, capsys):
@@ -177,6 +179,6 @@ def test_real_wrapped_recording_with_an_oom_under_a_cap(tmp_path):
                          recorded_cap=str(side["allowed_bytes"]))
     assert out["real"]["consistent"] and out["real"]["peak_reserved"] == side["max_memory_reserved"]
     assert out["whatif"]["oom"] == out["real"]["oom"] and out["real"]["oom"]["size"] == 160 << 20
-    card = views.oom_card(d, views.StateIndex(d))
+    card = torch_peak.oom_card(d, views.StateIndex(d))
     assert card["cap"]["lower"] <= side["allowed_bytes"] < card["cap"]["upper"]
     assert card["retries"] == side["num_alloc_retries"] and "partial trace" in card["partial"]

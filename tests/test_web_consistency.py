@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-import alloctrace.traces.record.replay as replay
-from alloctrace.traces.record.source import RecordingSource
-from alloctrace.traces.store import open_store
+import alloctrace.traces.sources.record.replay as replay
+from alloctrace.traces.sources.record.source import RecordingSource
+from alloctrace.traces.store.store import open_store
 from conftest import live_server
 
 pytest.importorskip("playwright.sync_api")

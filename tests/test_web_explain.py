@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from alloctrace.traces.replay_run import replay, store_result
+from alloctrace.traces.replay.run import replay, store_result
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 from conftest import live_server
 
 pytest.importorskip("playwright.sync_api")

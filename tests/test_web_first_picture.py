@@ -5,8 +5,8 @@ import base64
 import pytest
 
 from alloctrace.allocator.events import Event
-from alloctrace.traces.schema import GraphRecord, TraceMeta
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
+from alloctrace.traces.store.store import open_store
 from conftest import live_server
 
 pytest.importorskip("playwright.sync_api")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from alloctrace.traces.sources import import_file
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 from conftest import live_server
 
 playwright_api = pytest.importorskip("playwright.sync_api")

@@ -4,7 +4,7 @@ from fastapi.testclient import TestClient
 
 from alloctrace.server.app import create_app
 from alloctrace.traces import import_paths
-from alloctrace.traces.store import open_store
+from alloctrace.traces.store.store import open_store
 
 from torchsnap import DATA, sidecar
 

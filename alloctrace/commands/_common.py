@@ -1,7 +1,7 @@
 """Helpers shared by the store commands: the --store option and readable tables."""
 from __future__ import annotations
 
-from alloctrace.traces.textsafe import safe
+from alloctrace.traces.util.textsafe import safe
 
 
 def register(subparsers):
@@ -30,13 +30,13 @@ def add_tag_arg(parser):
 
 
 def tags_from(args) -> list[str]:
-    from alloctrace.traces.regress.tags import parse_tags
+    from alloctrace.traces.store.tags import parse_tags
 
     return parse_tags(getattr(args, "tags", None))
 
 
 def open_store_from(args):
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
 
     return open_store(getattr(args, "store", None))
 
@@ -61,7 +61,7 @@ def _yes_no(v, complete: bool = True) -> str:
 
 def table_lines(rows: list[list[str]]) -> list[str]:
     """A text table, one string per row (for reports printed line by line through `safe_lines`)."""
-    from alloctrace.traces.explain import text_table
+    from alloctrace.traces.explain.peak import text_table
 
     # names are data: no escape sequences, no forged rows
     return text_table([[safe(c) for c in r] for r in rows])

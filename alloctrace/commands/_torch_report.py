@@ -11,16 +11,17 @@ def register(subparsers):
 
 
 def is_torch(store, ref: str) -> bool:
-    return store.meta(store.resolve(ref.partition(":")[0])[0]).source == "torch"
+    from alloctrace.traces.store.kinds import TORCH, trace_kind
+    return trace_kind(store, ref) == TORCH
 
 
 def diff_snapshots(store, ref_a: str, ref_b: str, as_json: bool, skip=None, top: int = 20) -> int:
     """`alloctrace diff` of two snapshots: peak by call site side by side, the exact decomposition, alignment.
     Exit status as diff(1): 0 when both runs allocated the same sizes in the same order, else 1."""
     from alloctrace.traces.errors import UserError
-    from alloctrace.traces.torch.diff import diff
-    from alloctrace.traces.torch.views import DEFAULT_SKIP, load_device
-    from alloctrace.traces.torch.wrapped import note as partial_note
+    from alloctrace.traces.diff.torch import diff
+    from alloctrace.traces.state.torch_device import DEFAULT_SKIP, load_device
+    from alloctrace.traces.state.torch_wrapped import note as partial_note
 
     if not (is_torch(store, ref_a) and is_torch(store, ref_b)):
         raise UserError("a PyTorch snapshot can only be diffed against another PyTorch snapshot")

@@ -17,7 +17,8 @@ import re
 
 from alloctrace.allocator.profiles import DEFAULT_PROFILE, names as profile_names
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe, safe_lines
+from alloctrace.traces.util.sizes import fmt_bytes
+from alloctrace.traces.util.textsafe import safe, safe_lines
 
 from ._common import examples
 
@@ -109,7 +110,7 @@ def _hparams(items) -> dict:
 def _preset_plans(args):
     """The eval graph of a model preset, planned as the program did (measure, then the real buffer)."""
     try:
-        from alloctrace.traces.replay_run import preset_plans
+        from alloctrace.traces.replay.run import preset_plans
     except ImportError:
         raise UserError("checking presets is not available in this build; use --harness") from None
     try:
@@ -123,8 +124,8 @@ def _trace_plans(args):
     """A stored replay trace: its preset run is rebuilt and must reproduce the stored eval max_size.
 
     Traces imported from logs keep events, not tensor shapes and sources, so they cannot be checked."""
-    from alloctrace.traces.replay_run import preset_plans
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.replay.run import preset_plans
+    from alloctrace.traces.store.store import open_store
 
     store = open_store(args.store)
     try:
@@ -186,14 +187,7 @@ def _memory_limit(args) -> tuple[int | None, str]:
     avail = _mem_available()
     if avail is None:
         return None, ""
-    return int(avail * MEMORY_SHARE), f"{int(MEMORY_SHARE * 100)}% of MemAvailable {_human(avail)}; --max-memory sets another"
-
-
-def _human(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
+    return int(avail * MEMORY_SHARE), f"{int(MEMORY_SHARE * 100)}% of MemAvailable {fmt_bytes(avail)}; --max-memory sets another"
 
 
 def _reduced(hp: dict, div: int) -> dict:
@@ -219,7 +213,7 @@ def _smaller(args, limit: int) -> str:
     """A reduced-dimension variant of the preset that fits in limit, as --hparam flags to paste."""
     from alloctrace.allocator.presets import PRESETS
     from alloctrace.metal_exec.execute import estimate_bytes
-    from alloctrace.traces.replay_run import preset_plans
+    from alloctrace.traces.replay.run import preset_plans
 
     preset = PRESETS.get(args.preset or "")
     if preset is None:
@@ -236,7 +230,7 @@ def _smaller(args, limit: int) -> str:
         need = max(map(estimate_bytes, plans))
         if need <= limit:
             flags = " ".join(f"--hparam {k}={v}" for k, v in changed.items())
-            return f"a reduced {args.preset} fits: {flags} (about {_human(need)})"
+            return f"a reduced {args.preset} fits: {flags} (about {fmt_bytes(need)})"
     return "try a smaller preset (e.g. --preset gpt2-tiny)"
 
 
@@ -247,8 +241,8 @@ def _refuse_if_too_big(args, plans):
     limit, why = _memory_limit(args)
     need = max(map(estimate_bytes, plans), default=0)
     if limit is not None and need > limit:
-        raise UserError(f"--numeric would allocate about {_human(need)} ({need:,} bytes), more than the "
-                        f"{_human(limit)} allowed ({why}); {_smaller(args, limit)}")
+        raise UserError(f"--numeric would allocate about {fmt_bytes(need)} ({need:,} bytes), more than the "
+                        f"{fmt_bytes(limit)} allowed ({why}); {_smaller(args, limit)}")
 
 
 def _numeric(plan, args):

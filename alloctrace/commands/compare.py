@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from alloctrace.traces.textsafe import safe_lines
+from alloctrace.traces.util.textsafe import safe_lines
 
 from ._common import add_store_arg, open_store_from
 

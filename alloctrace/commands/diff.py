@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe_lines
+from alloctrace.traces.util.textsafe import safe_lines
 
 from ._common import add_store_arg, examples, open_store_from, table_lines
 
@@ -62,7 +62,7 @@ def resolve_ref(store, ref: str, imported: dict) -> str:
 
 
 def run(args) -> int:
-    from alloctrace.traces.diff import DiffResult, diff_refs
+    from alloctrace.traces.diff.graphs import DiffResult, diff_refs
 
     store = open_store_from(args)
     imported: dict = {}
@@ -97,7 +97,7 @@ def _blocks(blocks) -> str:
 def report_lines(d) -> list[str]:
     """The report, one line per string: `safe_lines` escapes a control character inside a line, so a
     table must never come as one string of several lines."""
-    from alloctrace.traces.explain import attribution_lines
+    from alloctrace.traces.explain.peak import attribution_lines
 
     a, b, al = d.a, d.b, d.aligned
     out = [f"a: {a['label']}   b: {b['label']}",

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.store.kinds import TORCH, trace_kind
 
 from ._common import add_store_arg, examples, open_store_from
 
@@ -36,12 +37,12 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.export import export
+    from alloctrace.traces.export.ggml import export
 
     store = open_store_from(args)
     tid = store.resolve(args.id.partition(":")[0])[0]
-    if store.meta(tid).source == "torch":
-        from alloctrace.traces.torch import export as torch_export
+    if trace_kind(store, tid) == TORCH:
+        from alloctrace.traces.export import torch as torch_export
 
         if args.format not in torch_export.FORMATS:
             raise UserError(f"a PyTorch trace exports as {' or '.join(torch_export.FORMATS)}, not {args.format}")

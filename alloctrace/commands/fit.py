@@ -6,7 +6,7 @@ import json
 import sys
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe, safe_lines
+from alloctrace.traces.util.textsafe import safe, safe_lines
 
 from ._common import add_store_arg, examples, open_store_from
 
@@ -40,7 +40,7 @@ def register(subparsers):
 def run(args) -> int:
     from alloctrace.traces.preflight.budget import fit, parse_budget
     from alloctrace.traces.preflight.vary import parse_range
-    from alloctrace.traces.record.build import recorder_library
+    from alloctrace.traces.sources.record.build import recorder_library
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:
@@ -60,7 +60,7 @@ def run(args) -> int:
 
 
 def report_lines(out: dict) -> list[str]:
-    from alloctrace.traces.explain import fmt_bytes
+    from alloctrace.traces.explain.peak import fmt_bytes
 
     flag, budget = out["flag"], out["budget"]
     if out["value"] is None:

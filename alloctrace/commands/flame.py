@@ -37,10 +37,10 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.torch import flame_svg
-    from alloctrace.traces.torch.flame import flame, folded
-    from alloctrace.traces.torch.frames import parse_skip
-    from alloctrace.traces.torch.views import load_device
+    from alloctrace.traces.explain import torch_flame_svg as flame_svg
+    from alloctrace.traces.explain.torch_flame import flame, folded
+    from alloctrace.traces.state.torch_frames import parse_skip
+    from alloctrace.traces.state.torch_device import load_device
 
     from .export import write_output
 

@@ -49,7 +49,7 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.bounded_io import Limits, parse_amount
+    from alloctrace.traces.sources.bounded_io import Limits, parse_amount
     from alloctrace.traces.sources import import_files
     from alloctrace.traces.sources.ggml_log.import_log import check_generation
 
@@ -62,7 +62,7 @@ def run(args) -> int:
         salvage=args.salvage or None)
     store = open_store_from(args)
     if args.ranks or any(os.path.isdir(p) for p in args.paths):
-        from alloctrace.traces.torch.ranks import import_ranks
+        from alloctrace.traces.sources.ranks import import_ranks
 
         summaries = import_ranks(store, args.paths, name=args.name, limits=limits, tags=tags)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe_lines
+from alloctrace.traces.util.textsafe import safe_lines
 
 from ._common import add_store_arg, examples, open_store_from
 
@@ -42,14 +42,15 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.explain import peak_json
+    from alloctrace.traces.explain.peak import peak_json
+    from alloctrace.traces.store.kinds import TORCH, kind_of_source
 
     from .diff import resolve_ref
 
     store = open_store_from(args)
     ref = resolve_ref(store, args.ref, {})
     summary = store.summary(ref)
-    if summary["source"] == "torch":
+    if kind_of_source(summary["source"]) == TORCH:
         return ranks_peak(args, store, summary) if args.ranks else torch_peak(args, store, summary)
     if args.ranks:
         raise UserError("--ranks compares the ranks of a PyTorch trace; this is a ggml trace")
@@ -64,7 +65,8 @@ def run(args) -> int:
 
 
 def report_lines(p: dict, tensors: bool = False) -> list[str]:
-    from alloctrace.traces.explain import fmt_bytes, text_table
+    from alloctrace.traces.explain.peak import text_table
+    from alloctrace.traces.util.sizes import fmt_bytes
 
     def section(title: str, body: dict) -> list[str]:
         pk, fr = body["peak"], body["fragmentation"]
@@ -121,8 +123,9 @@ def _shape_text(shape: dict | None) -> str:
 
 def torch_peak(args, store, summary: dict) -> int:
     """A snapshot's peak per device: the live allocations grouped by their first frame outside torch."""
-    from alloctrace.traces.torch.frames import parse_skip
-    from alloctrace.traces.torch.views import StateIndex, load_device, oom_card, peak
+    from alloctrace.traces.state.torch_frames import parse_skip
+    from alloctrace.traces.state.torch_device import StateIndex, load_device
+    from alloctrace.traces.explain.torch_peak import oom_card, peak
 
     from ._common import table
 
@@ -157,8 +160,8 @@ def torch_peak(args, store, summary: dict) -> int:
 
 def ranks_peak(args, store, summary: dict) -> int:
     """`peak --ranks`: the ranks side by side, then the call sites whose bytes at the peak differ most."""
-    from alloctrace.traces.torch.frames import parse_skip
-    from alloctrace.traces.torch.ranks import compare
+    from alloctrace.traces.state.torch_frames import parse_skip
+    from alloctrace.traces.diff.torch_ranks import compare
 
     from ._common import table
 

@@ -65,10 +65,10 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.record.build import find_ggml_header, recorder_library
-    from alloctrace.traces.record.run import run_recorded
-    from alloctrace.traces.record.source import NO_GGML
-    from alloctrace.traces.torch.recorder import hook_env, is_python_program, snapshots_in
+    from alloctrace.traces.sources.record.build import find_ggml_header, recorder_library
+    from alloctrace.traces.sources.record.run import run_recorded
+    from alloctrace.traces.sources.record.source import NO_GGML
+    from alloctrace.traces.sources.torch.recorder import hook_env, is_python_program, snapshots_in
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:
@@ -135,7 +135,7 @@ def import_into_store(store, recordings: list[Path], name: str, tags=()) -> list
 
 def import_snapshots(store, paths: list[Path], name: str, tags=()) -> list[str]:
     """One process's snapshot as a trace; several (ranks, workers) as one trace with a device each."""
-    from alloctrace.traces.torch.ranks import import_ranks
+    from alloctrace.traces.sources.ranks import import_ranks
 
     if len(paths) == 1:
         return import_into_store(store, paths, name, tags)

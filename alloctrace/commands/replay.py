@@ -5,7 +5,8 @@ import json
 
 from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe_lines
+from alloctrace.traces.util.sizes import fmt_bytes
+from alloctrace.traces.util.textsafe import safe_lines
 
 from ._common import examples
 
@@ -50,10 +51,6 @@ def _hparams(items) -> dict:
     return out
 
 
-def _mib(n: int) -> str:
-    return f"{n / 1024 / 1024:.2f} MiB"
-
-
 def summary_lines(r) -> list[str]:
     """The human-readable summary of a ReplayResult."""
     how = "Metal concurrency order" if r.parse_seq is not None else "graph order"
@@ -65,7 +62,7 @@ def summary_lines(r) -> list[str]:
         lines.append(f"  parse_seq: {c.length} entries ({c.length - c.n_levels} nodes + {c.n_levels} barriers), {over}")
     m, e = r.measure, r.eval
     lines.append(f"  measure: {m.n_tokens} tokens, n_past {m.n_past}, {m.n_nodes} nodes: "
-                 f"max_size {m.max_size} B ({_mib(m.max_size)})")
+                 f"max_size {m.max_size} B ({fmt_bytes(m.max_size)})")
     if m.alloc.failed is not None:
         lines.append(f"  measure FAILED: {m.alloc.failed.reason or m.alloc.failed.kind} at {m.alloc.failed.tensor}")
     lines.append(f"  buffer: {e.buffer_size} B at {e.buffer_base:#x}; compute buffer total {r.compute_buffer_total} B "
@@ -89,7 +86,7 @@ def summary_lines(r) -> list[str]:
 
 
 def run(args) -> int:
-    from alloctrace.traces.replay_run import EXIT_OOM, replay, store_result
+    from alloctrace.traces.replay.run import EXIT_OOM, replay, store_result
 
     r = replay(args.preset, args.profile, n_ctx=args.n_ctx, n_batch=args.n_batch, eval_tokens=args.eval_tokens,
                n_past=args.n_past, metal_concurrency=args.metal_concurrency, layout=args.layout,

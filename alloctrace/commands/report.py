@@ -37,8 +37,8 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.report_html import build
-    from alloctrace.traces.torch.frames import parse_skip
+    from alloctrace.traces.export.report_html import build
+    from alloctrace.traces.state.torch_frames import parse_skip
 
     from .export import write_output
 

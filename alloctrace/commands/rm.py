@@ -1,7 +1,7 @@
 """`alloctrace rm`: delete a stored trace."""
 from __future__ import annotations
 
-from alloctrace.traces.textsafe import safe
+from alloctrace.traces.util.textsafe import safe
 
 from ._common import add_store_arg, examples, open_store_from
 

@@ -79,7 +79,7 @@ def run(args) -> int:
         t.strip() for t in os.environ.get(READ_TOKENS_ENV, "").split(",") if t.strip()])
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UserError(f"--workers must be 1 to {MAX_WORKERS}")
-    from alloctrace.traces.store import store_url
+    from alloctrace.traces.store.store import store_url
     if args.workers > 1 and store_url(args.store) is None:
         raise UserError("--workers > 1 needs a PostgreSQL store (--store postgresql://user@host:port/db): "
                         "an SQLite store is served by one process")
@@ -89,7 +89,7 @@ def run(args) -> int:
         raise UserError(f"bad port {args.port}")
     if args.max_upload_mb <= 0:
         raise UserError("--max-upload-mb must be positive")
-    from alloctrace.traces.bounded_io import Limits, parse_amount
+    from alloctrace.traces.sources.bounded_io import Limits, parse_amount
     max_decompressed = None if args.max_decompressed is None else int(parse_amount(args.max_decompressed,
                                                                                      "--max-decompressed"))
     limits = Limits.from_env(max_decompressed=max_decompressed)
@@ -99,7 +99,7 @@ def run(args) -> int:
 
     from alloctrace.server.app import create_app
     from alloctrace.server.guard import allowed_hosts, slow_client_protocol
-    from alloctrace.traces.store import open_store
+    from alloctrace.traces.store.store import open_store
     store = open_store(args.store)
     if args.examples:
         from alloctrace.server.examples import seed_examples

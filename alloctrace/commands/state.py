@@ -30,13 +30,13 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.torch.views import StateIndex, load_device, oom_card, state
+    from alloctrace.traces.state.torch_device import StateIndex, load_device, state
+    from alloctrace.traces.explain.torch_peak import oom_card
+
+    from alloctrace.traces.store.kinds import TORCH, require_kind
 
     store = open_store_from(args)
-    tid, g = store.resolve(args.ref)
-    if store.meta(tid).source != "torch":
-        raise UserError(f"trace {tid} is not a PyTorch snapshot; allocator state of ggml graphs is in the "
-                        "dashboard and the API")
+    tid, g = require_kind(store, args.ref, TORCH, "allocator state of ggml graphs is in the dashboard and the API")
     dev = load_device(store, tid, 0 if g is None else g)
     index = StateIndex(dev)
     card = None

@@ -7,7 +7,7 @@ import sys
 
 from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.textsafe import safe, safe_lines
+from alloctrace.traces.util.textsafe import safe, safe_lines
 
 
 from ._common import examples
@@ -71,13 +71,13 @@ def run(args) -> int:
         raise UserError("sweep: a program to run needs --vary FLAG=VALUES (or use --preset without a program)")
     if not args.preset or not args.profile:
         raise UserError("sweep: give --vary=FLAG=VALUES -- PROGRAM ..., or --preset P --profile G")
-    from alloctrace.traces.sweep import parse_values, sweep
+    from alloctrace.traces.replay.sweep import parse_values, sweep
 
     profiles = [x.strip() for item in args.profile for x in item.split(",") if x.strip()]
     if not profiles:
         raise UserError("--profile wants at least one profile name")
     n_ctx, n_batch = parse_values(args.n_ctx, "--n-ctx"), parse_values(args.n_batch, "--n-batch")
-    from alloctrace.traces.regress.tags import parse_tags
+    from alloctrace.traces.store.tags import parse_tags
     tags = parse_tags(args.tags)
     with _progress() as advance:
         out = sweep(args.preset, profiles, n_ctx, n_batch, args.metal_concurrency, progress=advance)
@@ -90,7 +90,7 @@ def run(args) -> int:
 def store_points(out: dict, args, tags: list[str]):
     """Each preset point that replayed, stored as its trace (both graphs) with `tags` and its config; the trace
     id goes into the point (`trace_id`). All or nothing: a failure removes the points stored before it."""
-    from alloctrace.traces.replay_run import replay, store_result
+    from alloctrace.traces.replay.run import replay, store_result
 
     from ._common import open_store_from
 
@@ -116,7 +116,7 @@ def run_program(args, command: list[str]) -> int:
     from alloctrace.traces.preflight.points import run_points
     from alloctrace.traces.preflight.sweeps import sweep_json
     from alloctrace.traces.preflight.vary import parse_vary, points as combinations
-    from alloctrace.traces.record.build import recorder_library
+    from alloctrace.traces.sources.record.build import recorder_library
 
     from ._common import open_store_from
 
@@ -124,7 +124,7 @@ def run_program(args, command: list[str]) -> int:
         raise UserError("sweep: name the program to run, after --")
     if args.jobs is not None and not 1 <= args.jobs <= 256:
         raise UserError(f"-j wants 1 to 256 programs at once, got {args.jobs}")
-    from alloctrace.traces.regress.tags import parse_tags
+    from alloctrace.traces.store.tags import parse_tags
     tags = parse_tags(args.tags)
     varies = [parse_vary(v) for v in args.vary]
     total = len(combinations(varies))
@@ -140,7 +140,8 @@ def run_program(args, command: list[str]) -> int:
 
 
 def program_lines(out: dict) -> list[str]:
-    from alloctrace.traces.explain import fmt_bytes, text_table
+    from alloctrace.traces.explain.peak import text_table
+    from alloctrace.traces.util.sizes import fmt_bytes
     from alloctrace.traces.preflight.laws import dominance_lines, law_lines
 
     pts = out["points"]
@@ -216,7 +217,8 @@ class _progress:
 
 
 def report_lines(out: dict) -> list[str]:
-    from alloctrace.traces.explain import fmt_bytes, text_table
+    from alloctrace.traces.explain.peak import text_table
+    from alloctrace.traces.util.sizes import fmt_bytes
 
     rows = [["profile", "n_ctx", "n_batch", "compute buffer", "exact", "oom", "dominant families"]]
     for q in out["points"]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.util.sizes import fmt_bytes
 
 from ._common import add_store_arg, examples, open_store_from
 
@@ -39,7 +40,8 @@ def register(subparsers):
 
 def check_settings(args) -> None:
     """Bad settings fail before anything is imported."""
-    from alloctrace.traces.torch_whatif import AllocatorSettings, apply_overrides, parse_pairs, parse_size
+    from alloctrace.traces.whatif.torch import AllocatorSettings
+    from alloctrace.traces.whatif.torch_request import apply_overrides, parse_pairs, parse_size
 
     try:
         apply_overrides(AllocatorSettings(), parse_pairs(args.settings), args.cap)
@@ -52,7 +54,7 @@ def check_settings(args) -> None:
 def load_device(args) -> tuple[str, int, dict, dict]:
     """(trace id, device, columns, info) of the trace's device; a snapshot file is imported first (as `diff`
     does with files), then read back from the store like any stored trace."""
-    from alloctrace.traces.torch.store import device_columns, device_info
+    from alloctrace.traces.store.torch import device_columns, device_info
 
     from .diff import resolve_ref
 
@@ -71,7 +73,7 @@ def load_device(args) -> tuple[str, int, dict, dict]:
 
 def compare(cols: dict, info: dict, settings: list[str], cap: str | None, recorded_cap: str | None,
             *, keep_series: bool = False, progress=None) -> dict:
-    from alloctrace.traces.torch_whatif import whatif_request
+    from alloctrace.traces.whatif.torch_request import whatif_request
 
     try:
         return whatif_request(cols, info, settings, cap, recorded_cap, keep_series=keep_series, progress=progress)
@@ -104,12 +106,8 @@ def run(args) -> int:
     return 0
 
 
-def _gib(v) -> str:
-    return "-" if v is None else f"{v / (1 << 30):.2f} GiB"
-
-
 def _oom(o) -> str:
-    return "none" if not o else f"at entry {o['event']} ({_gib(o['size'])} requested)"
+    return "none" if not o else f"at entry {o['event']} ({fmt_bytes(o['size'])} requested)"
 
 
 def text(out: dict) -> str:
@@ -118,7 +116,7 @@ def text(out: dict) -> str:
 
     def show(k, v):
         if k in ("max_split_size", "memory_limit") and v is not None:
-            return f"{k}={_gib(v) if v >= 1 << 30 else f'{v / (1 << 20):.0f} MiB'}"
+            return f"{k}={fmt_bytes(v)}"
         return f"{k}={v}"
     lines = [f"trace {out['trace_id']} device {out['device']}"]
     if out.get("partial"):
@@ -129,9 +127,9 @@ def text(out: dict) -> str:
         m = real["mismatch"]
         lines.append(f"    first mismatch at entry {m['event']}: trace {m['expected']}, model {m['model']}")
     rows = [("", "real", "what-if"),
-            ("peak reserved", _gib(real["peak_reserved"]), _gib(wi["peak_reserved"])),
-            ("peak allocated", _gib(real["peak_allocated"]), _gib(wi["peak_allocated"])),
-            ("fragmentation at peak", _gib(real["fragmentation_at_peak"]), _gib(wi["fragmentation_at_peak"])),
+            ("peak reserved", fmt_bytes(real["peak_reserved"]), fmt_bytes(wi["peak_reserved"])),
+            ("peak allocated", fmt_bytes(real["peak_allocated"]), fmt_bytes(wi["peak_allocated"])),
+            ("fragmentation at peak", fmt_bytes(real["fragmentation_at_peak"]), fmt_bytes(wi["fragmentation_at_peak"])),
             ("OOM", _oom(real["oom"]), _oom(wi["oom"]))]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)

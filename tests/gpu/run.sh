@@ -1,5 +1,5 @@
 # Records the GPU fixtures of tests/data/torch/recorded/ (see its README): run from a folder holding hook/
-# (traces/torch/hook), train.py and ddp.py, with $OUT set; it sets the environment `alloctrace record` sets.
+# (traces/sources/torch/hook), train.py and ddp.py, with $OUT set; it sets the environment `alloctrace record` sets.
 set -u
 H=$PWD/hook; R=$OUT/r; mkdir -p $R/train $R/oom $R/sigterm $R/ddp
 export PYTHONUNBUFFERED=1

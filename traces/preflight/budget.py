@@ -56,7 +56,7 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
     seen: dict[int, Probe] = {}
 
     with tempfile.TemporaryDirectory(prefix="alloctrace-fit-") as scratch:
-        from alloctrace.traces.store import open_store
+        from alloctrace.traces.store.store import open_store
 
         tmp_store = open_store(scratch)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.record.run import checked_program, collect, recorder_env
+from alloctrace.traces.sources.record.run import checked_program, collect, recorder_env
 
 from .printed import printed_sizes
 from .vary import Vary, label, points as combinations, tags as point_tags, with_values
@@ -86,7 +86,7 @@ class Ran:
 
 def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ran:
     """A worker's whole share of a point: run it, then read and replay its recordings (the CPU-bound part)."""
-    from alloctrace.traces.record.source import NO_GGML
+    from alloctrace.traces.sources.record.source import NO_GGML
     from alloctrace.traces.sources import read_file
 
     try:
@@ -118,7 +118,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
     `progress(done, total, point)` is called as each point is stored."""
     import alloctrace.traces.sources  # noqa: F401 (imported before the workers fork)
-    import alloctrace.traces.record.source  # noqa: F401
+    import alloctrace.traces.sources.record.source  # noqa: F401
 
     prog = checked_program(argv)
     combos = combinations(varies)
@@ -172,7 +172,7 @@ def _store_point(store, p: Point, traces: list, tags: list[str], meta: dict):
 
 def summarise(store, p: Point, tid: str):
     """A stored point's buffers (the largest each buffer type reached), consistency and peak families."""
-    from alloctrace.traces.explain import graph_peak
+    from alloctrace.traces.explain.peak import graph_peak
 
     graphs = store.summary(tid)["graphs"]
     p.consistent = all(g["consistent"] for g in graphs) if graphs else None
@@ -207,7 +207,7 @@ def buffer_sizes(extra: dict, row: dict) -> dict[str, int]:
 
 def families_with_shapes(peak, extra: dict) -> list[dict]:
     """The peak's families, each with its largest tensor's shape and type where the recording kept them."""
-    from alloctrace.traces.peak_shapes import label as label_of
+    from alloctrace.traces.explain.peak_shapes import label as label_of
 
     shapes = extra.get("shapes") or {}
     largest: dict[str, object] = {}

@@ -20,7 +20,7 @@ def sweep_json(store, sweep_id: str, varies: list, points: list[Point]) -> dict:
 
 def neighbours(store, points: list[dict]) -> list[dict]:
     """Consecutive points along the first numeric flag (the others equal): b - a by family, exactly."""
-    from alloctrace.traces.explain import graph_peak, size_attribution
+    from alloctrace.traces.explain.peak import graph_peak, size_attribution
 
     ok = [p for p in points if p.get("trace") and p.get("graph") is not None]
     flags = numeric_flags(ok)
@@ -71,7 +71,7 @@ def load(store, sweep_id: str) -> dict:
     """The sweep object of a recorded sweep, from its traces."""
     members = [s for s in store.list() if f"sweep={sweep_id}" in (s.get("tags") or ())]
     if not members:
-        from alloctrace.traces.store import NotFound
+        from alloctrace.traces.store.store import NotFound
 
         raise NotFound(f"no recorded sweep {sweep_id!r} in this store")
     pts: list[tuple[int, Point]] = []

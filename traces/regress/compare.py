@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from alloctrace.traces.errors import UserError
 
-from .tags import as_dict, parse_tag
+from alloctrace.traces.store.tags import as_dict, parse_tag
 
 NOT_PAIRED_BY = ("order", "sweep", "branch")  # tags that order or group runs, never ones that tell configs apart
 MAX_TRACES = 2000  # per side: the work a compare may cause
@@ -164,7 +164,7 @@ def _side(store, tags: list[str], side_keys: set[str]) -> dict[tuple, dict]:
 
 def compare(store, base, head, threshold: Threshold | str | None = None) -> Comparison:
     """Pair, measure and attribute (the module's docstring); `threshold` decides `failed`."""
-    from alloctrace.traces.diff import diff_refs
+    from alloctrace.traces.diff.graphs import diff_refs
 
     base, head = side_tags(base), side_tags(head)
     if not isinstance(threshold, Threshold):

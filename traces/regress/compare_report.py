@@ -1,9 +1,10 @@
 """What `alloctrace compare` prints: a text report, or a markdown table fit for a pull-request comment."""
 from __future__ import annotations
 
-from alloctrace.traces.explain import attribution_lines, fmt_bytes, text_table
+from alloctrace.traces.explain.peak import attribution_lines, text_table
+from alloctrace.traces.util.sizes import fmt_bytes
 
-from .compare import BufferChange, Comparison
+from alloctrace.traces.regress.compare import BufferChange, Comparison
 
 
 def _signed(n: int | None) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from alloctrace.traces.errors import UserError
 
-from .compare import MAX_TRACES, NOT_PAIRED_BY, trace_buffers
-from .tags import KEY_RE, as_dict, parse_tag
+from alloctrace.traces.regress.compare import MAX_TRACES, NOT_PAIRED_BY, trace_buffers
+from alloctrace.traces.store.tags import KEY_RE, as_dict, parse_tag
 
 MAX_PAGE = 500
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from ..errors import UserError
-from ..gcpause import gc_paused
-from ..bounded_io import Limits, capped_graphs
-from ..logio import LogReader, check_path
-from ..progress import Progress
-from .base import ImportedTrace, Source
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.util.gcpause import gc_paused
+from alloctrace.traces.sources.bounded_io import Limits, capped_graphs
+from alloctrace.traces.sources.logio import LogReader, check_path
+from alloctrace.traces.util.progress import Progress
+from alloctrace.traces.sources.base import ImportedTrace, Source
 
 __all__ = ["ImportedTrace", "Source", "read_file", "store_traces", "import_file", "import_files", "import_paths", "register", "registered"]
 
@@ -36,7 +36,7 @@ def register(source: Source) -> Source:
 
 def registered() -> list[Source]:
     """The sources in the order they are asked: the registered ones, then the ggml log fallback."""
-    from .ggml_log import SOURCE as ggml_log
+    from alloctrace.traces.sources.ggml_log import SOURCE as ggml_log
     if not _builtins_registered:
         _register_builtins()
     return [*_SOURCES, ggml_log]
@@ -57,7 +57,7 @@ def read_file(src, *, name: str | None = None, filename: str | None = None, limi
 
     `filename` is what messages and metadata call the input (default: the path's name);
     `options` go to the source when its `read` takes them (e.g. `generation` for ggml logs);
-    `tags` (`key=value` strings, regress/tags.py) are added to every trace read."""
+    `tags` (`key=value` strings, store/tags.py) are added to every trace read."""
     limits = limits or Limits.from_env()
     named = src if isinstance(src, (str, Path)) else getattr(src, "name", None)
     label = filename or (Path(named).name if isinstance(named, (str, Path)) else "input")
@@ -77,7 +77,7 @@ def read_file(src, *, name: str | None = None, filename: str | None = None, limi
             for t in traces:
                 t.meta.extra = {**t.meta.extra, "truncated": True}
     if tags:
-        from alloctrace.traces.regress.tags import with_tags
+        from alloctrace.traces.store.tags import with_tags
         for t in traces:
             t.meta.tags = with_tags(t.meta.tags, tags)
     return traces
@@ -148,8 +148,8 @@ def _register_builtins():
     """The sources that ship with alloctrace (on first use: they import this package's base module)."""
     global _builtins_registered
     _builtins_registered = True
-    from ..record.source import SOURCE as recording
-    from ..torch.source import SOURCE as torch
-    from .jsonl import SOURCE as jsonl
+    from alloctrace.traces.sources.record.source import SOURCE as recording
+    from alloctrace.traces.sources.torch.source import SOURCE as torch
+    from alloctrace.traces.sources.jsonl import SOURCE as jsonl
     for source in (jsonl, torch, recording):
         register(source)

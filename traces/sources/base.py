@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterable, Protocol
 
-from ..columns import EncodedGraph
-from ..logio import HEAD
-from ..schema import GraphRecord, TraceMeta
+from alloctrace.traces.store.columns import EncodedGraph
+from alloctrace.traces.sources.logio import HEAD
+from alloctrace.traces.store.schema import GraphRecord, TraceMeta
 
 
 @dataclass

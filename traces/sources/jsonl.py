@@ -1,4 +1,4 @@
-"""Our own JSON Lines export (traces/export.py writes it) read back as a trace, losslessly."""
+"""Our own JSON Lines export (traces/export/ggml.py writes it) read back as a trace, losslessly."""
 from __future__ import annotations
 
 import json
@@ -7,11 +7,11 @@ from typing import Iterator
 
 from alloctrace.allocator.events import Event
 
-from ..errors import UserError
-from ..bounded_io import Limits
-from ..logio import LogReader
-from ..schema import FORMAT_VERSION, GraphRecord, TraceMeta
-from .base import ImportedTrace
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.sources.bounded_io import Limits
+from alloctrace.traces.sources.logio import LogReader
+from alloctrace.traces.store.schema import FORMAT_VERSION, GraphRecord, TraceMeta
+from alloctrace.traces.sources.base import ImportedTrace
 
 HEADER = re.compile(rb'\A\s*\{\s*"type"\s*:\s*"trace"')
 
@@ -37,7 +37,7 @@ def read_jsonl(lines, filename: str = "input") -> tuple[TraceMeta, Iterator[Grap
     """A JSON Lines export as what `Store.add_trace` takes; graphs are read one at a time.
     Every line is checked against the one schema the API shares (records.py); a bad one is a
     `filename:LINE:` error."""
-    from ..records import TraceLine  # pydantic: loaded when a JSON Lines input is read, not by every import
+    from alloctrace.traces.store.records import TraceLine  # pydantic: loaded when a JSON Lines input is read, not by every import
     numbered = enumerate(lines, 1)
     for n, line in numbered:
         if line.strip():
@@ -55,7 +55,7 @@ def read_jsonl(lines, filename: str = "input") -> tuple[TraceMeta, Iterator[Grap
 
 
 def _graphs(numbered, filename: str) -> Iterator[GraphRecord]:
-    from ..records import EventLine, GraphLine
+    from alloctrace.traces.store.records import EventLine, GraphLine
     g = None
     seen: set[int] = set()
     for n, line in numbered:
@@ -89,7 +89,7 @@ def _graphs(numbered, filename: str) -> Iterator[GraphRecord]:
 def _valid(model, d: dict, n: int, filename: str):
     from pydantic import ValidationError
 
-    from ..records import first_error
+    from alloctrace.traces.store.records import first_error
     try:
         return model.model_validate(d)
     except ValidationError as e:

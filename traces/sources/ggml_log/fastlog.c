@@ -7,6 +7,9 @@
  * (a line shape it does not know that holds an allocator phrase, a number out of range, non-ASCII
  * text where decoding could differ, ...) makes it DECLINE: the import then runs the Python path.
  *
+ * Its length: one compiled pipeline, in the order the Python path runs it, so each section can be read
+ * beside its Python reference; splitting it would put ctypes boundaries where the hot loop runs.
+ *
  * Sections: the string pool (every name once, a number each), parse_line's port, the line memo, the
  * splitter, the replay (LegacyTallocr's free list), the columns, the recovery cache (a graph seen before
  * from the same allocator state: the replay jumps to where it would end) and the exported calls.
@@ -1583,7 +1586,7 @@ static void encode(St *st, Draft *d, GraphOut *out) {
     st->colbuf = t; st->capcol = tc;
 }
 
-/* ---------- the recovery cache (graph_cache.RecoveryCache) ---------- */
+/* ---------- the recovery cache (recover_fast.RecoveryCache) ---------- */
 
 static int64_t state_words(St *st, int64_t *w) {  /* everything `replay` reads besides the draft */
     int64_t k = 0;

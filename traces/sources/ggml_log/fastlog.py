@@ -6,7 +6,7 @@ DECLINES and `Declined` is raised, possibly after some graphs were handed out: t
 imports the input again on the Python path (`rewound()` gives the input back from its start) and
 skips the graphs already handed out. tests/test_fastlog.py checks both paths store the same bytes.
 
-The library is built with the system C compiler at install time, else on first use (traces/cbuild.py);
+The library is built with the system C compiler at install time, else on first use (traces/util/cbuild.py);
 without one, or with ALLOCTRACE_PURE_PYTHON=1, the Python path runs alone.
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 
 from alloctrace.allocator.profiles import PROFILES
 
-from ...cbuild import SHARED_FLAGS, build_library
-from ...columns import EncodedGraph, STR_FIELDS, compressor
-from ...errors import UserError
-from ...logio import LogReader, _why
+from alloctrace.traces.util.cbuild import SHARED_FLAGS, build_library
+from alloctrace.traces.store.columns import EncodedGraph, STR_FIELDS, compressor
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.sources.logio import LogReader, _why
 
 SOURCE = Path(__file__).with_name("fastlog.c")
 TEXT_BLOCK = 1 << 18  # decoded characters handed to C at a time (its graphs are replayed while still in cache)
@@ -178,8 +178,8 @@ def fast_graphs(imp, src):
     lib = library()
     if lib is None:
         raise Declined("no fast path library")
-    from .drafts import Features
-    from .import_log import generation_candidates
+    from alloctrace.traces.sources.ggml_log.drafts import Features
+    from alloctrace.traces.sources.ggml_log.detect import generation_candidates
 
     st = lib.fl_new()
     out = GraphOut()

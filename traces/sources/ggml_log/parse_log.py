@@ -13,8 +13,8 @@ import re
 from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
 
-from ...columns import FIELDS, _row
-from ...schema import MAX_BYTES, MAX_COUNT, MAX_GRAPH
+from alloctrace.traces.store.columns import FIELDS, _row
+from alloctrace.traces.store.schema import MAX_BYTES, MAX_COUNT, MAX_GRAPH
 
 INT_MAX = (1 << 63) - 1
 BLANK = ("blank",)

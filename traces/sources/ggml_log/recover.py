@@ -14,8 +14,8 @@ from alloctrace.allocator.events import Event
 from alloctrace.allocator.profiles import get_profile
 from alloctrace.allocator.tallocr import MEASURE_BASE, MEASURE_SIZE, LegacyTallocr, OutOfFreeBlocks, OutOfSpace
 
-from ...schema import GraphRecord, oom_of
-from .split import Draft
+from alloctrace.traces.store.schema import GraphRecord, oom_of
+from alloctrace.traces.sources.ggml_log.split import Draft
 
 MIB = 1024 * 1024
 REPLAYED = frozenset({"alloc", "free", "reuse", "oom"})

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from alloctrace.allocator.events import Event
 
-from .drafts import Draft, Features  # noqa: F401 (where they were defined before)
-from .parse_log import AUTO_REALLOC, BARRIER, BLANK, DEBUG, STEP, copy_event
+from alloctrace.traces.sources.ggml_log.drafts import Draft, Features  # noqa: F401 (where they were defined before)
+from alloctrace.traces.sources.ggml_log.parse_log import AUTO_REALLOC, BARRIER, BLANK, DEBUG, STEP, copy_event
 
 
 class Splitter:
@@ -19,7 +19,7 @@ class Splitter:
     copy them with parse_log.own before changing them."""
 
     # what feeding a line reads and writes besides the open draft, the features and `pending`
-    # (split_memo.py keys on these; a new attribute that feeding depends on belongs here)
+    # (split_fast.py keys on these; a new attribute that feeding depends on belongs here)
     FEED_STATE = ("gap", "prev_alloc_line", "exec_since_blank", "setup_at")
 
     def __init__(self):

@@ -1,0 +1,38 @@
+"""The recorder library: built at install time (setup.py) when a C compiler is there, else on first use into
+the private per-user cache, keyed by the source hash (traces/util/cbuild.py says where a library may be loaded from)."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from alloctrace.traces.util.cbuild import RECORDER_FLAGS, RECORDER_LIBS, build_library
+from alloctrace.traces.errors import UserError
+
+SOURCE = Path(__file__).with_name("recorder.c")
+# ggml_cgraph.leafs: after nodes, grads and (since the tensor lost its grad member, late 2024) grad_accs
+CGRAPH_LEAFS = {True: 32, False: 40}
+SYMBOLS = ("ggml_gallocr_new_n", "ggml_gallocr_alloc_graph", "ggml_gallocr_reserve_n")  # what it interposes
+TENSOR_GRAD = re.compile(rb"struct\s+ggml_tensor\s*\*\s*grad\s*;")
+
+
+def find_ggml_header(path: str | os.PathLike) -> Path:
+    """`--ggml-include`: a ggml.h, or a directory holding one (an include/ directory of ggml)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "ggml.h"
+    if not p.is_file():
+        raise UserError(f"--ggml-include: no ggml.h at {p}")
+    return p
+
+
+def recorder_library(ggml_header: Path | None = None) -> Path:
+    """The path of the built recorder, compiling it when this source (and header) has not been built yet."""
+    flags = list(RECORDER_FLAGS)
+    digest_extra = b""
+    if ggml_header is not None:
+        header = digest_extra = ggml_header.read_bytes()
+        flags += ["-DAT_GGML_H", f"-DAT_CGRAPH_LEAFS={CGRAPH_LEAFS[bool(TENSOR_GRAD.search(header))]}",
+                  "-I", str(ggml_header.parent), "-include", str(ggml_header.resolve())]
+    return build_library(SOURCE, "recorder", flags, digest_extra, RECORDER_LIBS, what="the recorder",
+                         symbols=SYMBOLS, preload=True)

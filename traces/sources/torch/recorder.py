@@ -1,0 +1,68 @@
+"""`alloctrace record` for Python programs: the environment that records PyTorch's CUDA memory history from
+the program's start (hook/sitecustomize.py runs inside it), and the snapshots it leaves behind."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from alloctrace.traces.sources.torch.hook import HOOK_DIR
+
+PYTHON_NAME = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|torchrun|accelerate|deepspeed)$")
+STACKS = ("python", "all")
+
+
+@dataclass
+class Snapshot:
+    """One process's dump: the pickle and what the hook said about it (reason, pid, rank...)."""
+
+    path: Path
+    facts: dict
+
+    @property
+    def rank(self) -> int | None:
+        r = self.facts.get("rank")
+        return r if isinstance(r, int) else None
+
+
+def is_python_program(argv: list[str]) -> bool:
+    """A Python interpreter, a launcher of Python workers (torchrun), or a script whose #! line names Python."""
+    if not argv:
+        return False
+    prog = argv[0]
+    if os.path.basename(prog) == "env":  # env VAR=... PROGRAM
+        rest = [w for w in argv[1:] if "=" not in w and not w.startswith("-")]
+        return is_python_program(rest)
+    if PYTHON_NAME.match(os.path.basename(prog)):
+        return True
+    path = prog if os.sep in prog else shutil.which(prog)
+    try:
+        with open(path or prog, "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def hook_env(out_dir: Path, stacks: str = "python", max_entries: int = 1_000_000,
+             environ: dict | None = None) -> dict[str, str]:
+    """What to add to the program's environment: the hook first on PYTHONPATH, where to dump, how to record."""
+    environ = os.environ if environ is None else environ
+    path = os.pathsep.join(p for p in (str(HOOK_DIR), environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "ALLOCTRACE_TORCH_DIR": str(out_dir), "ALLOCTRACE_TORCH_STACKS": stacks,
+            "ALLOCTRACE_TORCH_MAX_ENTRIES": str(max_entries)}
+
+
+def snapshots_in(out_dir: Path) -> list[Snapshot]:
+    """The complete dumps in `out_dir` (a `.part` left by a process killed mid-dump is not one), by rank, then pid."""
+    found = []
+    for p in out_dir.glob("*.pickle"):
+        try:
+            facts = json.loads(p.with_suffix(".json").read_text())
+        except (OSError, ValueError):
+            facts = {}
+        found.append(Snapshot(p, facts if isinstance(facts, dict) else {}))
+    return sorted(found, key=lambda s: (s.rank is None, s.rank or 0, s.facts.get("pid") or 0, s.path.name))

@@ -1,0 +1,251 @@
+"""Traces that start mid-run: the ring buffer wrapped (`max_entries` reached) or recording began late.
+
+Such a trace frees blocks it never saw allocated and its snapshot holds segments older than its first entry.
+The allocator's state at the first kept entry is recovered by walking the snapshot's segments and blocks (exact:
+what the allocator itself listed at the end) back through the trace, undoing each entry:
+
+- `alloc`: the block becomes free again and joins its free neighbours (the allocator only ever cuts an
+  allocation from a maximal free block, so a free neighbour right after it is the rest it split off);
+- `free_requested`: the block is allocated again; `free_completed`: the block is carved back out of the free range
+  that swallowed it: its size is the request rounded, or the whole rest of that range when the allocator would not
+  have split it (a rest of at most 1 MiB in the large pool, any rest of an oversize block); as no free block of the
+  large pool is 1 MiB or smaller, such a sliver before it is the unsplit rest of the allocated block before;
+- `segment_alloc`: the segment, whole and free again, goes; `segment_free`: it comes back, whole and free.
+
+The seed is then checked by replaying the trace forward from it: the rebuilt state at the end must be the
+snapshot's, entry for entry without a surprise. Only then is it `exact` (states, peaks and what-if runs are exact
+for every kept entry); otherwise `reason` says why (expandable segments' map/unmap are not walked back).
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+from dataclasses import dataclass, field, replace
+
+from sortedcontainers import SortedList
+
+from alloctrace.allocator.cuda_caching import NO_LIMIT, AllocatorSettings, round_size
+
+from alloctrace.traces.store.torch import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
+                                           SEGMENT_MAP, SEGMENT_UNMAP)
+
+ALLOCATED, PENDING, FREE = "allocated", "pending_free", "free"
+SNAP_STATES = {0: ALLOCATED, 1: PENDING, 2: FREE}
+SMALL_SEGMENT = 2 << 20
+NO_SPLIT_REST = 1 << 20            # the large pool splits off a rest of more than 1 MiB only
+OVERSIZE_REST = 20 << 20           # an oversize block serves requests up to 20 MiB smaller
+
+
+@dataclass
+class Seed:
+    """The allocator at the first kept entry: segments [addr, size, stream, small, blocks], blocks
+    [addr, size, state, requested], address order."""
+    segments: list = field(default_factory=list)
+
+    def totals(self) -> dict:
+        live = [b for s in self.segments for b in s[4] if b[2] != FREE]
+        return {"reserved": sum(s[1] for s in self.segments), "allocated": sum(b[1] for b in live),
+                "requested": sum(b[3] for b in live if b[2] == ALLOCATED), "segments": len(self.segments)}
+
+
+class _Walk(Exception):
+    def __init__(self, event: int, why: str):
+        super().__init__(f"entry {event}: {why}")
+        self.event = event
+
+
+
+
+def detect(cols: dict, tables: dict) -> dict:
+    """Signs that the trace lacks its beginning: frees of addresses it never allocated, segments freed it never
+    made, segments at the snapshot with no segment_alloc in it. {"partial": bool, ...counts}."""
+    a, addr, size = cols["action"], cols["addr"], cols["size"]
+    seen: set = set()
+    orphan_frees = orphan_segment_frees = 0
+    made: set = set()
+    ranges = []                                   # (start, end) of every segment made or mapped in the trace
+    for act, ad, sz in zip(a.tolist(), addr.tolist(), size.tolist()):
+        if act == ALLOC:
+            seen.add(ad)
+        elif act == FREE_REQUESTED:
+            if ad not in seen:
+                orphan_frees += 1
+            seen.discard(ad)
+        elif act in (SEGMENT_ALLOC, SEGMENT_MAP):
+            made.add(ad)
+            ranges.append((ad, ad + sz))
+        elif act == SEGMENT_FREE and ad not in made:
+            orphan_segment_frees += 1
+    ranges.sort()
+    starts = [r[0] for r in ranges]
+    reach = list(itertools.accumulate((r[1] for r in ranges), max))
+
+    def made_here(addr: int) -> bool:            # (a mapped range of an expandable segment may list apart)
+        k = bisect.bisect_right(starts, addr) - 1
+        return k >= 0 and reach[k] > addr
+    older = sum(1 for s in tables["seg_address"].tolist() if not made_here(s))
+    return {"partial": bool(orphan_frees or orphan_segment_frees or older), "orphan_frees": orphan_frees,
+            "orphan_segment_frees": orphan_segment_frees, "segments_older_than_trace": older}
+
+
+def seed_from_snapshot(cols: dict, tables: dict, settings: AllocatorSettings | None = None) -> Seed:
+    """Walk the snapshot's segments back through the trace to its first entry. Raises ValueError (with the
+    entry) where the walk finds something the allocator could not have done."""
+    settings = settings or AllocatorSettings()
+    segs: dict[int, list] = {}                 # addr -> [size, stream, small, SortedList(starts), {start: [size, st, req]}]
+    starts = tables["seg_block0"].tolist()
+    for k, sa in enumerate(tables["seg_address"].tolist()):
+        if tables["seg_expandable"][k]:
+            raise ValueError("expandable segments are not walked back")
+        blocks = {}
+        for j in range(starts[k], starts[k + 1]):
+            st = SNAP_STATES.get(int(tables["blk_state"][j]))
+            if st is None:
+                raise ValueError(f"block {int(tables['blk_address'][j]):#x} has an unknown state")
+            req = int(tables["blk_requested"][j]) if st != FREE else 0     # (torch keeps a stale one on free blocks)
+            blocks[int(tables["blk_address"][j])] = [int(tables["blk_size"][j]), st, req]
+        segs[sa] = [int(tables["seg_total"][k]), int(tables["seg_stream"][k]), bool(tables["seg_small"][k]),
+                    SortedList(blocks), blocks]
+    seg_starts = SortedList(segs)
+    mss = settings.max_split_size if settings.max_split_size != NO_LIMIT else None
+
+    def segment_of(i: int, ad: int) -> list:
+        k = seg_starts.bisect_right(ad) - 1
+        if k < 0 or ad >= seg_starts[k] + segs[seg_starts[k]][0]:
+            raise _Walk(i, f"address {ad:#x} outside every segment")
+        return segs[seg_starts[k]]
+
+    def merge_free(seg: list, start: int):
+        keys, blocks = seg[3], seg[4]
+        k = keys.index(start)
+        if k + 1 < len(keys) and blocks[keys[k + 1]][1] == FREE:
+            blocks[start][0] += blocks.pop(keys[k + 1])[0]
+            keys.remove(keys[k + 1])
+        if k > 0 and blocks[keys[k - 1]][1] == FREE:
+            prev = keys[k - 1]
+            blocks[prev][0] += blocks.pop(start)[0]
+            keys.remove(start)
+
+    action, addr, size = cols["action"].tolist(), cols["addr"].tolist(), cols["size"].tolist()
+    try:
+        for i in range(len(action) - 1, -1, -1):
+            a, ad, sz = action[i], addr[i], size[i]
+            if a == ALLOC:
+                seg = segment_of(i, ad)
+                b = seg[4].get(ad)
+                if b is None or b[1] != ALLOCATED:
+                    raise _Walk(i, f"alloc at {ad:#x} is not an allocated block after it")
+                b[1], b[2] = FREE, 0
+                merge_free(seg, ad)
+            elif a == FREE_REQUESTED:
+                b = segment_of(i, ad)[4].get(ad)
+                if b is None or b[1] != PENDING:
+                    raise _Walk(i, f"free_requested at {ad:#x} is not a block waiting to be freed after it")
+                b[1], b[2] = ALLOCATED, sz
+            elif a == FREE_COMPLETED:
+                seg = segment_of(i, ad)
+                keys, blocks = seg[3], seg[4]
+                f0 = keys[keys.bisect_right(ad) - 1]
+                f = blocks[f0]
+                end = f0 + f[0]
+                if f[1] != FREE or ad >= end:
+                    raise _Walk(i, f"free_completed at {ad:#x} is not inside a free range after it")
+                rounded = round_size(sz, settings)
+                rest = end - ad - rounded
+                if rest < 0:
+                    raise _Walk(i, f"free_completed at {ad:#x}: {rounded} B do not fit the free range")
+                if rest and not seg[2] and (rest <= NO_SPLIT_REST or (mss and rounded >= mss and rest < OVERSIZE_REST)):
+                    rounded += rest                 # the allocator kept that rest in the block
+                if ad > f0 and not seg[2] and ad - f0 <= NO_SPLIT_REST:
+                    # no free block of the large pool is that small: it is the unsplit rest of the block before
+                    k = keys.index(f0)
+                    before = blocks[keys[k - 1]] if k > 0 else None
+                    if before is None or before[1] == FREE or keys[k - 1] + before[0] != f0:
+                        raise _Walk(i, f"free_completed at {ad:#x} leaves a free sliver of {ad - f0} B")
+                    before[0] += ad - f0
+                    del blocks[f0]
+                    keys.remove(f0)
+                elif ad > f0:
+                    f[0] = ad - f0
+                else:
+                    del blocks[f0]
+                    keys.remove(f0)
+                blocks[ad] = [rounded, PENDING, sz]
+                keys.add(ad)
+                if ad + rounded < end:
+                    blocks[ad + rounded] = [end - ad - rounded, FREE, 0]
+                    keys.add(ad + rounded)
+            elif a == SEGMENT_ALLOC:
+                seg = segs.get(ad)
+                if seg is None or len(seg[3]) != 1 or seg[4][ad][1] != FREE or seg[0] != sz:
+                    raise _Walk(i, f"segment {ad:#x} is not whole and free right after its segment_alloc")
+                del segs[ad]
+                seg_starts.remove(ad)
+            elif a == SEGMENT_FREE:
+                k = seg_starts.bisect_right(ad + sz - 1) - 1
+                if k >= 0 and seg_starts[k] + segs[seg_starts[k]][0] > ad:
+                    raise _Walk(i, f"segment {ad:#x} overlaps another one before its segment_free")
+                segs[ad] = [sz, int(cols["stream"][i]), sz == SMALL_SEGMENT, SortedList([ad]), {ad: [sz, FREE, 0]}]
+                seg_starts.add(ad)
+            elif a in (SEGMENT_MAP, SEGMENT_UNMAP):
+                raise _Walk(i, "expandable segments' map/unmap are not walked back")
+            elif a == OOM:
+                continue
+    except _Walk as e:
+        raise ValueError(str(e)) from None
+    return Seed([[sa, segs[sa][0], segs[sa][1], segs[sa][2],
+                  [[b, *segs[sa][4][b]] for b in segs[sa][3]]] for sa in seg_starts])
+
+
+def check_seed(cols: dict, tables: dict, seed: Seed, settings: AllocatorSettings) -> str | None:
+    """None when replaying the trace forward from `seed` rebuilds the snapshot exactly, else the first problem.
+    The state view's replay (512-byte rounding) decides first; where it is too plain for the settings
+    (roundup_power2_divisions), the caching-allocator model's checked replay from the seed decides."""
+    from alloctrace.traces.state.torch_blocks import AllocatorState, compare_with_snapshot
+    split = settings.max_split_size if settings.max_split_size != NO_LIMIT else None
+    st = AllocatorState.seeded(cols, seed, split).apply(len(cols["action"]))
+    problem = (f"entry {st.mismatches[0]['event']}: {st.mismatches[0]['problem']}" if st.mismatches
+               else next(iter(compare_with_snapshot(st, tables)), None))
+    if problem is None:
+        return None
+    from alloctrace.traces.whatif.torch_request import infer_memory_limit
+    from alloctrace.traces.whatif.torch import replay_check, seed_reserved
+    limit = infer_memory_limit(cols, settings, seed_reserved(seed.segments))
+    r = replay_check(cols, replace(settings, memory_limit=limit), seed=seed.segments)
+    return None if r.consistent else problem
+
+
+def analyse(cols: dict, tables: dict, allocator_settings: dict | None = None) -> dict:
+    """What the importer stores in a device's extra: {"partial", signs..., "exact", "reason", "seed"}."""
+    out = detect(cols, tables)
+    if not out["partial"]:
+        return out
+    try:
+        settings = AllocatorSettings.from_snapshot(allocator_settings or {})
+        seed = seed_from_snapshot(cols, tables, settings)
+        problem = check_seed(cols, tables, seed, settings)
+    except ValueError as e:
+        seed, problem = None, str(e)
+    out["exact"] = problem is None
+    out["reason"] = problem
+    out["seed"] = seed.segments if problem is None else None
+    out["seed_totals"] = seed.totals() if problem is None else None
+    return out
+
+
+def note(extra: dict) -> str | None:
+    """The line every output prints for a partial trace (None for a complete one)."""
+    p = extra.get("partial") or {}
+    if not p.get("partial"):
+        return None
+    signs = (f"{p['orphan_frees']:,} frees of blocks it never allocated, "
+             f"{p['segments_older_than_trace']:,} segments older than its first entry")
+    if p.get("exact"):
+        t = p["seed_totals"]
+        return (f"partial trace (its ring buffer wrapped or recording began late: {signs}); states, peaks and "
+                f"what-if are exact from entry 0 on, the allocator there seeded from the snapshot's segments walked "
+                f"back through the trace ({t['segments']:,} segments, {t['reserved']:,} B reserved, "
+                f"{t['allocated']:,} B allocated at entry 0)")
+    return (f"partial trace ({signs}); the allocator before its first entry cannot be recovered exactly "
+            f"({p.get('reason')}): states and what-if do not hold what came before")
+

@@ -1,0 +1,55 @@
+"""A graph's compressed columns as one stored value, and a state checkpoint as stored bytes."""
+from __future__ import annotations
+
+import json
+import struct
+from typing import Iterator
+
+import zstandard
+
+
+_LENGTH = struct.Struct("<I")
+_HEADS: dict[tuple[str, str], bytes] = {}  # (name, dtype) -> its packed name and dtype: a few dozen pairs
+
+
+def pack_blobs(blobs) -> bytes:
+    """A graph's compressed columns [(name, dtype, data)] as one value: per column the name and
+    dtype (a length byte and ASCII each), the data's length (4 bytes, little-endian) and the data."""
+    parts, heads, length = [], _HEADS, _LENGTH.pack
+    for name, dtype, data in blobs:
+        head = heads.get((name, dtype))
+        if head is None:
+            n, d = name.encode("ascii"), dtype.encode("ascii")
+            head = bytes((len(n),)) + n + bytes((len(d),)) + d
+            if len(heads) < 4096:
+                heads[name, dtype] = head
+        parts += (head, length(len(data)), data)
+    return b"".join(parts)
+
+
+def unpack_blobs(packed: bytes) -> list[tuple[str, str, memoryview]]:
+    """pack_blobs' columns back; each data a view into `packed` (no copies)."""
+    view, at, out = memoryview(packed), 0, []
+    while at < len(view):
+        n = view[at]
+        name = bytes(view[at + 1:at + 1 + n]).decode("ascii")
+        at += 1 + n
+        d = view[at]
+        dtype = bytes(view[at + 1:at + 1 + d]).decode("ascii")
+        at += 1 + d
+        (size,) = _LENGTH.unpack_from(view, at)
+        at += 4
+        out.append((name, dtype, view[at:at + size]))
+        at += size
+    return out
+
+
+def _decompress(data: bytes) -> bytes:
+    """One frame, with a decompressor of its own (this runs in several threads at once)."""
+    return zstandard.ZstdDecompressor().decompress(data)
+
+
+def checkpoint_rows(checkpoints, compress) -> Iterator[tuple[int, bytes]]:
+    """(event, stored bytes) of each state checkpoint (state.index.checkpoint_dict)."""
+    for cp in checkpoints:
+        yield cp["n"], compress(json.dumps(cp).encode())

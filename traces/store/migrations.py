@@ -1,0 +1,60 @@
+"""The store's tables, and how an older store is brought to the current layout (both backends).
+
+STORE_FORMAT is the database's layout, not the trace format (schema.FORMAT_VERSION): 1 kept each column of
+a graph in a row of `columns`; 2 keeps them in the graph's own row (`graphs.packed`), one insert per graph
+instead of ~20 (older graphs keep their rows and are read).
+"""
+from __future__ import annotations
+
+STORE_FORMAT = 2
+
+# written for SQLite; the PostgreSQL backend reads INTEGER as BIGINT and BLOB as BYTEA
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS traces (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL, source TEXT NOT NULL, generation TEXT NOT NULL, profile TEXT,
+    created TEXT NOT NULL, tags TEXT NOT NULL, extra TEXT NOT NULL, format_version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS graphs (
+    trace_id TEXT NOT NULL REFERENCES traces(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL, role TEXT NOT NULL, n_events INTEGER NOT NULL,
+    max_size INTEGER, buffer_size INTEGER, oom TEXT, consistent INTEGER, extra TEXT NOT NULL,
+    strings BLOB NOT NULL, packed BLOB,
+    PRIMARY KEY (trace_id, idx));
+CREATE TABLE IF NOT EXISTS columns (
+    trace_id TEXT NOT NULL, graph_idx INTEGER NOT NULL, name TEXT NOT NULL, dtype TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (trace_id, graph_idx, name),
+    FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
+CREATE TABLE IF NOT EXISTS state_checkpoints (
+    trace_id TEXT NOT NULL, graph_idx INTEGER NOT NULL, event INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (trace_id, graph_idx, event),
+    FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
+CREATE TABLE IF NOT EXISTS memmap_lod (
+    trace_id TEXT NOT NULL, graph_idx INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (trace_id, graph_idx),
+    FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
+"""
+def create(db, table_columns) -> str:
+    """The tables, then the format version (upgrading an older store); inside the backend's setup transaction.
+    `table_columns(db, table)`: the backend's way to list a table's columns."""
+    for stmt in SCHEMA.split(";"):
+        if stmt.strip():
+            db.execute(stmt)
+    db.execute("INSERT INTO store_info VALUES ('format_version', ?) ON CONFLICT(key) DO NOTHING",
+               (str(STORE_FORMAT),))
+    (ver,) = db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()
+    if int(ver) < STORE_FORMAT:
+        ver = _upgrade(db, int(ver), table_columns)
+    return ver
+
+
+def _upgrade(db, ver: int, table_columns) -> str:
+    """Bring an older store to STORE_FORMAT inside the setup transaction: what it holds stays as it is
+    (older graphs are read from their `columns` rows); the version says the layout changed, so an older
+    alloctrace refuses the store instead of missing the columns of graphs stored from now on."""
+    if "packed" not in table_columns(db, "graphs"):
+        db.execute("ALTER TABLE graphs ADD COLUMN packed BLOB")
+    db.execute("UPDATE store_info SET value=? WHERE key='format_version'", (str(STORE_FORMAT),))
+    return str(STORE_FORMAT)

@@ -1,0 +1,422 @@
+"""The trace store: one SQLite database (WAL) in a store directory, or a PostgreSQL database.
+
+Directory: an explicit path, else $ALLOCTRACE_STORE, else $XDG_DATA_HOME/alloctrace
+(~/.local/share/alloctrace); a `postgresql://user@host:port/db` URL in their place opens a
+PostgreSQL store (postgres.py) with the same tables, bytes and answers. Each
+graph's events are stored column-wise (see columns.py): a few compressed numpy blobs and a string
+table per graph, so large graphs load fast. `add_trace` is one transaction: a failure or an
+interrupt leaves nothing behind. Concurrent imports and reads are safe on either backend.
+
+Its length: one class over a backend; its reads and writes share the backend's transactions (the tables
+and upgrades are in migrations.py, the column blobs in blobs.py, the derived data in derived.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import zstandard
+
+from alloctrace.allocator.events import Event
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.util.gcpause import without_gc
+
+from alloctrace.traces.store import derived, postgres
+from alloctrace.traces.store.blobs import _decompress, checkpoint_rows, pack_blobs, unpack_blobs  # noqa: F401
+from alloctrace.traces.store.columns import EncodedGraph, decode_events, encode, pack, public_columns
+from alloctrace.traces.store.columns_lazy import LazyColumns, StringTable
+from alloctrace.traces.store.derived import SAVED_MIN_EVENTS, Saved
+from alloctrace.traces.store.migrations import STORE_FORMAT, create
+from alloctrace.traces.store.schema import FORMAT_VERSION, GraphRecord, TraceMeta
+from alloctrace.traces.store.sqlite import BUSY_TIMEOUT_S, SqliteBackend, StoreFull, is_full as _is_full  # noqa: F401
+
+DB_NAME = "alloctrace.db"
+TRUNCATED = """instr(extra, '"truncated": true') > 0"""  # salvaged from a truncated compressed file
+INCOMPLETE = """instr(extra, '"incomplete": true') > 0"""  # a graph the log did not finish (extra is sorted JSON)
+# what a summary shows of a trace and of each of its graphs (_summary reads them in this order)
+TRACE_COLUMNS = "id, name, source, generation, profile, created, tags, " + TRUNCATED
+GRAPH_COLUMNS = "idx, role, n_events, max_size, buffer_size, oom, consistent, " + INCOMPLETE
+ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
+GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
+
+class NotFound(KeyError, UserError):
+    """No trace (or graph) with that id."""
+
+    exit_code = 3
+
+    def __init__(self, message: str):
+        UserError.__init__(self, message)
+
+    def __str__(self):
+        return self.args[0]
+
+
+def store_url(path=None) -> str | None:
+    """The PostgreSQL URL that names the store (explicit, else $ALLOCTRACE_STORE), None for a directory."""
+    where = path if path else os.environ.get("ALLOCTRACE_STORE")
+    return str(where) if postgres.is_url(str(where or "")) else None
+
+
+def store_dir(path=None) -> Path:
+    """Where the store lives: explicit path, $ALLOCTRACE_STORE, or the per-user data directory."""
+    if path:
+        return Path(path).expanduser()
+    if os.environ.get("ALLOCTRACE_STORE"):
+        return Path(os.environ["ALLOCTRACE_STORE"]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "alloctrace"
+
+
+def open_store(path=None) -> "Store":
+    """The store a directory or a PostgreSQL URL names (see store_dir and store_url)."""
+    url = store_url(path)
+    if url is not None:
+        return Store(backend=postgres.PostgresBackend(url))
+    d = store_dir(path)
+    if d.exists() and not d.is_dir():
+        raise UserError(f"store {d} is not a directory")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create store directory {d}: {e.strerror}") from None
+    return Store(d / DB_NAME)
+
+
+class Store:
+    """Traces and their graphs over a backend (SQLite file or PostgreSQL database): the same SQL,
+    schema version and migrations on both, so every command and endpoint answers the same."""
+
+    def __init__(self, db_path: Path | None = None, backend=None):
+        self._be = backend if backend is not None else SqliteBackend(Path(db_path))
+        self.path = self._be.path  # the SQLite file; None for PostgreSQL
+        self.kind = self._be.kind
+        self._zc = zstandard.ZstdCompressor(level=3)
+        self._zd = zstandard.ZstdDecompressor()
+        try:
+            ver = self._be.setup(lambda db: create(db, self._be.table_columns))
+        except self._be.errors as e:
+            self._be.close()
+            raise UserError(f"cannot open store {self._be.describe()}: {str(e).strip().splitlines()[0]}") from None
+        if int(ver) > STORE_FORMAT:
+            self._be.close()
+            raise UserError(f"store {self._be.describe()} has format {ver}; this alloctrace reads up to {STORE_FORMAT}")
+
+    # the SQLite connection and its lock (tests and tools that inspect the file)
+    db = property(lambda self: self._be.db)
+    _lock = property(lambda self: self._be.lock)
+
+    def writer(self) -> "Store":
+        """A store for a server's writes: a second SQLite connection, or this store (a pool) on PostgreSQL."""
+        be = self._be.reopen()
+        return self if be is self._be else Store(backend=be)
+
+    def _snapshot(self):
+        """One read transaction, so related queries see the same committed state."""
+        return self._be.read()
+
+    def close(self):
+        self._be.close()
+
+    # --- writing ------------------------------------------------------------------------
+    def add_trace(self, meta: TraceMeta, graphs: Iterable[GraphRecord | EncodedGraph]) -> str:
+        """Store a trace in one transaction; `graphs` may be a generator (it is consumed inside).
+        Items may be GraphRecords or graphs an importer encoded already (EncodedGraph)."""
+        created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        with self._be.write() as db:
+            tid = self._new_id(db)
+            db.execute(
+                "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
+                 json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION))
+            for g in graphs:
+                self._add_graph(db, tid, g)
+            self._bump(db)  # last: on PostgreSQL the row stays locked until the commit
+        return tid
+
+    @staticmethod
+    def _bump(db):
+        """Every write moves the store's generation on, so caches in other processes notice."""
+        db.execute("INSERT INTO store_info VALUES ('generation', '1') ON CONFLICT(key) "
+                   "DO UPDATE SET value = CAST(CAST(store_info.value AS INTEGER) + 1 AS TEXT)")
+
+    def generation(self, wait: bool = True) -> int | None:
+        """A number that changes whenever any process writes to the store (it lives in the database).
+        wait=False: None when this connection is busy (a long read in another thread) instead of waiting."""
+        row = self._be.generation(wait, GENERATION_SQL)
+        if row is False:  # busy
+            return None
+        return int(row[0]) if row else 0
+
+    def trace_ids(self) -> set[str]:
+        with self._snapshot() as db:
+            return {r[0] for r in db.execute("SELECT id FROM traces")}
+
+    @staticmethod
+    def _new_id(db) -> str:
+        while True:
+            tid = secrets.token_hex(4)
+            if not db.execute("SELECT 1 FROM traces WHERE id=?", (tid,)).fetchone():
+                return tid
+
+    def _add_graph(self, db, tid: str, g: GraphRecord | EncodedGraph):
+        if isinstance(g, EncodedGraph):
+            strings, blobs, n = g.strings, g.blobs, g.n_events
+        else:
+            encoded = encode(g.events)
+            strings, blobs = pack(*encoded, self._zc.compress)
+            n = len(g.events)
+        db.execute(
+            "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings,"
+            " packed) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (tid, g.index, g.role, n, g.max_size, g.buffer_size,
+             None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
+             json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, pack_blobs(blobs)))
+        if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
+            self._add_derived_rows(db, tid, g, n, strings, blobs, encoded if isinstance(g, GraphRecord) else None)
+
+    def _add_derived_rows(self, db, tid: str, g: GraphRecord | EncodedGraph, n: int, strings, blobs, encoded):
+        """A long graph of ggml events (a PyTorch device's entries have no `kind`) gets the analyses' derived
+        rows (derived.py) in the same transaction, so that no request has to replay it from its start."""
+        makers = derived.derived()
+        names = tuple(dict.fromkeys(name for d in makers for name in d.reads))
+        if not names:
+            return
+        if encoded is None:
+            encoded = ({name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt))
+                        for name, dt, data in blobs if name in names},
+                       json.loads(self._zd.decompress(strings)))
+        cols = public_columns(n, *encoded, names=names)
+        del encoded
+        graph = {"role": g.role, "buffer_size": g.buffer_size}
+        for d in makers:
+            marks = ",".join("?" * len(d.fields))
+            db.executemany(f"INSERT INTO {d.table} (trace_id, graph_idx, {', '.join(d.fields)}) VALUES (?,?,{marks})",
+                           [(tid, g.index, *row) for row in d.rows(cols, graph, self._zc)])
+    def add_state_checkpoints(self, tid: str, graph_index: int, rows: list[tuple[int, bytes]]) -> bool:
+        """Keep the checkpoints (blobs.checkpoint_rows) of a graph of ggml events stored without them, in one
+        transaction; False when it has some already (another process was first), is gone, or is not one."""
+        return self._add_derived("state_checkpoints", ("event", "data"), tid, graph_index, rows)
+
+    def add_saved_lifetimes(self, tid: str, graph_index: int, data: bytes) -> bool:
+        """Keep the memory-map lifetimes (memmap_saved.encode) of a graph of ggml events stored without
+        them; False when it has them already (another process was first), is gone, or is not one."""
+        return self._add_derived("memmap_lod", ("data",), tid, graph_index, [(data,)])
+
+    def _add_derived(self, table: str, fields: tuple[str, ...], tid: str, graph_index: int, rows: list) -> bool:
+        """Rows of `table` (one of this module's tables of derived data) for a graph of ggml events that has
+        none yet, in one transaction; False when it has some, is gone, or is not one.
+        Derived data: no generation bump, nothing cached changes."""
+        with self._be.write() as db:
+            if "kind" not in self._column_names(db, tid, graph_index) or db.execute(
+                    f"SELECT 1 FROM {table} WHERE trace_id=? AND graph_idx=? LIMIT 1", (tid, graph_index)).fetchone():
+                return False  # gone, not ggml events, or kept already (the empty transaction commits)
+            marks = ",".join("?" * len(fields))
+            db.executemany(f"INSERT INTO {table} (trace_id, graph_idx, {', '.join(fields)}) VALUES (?,?,{marks})",
+                           [(tid, graph_index, *row) for row in rows])
+            return True
+
+    @staticmethod
+    def _column_names(db, tid: str, g: int) -> list[str]:
+        """The names of a graph's stored columns (none when the graph is gone)."""
+        row = db.execute("SELECT packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
+        if row is None:
+            return []
+        if row[0] is not None:
+            return [name for name, _, _ in unpack_blobs(row[0])]
+        return [r[0] for r in db.execute("SELECT name FROM columns WHERE trace_id=? AND graph_idx=?",
+                                         (tid, int(g)))]
+
+    def delete(self, tid: str) -> None:
+        tid = self._id(tid)
+        with self._be.write() as db:
+            if not db.execute("SELECT 1 FROM traces WHERE id=?", (tid,)).fetchone():
+                raise NotFound(f"no trace {tid!r}")  # deleted by another process since it was resolved
+            for table in ("columns", "state_checkpoints", "memmap_lod", "graphs"):
+                db.execute(f"DELETE FROM {table} WHERE trace_id=?", (tid,))
+            db.execute("DELETE FROM traces WHERE id=?", (tid,))
+            self._bump(db)
+
+    def set_tags(self, tid: str, tags: list[str]) -> None:
+        """Replace a trace's tags (traces never change otherwise): one write, the generation moves on."""
+        tid = self._id(tid)
+        with self._be.write() as db:
+            db.execute("UPDATE traces SET tags=? WHERE id=?", (json.dumps(list(tags)), tid))
+            self._bump(db)
+
+    # --- reading ------------------------------------------------------------------------
+    def resolve(self, ref: str) -> tuple[str, int | None]:
+        """'ID' or 'ID:G' -> (full id, graph index or None); unique id prefixes are accepted."""
+        ref = (ref or "").strip()
+        head, sep, tail = ref.partition(":")
+        head = head.lower()
+        if not ID_RE.match(head):
+            raise NotFound(f"no trace {ref!r}")
+        with self._snapshot() as db:
+            rows = db.execute("SELECT id FROM traces WHERE substr(id, 1, ?) = ? LIMIT 2",
+                              (len(head), head)).fetchall()
+        if not rows:
+            raise NotFound(f"no trace {head!r}")
+        if len(rows) > 1:
+            raise NotFound(f"trace id prefix {head!r} is ambiguous")
+        tid = rows[0][0]
+        if not sep:
+            return tid, None
+        if not tail.isdigit():
+            raise NotFound(f"bad graph index {tail!r} in {ref!r}")
+        g = int(tail)
+        with self._snapshot() as db:
+            if not db.execute("SELECT 1 FROM graphs WHERE trace_id=? AND idx=?", (tid, g)).fetchone():
+                raise NotFound(f"trace {tid} has no graph {g}")
+        return tid, g
+
+    def _id(self, tid: str) -> str:
+        return self.resolve(str(tid).partition(":")[0])[0]
+
+    def summary(self, tid: str) -> dict:
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            row = db.execute(f"SELECT {TRACE_COLUMNS} FROM traces WHERE id=?", (tid,)).fetchone()
+            graphs = db.execute(f"SELECT {GRAPH_COLUMNS} FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
+        if row is None:
+            raise NotFound(f"no trace {tid!r}")
+        return _summary(row, graphs)
+
+    def list(self, q: str | None = None, tags: Iterable[str] = ()) -> list[dict]:
+        """Summaries, newest first; `q` keeps traces whose name contains it (case-insensitive) or that carry
+        it as a tag when it is `key=value`; `tags` keeps traces that carry every one of them."""
+        from alloctrace.traces.store.tags import matches, split_query
+        q, wanted = split_query(q, tags)
+        sql = f"SELECT {TRACE_COLUMNS} FROM traces"
+        args: tuple = ()
+        if q:
+            sql += " WHERE instr(lower(name), lower(?)) > 0"
+            args = (q,)
+        with self._snapshot() as db:
+            rows = [r for r in db.execute(sql + " ORDER BY created DESC, seq DESC", args).fetchall()
+                    if matches(json.loads(r[6]), wanted)]
+            keep = {r[0] for r in rows}
+            graphs: dict[str, list] = {}
+            for r in db.execute(f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs ORDER BY trace_id, idx"):
+                if r[0] in keep:
+                    graphs.setdefault(r[0], []).append(r[1:])
+        return [_summary(r, graphs.get(r[0], [])) for r in rows]
+
+    @without_gc  # decoding a graph makes a million small objects, no cycles (also for events, graph)
+    def _decoded(self, tid: str, g: int, decode):
+        row, cols, table = self._raw(tid, g)
+        return row, decode(row[2], cols, table)
+
+    @staticmethod
+    def _blobs(db, tid: str, g: int, row) -> list:
+        """A graph's compressed columns [(name, dtype, data)]: from its row's `packed` (its last value),
+        or, stored by format 1, from a row each in `columns`; NotFound when `row` is None."""
+        if row is None:
+            raise NotFound(f"trace {tid} has no graph {g}")
+        if row[-1] is not None:
+            return unpack_blobs(row[-1])
+        return db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
+                          (tid, int(g))).fetchall()
+
+    def _raw(self, tid: str, g: int):
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            row = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, "
+                             "packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
+            blobs = self._blobs(db, tid, g, row)
+        row = row[:9]
+        table = json.loads(self._zd.decompress(row[8]))
+        cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
+        return row, cols, table
+
+    def lazy_columns(self, tid: str, graph_index: int) -> LazyColumns:
+        """The graph's columns still compressed, each decompressed when first read (columns_lazy)."""
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            row = db.execute("SELECT n_events, strings, packed FROM graphs WHERE trace_id=? AND idx=?",
+                             (tid, int(graph_index))).fetchone()
+            blobs = self._blobs(db, tid, graph_index, row)
+        cols = LazyColumns(row[0], {name: (dt, data) for name, dt, data in blobs}, _decompress)
+        cols.table = StringTable(zstandard.ZstdDecompressor().decompress(row[1]))
+        return cols
+
+    def events(self, tid: str, graph_index: int) -> list[Event]:
+        return self._decoded(tid, graph_index, decode_events)[1]
+
+    def graph_extra(self, tid: str, graph_index: int) -> dict:
+        """A graph's extra (a recording's buffer types and sizes, ...) without its columns."""
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            row = db.execute("SELECT extra FROM graphs WHERE trace_id=? AND idx=?", (tid, int(graph_index))).fetchone()
+        if row is None:
+            raise NotFound(f"trace {tid} has no graph {graph_index}")
+        return json.loads(row[0])
+
+    def graph_extras(self, tid: str) -> dict[int, dict]:
+        """Every graph's extra of a trace, by graph index."""
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            rows = db.execute("SELECT idx, extra FROM graphs WHERE trace_id=?", (tid,)).fetchall()
+        return {idx: json.loads(extra) for idx, extra in rows}
+
+    def columns(self, tid: str, graph_index: int) -> dict[str, np.ndarray]:
+        return self._decoded(tid, graph_index, public_columns)[1]
+
+    def graph(self, tid: str, graph_index: int) -> GraphRecord:
+        row, events = self._decoded(tid, graph_index, decode_events)
+        idx, role, n, max_size, buffer_size, oom, consistent, extra, _ = row
+        return GraphRecord(index=idx, role=role, events=events, max_size=max_size,
+                           buffer_size=buffer_size, oom=None if oom is None else json.loads(oom),
+                           consistent=None if consistent is None else bool(consistent), extra=json.loads(extra))
+
+    def saved_states(self, tid: str, graph_index: int) -> Saved | None:
+        """The graph's stored state checkpoints (derived.Saved), None when it has none (a short
+        graph, or one stored before checkpoints were kept)."""
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            marks = [r[0] for r in db.execute("SELECT event FROM state_checkpoints WHERE trace_id=? AND "
+                                              "graph_idx=? ORDER BY event", (tid, int(graph_index)))]
+
+        def load(event: int) -> dict:
+            with self._snapshot() as db:
+                row = db.execute("SELECT data FROM state_checkpoints WHERE trace_id=? AND graph_idx=? AND "
+                                 "event=?", (tid, int(graph_index), event)).fetchone()
+            if row is None:
+                raise NotFound(f"trace {tid} graph {graph_index} has no state checkpoint at event {event}")
+            return json.loads(_decompress(row[0]))
+        return Saved(marks, load) if marks else None
+
+    def saved_lifetimes(self, tid: str, graph_index: int):
+        """The graph's memory-map lifetimes with their tile pyramid (memmap.Lifetimes with `lod`) as stored
+        with it, None when it has none (a short graph, or one stored before they were kept)."""
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            row = db.execute("SELECT data FROM memmap_lod WHERE trace_id=? AND graph_idx=?",
+                             (tid, int(graph_index))).fetchone()
+        lifetimes = derived.of_table("memmap_lod")
+        return None if row is None or lifetimes is None else lifetimes.decode(row[0])
+
+    def meta(self, tid: str) -> TraceMeta:
+        tid = self._id(tid)
+        with self._snapshot() as db:
+            r = db.execute("SELECT name, source, generation, profile, created, tags, extra FROM traces WHERE id=?",
+                           (tid,)).fetchone()
+        if r is None:
+            raise NotFound(f"no trace {tid!r}")
+        return TraceMeta(name=r[0], source=r[1], generation=r[2] or None, profile=r[3], created=r[4], tags=json.loads(r[5]),
+                         extra=json.loads(r[6]))
+
+
+def _summary(row, graphs) -> dict:
+    tid, name, source, generation, profile, created, tags, truncated = row
+    return {"id": tid, "name": name, "source": source, "generation": generation or None, "profile": profile,
+            "created": created, "tags": json.loads(tags), "truncated": bool(truncated),
+            "graphs": [{"index": g[0], "role": g[1], "n_events": g[2], "max_size": g[3], "buffer_size": g[4],
+                        "oom": None if g[5] is None else json.loads(g[5]),
+                        "consistent": None if g[6] is None else bool(g[6]), "complete": not g[7]} for g in graphs]}
