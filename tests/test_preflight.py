@@ -62,7 +62,7 @@ def test_points_are_tagged_traces_that_load_again(recorded):
     for p in out["points"]:
         tags = s.summary(p["trace"])["tags"]
         assert f"sweep={sid}" in tags and f"c={p['values']['-c']}" in tags and f"ub={p['values']['-ub']}" in tags
-    from alloctrace.traces.regress.tags import parse_tag
+    from alloctrace.traces.store.tags import parse_tag
 
     assert all(parse_tag(t) == t for t in tags if "=" in t)  # valid key=value tags: `list` and `compare` take them
     assert [(x["sweep"], x["points"], x["name"]) for x in sweep_ids(s)] == [(sid, 4, "python")]
