@@ -91,3 +91,15 @@ def test_a_consistent_graph_says_so_and_the_home_list_shows_both(moe_server, pag
     link = page.locator(f"#trace-table tr[data-id='{ids['bad']}'] a.inconsistent-graph").first
     link.click()
     page.wait_for_selector("#mismatch-table tbody tr")
+
+
+def test_the_consistency_answer_and_its_refusals(moe_server):
+    base, ids = moe_server
+    good = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/2/consistency", timeout=30).json()
+    assert good["consistent"] is True and good["offsets"] == [] and good["plan_checked"] > 0
+    assert good["buffer_types"] == ["CPU"] and good["map_from"] == "model"
+    ev = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/3/consistency", timeout=30).json()
+    assert ev["map_from"] == "recorded placements" and ev["placements"] > 0
+    missing = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/99/consistency", timeout=30)
+    assert missing.status_code == 404 and "no graph 99" in missing.json()["detail"]
+    assert httpx.get(f"{base}/api/traces/nothex!/graphs/0/consistency", timeout=30).status_code in (404, 422)
