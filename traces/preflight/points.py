@@ -1,9 +1,10 @@
 """Run a sweep's points under the recorder, in parallel, and store each one as a tagged trace.
 
-Programs run in worker threads (they wait on child processes, so the GIL is free); each finished point is
-read, replayed and stored by the calling thread while the others still run. A point's trace carries the tags
-`sweep=<id>` and one `FLAG=VALUE` per varied flag, and `extra.sweep` (the sweep's flags, the point's values,
-what the program printed), which is how `sweeps.load` and the dashboard find a recorded sweep again.
+Each point's program runs in a worker process forked from this one, which also reads and replays its
+recording (the CPU-bound part, so it uses every core); the calling process stores each point as it comes back
+and sums it up. A point's trace carries the tags `sweep=<id>` and one `KEY=VALUE` per varied flag (`c=512` for
+-c), and `extra.sweep` (the sweep's flags, the point's values, what the program printed), which is how
+`sweeps.load` and the dashboard find a recorded sweep again.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.sources.record.run import checked_program, collect, recorder_env
 
 from .printed import printed_sizes
-from .vary import Vary, label, points as combinations, with_values
+from .vary import Vary, label, points as combinations, tags as point_tags, with_values
 
 TOP_FAMILIES = 5
 OUTPUT_TAIL = 400  # characters of a failed program's output kept in the point's error
@@ -146,7 +147,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                         "argv": p.argv}
                 if ran.traces:
                     _store_point(store, p, ran.traces,
-                                 ["recording", f"sweep={sid}", *(f"{f}={v}" for f, v in p.values.items()), *tags],
+                                 ["recording", f"sweep={sid}", *point_tags(p.values), *tags],
                                  meta)
                 if p.exit_status and p.error is None:
                     p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"
