@@ -103,3 +103,13 @@ def test_the_consistency_answer_and_its_refusals(moe_server):
     missing = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/99/consistency", timeout=30)
     assert missing.status_code == 404 and "no graph 99" in missing.json()["detail"]
     assert httpx.get(f"{base}/api/traces/nothex!/graphs/0/consistency", timeout=30).status_code in (404, 422)
+
+
+def test_recorded_placements_choose_no_block(moe_server):
+    """An alloc event made from a recorded placement has no block (-1 would read as ggml's "no block fitted")."""
+    base, ids = moe_server
+    page = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/3/events?kind=alloc&limit=5", timeout=30).json()
+    rows = page["events"]
+    assert rows and all(r["reason"] == "recorded" and "block" not in r for r in rows)
+    plan = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/2/events?kind=alloc&limit=5", timeout=30).json()
+    assert all("block" in r for r in plan["events"])  # the model's own walk chose one
