@@ -87,7 +87,6 @@ class Ran:
 def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ran:
     """A worker's whole share of a point: run it, then read and replay its recordings (the CPU-bound part)."""
     from alloctrace.traces.sources.record.source import NO_GGML
-    from alloctrace.traces.sources import read_file
 
     try:
         rc, text = run_program(argv, library, workdir)
@@ -97,10 +96,19 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ra
     if not result.recordings:
         return Ran(result.exit_status, text, [], NO_GGML)
     try:
-        traces = [t for path in result.recordings for t in read_file(path, name=name)]
+        traces = [t for path in result.recordings for t in read_recording(path, name)]
     except UserError as e:
         return Ran(result.exit_status, text, [], str(e))
     return Ran(result.exit_status, text, traces)
+
+
+def read_recording(path: Path, name: str) -> list:
+    """A recording our own recorder just wrote, read by the recording source itself (its stream reader bounds
+    lines, tensors and bytes): asking every registered source to sniff it would import them all."""
+    from alloctrace.traces.sources.record.source import SOURCE
+
+    with open(path, "rb") as f:
+        return SOURCE.read(f, filename=path.name, name=name)
 
 
 def _pool(jobs: int):
@@ -117,8 +125,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                name: str | None = None, sweep_id: str | None = None, progress=None, tags=()) -> tuple[str, list[Point]]:
     """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
     `progress(done, total, point)` is called as each point is stored."""
-    import alloctrace.traces.sources  # noqa: F401 (imported before the workers fork)
-    import alloctrace.traces.sources.record.source  # noqa: F401
+    import alloctrace.traces.sources.record.source  # noqa: F401 (imported before the workers fork)
 
     prog = checked_program(argv)
     combos = combinations(varies)
