@@ -174,7 +174,7 @@ def get_state(request: Request, trace_id: TraceId, g: GraphIndex,
     if event > info["n_events"]:
         raise UserError(f"event {event} is out of range (0..{info['n_events']})")
     nxt = c.event_rows(trace_id, g, [event])[0] if event < info["n_events"] else None
-    body = state_json(c.state_index(trace_id, g), event, nxt)
+    body = c.with_state_index(trace_id, g, lambda index: state_json(index, event, nxt))
     live = body.get("live") or []
     lt = c.lifetimes_cache.peek((trace_id, g))  # the map's, when it was drawn; else only the live bytes' events
     if lt is None and not name_live_ops(live, c.some_columns(trace_id, g), event):

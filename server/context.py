@@ -160,10 +160,15 @@ class Context:
         saved = getattr(self.store, "saved_lifetimes", None)
         if saved is None:
             return None
+        from alloctrace.traces.store.damage import DerivedDamaged
         try:
             return self.call(lambda s: saved(trace_id, g))
         except NotFound:
             raise
+        except DerivedDamaged as e:  # made again from the columns, and stored again by _keep_lifetimes
+            log.warning("%s: made again from the graph's columns", e)
+            self.write(lambda s: s.drop_derived(trace_id, g, "memmap_lod"))
+            return None
         except Exception as e:  # noqa: BLE001
             log.warning("stored memory-map lifetimes of %s:%d not read (built instead): %s", trace_id, g, e)
             return None
@@ -179,7 +184,7 @@ class Context:
             import zstandard
 
             from alloctrace.traces.memmap import saved as memmap_saved
-            data = memmap_saved.encode(lt, zstandard.ZstdCompressor(level=3))
+            data = memmap_saved.encode(lt, zstandard.ZstdCompressor(level=3, write_checksum=True))
             return lambda s: s.add_saved_lifetimes(trace_id, g, data)
         self._keep_in_background("memory-map lifetimes", trace_id, g, made)
 
@@ -193,6 +198,18 @@ class Context:
                 log.warning("%s of %s:%d not stored: %s", what, trace_id, g, e)
         self.keeping = threading.Thread(target=keep, daemon=True, name=f"{what} {trace_id}:{g}")
         self.keeping.start()
+
+    def with_state_index(self, trace_id: str, g: int, answer: Callable):
+        """answer(the graph's StateIndex). Stored checkpoints that cannot be read are dropped, and the
+        answer is made again from the graph's columns (which has the checkpoints made and stored again)."""
+        from alloctrace.traces.store.damage import DerivedDamaged
+        try:
+            return answer(self.state_index(trace_id, g))
+        except DerivedDamaged as e:
+            log.warning("%s: made again from the graph's columns", e)
+            self.write(lambda s: s.drop_derived(trace_id, g, "state_checkpoints"))
+            self.states_cache.drop(trace_id)
+            return answer(self.state_index(trace_id, g))
 
     def state_index(self, trace_id: str, g: int):
         """The graph's StateIndex, from its stored checkpoints. A long graph stored without them (by an
@@ -220,7 +237,7 @@ class Context:
 
         from alloctrace.traces.state.index import saved_checkpoints
         from alloctrace.traces.store.blobs import checkpoint_rows
-        rows = list(checkpoint_rows(saved_checkpoints(cols, capacity), zstandard.ZstdCompressor(level=3).compress))
+        rows = list(checkpoint_rows(saved_checkpoints(cols, capacity), zstandard.ZstdCompressor(level=3, write_checksum=True).compress))
         return lambda s: s.add_state_checkpoints(trace_id, g, rows)
 
     def graph_info(self, trace_id: str, g: int, lazy: bool = False) -> dict:

@@ -248,7 +248,7 @@ def _addr(p) -> int:
 
 def read_graph(gf):
     """The model's Graph for a built ggml graph, read tensor by tensor as the recorder reads one
-    (traces.record.replay.build_graph), and `by_addr`: tensor address -> model Tensor."""
+    (traces.sources.record.replay.build_graph), and `by_addr`: tensor address -> model Tensor."""
     from alloctrace.traces.sources.record.replay import build_graph
     from alloctrace.traces.sources.record.stream import Call, TensorRec
 

@@ -245,3 +245,17 @@ def test_a_2023_10_backend_buffer_has_the_cpu_backends_slack(tmp_path):
     over = write(tmp_path, SCHED_LOG.replace("allocating d (64 bytes)", "allocating d (128 bytes)"), "over.log")
     _, ev = log_records(LogImport(over, generation="ggml-2023-10"))
     assert not ev.consistent  # past the slack: the model's allocator is out of space where ggml was not
+
+
+@pytest.mark.parametrize("folder,name,want", [
+    ("v2024-02-11-gallocr-v3", "gpt-2-sched_tiny_short.AT.log", ["ggml-2024-02"]),  # every size a multiple of 64
+    ("v2024-02-11-gallocr-v3", "gpt-2-backend_tiny_short.AT.log", ["ggml-2024-02"]),
+    ("v2025-09-23-prechunk", "gpt-2-backend_tiny_short.AT.log", ["ggml-2025-09"]),  # 32-byte inputs
+    ("head-gallocr", "gpt-2-alloc_tiny_short.AT.log", ["ggml-head", "ggml-2026-08-21"]),
+])
+def test_real_logs_name_the_generations_they_fit(fixtures, folder, name, want):
+    """The real v3 logs are told from 2025-09 by their leaf order alone (data-less leafs allocated just
+    before their first user); a chunked log fits both chunked generations (only CLAMP differs)."""
+    imp = LogImport(fixtures / folder / name)
+    log_records(imp)
+    assert imp.candidates == want and imp.generation == want[0]

@@ -66,9 +66,16 @@ def test_sqlite_refuses_more_than_one_worker(tmp_path, capsys):
     assert err.startswith("alloctrace: error: --workers > 1 needs a PostgreSQL store") and err.count("\n") == 1
 
 
+def workers_of(proc) -> list[int]:
+    """The worker processes uvicorn started (children of `serve` running multiprocessing's spawn)."""
+    kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    return [int(k) for k in kids if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
+
+
 def test_two_workers_eight_clients_upload_list_delete(pg_url):
     proc, url = serve(pg_url, "--workers", "2")
     try:
+        assert len(workers_of(proc)) == 2
         data = LOG.read_bytes()
 
         def client_work(k: int) -> dict:

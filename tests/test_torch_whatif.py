@@ -357,3 +357,18 @@ def test_entries_the_model_cannot_account_for_end_the_replay(actions):
             "size": np.full(n, 2 << 20, dtype=np.int64), "stream": np.zeros(n, dtype=np.int64)}
     out = check_device(cols, {})
     assert out["consistent"] is False and 0 <= out["first_mismatch"]["event"] < n
+
+
+def test_a_gc_threshold_without_a_memory_cap_is_said_to_change_nothing(tmp_path):
+    """The threshold acts only against a cap: without one the answer says so instead of showing a run that
+    looks like a result; with a cap there is no such note."""
+    bare = _cli(str(DATA / "small_default.pickle.gz"), "--set", "garbage_collection_threshold=0.5",
+                "--store", str(tmp_path))
+    assert bare.returncode == 0, bare.stderr
+    assert "note: garbage_collection_threshold acts only under a memory cap" in bare.stdout
+    js = _cli(str(DATA / "small_default.pickle.gz"), "--set", "garbage_collection_threshold=0.5", "--json",
+              "--store", str(tmp_path))
+    assert "changes nothing" in json.loads(js.stdout)["notes"][0]
+    capped = _cli(str(DATA / "small_default.pickle.gz"), "--set", "garbage_collection_threshold=0.5", "--cap",
+                  "6GiB", "--json", "--store", str(tmp_path))
+    assert "notes" not in json.loads(capped.stdout)

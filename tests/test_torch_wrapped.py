@@ -182,3 +182,19 @@ def test_real_wrapped_recording_with_an_oom_under_a_cap(tmp_path):
     card = torch_peak.oom_card(d, views.StateIndex(d))
     assert card["cap"]["lower"] <= side["allowed_bytes"] < card["cap"]["upper"]
     assert card["retries"] == side["num_alloc_retries"] and "partial trace" in card["partial"]
+
+
+def test_api_refuses_whatif_on_an_unrecoverable_start_and_marks_partial_answers(tmp_path):
+    from fastapi.testclient import TestClient
+    from alloctrace.server.app import create_app
+    s = open_store(tmp_path / "s")
+    [bad] = import_paths(s, [_cut(_snap(PAIRS / "train_expandable.pickle.gz"), 3000, tmp_path / "exp.pickle")])
+    [good] = import_paths(s, [PAIRS / "train_wrapped.pickle.gz"])
+    with TestClient(create_app(store_dir=tmp_path / "s")) as c:
+        r = c.get(f"/api/torch/traces/{bad}/devices/0/whatif")
+        assert r.status_code == 400 and "starts mid-run" in r.text and "\n" not in r.json()["detail"]
+        assert c.get(f"/api/torch/traces/{good}/devices/0/whatif").json()["partial"]["exact_from"] == 0
+        summary = c.get(f"/api/torch/traces/{good}").json()["devices"][0]["partial"]
+        assert summary["exact"] and "seed" not in summary and "exact from entry 0" in summary["note"]
+        for view in ("peak", "state?event=0", "timeline"):
+            assert "partial trace" in c.get(f"/api/torch/traces/{good}/devices/0/{view}").json()["partial"], view

@@ -121,6 +121,7 @@ def text(out: dict) -> str:
     lines = [f"trace {out['trace_id']} device {out['device']}"]
     if out.get("partial"):
         lines.append(f"note: {out['partial']['note']} ({out['partial']['seed_reserved']:,} B reserved at entry 0)")
+    lines += [f"note: {n}" for n in out.get("notes", [])]
     lines += [f"what if: {', '.join(show(k, v) for k, v in changed.items()) or 'the recorded settings'}",
               f"  replay of the recorded run: {'consistent' if real['consistent'] else 'NOT consistent'}"]
     if real.get("mismatch"):

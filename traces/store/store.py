@@ -31,6 +31,7 @@ from alloctrace.traces.store import derived, postgres
 from alloctrace.traces.store.blobs import _decompress, checkpoint_rows, pack_blobs, unpack_blobs  # noqa: F401
 from alloctrace.traces.store.columns import EncodedGraph, decode_events, encode, pack, public_columns
 from alloctrace.traces.store.columns_lazy import LazyColumns, StringTable
+from alloctrace.traces.store.damage import DECODE_ERRORS, Damaged, DerivedDamaged, _json, _why, check_rows  # noqa: F401
 from alloctrace.traces.store.derived import SAVED_MIN_EVENTS, Saved
 from alloctrace.traces.store.migrations import STORE_FORMAT, create
 from alloctrace.traces.store.schema import FORMAT_VERSION, GraphRecord, TraceMeta
@@ -96,13 +97,17 @@ class Store:
         self._be = backend if backend is not None else SqliteBackend(Path(db_path))
         self.path = self._be.path  # the SQLite file; None for PostgreSQL
         self.kind = self._be.kind
-        self._zc = zstandard.ZstdCompressor(level=3)
+        self._zc = zstandard.ZstdCompressor(level=3, write_checksum=True)
         self._zd = zstandard.ZstdDecompressor()
         try:
             ver = self._be.setup(lambda db: create(db, self._be.table_columns))
         except self._be.errors as e:
             self._be.close()
             raise UserError(f"cannot open store {self._be.describe()}: {str(e).strip().splitlines()[0]}") from None
+        if not str(ver).isdigit():
+            self._be.close()
+            raise UserError(f"store {self._be.describe()} is damaged: its format_version is {str(ver)[:40]!r}, not a "
+                            "number (restore it from a backup, or set it to the version the store was made with)")
         if int(ver) > STORE_FORMAT:
             self._be.close()
             raise UserError(f"store {self._be.describe()} has format {ver}; this alloctrace reads up to {STORE_FORMAT}")
@@ -286,7 +291,7 @@ class Store:
             graphs = db.execute(f"SELECT {GRAPH_COLUMNS} FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
         if row is None:
             raise NotFound(f"no trace {tid!r}")
-        return _summary(row, graphs)
+        return _summary(row, graphs, strict=True)
 
     def list(self, q: str | None = None, tags: Iterable[str] = ()) -> list[dict]:
         """Summaries, newest first; `q` keeps traces whose name contains it (case-insensitive) or that carry
@@ -300,7 +305,7 @@ class Store:
             args = (q,)
         with self._snapshot() as db:
             rows = [r for r in db.execute(sql + " ORDER BY created DESC, seq DESC", args).fetchall()
-                    if matches(json.loads(r[6]), wanted)]
+                    if matches(_loose_tags(r[6]), wanted)]
             keep = {r[0] for r in rows}
             graphs: dict[str, list] = {}
             for r in db.execute(f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs ORDER BY trace_id, idx"):
@@ -311,7 +316,10 @@ class Store:
     @without_gc  # decoding a graph makes a million small objects, no cycles (also for events, graph)
     def _decoded(self, tid: str, g: int, decode):
         row, cols, table = self._raw(tid, g)
-        return row, decode(row[2], cols, table)
+        try:
+            return row, decode(row[2], cols, table)
+        except DECODE_ERRORS as e:  # columns that decompressed but hold impossible values
+            raise Damaged(self._id(tid), g, "columns", _why(e)) from None
 
     @staticmethod
     def _blobs(db, tid: str, g: int, row) -> list:
@@ -320,7 +328,10 @@ class Store:
         if row is None:
             raise NotFound(f"trace {tid} has no graph {g}")
         if row[-1] is not None:
-            return unpack_blobs(row[-1])
+            try:
+                return unpack_blobs(row[-1])
+            except DECODE_ERRORS as e:
+                raise Damaged(tid, g, "packed columns", _why(e)) from None
         return db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
                           (tid, int(g))).fetchall()
 
@@ -331,8 +342,15 @@ class Store:
                              "packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
             blobs = self._blobs(db, tid, g, row)
         row = row[:9]
-        table = json.loads(self._zd.decompress(row[8]))
-        cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
+        try:
+            table = json.loads(self._zd.decompress(row[8]))
+        except DECODE_ERRORS as e:
+            raise Damaged(tid, g, "strings", _why(e)) from None
+        check_rows(tid, g, row[2], blobs)
+        try:
+            cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
+        except DECODE_ERRORS as e:
+            raise Damaged(tid, g, "columns", _why(e)) from None
         return row, cols, table
 
     def lazy_columns(self, tid: str, graph_index: int) -> LazyColumns:
@@ -342,8 +360,18 @@ class Store:
             row = db.execute("SELECT n_events, strings, packed FROM graphs WHERE trace_id=? AND idx=?",
                              (tid, int(graph_index))).fetchone()
             blobs = self._blobs(db, tid, graph_index, row)
-        cols = LazyColumns(row[0], {name: (dt, data) for name, dt, data in blobs}, _decompress)
-        cols.table = StringTable(zstandard.ZstdDecompressor().decompress(row[1]))
+        check_rows(tid, graph_index, row[0], blobs)
+
+        def checked(data: bytes) -> bytes:
+            try:
+                return _decompress(data)
+            except DECODE_ERRORS as e:
+                raise Damaged(tid, graph_index, "columns", _why(e)) from None
+        try:
+            cols = LazyColumns(row[0], {name: (dt, data) for name, dt, data in blobs}, checked)
+            cols.table = StringTable(zstandard.ZstdDecompressor().decompress(row[1]))
+        except DECODE_ERRORS as e:
+            raise Damaged(tid, graph_index, "strings", _why(e)) from None
         return cols
 
     def events(self, tid: str, graph_index: int) -> list[Event]:
@@ -356,24 +384,26 @@ class Store:
             row = db.execute("SELECT extra FROM graphs WHERE trace_id=? AND idx=?", (tid, int(graph_index))).fetchone()
         if row is None:
             raise NotFound(f"trace {tid} has no graph {graph_index}")
-        return json.loads(row[0])
+        return _json(row[0], tid, graph_index, "extra", dict)
 
     def graph_extras(self, tid: str) -> dict[int, dict]:
         """Every graph's extra of a trace, by graph index."""
         tid = self._id(tid)
         with self._snapshot() as db:
             rows = db.execute("SELECT idx, extra FROM graphs WHERE trace_id=?", (tid,)).fetchall()
-        return {idx: json.loads(extra) for idx, extra in rows}
+        return {idx: _json(extra, tid, idx, "extra", dict) for idx, extra in rows}
 
     def columns(self, tid: str, graph_index: int) -> dict[str, np.ndarray]:
         return self._decoded(tid, graph_index, public_columns)[1]
 
     def graph(self, tid: str, graph_index: int) -> GraphRecord:
+        tid = self._id(tid)
         row, events = self._decoded(tid, graph_index, decode_events)
         idx, role, n, max_size, buffer_size, oom, consistent, extra, _ = row
         return GraphRecord(index=idx, role=role, events=events, max_size=max_size,
-                           buffer_size=buffer_size, oom=None if oom is None else json.loads(oom),
-                           consistent=None if consistent is None else bool(consistent), extra=json.loads(extra))
+                           buffer_size=buffer_size, oom=None if oom is None else _json(oom, tid, idx, "oom"),
+                           consistent=None if consistent is None else bool(consistent),
+                           extra=_json(extra, tid, idx, "extra", dict))
 
     def saved_states(self, tid: str, graph_index: int) -> Saved | None:
         """The graph's stored state checkpoints (derived.Saved), None when it has none (a short
@@ -389,7 +419,13 @@ class Store:
                                  "event=?", (tid, int(graph_index), event)).fetchone()
             if row is None:
                 raise NotFound(f"trace {tid} graph {graph_index} has no state checkpoint at event {event}")
-            return json.loads(_decompress(row[0]))
+            try:
+                state = json.loads(_decompress(row[0]))
+            except DECODE_ERRORS as e:
+                raise DerivedDamaged(tid, graph_index, f"state checkpoint at event {event}", _why(e)) from None
+            if not isinstance(state, dict):
+                raise DerivedDamaged(tid, graph_index, f"state checkpoint at event {event}", "not an object")
+            return state
         return Saved(marks, load) if marks else None
 
     def saved_lifetimes(self, tid: str, graph_index: int):
@@ -400,7 +436,20 @@ class Store:
             row = db.execute("SELECT data FROM memmap_lod WHERE trace_id=? AND graph_idx=?",
                              (tid, int(graph_index))).fetchone()
         lifetimes = derived.of_table("memmap_lod")
-        return None if row is None or lifetimes is None else lifetimes.decode(row[0])
+        if row is None or lifetimes is None:
+            return None
+        try:
+            return lifetimes.decode(row[0])
+        except DECODE_ERRORS as e:
+            raise DerivedDamaged(tid, graph_index, "memory-map lifetimes", _why(e)) from None
+
+    def drop_derived(self, tid: str, graph_index: int, table: str) -> None:
+        """Forget a graph's derived rows (`state_checkpoints` or `memmap_lod`) that cannot be read, so they
+        are made again from its columns."""
+        if table not in ("state_checkpoints", "memmap_lod"):
+            raise ValueError(table)
+        with self._be.write() as db:
+            db.execute(f"DELETE FROM {table} WHERE trace_id=? AND graph_idx=?", (tid, int(graph_index)))
 
     def meta(self, tid: str) -> TraceMeta:
         tid = self._id(tid)
@@ -409,14 +458,34 @@ class Store:
                            (tid,)).fetchone()
         if r is None:
             raise NotFound(f"no trace {tid!r}")
-        return TraceMeta(name=r[0], source=r[1], generation=r[2] or None, profile=r[3], created=r[4], tags=json.loads(r[5]),
-                         extra=json.loads(r[6]))
+        return TraceMeta(name=r[0], source=r[1], generation=r[2] or None, profile=r[3], created=r[4],
+                         tags=_json(r[5], tid, None, "tags", list), extra=_json(r[6], tid, None, "extra", dict))
 
 
-def _summary(row, graphs) -> dict:
+def _loose_tags(text) -> list:
+    """A listing shows a trace whose tags are damaged without them (`show` and `doctor` name the damage)."""
+    try:
+        tags = json.loads(text)
+    except DECODE_ERRORS:
+        return []
+    return tags if isinstance(tags, list) and all(isinstance(t, str) for t in tags) else []
+
+
+def _loose_oom(text):
+    try:
+        oom = json.loads(text)
+    except DECODE_ERRORS:
+        return None
+    return oom if isinstance(oom, dict) else None
+
+
+def _summary(row, graphs, strict: bool = False) -> dict:
+    """A trace's summary; `strict`: a damaged tags or oom value is Damaged (else left out, for listings)."""
     tid, name, source, generation, profile, created, tags, truncated = row
+    tags = _json(tags, tid, None, "tags", list) if strict else _loose_tags(tags)
+    oom = (lambda g: _json(g[5], tid, g[0], "oom", dict)) if strict else (lambda g: _loose_oom(g[5]))
     return {"id": tid, "name": name, "source": source, "generation": generation or None, "profile": profile,
-            "created": created, "tags": json.loads(tags), "truncated": bool(truncated),
+            "created": created, "tags": tags, "truncated": bool(truncated),
             "graphs": [{"index": g[0], "role": g[1], "n_events": g[2], "max_size": g[3], "buffer_size": g[4],
-                        "oom": None if g[5] is None else json.loads(g[5]),
+                        "oom": None if g[5] is None else oom(g),
                         "consistent": None if g[6] is None else bool(g[6]), "complete": not g[7]} for g in graphs]}

@@ -175,11 +175,24 @@ def whatif_request(cols: dict, info: dict, settings: list[str], cap: str | None 
     changed = apply_overrides(recorded, parse_pairs(settings), cap)
     out = compare_settings(cols, recorded, changed, keep_series=keep_series, progress=progress, seed=seed)
     out["recorded_settings"] = settings_dict(recorded)
+    notes = inert_settings(recorded, changed)
+    if notes:
+        out["notes"] = notes
     if seed is not None:
         out["partial"] = {"exact_from": 0, "seed_reserved": seed_reserved(seed),
                           "note": "the trace starts mid-run: both runs start from the allocator at its first entry "
                                   "(the snapshot's segments walked back through the trace), as recorded"}
     return out
+
+
+def inert_settings(recorded: AllocatorSettings, changed: AllocatorSettings) -> list[str]:
+    """What a what-if changes that cannot act in its run, said instead of a result that looks like one."""
+    notes = []
+    if changed.garbage_collection_threshold != recorded.garbage_collection_threshold and changed.memory_limit is None:
+        notes.append("garbage_collection_threshold acts only under a memory cap (PyTorch: "
+                     "set_per_process_memory_fraction): without one (no --cap, none recorded or inferred) it "
+                     "changes nothing here")
+    return notes
 
 
 def downsample(series: dict, points: int) -> dict:

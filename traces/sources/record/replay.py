@@ -93,7 +93,7 @@ class Replayer:
         self.proc = proc
         self.models: dict[int, _Model] = {}  # by gallocr serial
         self.graphs: list[EncodedGraph] = []  # stored form right away: a long run's events stay compressed
-        self._zc = zstandard.ZstdCompressor(level=3)
+        self._zc = zstandard.ZstdCompressor(level=3, write_checksum=True)
         self.skipped: list[str] = []
         self.n_placements = 0
         self.buffer_buft: dict[int, int] = {}  # every compute buffer ggml made -> its buffer type

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import numpy as np
-from annotated_types import Ge, Le
+from annotated_types import Ge, Le, Lt
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from alloctrace.traces.store.schema import MAX_BYTES
@@ -71,7 +71,7 @@ class Settings(_Model):
     """The allocator_settings fields the caching-allocator model reads (others are kept as they are)."""
 
     max_split_size: Annotated[int, Ge(-1), Le((1 << 63) - 1)] = -1
-    garbage_collection_threshold: Annotated[float, Ge(0.0), Le(1.0)] = 0.0
+    garbage_collection_threshold: Annotated[float, Ge(0.0), Lt(1.0)] = 0.0  # as the model takes it
     expandable_segments: bool = False
     roundup_power2_divisions: dict[Annotated[str, Field(pattern=r"^[0-9]{1,6}$")], Divisions] | list[Divisions] \
         | None = None
