@@ -61,7 +61,10 @@ def test_points_are_tagged_traces_that_load_again(recorded):
     sid = out["sweep"]
     for p in out["points"]:
         tags = s.summary(p["trace"])["tags"]
-        assert f"sweep={sid}" in tags and f"-c={p['values']['-c']}" in tags and f"-ub={p['values']['-ub']}" in tags
+        assert f"sweep={sid}" in tags and f"c={p['values']['-c']}" in tags and f"ub={p['values']['-ub']}" in tags
+    from alloctrace.traces.store.tags import parse_tag
+
+    assert all(parse_tag(t) == t for t in tags if "=" in t)  # valid key=value tags: `list` and `compare` take them
     assert [(x["sweep"], x["points"], x["name"]) for x in sweep_ids(s)] == [(sid, 4, "python")]
     again = load(s, sid)
     assert [(p["values"], p["buffers"], p["trace"]) for p in again["points"]] == \
@@ -194,6 +197,7 @@ def test_with_values_replaces_or_appends():
     assert vary.with_values(["p", "--ctx=1"], {"--ctx": "2"}) == ["p", "--ctx=2"]
     assert vary.parse_vary("-c=512, 4096") == vary.Vary("-c", ("512", "4096"))
     assert vary.parse_range("-c=512..131072") == ("-c", 512, 131072)
+    assert vary.tags({"-c": "512", "--ctx-size": "1", "-0x": "y"}) == ["c=512", "ctx-size=1", "flag_0x=y"]
 
 
 def test_printed_sizes_of_real_llama_output():

@@ -161,6 +161,7 @@ def _cli_session(ref: str, capsys) -> list[str]:
     run("export", ids[0], "--format", "jsonl", "-o", "-")
     run("compare", "--base", "commit=a", "--head", "commit=b", "--json")
     run("whatif", ids[2], "--set", "expandable_segments=true")
+    run("doctor", "--json")
     run("rm", ids[1])
     run("list", "--json")
     return [_normalised(o, ids) for o in out]
@@ -172,6 +173,7 @@ def test_every_command_answers_the_same_on_both(tmp_path, pg_url, capsys):
     assert lite == pg
     assert "-> 0" in lite[0] and "commit=b" in lite[4]
     assert lite[-1].count('"id"') == 2  # rm took one of three
+    assert lite[-3].startswith("doctor -> 0")
 
 
 def _api_session(ref) -> list:

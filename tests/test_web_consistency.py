@@ -103,3 +103,24 @@ def test_the_consistency_answer_and_its_refusals(moe_server):
     missing = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/99/consistency", timeout=30)
     assert missing.status_code == 404 and "no graph 99" in missing.json()["detail"]
     assert httpx.get(f"{base}/api/traces/nothex!/graphs/0/consistency", timeout=30).status_code in (404, 422)
+
+
+def test_recorded_placements_choose_no_block(moe_server):
+    """An alloc event made from a recorded placement has no block (-1 would read as ggml's "no block fitted")."""
+    base, ids = moe_server
+    page = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/3/events?kind=alloc&limit=5", timeout=30).json()
+    rows = page["events"]
+    assert rows and all(r["reason"] == "recorded" and "block" not in r for r in rows)
+    plan = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/2/events?kind=alloc&limit=5", timeout=30).json()
+    assert all("block" in r for r in plan["events"])  # the model's own walk chose one
+
+
+def test_the_state_before_every_recorded_placement_holds_no_overlap(moe_server):
+    base, ids = moe_server
+    n = next(g for g in httpx.get(f"{base}/api/traces/{ids['good']}", timeout=30).json()["graphs"]
+             if g["index"] == 3)["n_events"]
+    for i in range(0, n + 1, 11):
+        r = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/3/state?event={i}", timeout=30)
+        assert r.status_code == 200, r.text
+        live = sorted((t["offset"], t["offset"] + t["size"]) for t in r.json()["live"])
+        assert all(a[1] <= b[0] for a, b in zip(live, live[1:])), (i, live)

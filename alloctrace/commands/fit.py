@@ -60,7 +60,7 @@ def run(args) -> int:
 
 
 def report_lines(out: dict) -> list[str]:
-    from alloctrace.traces.explain.peak import fmt_bytes
+    from alloctrace.traces.util.sizes import fmt_bytes
 
     flag, budget = out["flag"], out["budget"]
     if out["value"] is None:

@@ -68,9 +68,10 @@ def run(args) -> int:
     else:
         summaries = import_files(store, args.paths, name=args.name, generation=args.generation,
                                  progress=sys.stderr.isatty(), limits=limits, tags=tags)
-    for s in summaries:
-        if s.get("generation_note"):
-            print(f"alloctrace: {s['name']}: {s['generation_note']}", file=sys.stderr)
+    for s in summaries:  # a log that fits more than one generation says which it was read as
+        note = store.meta(s["id"]).extra.get("generation_note")
+        if note:
+            print(f"alloctrace: {s['name']}: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps({"traces": [import_json(s) for s in summaries]}, indent=1))
     else:

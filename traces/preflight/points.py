@@ -1,9 +1,10 @@
 """Run a sweep's points under the recorder, in parallel, and store each one as a tagged trace.
 
-Programs run in worker threads (they wait on child processes, so the GIL is free); each finished point is
-read, replayed and stored by the calling thread while the others still run. A point's trace carries the tags
-`sweep=<id>` and one `FLAG=VALUE` per varied flag, and `extra.sweep` (the sweep's flags, the point's values,
-what the program printed), which is how `sweeps.load` and the dashboard find a recorded sweep again.
+Each point's program runs in a worker process forked from this one, which also reads and replays its
+recording (the CPU-bound part, so it uses every core); the calling process stores each point as it comes back
+and sums it up. A point's trace carries the tags `sweep=<id>` and one `KEY=VALUE` per varied flag (`c=512` for
+-c), and `extra.sweep` (the sweep's flags, the point's values, what the program printed), which is how
+`sweeps.load` and the dashboard find a recorded sweep again.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.sources.record.run import checked_program, collect, recorder_env
 
 from .printed import printed_sizes
-from .vary import Vary, label, points as combinations, with_values
+from .vary import Vary, label, points as combinations, tags as point_tags, with_values
 
 TOP_FAMILIES = 5
 OUTPUT_TAIL = 400  # characters of a failed program's output kept in the point's error
@@ -86,7 +87,6 @@ class Ran:
 def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ran:
     """A worker's whole share of a point: run it, then read and replay its recordings (the CPU-bound part)."""
     from alloctrace.traces.sources.record.source import NO_GGML
-    from alloctrace.traces.sources import read_file
 
     try:
         rc, text = run_program(argv, library, workdir)
@@ -96,10 +96,19 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ra
     if not result.recordings:
         return Ran(result.exit_status, text, [], NO_GGML)
     try:
-        traces = [t for path in result.recordings for t in read_file(path, name=name)]
+        traces = [t for path in result.recordings for t in read_recording(path, name)]
     except UserError as e:
         return Ran(result.exit_status, text, [], str(e))
     return Ran(result.exit_status, text, traces)
+
+
+def read_recording(path: Path, name: str) -> list:
+    """A recording our own recorder just wrote, read by the recording source itself (its stream reader bounds
+    lines, tensors and bytes): asking every registered source to sniff it would import them all."""
+    from alloctrace.traces.sources.record.source import SOURCE
+
+    with open(path, "rb") as f:
+        return SOURCE.read(f, filename=path.name, name=name)
 
 
 def _pool(jobs: int):
@@ -116,8 +125,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                name: str | None = None, sweep_id: str | None = None, progress=None, tags=()) -> tuple[str, list[Point]]:
     """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
     `progress(done, total, point)` is called as each point is stored."""
-    import alloctrace.traces.sources  # noqa: F401 (imported before the workers fork)
-    import alloctrace.traces.sources.record.source  # noqa: F401
+    import alloctrace.traces.sources.record.source  # noqa: F401 (imported before the workers fork)
 
     prog = checked_program(argv)
     combos = combinations(varies)
@@ -146,7 +154,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                         "argv": p.argv}
                 if ran.traces:
                     _store_point(store, p, ran.traces,
-                                 ["recording", f"sweep={sid}", *(f"{f}={v}" for f, v in p.values.items()), *tags],
+                                 ["recording", f"sweep={sid}", *point_tags(p.values), *tags],
                                  meta)
                 if p.exit_status and p.error is None:
                     p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"

@@ -61,8 +61,7 @@ def sweep_ids(store) -> list[dict]:
         for tag in s.get("tags") or ():
             if isinstance(tag, str) and tag.startswith("sweep="):
                 sid = tag[len("sweep="):]
-                values = " ".join(t for t in s["tags"] if isinstance(t, str) and t.startswith("-"))
-                program = s["name"][:-len(values) - 1] if values and s["name"].endswith(" " + values) else s["name"]
+                program = s["name"].split(" -")[0]  # "PROGRAM -c=512 -fa=on": the program
                 entry = found.setdefault(sid, {"sweep": sid, "points": 0, "name": program, "created": s["created"]})
                 entry["points"] += 1
     return list(found.values())

@@ -6,6 +6,7 @@ all varied flags, the first `--vary` outermost.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from itertools import product
 
@@ -105,6 +106,17 @@ def with_values(argv: list[str], values: dict[str, str]) -> list[str]:
     return out
 
 
+def tag_key(flag: str) -> str:
+    """The tag key of a flag: "-c" -> "c", "--ctx-size" -> "ctx-size" (a tag key is an identifier)."""
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", flag.lstrip("-"))[:63]
+    return key if key[:1].isalpha() or key[:1] == "_" else f"flag_{key}"[:63]
+
+
+def tags(values: dict[str, str]) -> list[str]:
+    """A point's tags, one key=value per varied flag: {"-c": "512", "-fa": "on"} -> ["c=512", "fa=on"]."""
+    return [f"{tag_key(f)}={v}" for f, v in values.items()]
+
+
 def label(values: dict[str, str]) -> str:
-    """"-c=512 -fa=on": a point as its tags and trace names spell it."""
+    """"-c=512 -fa=on": a point as trace names spell it."""
     return " ".join(f"{k}={v}" for k, v in values.items())

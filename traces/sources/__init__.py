@@ -106,8 +106,6 @@ def store_traces(store, traces: list[ImportedTrace]) -> list[dict]:
     for s, t in zip(summaries, traces):
         if t.report:
             s["report"] = t.report
-        if t.meta.extra.get("generation_note"):  # the input fits more than one generation
-            s["generation_note"] = t.meta.extra["generation_note"]
     return summaries
 
 

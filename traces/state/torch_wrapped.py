@@ -22,6 +22,7 @@ import bisect
 import itertools
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 from sortedcontainers import SortedList
 
 from alloctrace.allocator.cuda_caching import NO_LIMIT, AllocatorSettings, round_size
@@ -59,22 +60,23 @@ class _Walk(Exception):
 def detect(cols: dict, tables: dict) -> dict:
     """Signs that the trace lacks its beginning: frees of addresses it never allocated, segments freed it never
     made, segments at the snapshot with no segment_alloc in it. {"partial": bool, ...counts}."""
-    a, addr, size = cols["action"], cols["addr"], cols["size"]
-    seen: set = set()
-    orphan_frees = orphan_segment_frees = 0
+    a, addr, size = np.asarray(cols["action"]), np.asarray(cols["addr"]), np.asarray(cols["size"])
+    # a free is an orphan when the entry before it at its address (alloc/free only) is not its alloc
+    idx = np.flatnonzero((a == ALLOC) | (a == FREE_REQUESTED))
+    order = idx[np.lexsort((idx, addr[idx]))]
+    is_free = a[order] == FREE_REQUESTED
+    prev_ok = np.zeros(len(order), dtype=bool)
+    prev_ok[1:] = (addr[order[1:]] == addr[order[:-1]]) & (a[order[:-1]] == ALLOC)
+    orphan_frees = int((is_free & ~prev_ok).sum())
+    orphan_segment_frees = 0
     made: set = set()
     ranges = []                                   # (start, end) of every segment made or mapped in the trace
-    for act, ad, sz in zip(a.tolist(), addr.tolist(), size.tolist()):
-        if act == ALLOC:
-            seen.add(ad)
-        elif act == FREE_REQUESTED:
-            if ad not in seen:
-                orphan_frees += 1
-            seen.discard(ad)
-        elif act in (SEGMENT_ALLOC, SEGMENT_MAP):
+    seg = np.flatnonzero((a == SEGMENT_ALLOC) | (a == SEGMENT_MAP) | (a == SEGMENT_FREE))
+    for act, ad, sz in zip(a[seg].tolist(), addr[seg].tolist(), size[seg].tolist()):
+        if act in (SEGMENT_ALLOC, SEGMENT_MAP):
             made.add(ad)
             ranges.append((ad, ad + sz))
-        elif act == SEGMENT_FREE and ad not in made:
+        elif ad not in made:
             orphan_segment_frees += 1
     ranges.sort()
     starts = [r[0] for r in ranges]

@@ -132,18 +132,21 @@ def public_columns(n: int, cols: dict[str, np.ndarray], table: list[str], names=
 
 def event_rows(cols: dict[str, np.ndarray], indices) -> list[dict]:
     """Event dicts (with their index `i`) from `public_columns`: -1 in an integer column means
-    absent, except an alloc's `block`, where -1 is ggml's own "no block" answer."""
+    absent, except an alloc's `block`, where -1 is ggml's own "no block" answer (a placement taken from a
+    recording, reason "recorded", chose no block at all)."""
     out = []
+    reasons = cols.get("reason")
     for i in indices:
         row = {"i": i}
         kind = cols["kind"][i]
+        chose = kind == "alloc" and (reasons is None or reasons[i] != "recorded")
         for name, col in cols.items():
             if name == "i":
                 continue
             v = col[i]
             if isinstance(v, np.integer):
                 v = int(v)
-                if v == -1 and not (name == "block" and kind == "alloc"):
+                if v == -1 and not (name == "block" and chose):
                     continue
             if v is None or v == {}:
                 continue
