@@ -46,10 +46,16 @@ def build_store(path: Path) -> dict:
 
 def pages(ids: dict) -> dict[str, str]:
     """Page name -> path: every page of the dashboard with real data, and a stale link's error page."""
-    return {"home": "/", "trace": f"/traces/{ids['legacy']}?g=1", "trace-long": f"/traces/{ids['long']}?g=5",
+    from alloctrace.server.app import PAGES
+
+    shown = {"home": "/", "trace": f"/traces/{ids['legacy']}?g=1", "trace-long": f"/traces/{ids['long']}?g=5",
             "diff": f"/diff?a={ids['legacy']}:0&b={ids['legacy']}:1", "torch-list": "/torch",
             "torch": f"/torch?id={ids['torch']}", "whatif": f"/whatif?trace={ids['torch']}&device=0",
             "sweep": "/sweep", "replay": "/replay", "not-found": "/traces/0000dead"}
+    for route in PAGES:  # a page added later is shot too, as it opens without parameters
+        if route not in shown.values():
+            shown[route.strip("/").replace("/", "-")] = route
+    return shown
 
 
 READY = """() => {
@@ -117,7 +123,7 @@ def main(argv=None) -> int:
                     settle(page)
                     wide = overflow(page)
                     bad += wide > 0
-                    page.screenshot(path=str(args.out / f"{name}-{width_name}.png"), full_page=width_name == "phone")
+                    page.screenshot(path=str(args.out / f"{name}-{width_name}.png"), full_page=True)
                     print(f"{name:11} {width_name:8} {'fits' if not wide else f'{wide} px too wide'}")
                     page.close()
                 ctx.close()

@@ -165,6 +165,17 @@ def test_one_colour_per_family_and_op_on_every_panel_and_page(site, page):
     assert {f: water[f] for f in set(water) & set(peak)} == {f: peak[f] for f in set(water) & set(peak)}
 
 
+def test_a_family_named_after_an_op_wears_the_ops_colour(site, page):
+    page.goto(f"{site['base']}/traces/{site['long']}?g=5")
+    wait_ready(page, "#map")
+    page.wait_for_selector("#peak tr[data-family]")
+    peak = {f: hex_of(c) for f, c in swatches(page, "#peak").items()}
+    ops = {t["name"]: t["line"]["color"].lower() for t in page.evaluate("document.getElementById('map').data") if t.get("fill") == "toself"}
+    shared = set(peak) & set(ops)
+    assert "MUL_MAT" in shared  # graph 5's peak is an unnamed matrix product: its family is its op
+    assert {f: peak[f] for f in shared} == {f: ops[f] for f in shared}
+
+
 # --- 6. exports ---------------------------------------------------------------------------------------
 def test_the_dashboards_export_streams_from_the_first_graph(site, page):
     tid = site["long"]

@@ -34,9 +34,12 @@ export function fnv1a(s) {
 export function homeSlot(key, fixed = true) {
   const k = String(key ?? "?");
   const op = k.toUpperCase();
-  if (fixed && op in HOME) return HOME[op];
+  if (op in HOME) return HOME[op];
   return fnv1a(fixed ? op : k) % COLORS.length;
 }
+
+/** Whether a key is one of the common ops with a fixed colour (placed before the others of a page). */
+const isHomeOp = (k) => String(k).toUpperCase() in HOME;
 
 /** The colours of one kind of key (ops, families) on this page. */
 export class Scheme {
@@ -48,7 +51,9 @@ export class Scheme {
   /** Give every key a colour before anything is drawn (name order, so the result depends on the set only). */
   claim(keys) {
     const fresh = [...new Set([...keys].map((k) => this.norm(k)))].filter((k) => !this.byKey.has(k)).sort();
-    for (const k of fresh) this.place(k);
+    // the common ops first: they keep their fixed colours, and a hashed key never takes one of them
+    for (const k of fresh.filter(isHomeOp)) this.place(k);
+    for (const k of fresh.filter((k) => !isHomeOp(k))) this.place(k);
     return this;
   }
 
@@ -59,7 +64,8 @@ export class Scheme {
     for (let n = 0; n < COLORS.length; n++) {
       const s = (home + n) % COLORS.length;
       const holder = this.taken.get(s);
-      if (holder === undefined || (this.fixed && HOME[holder] === HOME[k] && k in HOME)) { slot = s; break; }
+      const alias = isHomeOp(k) && isHomeOp(holder) && HOME[String(holder).toUpperCase()] === HOME[String(k).toUpperCase()];
+      if (holder === undefined || alias) { slot = s; break; }
     }
     if (!this.taken.has(slot)) this.taken.set(slot, k);
     this.byKey.set(k, COLORS[slot]);
@@ -70,6 +76,8 @@ export class Scheme {
   of(key) { const k = this.norm(key); return this.byKey.get(k) || this.place(k); }
 }
 
-/** The page's op colours (memory maps, allocator state) and family colours (peak panel, size attribution). */
+/** The page's colours of ops (memory maps, allocator state) and of tensor families (peak panel, size
+ * attribution). A family named after a common op (an unnamed tensor's family is its op) wears that op's
+ * fixed colour in both. */
 export const opColors = new Scheme(true);
 export const familyColors = new Scheme(false);
