@@ -2,7 +2,10 @@
 input, outcome, peak RSS of the process that took it, and whether the store kept its
 other trace intact (same summary, same events, `PRAGMA integrity_check` ok).
 
-    python bench/bench_hostile.py [--quick] [--work DIR]
+    python bench/bench_hostile.py [--quick] [--work DIR] [--only disk]
+
+--only disk runs only the rows of bench/hostile_disk.py (planted libraries, amplified and impossible
+PyTorch snapshots, damaged stores, the smaller refusals), each with its wall time.
 
 --quick shrinks the slowest inputs (the 5 GB gzip text bomb becomes 1 GB, the 10^6-event
 /state graph 600k). Every attack runs in a fresh child process; peak RSS is its ru_maxrss.
@@ -86,13 +89,18 @@ def serve_code(store: Path, body: str, limits: str = "None") -> str:
     """ + body
 
 
-def battery(work: Path, quick: bool):
+def battery(work: Path, quick: bool, only: str | None = None):
     st = Store(work / "store")
     rows = []
 
-    def row(name, result, peak=None):
-        rows.append((name, result, peak, st.intact()))
+    def row(name, result, peak=None, wall=None, st_intact=None):
+        rows.append((name, result, peak, st_intact or st.intact(), wall))
         print(f"  {name}: {result}", file=sys.stderr, flush=True)
+
+    from hostile_disk import battery as disk_battery
+    if only == "disk":
+        disk_battery(work, st, row)
+        return rows
 
     # 1: decompression bombs
     bomb = zstd_zero_bomb(work / "zeros.zst")
@@ -243,6 +251,7 @@ def battery(work: Path, quick: bool):
         row("14 import --salvage: gzip cut in half",
             f"exit 0, truncated={s['truncated']}, last graph complete={s['graphs'][-1]['complete']}")
         cli("rm", tid, "--store", st.path)
+    disk_battery(work, st, row)
     return rows
 
 
@@ -250,15 +259,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller slow inputs")
     ap.add_argument("--work", type=Path, help="folder for the generated inputs (kept between runs)")
+    ap.add_argument("--only", choices=["disk"], help="only the rows of bench/hostile_disk.py")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="hostile-"))
     work.mkdir(parents=True, exist_ok=True)
-    rows = battery(work, args.quick)
+    rows = battery(work, args.quick, args.only)
     w = max(len(r[0]) for r in rows)
-    print(f"{'INPUT':<{w}}  {'PEAK RSS':>9}  {'STORE':<6}  OUTCOME")
-    for name, result, peak, intact in rows:
+    print(f"{'INPUT':<{w}}  {'PEAK RSS':>9}  {'WALL':>7}  {'STORE':<6}  OUTCOME")
+    for name, result, peak, intact, wall in rows:
         rss = f"{peak / MB:,.0f} MB" if peak else "-"
-        print(f"{name:<{w}}  {rss:>9}  {intact:<6}  {result}")
+        took = f"{wall:.1f} s" if wall is not None else "-"
+        print(f"{name:<{w}}  {rss:>9}  {took:>7}  {intact:<6}  {result}")
 
 
 if __name__ == "__main__":

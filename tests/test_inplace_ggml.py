@@ -4,13 +4,18 @@ Each graph makes the op's first source an intermediate with one child and the
 op's layout, so an op ggml may run in place takes its parent's memory: the
 test asserts that the real allocator did (or, for an op off the list, did
 not), and that the model placed every tensor where ggml did. ggml-python's
-allocator is `ggml-2026-08-21`'s; CLAMP is a view of its source there (its
-in-place reuse, `ggml-head`, is checked on a real llama.cpp recording in
-tests/test_record_moe.py).
+allocator is `ggml-2026-08-21`'s; CLAMP is a view of its source there. CLAMP's
+in-place reuse (`ggml-head`) is checked against llama.cpp's ggml 0.25.3: a
+graph built through ctypes (tests/clamp_program.py, with ALLOCTRACE_LLAMA_BIN)
+and real MoE recordings (tests/test_record_moe.py).
 """
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import ggml
 import pytest
@@ -211,3 +216,27 @@ def test_a_mixture_of_experts_ffn_places_every_tensor_like_ggml():
         ggml.ggml_gallocr_free(galloc)
         ggml.ggml_free(ctx)
         ggml.ggml_free(wctx)
+
+
+LLAMA = os.environ.get("ALLOCTRACE_LLAMA_BIN")
+
+
+@pytest.mark.skipif(not LLAMA, reason="set ALLOCTRACE_LLAMA_BIN to a llama-completion (its ggml 0.25.3 runs CLAMP in place)")
+def test_clamp_takes_its_parents_memory_in_llama_cpps_ggml(tmp_path, monkeypatch):
+    """CLAMP first: ggml 0.25.3 (llama.cpp's) makes it a node of its own and reuses its parent; the recorded
+    graph replays consistent through ggml-head and not through ggml-2026-08-21 (CLAMP off the list)."""
+    import alloctrace.traces.sources.record.replay as replay
+    from alloctrace.traces.sources.record.source import RecordingSource
+
+    out = tmp_path / "clamp.atrec"
+    res = subprocess.run([sys.executable, "-m", "alloctrace", "record", "-o", str(out), "--", sys.executable,
+                          str(Path(__file__).with_name("clamp_program.py")), str(Path(LLAMA).parent)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["inplace"]
+    (trace,) = RecordingSource().read(open(out, "rb"), filename="clamp.atrec", name=None)
+    assert trace.meta.generation == "ggml-head" and all(g.consistent for g in trace.graphs)
+    monkeypatch.setattr(replay, "profile_for_version", lambda version: GENERATION)
+    (trace,) = RecordingSource().read(open(out, "rb"), filename="clamp.atrec", name=None)
+    (g,) = trace.graphs
+    assert not g.consistent and any("sum_clamped" in m for m in g.extra["mismatches"])

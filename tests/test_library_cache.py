@@ -78,7 +78,7 @@ def as_nobody(world: Path, *args: str, tmpdir: Path | None = None, **env) -> sub
 
 
 # the Python the second user can start a program with (this one's path may lead through a folder it cannot read)
-PROBE = ("import os, shutil, sys, alloctrace.traces.sources, ggml; "
+PROBE = ("import os, shutil, sys, ggml; from alloctrace.traces.sources import registered; registered(); "
          "print(sys.executable if os.path.exists(sys.executable) else shutil.which('python3'))")
 
 

@@ -113,3 +113,14 @@ def test_recorded_placements_choose_no_block(moe_server):
     assert rows and all(r["reason"] == "recorded" and "block" not in r for r in rows)
     plan = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/2/events?kind=alloc&limit=5", timeout=30).json()
     assert all("block" in r for r in plan["events"])  # the model's own walk chose one
+
+
+def test_the_state_before_every_recorded_placement_holds_no_overlap(moe_server):
+    base, ids = moe_server
+    n = next(g for g in httpx.get(f"{base}/api/traces/{ids['good']}", timeout=30).json()["graphs"]
+             if g["index"] == 3)["n_events"]
+    for i in range(0, n + 1, 11):
+        r = httpx.get(f"{base}/api/traces/{ids['good']}/graphs/3/state?event={i}", timeout=30)
+        assert r.status_code == 200, r.text
+        live = sorted((t["offset"], t["offset"] + t["size"]) for t in r.json()["live"])
+        assert all(a[1] <= b[0] for a, b in zip(live, live[1:])), (i, live)

@@ -2,9 +2,9 @@
 
 An `alloc_graph` that reuses its plan prints nothing and walks nothing: ggml puts each tensor where the
 plan says. The recording has those placements; this turns them into `alloc` / `free` events (reason
-"recorded") at the real offsets, with lifetimes from graph order: a tensor is placed before the first node
-that needs it and given back after the last node that reads it (views read their source); outputs are
-kept. The plan's own walk (its reserve graph) has the allocator's exact order.
+"recorded") at the real offsets, with lifetimes from graph order: a tensor is placed at the first node
+that needs it and given back at the last node that reads it (views read their source), before that node's
+own bytes are placed; outputs are kept. The plan's own walk (its reserve graph) has the allocator's exact order.
 """
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def placement_events(graph, call, by_ptr: dict, galloc, bufts: list, index: int)
                 last[r] = k
         first.setdefault(_root(node), k)
     multi = len(bufts) > 1
+    born_at: dict = {}  # tensor name of an event -> node where it was placed
+    first_of = lambda e: born_at[e.tensor]  # noqa: E731
     opens: dict[int, list] = {}
     closes: dict[int, list] = {}
     for t, (off, buf) in where.items():
@@ -51,10 +53,14 @@ def placement_events(graph, call, by_ptr: dict, galloc, bufts: list, index: int)
         ev = dict(graph=index, tensor=t.name, op=t.op, size=size, offset=off, chunk=chunk,
                   buffer=bid if multi else None, reason="recorded")
         opens.setdefault(first[t], []).append(Event("alloc", node=first[t], **ev))
+        born_at[t.name] = first[t]
         if not t.output:
             end = last.get(t, first[t])
             closes.setdefault(end, []).append(Event("free", node=end, **ev))
     out: list[Event] = []
-    for k in range(len(graph.nodes)):
-        out += opens.get(k, []) + closes.get(k, [])
+    for k in range(len(graph.nodes)):  # a node's last reads end before its own bytes begin (an inplace
+        # node takes its parent's offset); a tensor no later node reads ends right after it begins
+        born = opens.get(k, [])
+        ends = closes.get(k, [])
+        out += [e for e in ends if first_of(e) < k] + born + [e for e in ends if first_of(e) == k]
     return out
