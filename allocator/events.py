@@ -6,7 +6,8 @@ free list after the decision, and the reused parent.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+import copy
+from dataclasses import dataclass, field, fields
 
 # kind -> what it records
 KINDS = {
@@ -63,8 +64,18 @@ class Event:
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        return {k: v for k, v in d.items() if v is not None and v != {}}
+        """The set fields, containers copied (what dataclasses.asdict gives, without its per-field
+        recursion: exports write one of these per event)."""
+        out = {}
+        for k in _FIELD_NAMES:
+            v = getattr(self, k)
+            if v is None or v == {}:
+                continue
+            out[k] = copy.deepcopy(v) if isinstance(v, (dict, list)) else v
+        return out
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Event))
 
 
 @dataclass

@@ -5,8 +5,6 @@ ids and diff refs are checked against patterns before they reach the store.
 """
 from __future__ import annotations
 
-import io
-import tempfile
 import asyncio
 import logging
 import threading
@@ -24,6 +22,7 @@ from alloctrace.allocator.events import KINDS
 from alloctrace.traces.errors import UserError
 from alloctrace.server import graphs, upload
 from alloctrace.traces import memmap
+from alloctrace.traces.util.lru import LRU
 from alloctrace.traces.store.graph_info import events_page
 from alloctrace.traces.memmap.live_ops import name_live_ops
 from alloctrace.traces.state.index import state_json
@@ -67,7 +66,8 @@ def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200,
                 ):
     if len(tag) > 64:
         raise UserError("at most 64 tags")
-    return {"traces": ctx(request).call(lambda s: s.list(q, tag) if q or tag else s.list())}
+    found = ctx(request).call(lambda s: s.list(q, tag) if q or tag else s.list())
+    return {"traces": [with_ggml_lines(t) for t in found]}
 
 
 @router.post("/traces", status_code=201, summary="Upload a log and import it", openapi_extra=UPLOAD_SCHEMA)
@@ -99,7 +99,7 @@ async def upload_trace(request: Request):
             return Response(status_code=499)
     finally:
         up.cleanup()
-    return JSONResponse({"traces": summaries}, status_code=201)
+    return JSONResponse({"traces": [with_ggml_lines(t) for t in summaries]}, status_code=201)
 
 
 def display_name(filename: str | None) -> str | None:
@@ -112,7 +112,20 @@ def display_name(filename: str | None) -> str | None:
 
 @router.get("/traces/{trace_id}", summary="One trace's summary", responses={200: {"model": TraceSummary}})
 def get_trace(request: Request, trace_id: TraceId):
-    return ctx(request).call(lambda s: s.summary(trace_id))
+    return with_ggml_lines(ctx(request).call(lambda s: s.summary(trace_id)))
+
+
+def with_ggml_lines(summary: dict) -> dict:
+    """A trace summary whose failed graphs' `oom` also carry `ggml_line`: ggml's own message for the failure
+    in that trace's generation (what a user searched for), as every answer that lists graphs gives it."""
+    from alloctrace.allocator.render import ggml_oom_message
+
+    for g in summary.get("graphs") or []:
+        oom = g.get("oom")
+        if oom and oom.get("needed") is not None and oom.get("largest_available") is not None:
+            g["oom"] = {**oom, "ggml_line": ggml_oom_message(summary.get("generation"), oom["needed"],
+                                                             oom["largest_available"])}
+    return summary
 
 
 @router.delete("/traces/{trace_id}", summary="Delete a trace")
@@ -192,29 +205,32 @@ EXPORT_TYPES = {"jsonl": ("application/x-ndjson", "jsonl"), "csv": ("text/csv", 
 def get_export(request: Request, trace_id: TraceId,
                format: Annotated[str, Query(pattern="^(jsonl|csv|chrome)$",
                                             description="jsonl, csv or chrome (opens in Perfetto)")] = "chrome"):
-    """Written to a temporary file first (a big trace never sits in memory whole), then streamed."""
-    from alloctrace.traces.export.ggml import export
+    """Streamed one graph at a time from the first graph on (a long trace's download starts at once and never
+    sits in memory whole); an unknown trace is a 404 before the first byte."""
+    from alloctrace.traces.export.ggml import export_chunks
 
-    tmp = tempfile.TemporaryFile()
-    try:
-        text = io.TextIOWrapper(tmp, encoding="utf-8", newline="")
-        ctx(request).call(lambda s: export(s, trace_id, format, text))
-        text.flush()
-        text.detach()
-        size = tmp.tell()
-        tmp.seek(0)
-    except BaseException:
-        tmp.close()
-        raise
+    pieces = ctx(request).call(lambda s: export_chunks(s, trace_id, format))
 
     def chunks():
-        with tmp:
-            while block := tmp.read(1 << 20):
-                yield block
+        for piece in pieces:
+            yield piece.encode("utf-8")
 
     media, suffix = EXPORT_TYPES[format]
     return StreamingResponse(chunks(), media_type=media, headers={
-        "Content-Length": str(size), "Content-Disposition": f'attachment; filename="trace-{trace_id}.{suffix}"'})
+        "Content-Disposition": f'attachment; filename="trace-{trace_id}.{suffix}"'})
+
+
+_OVERVIEWS = LRU(16)
+
+
+@router.get("/traces/{trace_id}/overview", summary="Every graph's own high water, buffer, max_size and failure")
+def get_overview(request: Request, trace_id: TraceId):
+    """For the run chart of a long trace (one point per graph); built once per trace and kept."""
+    from alloctrace.traces.explain.run_overview import run_overview
+
+    c = ctx(request)
+    created = c.call(lambda s: s.meta(trace_id).created)  # a deleted trace is a 404 here, not a kept answer
+    return _OVERVIEWS.get((trace_id, created), lambda: c.call(lambda s: run_overview(s, trace_id)))
 
 
 @router.get("/traces/{trace_id}/graphs/{g}/consistency",

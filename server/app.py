@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from alloctrace.traces.errors import UserError
 from alloctrace.server import paths
@@ -189,6 +190,14 @@ def _errors(app: FastAPI):
             return await missing(request, exc)
         return JSONResponse({"detail": str(exc)}, status_code=getattr(exc, "status", 400))
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        page = getattr(request.app.state, "not_found_page", None)
+        path = request.url.path
+        if exc.status_code == 404 and page is not None and not path.startswith(("/api", "/static", "/vendor")):
+            return page(request)  # a mistyped or stale address: a page with a way back
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
     @app.exception_handler(OSError)
     async def os_error(request: Request, exc: OSError):
         return os_error_response(exc)
@@ -222,10 +231,20 @@ def _pages(app: FastAPI, web: Path | None):
     for route, file in PAGES.items():
         app.add_api_route(route, page_route(file), methods=["GET"], include_in_schema=False)
 
+    def not_found(request: Request) -> Response:
+        """The dashboard's not-found page (it says what the link lacks, with a way back), or JSON for a client
+        that does not take HTML."""
+        asset = assets.page("notfound.html")
+        if asset is None or "text/html" not in request.headers.get("accept", ""):
+            return JSONResponse({"detail": "not found"}, status_code=404)
+        return Response(asset.body, status_code=404, media_type=asset.media_type, headers={"Cache-Control": "no-store"})
+
+    app.state.not_found_page = not_found
+
     @app.get("/traces/{trace_id}", include_in_schema=False)
     def trace_page(request: Request, trace_id: str):
         if not re.fullmatch(TRACE_ID.strip("^$"), trace_id):
-            return JSONResponse({"detail": "not a trace id"}, status_code=404)
+            return not_found(request)
         known = (request.scope.get("extensions") or {}).get(AUTHENTICATED, True)  # True: no token to give
         if known and torch_page_for(request.app.state.ctx.store, trace_id):  # PyTorch snapshots: their own page
             return RedirectResponse(f"/torch?id={trace_id}", status_code=307)

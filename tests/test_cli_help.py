@@ -20,7 +20,7 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 
 
 def example_commands(help_text: str) -> list[str]:
-    section = help_text.split("\nExamples:\n", 1)[1]
+    section = re.split(r"\n[Ee]xamples:\n", help_text, maxsplit=1)[1]
     return [line.strip() for line in section.splitlines() if line.strip().startswith("alloctrace ")]
 
 
@@ -29,13 +29,12 @@ def test_help_has_a_description_and_examples_the_parser_accepts(name, capsys):
     sub = subcommands()[name]
     assert sub.description and len(sub.description) > 20, f"`{name} --help` has no description"
     text = sub.format_help()
-    assert "\nExamples:\n" in text, f"`{name} --help` has no Examples section"
+    assert re.search(r"\n[Ee]xamples:\n", text), f"`{name} --help` has no Examples section"
     commands = example_commands(text)
-    assert commands, f"`{name} --help`: Examples lists no command"
+    assert any(c.split()[1] == name for c in commands), f"`{name} --help`: Examples shows no `alloctrace {name}`"
     for command in commands:
         words = shlex.split(command)
         argv = words[1:next((i for i, w in enumerate(words) if w in (">", "|", "<")), len(words))]  # the shell's part
-        assert argv[0] == name, command
         try:
             build_parser().parse_args(argv)
         except SystemExit:

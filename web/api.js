@@ -88,6 +88,15 @@ export async function listTraces() { return ((await call(url.traces())).traces |
 /** @returns {Promise<TraceSummary>} */
 export async function getTrace(id) { return traceSummary(await call(url.trace(id))); }
 
+/**
+ * Every graph of a trace at a glance: {graphs: [{index, role, n_events, high_water (the graph's own),
+ * max_size, buffer_size, oom: Oom|null}]}.
+ */
+export async function overview(id) {
+  const o = await call(`${url.trace(id)}/overview`);
+  return { graphs: (o.graphs || []).map((g) => ({ ...g, oom: oom(g.oom) })) };
+}
+
 export function deleteTrace(id) { return call(url.trace(id), { method: "DELETE" }); }
 
 /**
@@ -174,6 +183,8 @@ export async function diff(a, b) {
     freeListsDiffer: ffl ? { ...ffl, a: choice(ffl.a), b: choice(ffl.b) } : null,
     a: side(d.a), b: side(d.b), deltas: d.deltas || {}, aligned: d.aligned || null,
     sizeAttribution: d.size_attribution || null,
+    // "size": a and b are different programs or settings, and the size attribution is the answer
+    lead: d.lead || "divergence",
   };
 }
 

@@ -12,7 +12,8 @@ export function oomCard(oom, heading) {
     el("h2", {}, heading || "Out of space"),
     el("p", { class: "big" }, el("span", { class: "tensor" }, tensorLabel(oom.tensor)), " needed ", exactEl(needed),
       "; the largest free block was ", exactEl(largest), "."),
-    needed != null && largest != null ? el("p", { class: "short-by" }, "Short by ", exactEl(needed - largest), " in one block.") : null);
+    needed != null && largest != null ? el("p", { class: "short-by" }, "Short by ", exactEl(needed - largest), " in one block.") : null,
+    oom.ggml_line ? el("p", { class: "ggml-line" }, "ggml's message: ", el("code", { id: "ggml-line" }, oom.ggml_line)) : null);
   if (total !== undefined && total !== null) {
     card.append(el("p", {}, "Free in total: ", exactEl(total),
       total >= needed ? [" — enough in total, but split: no single block holds ", fmtBytes(needed), " (fragmentation)."]

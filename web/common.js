@@ -2,6 +2,7 @@
 // header and navigation, Plotly's config and theme, loading indicators, view state in the URL, and upload
 // by dropping a file anywhere. API calls live in api.js.
 import { uploadTrace } from "./api.js";
+import { COLORS, fnv1a, opColors, familyColors } from "./palette.js";
 
 /** Build an element; children that are strings become text nodes (never parsed as HTML). */
 export function el(tag, attrs = {}, ...children) {
@@ -78,33 +79,17 @@ export function parseRef(ref) {
 }
 
 // --- colours ---------------------------------------------------------------------------------------
-// One colour per op in every graph and every trace: common ggml ops have fixed colours, any other op (or
-// tensor name, for logs without ops) takes one from its name's hash. Free memory is drawn hatched grey,
-// a look no op has.
-const OP_COLORS = {
-  MUL_MAT: "#4c78a8", ADD: "#f58518", MUL: "#e45756", GET_ROWS: "#54a24b", RMS_NORM: "#b279a2", NORM: "#b279a2",
-  ROPE: "#72b7b2", SOFT_MAX: "#eeca3b", SOFT_MAX_EXT: "#eeca3b", CPY: "#9d755d", CONT: "#9d755d", DUP: "#9d755d",
-  SCALE: "#ff9da6", DIAG_MASK_INF: "#79706e", UNARY: "#17becf", GELU: "#17becf", SILU: "#17becf",
-  VIEW: "#bab0ac", RESHAPE: "#bab0ac", PERMUTE: "#bab0ac", TRANSPOSE: "#bab0ac", NONE: "#8c6d31",
-  FLASH_ATTN_EXT: "#9467bd", FLASH_ATTN: "#9467bd",
-};
-const HASHED = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#393b79",
-  "#637939", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363"];
+// palette.js: one colour-blind-safe palette for every panel; an op or a family has the same colour on
+// every page, and keys shown together never share one. Free memory is drawn hatched grey, a look no op has.
 export const FREE_COLOR = "#8e96a3";
 export const FREE_FILL = "rgba(142,150,163,0.18)";
 
-function fnv1a(s) {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 0x01000193) >>> 0; }
-  return h;
-}
 /** The colour of an op, the same on every page, graph and trace. */
-export function opColor(op) {
-  const key = String(op || "?").toUpperCase();
-  return OP_COLORS[key] || HASHED[fnv1a(key) % HASHED.length];
-}
-/** A colour from a tensor name's hash (logs that name no op). */
-export function nameColor(name) { return HASHED[fnv1a(String(name || "?")) % HASHED.length]; }
+export function opColor(op) { return opColors.of(op); }
+/** The colour of a tensor family (peak panel, size attribution). */
+export function familyColor(family) { return familyColors.of(family); }
+/** A colour from a tensor name's hash (logs that name no op: too many names to keep apart). */
+export function nameColor(name) { return COLORS[fnv1a(String(name || "?")) % COLORS.length]; }
 
 // --- Plotly ------------------------------------------------------------------------------------------
 let plotlyLoading = null;
@@ -231,6 +216,7 @@ function installDropUpload(onStored, uploadName) {
       if (onStored) { onStored(stored); setTimeout(() => { overlay.hidden = true; }, 600); }
       else if (stored.length) location.assign(`/traces/${enc(stored[0].id)}`);
     } catch (err) {
+      bar.value = 0; bar.hidden = true;
       status.className = "status error";
       status.textContent = `Upload refused: ${err.message}`;
       setTimeout(() => { overlay.hidden = true; }, 4000);

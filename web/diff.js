@@ -7,6 +7,7 @@ import { MemoryMap, plotText } from "./memmap.js";
 import { oomCard, divergenceCard, freeListsCard } from "./cards.js";
 import { drawState } from "./statebar.js";
 import { waterfall } from "./waterfall.js";
+import { errorPage, problem, isTraceId } from "./errors.js";
 
 topNav("diff");
 const refA = parseRef(urlParam("a")), refB = parseRef(urlParam("b"));
@@ -63,10 +64,9 @@ function defaultRange(nA, nB, shiftB, ea) {
 }
 
 async function main() {
-  if (!refA || !refB) {
-    for (const n of document.querySelectorAll("main > section")) n.hidden = true;
-    $("attribution").closest("section").hidden = true;
-    showError($("divergence"), "This page compares two graphs: open it as /diff?a=ID:GRAPH&b=ID:GRAPH.");
+  const asked = `a=${(urlParam("a") || "").slice(0, 30)}, b=${(urlParam("b") || "").slice(0, 30)}`;
+  if (!refA || !refB || !isTraceId(refA.id) || !isTraceId(refB.id)) {
+    errorPage(problem({ status: 422 }, "diff", asked));
     return;
   }
   loading($("divergence"), "Comparing the two runs…");
@@ -76,11 +76,9 @@ async function main() {
     [diff, ta, tb] = await Promise.all([getDiff(`${refA.id}:${refA.g}`, `${refB.id}:${refB.g}`),
       getTrace(refA.id), refB.id === refA.id ? null : getTrace(refB.id)]);
   } catch (e) {
-    for (const n of document.querySelectorAll("main > section")) n.hidden = true;
     loaded($("divergence"));
     loaded($("attribution"));
-    $("attribution").closest("section").hidden = true;
-    showError($("divergence"), e);
+    errorPage(problem(e, "diff", asked));
     return;
   }
   loaded($("divergence"));
@@ -93,6 +91,12 @@ async function main() {
   $("refs").append(el("strong", {}, "a"), " ", link(ta, refA), el("span", { class: "hint" }, ` (${ga.role ?? "?"}, ${ta.generation ?? ""})`),
     "  vs  ", el("strong", {}, "b"), " ", link(tb, refB), el("span", { class: "hint" }, ` (${gb.role ?? "?"}, ${tb.generation ?? ""})`));
 
+  if (diff.lead === "size") {  // another program or setting: the sizes are the answer, the divergence follows
+    const att = $("attribution").closest("section"), grid = att.parentElement;
+    grid.classList.add("size-first");
+    grid.prepend(att);
+    att.querySelector("h2").textContent = "Size attribution: a and b are different programs or settings";
+  }
   const d = diff.firstDivergence;
   const ea = d ? d.event_a : null, eb = d ? d.event_b : null;
   const jumpButton = el("button", { id: "jump", type: "button", disabled: !d }, "Jump to the first divergence");
@@ -100,7 +104,12 @@ async function main() {
     const links = el("p", {}, jumpButton, " ",
       el("a", { href: `/traces/${enc(refA.id)}?g=${refA.g}&event=${ea}`, id: "open-a" }, `open a at event ${fmtInt(ea)}`), " · ",
       el("a", { href: `/traces/${enc(refB.id)}?g=${refB.g}&event=${eb}`, id: "open-b" }, `open b at event ${fmtInt(eb)}`));
-    $("divergence").append(divergenceCard(d, la, lb, links));
+    const card = divergenceCard(d, la, lb, links);
+    if (diff.lead === "size") {
+      card.querySelector("h2").append(" (it follows from the sizes)");
+      card.classList.add("follows");
+    }
+    $("divergence").append(card);
     // what best fit saw in each run just before the divergent placement, on one byte axis
     const top = Math.max(ga.buffer_size || 0, gb.buffer_size || 0, ga.max_size || 0, gb.max_size || 0);
     const seen = el("section", { class: "panel", id: "divergence-states" },

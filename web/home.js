@@ -14,14 +14,22 @@ function maxSize(t) {
   return sizes.length ? Math.max(...sizes) : null;
 }
 
+/** "1 measure, 301 eval": how many graphs of each role (a long run lists 302 graphs in one short line). */
+function roleCounts(graphs) {
+  const n = new Map();
+  for (const g of graphs) if (g.role) n.set(g.role, (n.get(g.role) || 0) + 1);
+  return [...n].map(([role, k]) => `${fmtInt(k)} ${role}`).join(", ");
+}
+
 /** "OOM in graph 1" linking to that graph (the trace view opens at the failing event). */
 function statusBadge(t) {
   const ooms = t.graphs.filter((g) => g.oom);
   if (!ooms.length) return el("span", { class: "badge ok" }, "fits");
-  return el("span", {}, ooms.map((g, k) => [k ? " " : null,
+  const more = ooms.length > 3 ? el("span", { class: "hint" }, ` and ${fmtInt(ooms.length - 3)} more`) : null;
+  return el("span", { class: "oom-badges" }, ooms.slice(0, 3).map((g, k) => [k ? " " : null,
     el("a", { href: `/traces/${enc(t.id)}?g=${g.index}`, class: "badge oom",
       title: `graph ${g.index}: ${g.oom.tensor || "a tensor"} needed ${exactBytes(g.oom.needed)}, largest free block ${exactBytes(g.oom.largest)}` },
-    `OOM in graph ${g.index}`)]));
+    `OOM in graph ${g.index}`)]), more);
 }
 
 function traceRow(t) {
@@ -45,8 +53,7 @@ function traceRow(t) {
     el("td", { class: "wrap" }, el("a", { href: `/traces/${enc(t.id)}`, class: "tensor trace-name" }, words(t.name)),
       el("div", { class: "hint source", title: t.source ?? "" }, t.source ?? "")),
     el("td", {}, el("code", {}, t.generation ?? "–")),
-    el("td", { class: "num" }, fmtInt(graphs.length),
-      el("div", { class: "hint" }, graphs.map((g) => g.role).filter(Boolean).join(", "))),
+    el("td", { class: "num graphs" }, fmtInt(graphs.length), el("div", { class: "hint" }, roleCounts(graphs))),
     el("td", { class: "num" }, bytesEl(maxSize(t))),
     el("td", { class: "consistency" }, traceConsistency(t, (g) => `/traces/${enc(t.id)}?g=${g.index}`)),
     el("td", {}, statusBadge(t), incomplete ? " " : null, incomplete),
@@ -85,6 +92,7 @@ async function upload(file) {
     nameInput.value = "";
     load();
   } catch (e) {
+    bar.value = 0; bar.hidden = true;  // a refusal leaves no full bar beside it
     status.className = "status error";
     status.textContent = `Upload refused: ${e.message}`;
   }

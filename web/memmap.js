@@ -5,6 +5,7 @@ import { memoryMap, oomEvent } from "./api.js";
 import { el, fmtBytes, exactBytes, bothBytes, fmtInt, opColor, nameColor, plotConfig, plotTheme, tensorLabel,
   plotlyReady, plotlyAfter, afterPaint } from "./common.js";
 import { sketchFigure } from "./sketch.js";
+import { opColors } from "./palette.js";
 
 /** Text for Plotly labels: Plotly reads a few tags and entities, so escape everything. */
 export function plotText(s) {
@@ -113,7 +114,10 @@ export class MemoryMap {
   }
 
   yTop() {
-    const top = Math.max(1, this.highWater || 0, this.bufferSize || 0);
+    // scaled to this graph's own peak: a buffer sized for a larger graph (a long run's later graphs are small)
+    // is a line above the view and named in the key, as a running max_size is
+    const own = Math.max(1, this.highWater || 0);
+    const top = this.bufferSize && this.bufferSize <= own * 1.25 ? Math.max(own, this.bufferSize) : own;
     // max_size is drawn when it is near this graph's own top; a running maximum far above it would
     // squeeze the graph into a strip, so then the line is only named in the header and the key
     return this.maxSize && this.maxSize <= top * 1.25 ? Math.max(top, this.maxSize) : top;
@@ -121,7 +125,8 @@ export class MemoryMap {
 
   /** Names written inside the rectangles that are big enough on screen to hold them. */
   labelTrace(xr, yr, theme) {
-    const w = Math.max(200, (this.div.clientWidth || 1000) - 280);
+    const cw = this.div.clientWidth || 1000;
+    const w = Math.max(200, cw - (cw < 640 ? 80 : 280));
     const h = Math.max(120, (this.div.clientHeight || 500) * (this.opts.freeList ? 0.62 : 0.85) - 60);
     const sx = w / Math.max(1e-9, xr[1] - xr[0]), sy = h / Math.max(1e-9, yr[1] - yr[0]);
     const cand = [];
@@ -174,6 +179,7 @@ export class MemoryMap {
       t.y.push(r.y0, r.y0, r.y1, r.y1, r.y0, null);
     }
     const keys = [...byKey.keys()].sort();
+    if (!byTensor) opColors.claim(keys);  // every op of the view gets a colour of its own
     const kind = this.rects.length > WEBGL_ABOVE ? "scattergl" : "scatter";
     const out = keys.map((k, n) => {
       const color = byTensor ? k : opColor(k);
@@ -198,7 +204,11 @@ export class MemoryMap {
       out.push({ type: "scatter", mode: "lines", name: `allocator max_size ${fmtBytes(this.maxSize)} (above: a running max)`,
         x: [null], y: [null], line: { color: theme.ink, dash: "dash" }, xaxis: "x", yaxis: "y" });
     }
-    if (this.bufferSize) out.push(hline(this.bufferSize, "buffer size", theme.bad, "dot"));
+    if (this.bufferSize && this.bufferSize <= top) out.push(hline(this.bufferSize, "buffer size", theme.bad, "dot"));
+    else if (this.bufferSize) {
+      out.push({ ...hline(this.bufferSize, "buffer size", theme.bad, "dot"),
+        name: `buffer size ${fmtBytes(this.bufferSize)} (above this graph's peak)` });
+    }
     if (this.opts.freeList && this.freeList && this.freeList.length) {
       const fl = this.freeList;
       out.push({
@@ -260,14 +270,19 @@ export class MemoryMap {
       yaxis3: { ...axis, title: { text: "free blocks", font: { size: 11 } }, overlaying: "y2", side: "right",
         rangemode: "tozero", showgrid: false, fixedrange: true, tickformat: ",d", dtick: nMax <= 6 ? 1 : undefined },
     } : {};  // no keys at all without a free list: Plotly reads an undefined axis key as an axis
+    // a phone: the key goes under the chart, so the plot keeps the width
+    const narrow = (this.div.clientWidth || 1000) < 640;
+    const legend = narrow ? { orientation: "h", x: 0, xanchor: "left", y: -0.1, yanchor: "top", font: { size: 11 } }
+      : { x: fl ? 1.07 : 1.02, xanchor: "left", y: 1, yanchor: "top", font: { size: 11 },
+        title: { text: "key", font: { size: 11, color: theme.muted } } };
     return {
       ...freeAxes,
       title: this.opts.title ? { text: plotText(this.opts.title), x: 0.01, font: { size: 14 } } : undefined,
-      margin: { l: 78, r: 230, t: this.opts.title ? 52 : 30, b: 44 },
+      margin: narrow ? { l: 58, r: fl ? 36 : 10, t: this.opts.title ? 44 : 24, b: 36 }
+        : { l: 78, r: 230, t: this.opts.title ? 52 : 30, b: 44 },
       paper_bgcolor: theme.paper, plot_bgcolor: theme.plot, font: { family: "system-ui, sans-serif", size: 12, color: theme.ink },
       dragmode: "zoom", hovermode: "closest", uirevision: "keep",
-      showlegend: true, legend: { x: fl ? 1.07 : 1.02, xanchor: "left", y: 1, yanchor: "top", font: { size: 11 },
-        title: { text: "key", font: { size: 11, color: theme.muted } } },
+      showlegend: true, legend,
       xaxis: { ...axis, title: { text: "event index" }, range: xr, anchor: fl ? "y2" : "y",
         tickformat: ",d", dtick: this.nEvents <= 12 ? 1 : undefined },
       yaxis: { ...axis, title: { text: "offset in buffer" }, domain: fl ? [0.32, 1] : [0, 1], range: yr,

@@ -1,9 +1,10 @@
 // Peak panel (trace page): what is live at the graph's high-water mark, by family: a stacked bar,
 // a sortable table, and a click on a family outlines its tensors on the memory map and jumps to the peak.
 import { peak as getPeak } from "./api.js";
-import { plotlyReady, el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, opColor, plotConfig, plotTheme, showError, loading, loaded,
+import { plotlyReady, el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, familyColor, plotConfig, plotTheme, showError, loading, loaded,
   tensorLabel, FREE_COLOR, FREE_FILL, pct } from "./common.js";
 import { plotText, byteTicks } from "./memmap.js";
+import { familyColors } from "./palette.js";
 
 /** A sortable table: `cols` = [{key, label, num, cell(row)}]; returns {table, select(family)}. */
 function sortableTable(id, cols, rows, onPick) {
@@ -35,7 +36,7 @@ const bytesCell = (n) => el("td", { class: "num", title: exactBytes(n) }, fmtByt
 async function drawBar(chart, pk, fams, fr) {
   const theme = plotTheme();
   const traces = fams.map((f) => ({
-    type: "bar", orientation: "h", y: ["peak"], x: [f.bytes], name: plotText(f.family), marker: { color: opColor(f.family), line: { color: theme.paper, width: 1 } },
+    type: "bar", orientation: "h", y: ["peak"], x: [f.bytes], name: plotText(f.family), marker: { color: familyColor(f.family), line: { color: theme.paper, width: 1 } },
     customdata: [[plotText(f.family), exactBytes(f.bytes), pct(f.share), fmtInt(f.tensors), f.family]],
     hovertemplate: "%{customdata[0]}: %{customdata[1]} (%{customdata[2]}), %{customdata[3]} tensors<extra></extra>",
   }));
@@ -61,6 +62,7 @@ export async function peakPanel(box, id, g, { map, onEvent } = {}) {
   loaded(box);
   clear(box);
   const pk = p.peak, fr = p.fragmentation, fams = p.families;
+  familyColors.claim(fams.map((f) => f.family));  // every family of the panel gets a colour of its own
   if (pk.event === null || pk.event === undefined) {
     box.append(el("p", { class: "empty" }, "Nothing was allocated in this graph."));
     box.dataset.ready = "1";
@@ -85,7 +87,7 @@ export async function peakPanel(box, id, g, { map, onEvent } = {}) {
 
   const status = el("p", { id: "peak-selection", class: "hint", role: "status" }, "Click a family to outline its tensors on the memory map.");
   const cols = [
-    { key: "family", label: "family", cell: (r) => el("td", { class: "tensor" }, el("span", { class: "swatch", style: `background:${opColor(r.family)}` }), " ", r.family) },
+    { key: "family", label: "family", cell: (r) => el("td", { class: "tensor" }, el("span", { class: "swatch", style: `background:${familyColor(r.family)}` }), " ", r.family) },
     { key: "tensors", label: "tensors", num: true, cell: (r) => el("td", { class: "num" }, fmtInt(r.tensors)) },
     { key: "bytes", label: "bytes", num: true, cell: (r) => bytesCell(r.bytes) },
     { key: "share", label: "share", num: true, cell: (r) => el("td", { class: "num" }, pct(r.share)) },

@@ -7,6 +7,7 @@ import { $, el, clear, enc, bytesEl, exactEl, fmtBytes, fmtInt, topNav, nameColo
   urlParam, FREE_COLOR, fact, pct, plotlyReady, plotlyAfter, afterPaint } from "./common.js";
 import { plotText, byteTicks, PLOTLY_WAIT_MS } from "./memmap.js";
 import { sketchFigure } from "./sketch.js";
+import { errorPage, problem, isTraceId } from "./errors.js";
 import { mountWhatIf } from "./whatif.js";
 
 const setStatus = (msg, bad) => { const s = $("status"); s.textContent = msg || ""; s.className = bad ? "status error" : "status"; };
@@ -361,6 +362,12 @@ async function main() {
     else if (urlParam("id")) await single(urlParam("id"), Number(urlParam("device") || 0));
     else await home();
     document.body.dataset.loaded = "1";
-  } catch (err) { setStatus(err.message, true); document.body.dataset.loaded = "error"; }
+  } catch (err) {
+    const asked = urlParam("id") || "", stale = err.status === 404 || err.status === 400 || err.status === 422;
+    if (urlParam("id") && (stale || !isTraceId(asked))) errorPage(problem(isTraceId(asked) ? err : { status: 422 }, "snapshot", asked.slice(0, 40)), { torch: true });
+    else if (urlParam("a") && stale) errorPage(problem(err, "diff", `A=${urlParam("a").slice(0, 30)}, B=${(urlParam("b") || "").slice(0, 30)}`), { torch: true });
+    else setStatus(err.message, true);
+    document.body.dataset.loaded = "error";
+  }
 }
 main();

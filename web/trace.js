@@ -8,6 +8,8 @@ import { EventTable } from "./events-table.js";
 import { drawState } from "./statebar.js";
 import { oomCard } from "./cards.js";
 import { peakPanel } from "./peak.js";
+import { graphPicker, runOverview, LONG_RUN } from "./overview.js";
+import { errorPage, problem, isTraceId } from "./errors.js";
 import { consistencyBadge, showMismatches } from "./consistency.js";
 
 topNav("trace");
@@ -61,12 +63,10 @@ function header(t, gs) {
     el("a", { href: url.export(t.id, "jsonl"), download: `trace-${t.id}.jsonl` }, "JSON Lines"),
     el("a", { href: url.export(t.id, "csv"), download: `trace-${t.id}.csv` }, "CSV"));
   const bar = $("graph-bar");
-  bar.append(el("span", { class: "hint" }, "Graph:"));
-  for (const x of t.graphs) {
-    const a = el("a", { href: `/traces/${enc(t.id)}?g=${x.index}`, class: `badge ${x.index === gs.index ? "role" : "kind"}` },
-      `${x.index} · ${x.role ?? ""}${x.oom ? " · OOM" : ""}${x.complete === false ? " · incomplete" : ""}${x.consistent === false ? " · inconsistent" : ""}`);
-    if (x.index === gs.index) a.setAttribute("aria-current", "page");
-    bar.append(a);
+  bar.append(graphPicker(t, gs));
+  if (t.graphs.length > LONG_RUN) {
+    $("run-panel").hidden = false;
+    runOverview($("run-overview"), $("run-note"), t, gs.index);
   }
   if (t.graphs.length >= 2) {
     const other = t.graphs.find((x) => x.index !== gs.index);
@@ -83,10 +83,7 @@ function numberParam(key) {
 async function main() {
   let t;
   try { t = await getTrace(id); } catch (e) {
-    $("title").textContent = "Trace not available";
-    clear($("facts"));
-    for (const n of document.querySelectorAll("main > section, main > .grid-2")) n.hidden = true;
-    showError($("oom-card"), e);
+    errorPage(problem(isTraceId(id) ? e : { status: 422 }, "trace", id.slice(0, 40)));
     return;
   }
   const gParam = numberParam("g");
@@ -141,6 +138,7 @@ async function main() {
     $("map-note").textContent = [
       map.colorBy === "tensor" ? "This log names no op for its allocations, so rectangles are colored by tensor name." : "",
       map.maxSize && map.highWater && map.maxSize > map.highWater ? `The allocator's max_size (${exactBytes(map.maxSize)}) is above this graph's own high water (${exactBytes(map.highWater)}): in 2023 generations it is a running maximum over every graph measured.` : "",
+      map.bufferSize && map.highWater && map.bufferSize > map.highWater * 1.25 ? `The map is scaled to this graph's own peak (${exactBytes(map.highWater)}); the buffer (${exactBytes(map.bufferSize)}, sized for a larger graph) is the dotted line above it: zoom out to see it.` : "",
       map.reduced ? "Zoomed out: small tensors are merged; zoom in for every tensor." : ""].filter(Boolean).join(" ");
     if (gs.oom) showOom(gs, ref, map.oom ? map.oom.event : null);
     if ($("search").value.trim()) search();

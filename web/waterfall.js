@@ -1,8 +1,9 @@
 // Size attribution (diff page): a waterfall from a's high-water mark to b's, one step per family that
 // moved and one for fragmentation, with the table of both peaks side by side. Clicking a family
 // (bar or row) outlines its step and selects its row.
-import { el, clear, bytesEl, fmtBytes, exactBytes, opColor, plotConfig, plotTheme, loaded } from "./common.js";
+import { el, clear, bytesEl, fmtBytes, exactBytes, familyColor, plotConfig, plotTheme, loaded } from "./common.js";
 import { plotText, byteTicks } from "./memmap.js";
+import { familyColors } from "./palette.js";
 
 const signed = (n) => `${n > 0 ? "+" : n < 0 ? "−" : "±"}${fmtBytes(Math.abs(n))}`;
 
@@ -12,6 +13,7 @@ export async function waterfall(box, att, la = "a", lb = "b") {
   clear(box);
   if (!att) { box.append(el("p", { class: "empty" }, "No size attribution for these graphs.")); return; }
   const moved = att.families.filter((f) => f.delta !== 0);
+  familyColors.claim(att.families.map((f) => f.family));
   box.append(el("p", { id: "attribution-summary" }, "High-water mark ", bytesEl(att.a_bytes), " → ", bytesEl(att.b_bytes),
     ": ", el("strong", { title: exactBytes(att.delta) }, signed(att.delta)), ` (${moved.length} famil${moved.length === 1 ? "y" : "ies"} moved`,
     att.fragmentation_delta ? ", fragmentation " : "", att.fragmentation_delta ? el("span", { title: exactBytes(att.fragmentation_delta) }, signed(att.fragmentation_delta)) : "", ")."));
@@ -50,7 +52,7 @@ export async function waterfall(box, att, la = "a", lb = "b") {
   const rows = [...att.families, { family: "fragmentation", a: att.a_fragmentation, b: att.b_fragmentation, delta: att.fragmentation_delta, status: "both" }];
   for (const r of rows) {
     tbody.append(el("tr", { dataset: { family: r.family }, onclick: () => select(r.family) },
-      el("td", { class: "tensor" }, r.family === "fragmentation" ? "" : el("span", { class: "swatch", style: `background:${opColor(r.family)}` }), " ", r.family, r.status !== "both" ? el("span", { class: "badge kind" }, ` ${r.status}`) : ""),
+      el("td", { class: "tensor" }, r.family === "fragmentation" ? "" : el("span", { class: "swatch", style: `background:${familyColor(r.family)}` }), " ", r.family, r.status !== "both" ? el("span", { class: "badge kind" }, ` ${r.status}`) : ""),
       el("td", { class: "num", title: exactBytes(r.a) }, fmtBytes(r.a)), el("td", { class: "num", title: exactBytes(r.b) }, fmtBytes(r.b)),
       el("td", { class: "num", title: exactBytes(r.delta) }, signed(r.delta))));
   }

@@ -47,14 +47,56 @@ def run(args) -> int:
         if args.format not in torch_export.FORMATS:
             raise UserError(f"a PyTorch trace exports as {' or '.join(torch_export.FORMATS)}, not {args.format}")
         write = getattr(torch_export, f"write_{args.format}")
-        writer = lambda f: write(store, tid, f)
+        writer = lambda f, progress: write(store, tid, f)
     else:
-        writer = lambda f: export(store, tid, args.format, f)
-    if not args.output:
-        writer(sys.stdout)
-        return 0
-    write_output(Path(args.output), writer)
+        writer = lambda f, progress: export(store, tid, args.format, f, progress)
+    with ExportProgress(sys.stderr) as progress:
+        if not args.output:
+            writer(_Flushing(sys.stdout), progress)
+            return 0
+        write_output(Path(args.output), lambda f: writer(f, progress))
     return 0
+
+
+class _Flushing:
+    """Standard output flushed after each graph, so a pipe's reader gets the first graph at once."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def write(self, text: str):
+        self.out.write(text)
+        self.out.flush()
+
+
+class ExportProgress:
+    """`graph 12/302` on stderr while an export runs, when stderr is a terminal (a bar from rich); silent
+    otherwise, so scripts and logs see only the export."""
+
+    def __init__(self, stream):
+        self.stream, self.bar, self.task = stream, None, None
+
+    def __enter__(self):
+        if getattr(self.stream, "isatty", lambda: False)():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("exporting graphs"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=Console(file=self.stream), transient=True)
+            self.bar.start()
+        return self
+
+    def __call__(self, done: int, total: int):
+        if self.bar is None:
+            return
+        if self.task is None:
+            self.task = self.bar.add_task("export", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+        return False
 
 
 def write_output(out: Path, write) -> None:

@@ -4,5 +4,6 @@ Owns: `peak` (ggml_peak, graph_peak, peak_json, GraphPeak, size_attribution, gra
 graph's peak and the size change between two runs), `peak_shapes` (a peak's tensors: shape, type, a name
 for the unnamed), `torch_peak` (peak, by_call_site, oom_card: a PyTorch
 device's peak by call site and the card of an out-of-memory), `torch_flame` + `torch_flame_svg` (a device's
-memory as a flamegraph, and its SVG).
+memory as a flamegraph, and its SVG), `run_overview` (run_overview, high_water: every graph of a long run
+at a glance, for the dashboard's run chart).
 """

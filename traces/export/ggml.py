@@ -6,6 +6,7 @@ JSON Lines layout (docs/trace-format.md): a `trace` header line, then per graph 
 from __future__ import annotations
 
 import csv
+import io
 import json
 from typing import IO, Iterator
 
@@ -23,25 +24,30 @@ def trace_graphs(store, tid: str) -> Iterator[GraphRecord]:
         yield store.graph(tid, g["index"])
 
 
-def write_jsonl(store, tid: str, out: IO[str]):
+def jsonl_chunks(store, tid: str) -> Iterator[str]:
+    """The JSON Lines export, one piece per graph (the header first), so a reader gets the first graph at once."""
     meta = store.meta(tid)
     head = {"type": "trace", "format": "alloctrace-trace", "version": FORMAT_VERSION, "id": tid,
             "name": meta.name, "source": meta.source, "generation": meta.generation, "profile": meta.profile,
             "created": meta.created, "tags": meta.tags, "extra": meta.extra}
-    out.write(json.dumps(head) + "\n")
+    yield json.dumps(head) + "\n"
     for g in trace_graphs(store, tid):
         gl = g.summary()
         gl.update(type="graph", extra=g.extra)
-        out.write(json.dumps(gl) + "\n")
+        lines = [json.dumps(gl)]
         for ev in g.events:
             d = ev.to_dict()
             d["type"] = "event"
-            out.write(json.dumps(d) + "\n")
+            lines.append(json.dumps(d))
+        yield "\n".join(lines) + "\n"
 
 
-def write_csv(store, tid: str, out: IO[str]):
-    w = csv.writer(out, lineterminator="\n")
+def csv_chunks(store, tid: str) -> Iterator[str]:
+    """The CSV export, the header row then one piece per graph."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
     w.writerow(["i"] + FIELDS)
+    yield _take(buf)
     for g in trace_graphs(store, tid):
         for i, ev in enumerate(g.events):
             row = [i]
@@ -53,15 +59,26 @@ def write_csv(store, tid: str, out: IO[str]):
                     v = json.dumps(v, sort_keys=True) if v else ""
                 row.append("" if v is None else v)
             w.writerow(row)
+        yield _take(buf)
+
+
+def _take(buf: io.StringIO) -> str:
+    text = buf.getvalue()
+    buf.seek(0)
+    buf.truncate()
+    return text
 
 
 def chrome_events(g: GraphRecord, pid: int) -> list[dict]:
     """One process per graph: counters of used and free bytes, one slice per allocation, from
     its `alloc` to the `free` at the same place (a reused tensor frees its parent's block).
-    Time is the event index (1 unit = 1 microsecond in the viewer)."""
+    Time is the event index (1 unit = 1 microsecond in the viewer). Lifetimes overlap without
+    nesting, which the trace event format does not allow on one thread, so each buffer (chunk) gets
+    as many tracks as it has tensors live at once: a slice goes on the first of its buffer's tracks
+    that is free by its start."""
     out = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"graph {g.index} ({g.role})"}},
-           {"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "tensor lifetimes"}}]
-    used, live = 0, {}
+           {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}]
+    used, live, spans = 0, {}, []
     for i, ev in enumerate(g.events):
         if ev.kind not in ("alloc", "free", "free_extra") or ev.size is None:
             continue
@@ -76,35 +93,80 @@ def chrome_events(g: GraphRecord, pid: int) -> list[dict]:
             starts = live.get(key) if ev.kind == "free" else None
             if starts:
                 start, a = starts.pop(0)
-                out.append(_slice(start, i, pid, a, ev))
+                spans.append((start, i, a, ev))
         out.append({"ph": "C", "name": "memory", "pid": pid, "ts": i,
                     "args": {"used bytes": used, "free bytes": ev.total_free or 0}})
     end = len(g.events)
-    for starts in live.values():
-        for start, a in starts:
-            out.append(_slice(start, end, pid, a, None))
+    spans += [(start, end, a, None) for starts in live.values() for start, a in starts]
+    out += _on_tracks(spans, pid)
     return out
 
 
-def _slice(start, end, pid, a: Event, f: Event | None) -> dict:
+def _on_tracks(spans: list, pid: int) -> list[dict]:
+    """Slices and their tracks' names: per buffer, the lowest track whose last slice has ended."""
+    tracks: dict = {}  # buffer -> [end of each track's last slice]
+    tids: dict = {}  # (buffer, track) -> tid
+    out = []
+    for start, end, a, f in sorted(spans, key=lambda s: (s[0], s[1])):
+        buffer = a.chunk if a.chunk is not None else 0
+        ends = tracks.setdefault(buffer, [])
+        dur = max(end - start, 1)
+        level = next((k for k, e in enumerate(ends) if e <= start), len(ends))
+        if level == len(ends):
+            ends.append(0)
+        ends[level] = start + dur
+        tid = tids.setdefault((buffer, level), len(tids) + 1)
+        out.append(_slice(start, dur, pid, tid, a, f))
+    names = []
+    for (buffer, level), tid in sorted(tids.items(), key=lambda kv: kv[1]):
+        names.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                      "args": {"name": f"buffer {buffer} · level {level}"}})
+        names.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                      "args": {"sort_index": buffer * 100_000 + level}})
+    return names + out
+
+
+def _slice(start, dur, pid, tid, a: Event, f: Event | None) -> dict:
     args = {"offset": a.offset, "size": a.size, "chunk": a.chunk, "freed": f is not None}
     if f is not None and f.tensor != a.tensor:
         args["freed as"] = f.tensor
-    return {"ph": "X", "name": a.tensor or "(unnamed)", "cat": "tensor", "pid": pid, "tid": 1, "ts": start,
-            "dur": max(end - start, 1), "args": args}
+    return {"ph": "X", "name": a.tensor or "(unnamed)", "cat": "tensor", "pid": pid, "tid": tid, "ts": start,
+            "dur": dur, "args": args}
 
 
-def write_chrome(store, tid: str, out: IO[str]):
+def chrome_chunks(store, tid: str) -> Iterator[str]:
+    """The Chrome trace JSON, written one graph at a time (a JSON object, traceEvents first)."""
     meta = store.meta(tid)
-    events = []
+    yield '{"displayTimeUnit": "ms", "otherData": ' + json.dumps(
+        {"trace": tid, "name": meta.name, "generation": meta.generation}) + ', "traceEvents": ['
+    first = True
     for g in trace_graphs(store, tid):
-        events.extend(chrome_events(g, g.index + 1))
-    json.dump({"traceEvents": events, "displayTimeUnit": "ms",
-               "otherData": {"trace": tid, "name": meta.name, "generation": meta.generation}}, out)
+        events = chrome_events(g, g.index + 1)
+        if events:
+            yield ("" if first else ", ") + ", ".join(json.dumps(e) for e in events)
+            first = False
+    yield "]}"
 
 
-def export(store, tid: str, fmt: str, out: IO[str]):
-    writers = {"jsonl": write_jsonl, "csv": write_csv, "chrome": write_chrome}
-    if fmt not in writers:
+CHUNKS = {"jsonl": jsonl_chunks, "csv": csv_chunks, "chrome": chrome_chunks}
+
+
+def export_chunks(store, tid: str, fmt: str, progress=None) -> Iterator[str]:
+    """The export as text pieces, one per graph after a header; `progress(done, total)` after each graph.
+    Checks the format and the trace before the first piece, so a caller can still answer an error."""
+    if fmt not in CHUNKS:
         raise UserError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
-    writers[fmt](store, tid, out)
+    total = len(store.summary(tid)["graphs"])
+    pieces = CHUNKS[fmt](store, tid)
+
+    def counted():  # piece n (1..total) is graph n's
+        for n, piece in enumerate(pieces):
+            yield piece
+            if progress is not None and 1 <= n <= total:
+                progress(n, total)
+    return counted()
+
+
+def export(store, tid: str, fmt: str, out: IO[str], progress=None):
+    for piece in export_chunks(store, tid, fmt, progress):
+        out.write(piece)

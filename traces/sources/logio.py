@@ -117,7 +117,7 @@ class LogReader:
             raise UserError(f"{self.path}: empty {self.kind} data" if self.kind != "plain" else f"{self.path}: empty file")
         if text and (b"\x00" in head[:SNIFF] or _mostly_undecodable(head[:SNIFF])):
             self.close()
-            raise UserError(f"{self.path}: binary data, not a text log")
+            raise UserError(f"{self.path}: {looks_like(head)}, not a trace; {ACCEPTED}")
         return head
 
     @property
@@ -216,6 +216,21 @@ def _remaining(stream) -> int:
 
 def _why(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+ACCEPTED = ("accepted: a ggml log with AT_PRINTF lines (text), an alloctrace JSON Lines export, or a PyTorch "
+            "memory snapshot (the .pickle of torch.cuda.memory._dump_snapshot); plain, .gz, .zst or .xz")
+
+# what a refused binary file is, by its first bytes (the formats people drop by mistake)
+_SIGNATURES = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+               (b"%PDF", "a PDF document"), (b"PK\x03\x04", "a zip archive"), (b"\x7fELF", "a program (ELF)"),
+               (b"SQLite format 3\x00", "an SQLite database"), (b"BZh", "bzip2 data (not a compression alloctrace reads)"),
+               (b"\x80", "a Python pickle that is not a PyTorch memory snapshot"))
+
+
+def looks_like(head: bytes) -> str:
+    """What binary data is, in words: 'a PNG image', ..., else 'binary data'."""
+    return next((what for magic, what in _SIGNATURES if head.startswith(magic)), "binary data")
 
 
 def _mostly_undecodable(head: bytes) -> bool:
