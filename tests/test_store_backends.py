@@ -158,7 +158,7 @@ def _cli_session(ref: str, capsys) -> list[str]:
     run("peak", f"{ids[1]}:0", "--json")
     run("diff", f"{ids[0]}:0", f"{ids[1]}:0", "--json")
     run("state", f"{ids[0]}:0", "--event", "50")
-    run("export", ids[0], "--format", "jsonl", "-o", "-")
+    run("export", ids[0], "--format", "jsonl")  # to standard output
     run("compare", "--base", "commit=a", "--head", "commit=b", "--json")
     run("whatif", ids[2], "--set", "expandable_segments=true")
     run("doctor", "--json")

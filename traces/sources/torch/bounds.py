@@ -13,9 +13,9 @@ import time
 
 from alloctrace.traces.sources.bounded_io import ENV, Cancelled, Limits
 
-from alloctrace.traces.sources.torch.snapshot_schema import MAX_DEVICES
 from alloctrace.traces.sources.torch.unpickle import SnapshotError
 
+MAX_DEVICES = 1024  # device indices 0..1023: more GPUs than any host has (the snapshot schema's bound too)
 MIN_ROWS = 100_000  # rows any snapshot may expand into, whatever its size
 BYTES_PER_ROW = 4  # beyond those: one row per 4 bytes of pickle (real snapshots: 20+ bytes per row)
 MIN_FRAMES = 1_000_000  # frames of distinct frame lists, beyond one per byte of pickle

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from alloctrace.traces.sources.torch.snapshot_schema import Annotation, Block, Segment, Top, check, check_entry_column
 from alloctrace.traces.sources.torch.unpickle import SnapshotError
 from alloctrace.traces.store.torch import (  # noqa: F401 (the stored layout's codes, named here for the source)
     ACTION_CODE, ACTIONS, ALLOC, BLOCK_STATES, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
@@ -146,6 +145,7 @@ def _list(x, what: str) -> list:
 def split_devices(snapshot, tick=lambda: None) -> tuple[list[DeviceData], list[str]]:
     """Per-device columns of a snapshot dict, and the string table they share. `tick()` is called between
     pieces of work (the import's CPU cap)."""
+    from alloctrace.traces.sources.torch.snapshot_schema import Segment, Top, check  # pydantic: when read
     snap = _check_dict(snapshot, "snapshot")
     if "device_traces" not in snap or "segments" not in snap:
         raise SnapshotError("not a PyTorch memory snapshot (no `segments` / `device_traces`); record one with "
@@ -215,6 +215,7 @@ def _codes(values: list, strings: Strings) -> np.ndarray:
 
 def _entry_columns(entries: list, d: int, strings: Strings, stacks: StackTable) -> dict[str, np.ndarray]:
     """One pass per field in comprehensions (no per-entry Python frames beyond the stack lookup)."""
+    from alloctrace.traces.sources.torch.snapshot_schema import check_entry_column  # pydantic: when read
     n = len(entries)
     code, stack_of = ACTION_CODE, stacks.stack
     action = np.array([code[e["action"]] for e in entries], dtype=np.int8)
@@ -244,6 +245,7 @@ def _entry_columns(entries: list, d: int, strings: Strings, stacks: StackTable) 
 
 def _segments(segments: list, strings: Strings, stacks: StackTable, tick=lambda: None) -> dict[str, np.ndarray]:
     """Columns of one device's segments: (index in the snapshot, segment) pairs, each already a Segment."""
+    from alloctrace.traces.sources.torch.snapshot_schema import Block, check  # pydantic: when read
     rows, blocks, starts = [], [], [0]
     for n, (k, s) in enumerate(segments):
         where = f"segments[{k}]"
@@ -279,6 +281,7 @@ def _segments(segments: list, strings: Strings, stacks: StackTable, tick=lambda:
 
 
 def _annotations(annotations: list, strings: Strings) -> dict[str, np.ndarray]:
+    from alloctrace.traces.sources.torch.snapshot_schema import Annotation, check
     stage, name, time_us = [], [], []
     for k, a in enumerate(annotations):
         try:

@@ -15,9 +15,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from alloctrace.traces.store.schema import MAX_BYTES
 
+from alloctrace.traces.sources.torch.bounds import MAX_DEVICES
 from alloctrace.traces.sources.torch.unpickle import SnapshotError
 
-MAX_DEVICES = 1024  # device indices 0..1023: more GPUs than any host has
 MAX_ADDRESS = (1 << 63) - 1  # addresses are stored as int64
 MAX_STREAM = (1 << 63) - 1
 SETTINGS_DEPTH = 4  # allocator_settings nest at most this deep (torch's own: 2)
