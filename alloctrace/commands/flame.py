@@ -44,10 +44,10 @@ def run(args) -> int:
 
     from .export import write_output
 
+    from alloctrace.traces.store.kinds import TORCH, require_kind
+
     store = open_store_from(args)
-    tid, d = store.resolve(args.ref)
-    if store.meta(tid).source != "torch":
-        raise UserError(f"trace {tid} is not a PyTorch snapshot: a flamegraph needs stacks")
+    tid, d = require_kind(store, args.ref, TORCH, "a flamegraph needs stacks")
     share = args.min_share if args.min_share is not None else (0.001 if args.output else 0.0)
     if not 0 <= share < 1:
         raise UserError("--min-share must be in [0, 1)")

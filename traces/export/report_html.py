@@ -217,11 +217,12 @@ canvas.map{border:1px solid #dde;background:#fff}code{font-size:12px}"""
 def build(store, ref: str, *, devices: list[int] | None = None, skip=None) -> str:
     """The report of a stored trace (ID, or ID:DEVICE / ID:GRAPH for one) as one HTML string."""
     from alloctrace.traces.state.torch_frames import DEFAULT_SKIP
+    from alloctrace.traces.store.kinds import TORCH, kind_of_source
 
     tid, one = store.resolve(ref)
     meta = store.meta(tid)
     pick = devices if devices is not None else (None if one is None else [one])
-    if meta.source == "torch":
+    if kind_of_source(meta.source) == TORCH:
         parts, data = torch_sections(store, tid, pick, DEFAULT_SKIP if skip is None else skip)
         what = "PyTorch CUDA memory snapshot"
     else:

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.store.kinds import TORCH, kind_of_source
 
 from alloctrace.traces.store.tags import as_dict, parse_tag
 
@@ -134,7 +135,7 @@ def trace_buffers(store, summary: dict) -> dict[str, tuple[int, int]]:
             named = [(t.get("name") or f"buffer {i}") + (f" (gallocr {serial})" if serial else "")
                      for i, t in enumerate(types)]
             found = list(zip(named, sizes))
-        elif summary["source"] == "torch":
+        elif kind_of_source(summary["source"]) == TORCH:
             found = [(f"device {g['index']} reserved", g["buffer_size"] or g["max_size"])]
         else:
             found = [("compute", g["buffer_size"] if g["buffer_size"] is not None else g["max_size"])]
