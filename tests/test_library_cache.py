@@ -6,7 +6,9 @@ each test asserts the marker is absent. They need root to set up the two users (
 from __future__ import annotations
 
 import errno
+import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,17 +66,90 @@ def as_nobody(world: Path, *args: str, tmpdir: Path | None = None, **env) -> sub
     through: where this Python's packages are private to root, a readable copy of them can be named there."""
     if os.getuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv to run as a second user")
+    python, pythonpath = _readable_python()
     base = {"PATH": os.environ["PATH"], "HOME": str(world / "home"), "TMPDIR": str(tmpdir or world / "tmp"),
             "PYTHONDONTWRITEBYTECODE": "1", "ALLOCTRACE_PURE_PYTHON": "0", **env}
-    if os.environ.get("PYTHONPATH"):
-        base["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    user = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable]
+    if pythonpath:
+        base["PYTHONPATH"] = pythonpath
+    user = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python]
     probe = subprocess.run([*user, "-c", PROBE], env=base, cwd=world, capture_output=True, text=True)
     if probe.returncode != 0:
         pytest.skip(f"uid {NOBODY} cannot import this Python's packages: {probe.stderr.strip().splitlines()[-1]}")
     args = [probe.stdout.strip() if a == "PYTHON" else a for a in args]
     return subprocess.run([*user, "-m", "alloctrace", *args], cwd=world / "out", env=base,
                           capture_output=True, text=True, timeout=300)
+
+
+_READABLE: list = []
+
+
+def _runs_as_nobody(python: str, pythonpath: str | None) -> bool:
+    env = {"PATH": os.environ["PATH"], **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+    try:
+        r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python, "-c",
+                            PROBE], env=env, cwd="/", capture_output=True, text=True, timeout=120)
+    except OSError:
+        return False
+    return r.returncode == 0
+
+
+def _distributions(name: str, seen: dict) -> None:
+    """`name` and what it needs at run time (no extras), as installed here."""
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return
+    if key in seen:
+        return
+    seen[key] = dist
+    for req in dist.requires or []:
+        if "extra ==" not in req:
+            _distributions(re.split(r"[\s;<>=!~\[(]", req, maxsplit=1)[0], seen)
+
+
+def _readable_python() -> tuple[str, str | None]:
+    """A Python and PYTHONPATH with which uid 65534 imports this checkout: this process's own where that user
+    can run it, else (CI installs into a Python under root's private home) the system Python of the same
+    version over a world-readable copy of the package and of the distributions it needs (made once)."""
+    if _READABLE:
+        return _READABLE[0]
+    inherited = os.environ.get("PYTHONPATH")
+    if _runs_as_nobody(sys.executable, inherited):
+        _READABLE.append((sys.executable, inherited))
+        return _READABLE[0]
+    system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if not os.path.exists(system):
+        pytest.skip(f"uid {NOBODY} cannot run {sys.executable} and there is no {system}")
+    site = Path(tempfile.mkdtemp(prefix="alloctrace-nobody-site-", dir="/tmp"))
+    site.chmod(0o755)
+    seen: dict = {}
+    for name in ["alloctrace", "ggml-python"]:
+        _distributions(name, seen)
+    for key, dist in seen.items():
+        if key == "alloctrace":
+            continue
+        for top in {f.parts[0] for f in dist.files or [] if not f.parts[0].endswith((".dist-info", ".pth"))}:
+            src = Path(dist.locate_file(top))
+            dest = site / top
+            if dest.exists() or not src.exists() or top == "..":
+                continue
+            if src.is_dir():
+                shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+            else:
+                shutil.copy2(src, dest)
+    # this checkout laid out as an install lays it out (pyproject's package-dir)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")
+    shutil.copytree(ROOT / "alloctrace", site / "alloctrace", ignore=ignore)
+    for folder, sub in (("allocator", "allocator"), ("metal_exec", "metal_exec"), ("traces", "traces"),
+                        ("server", "server"), ("web", "server/web")):
+        shutil.copytree(ROOT / folder, site / "alloctrace" / sub, ignore=ignore, dirs_exist_ok=True)
+    for path in site.rglob("*"):
+        path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
+    if not _runs_as_nobody(system, str(site)):
+        pytest.skip(f"uid {NOBODY} cannot import the package even from a readable copy ({site})")
+    _READABLE.append((system, str(site)))
+    return _READABLE[0]
 
 
 # the Python the second user can start a program with (this one's path may lead through a folder it cannot read)
