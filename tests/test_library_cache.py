@@ -153,8 +153,10 @@ def _readable_python() -> tuple[str, str | None]:
 
 
 # the Python the second user can start a program with (this one's path may lead through a folder it cannot read)
-PROBE = ("import os, shutil, sys, ggml; from alloctrace.traces.sources import registered; registered(); "
-         "print(sys.executable if os.path.exists(sys.executable) else shutil.which('python3'))")
+# (the program it records must import ggml too: a Python started from there is asked as well)
+PROBE = ("import os, shutil, subprocess, sys, ggml; from alloctrace.traces.sources import registered; registered(); "
+         "py = sys.executable if os.path.exists(sys.executable) else shutil.which('python3'); "
+         "subprocess.run([py, '-c', 'import ggml'], check=True); print(py)")
 
 
 # --- as a second user, HOME read-only --------------------------------------------------------------------

@@ -26,7 +26,11 @@ def server(tmp_path_factory):
 
 def test_flamegraph_at_the_peak_and_at_the_oom(server, page):
     page.goto(f"{server['base']}/torch?id={server['ranks']}&device=1")
-    page.wait_for_selector("body[data-loaded='1']", timeout=60000)
+    try:
+        page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    except Exception:  # a first load that never finished was seen once in a long run of the whole suite: load again
+        page.reload()
+        page.wait_for_selector("body[data-loaded='1']", timeout=60000)
     page.wait_for_selector("#flame[data-ready='1']")
     peak = sidecar("oom")["memory_stats_subset"]["requested_bytes.all.peak"]
     assert int(page.get_attribute("#flame", "data-bytes")) == peak
