@@ -32,7 +32,23 @@ class CommandParser(argparse.ArgumentParser):
         super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_modules() -> dict[str, str]:
+    """Command name -> its module's name (`import_` is `import`), without importing any of them."""
+    return {m.name.rstrip("_"): m.name for m in pkgutil.iter_modules(commands.__path__)
+            if not m.name.startswith("_")}
+
+
+def named_command(argv: list[str] | None) -> str | None:
+    """The command `argv` names, if its first word is one: then only that module needs importing (every
+    command importing every other's dependencies costs a short command most of its time)."""
+    if not argv:
+        return None
+    first = argv[0]
+    return first if first in command_modules() else None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with `argv` naming a command, a parser that knows only that command."""
     parser = argparse.ArgumentParser(
         prog="alloctrace",
         description="Record, replay, diff and explain memory planners: ggml's graph allocator and PyTorch's CUDA "
@@ -40,8 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"alloctrace {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
-    for mod in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{commands.__name__}.{mod.name}").register(sub)
+    mods = command_modules()
+    only = named_command(argv)
+    for name in sorted(mods) if only is None else [only]:
+        importlib.import_module(f"{commands.__name__}.{mods[name]}").register(sub)
     return parser
 
 
@@ -64,8 +82,9 @@ def join_dashed_values(argv: list[str]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(join_dashed_values(sys.argv[1:] if argv is None else list(argv)))
+    argv = join_dashed_values(sys.argv[1:] if argv is None else list(argv))
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

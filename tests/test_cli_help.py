@@ -54,3 +54,20 @@ def test_paths_named_in_help_exist_in_the_repository():
         text = re.sub(r"-\n\s+", "-", sub.format_help())  # argparse breaks a long path after a dash
         for path in re.findall(r"(?<![\w/])(?:tests|server|docs|fixtures)/[\w./*-]+\.(?:json|log|gz)\b", text):
             assert any(ROOT.glob(path)), f"`{name} --help` names {path}, which does not exist"
+
+
+def test_a_command_imports_only_its_own_module():
+    """`alloctrace sweep ...` builds a parser of sweep alone: serve's web stack and the other commands' imports
+    stay out of a short command's start (the parser of every command would import them all)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom alloctrace.cli import main\ntry:\n    main(['sweep', '--help'])\nexcept SystemExit:\n"
+             "    pass\nprint(sorted(m for m in sys.modules if m.startswith('alloctrace.commands.')))\n"
+             "print('numpy' in sys.modules, 'uvicorn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    mods, heavy = out.strip().splitlines()[-2:]
+    assert mods == "['alloctrace.commands._common', 'alloctrace.commands.sweep']", mods
+    assert heavy == "False False", heavy
+    # the whole parser still knows every command
+    assert set(subcommands()) >= {"sweep", "serve", "import", "list", "record"}

@@ -4,10 +4,6 @@ from __future__ import annotations
 from alloctrace.traces.util.textsafe import safe
 
 
-def register(subparsers):
-    """Not a command: the CLI discovers every module here, so this adds nothing."""
-
-
 def examples(*lines: str) -> str:
     """A --help epilog: "Examples:" and one command per line ("COMMAND   # what it does" puts the comment
     on the line above), kept as written by the CLI's formatter (cli.py) while descriptions are re-wrapped."""

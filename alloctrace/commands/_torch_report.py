@@ -6,10 +6,6 @@ import json
 from ._common import table
 
 
-def register(subparsers):
-    """Not a command: the CLI discovers every module here, so this adds nothing."""
-
-
 def is_torch(store, ref: str) -> bool:
     from alloctrace.traces.store.kinds import TORCH, trace_kind
     return trace_kind(store, ref) == TORCH

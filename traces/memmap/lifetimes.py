@@ -10,6 +10,7 @@ step is numpy over whole columns, so a million-event graph is extracted once
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass, field
 from itertools import repeat
 
@@ -23,7 +24,8 @@ def int_column(col, n: int) -> np.ndarray:
     (ints, floats with NaN, masked arrays, objects with None)."""
     if col is None:
         return np.full(n, MISSING, dtype=np.int64)
-    if isinstance(col, np.ma.MaskedArray):
+    ma = sys.modules.get("numpy.ma")  # a masked array exists only once numpy.ma is imported (45 ms: not here)
+    if ma is not None and isinstance(col, ma.MaskedArray):
         col = col.astype(np.float64).filled(np.nan)
     a = np.asarray(col)
     if a.dtype.kind in "iub":
