@@ -93,11 +93,16 @@ class DynTallocr:
         """(free blocks, largest, total) over all chunks, the last block of each clipped to max_size."""
         n = largest = total = 0
         for ch in self.chunks:
-            for i, (o, s) in enumerate(zip(ch.offsets, ch.sizes)):
-                if i == len(ch.sizes) - 1:
-                    s = max(0, min(s, ch.max_size - o))
-                    if s == 0:
-                        continue
+            sizes = ch.sizes
+            if not sizes:
+                continue
+            k = len(sizes) - 1
+            if k:  # the blocks before the last, as they are
+                n += k
+                largest = max(largest, max(sizes[:k]))
+                total += sum(sizes) - sizes[k]
+            s = max(0, min(sizes[k], ch.max_size - ch.offsets[k]))
+            if s:
                 n += 1
                 largest = max(largest, s)
                 total += s
