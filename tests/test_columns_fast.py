@@ -116,3 +116,14 @@ print(len(out), "numpy" in sys.modules)
 """
     got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     assert int(got[0]) >= 1 and got[1] == "False", got
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(events, max_size=20))
+def test_packed_events_decode_without_numpy_as_with_it(evs):
+    from alloctrace.traces.store.columns import decode_arrays, decode_events
+
+    strings, blobs = pack_arrays(*encode_arrays(evs), bytes)
+    assert decode_arrays(len(evs), blobs, strings, bytes) == evs
+    cols, table = encode(evs)
+    assert decode_events(len(evs), cols, table) == evs

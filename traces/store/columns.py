@@ -122,21 +122,43 @@ def decode_events(n: int, cols: dict, table: list[str]) -> list[Event]:
     """The exact events `encode` was given."""
     import numpy as np
 
-    lists = []
+    return events_from_lists(n, {name: (arr.tolist(), int(np.iinfo(arr.dtype).min) if name in INT_FIELDS else None)
+                                 for name, arr in cols.items()}, table)
+
+
+_TYPECODES = {dt: (code, lo) for dt, code, lo, _ in INT_TYPES}
+
+
+def decode_arrays(n: int, blobs: list, strings: bytes, decompress) -> list[Event]:
+    """`decode_events` of a graph in its packed form ([(name, dtype, data)] and the string table, as `pack`
+    made them) without numpy: for a small graph a worker has just encoded."""
+    table = json.loads(decompress(strings))
+    lists = {}
+    for name, dt, data in blobs:
+        code, lo = _TYPECODES[dt]
+        a = array(code)
+        a.frombytes(decompress(data))
+        lists[name] = (a.tolist(), lo if name in INT_FIELDS else None)
+    return events_from_lists(n, lists, table)
+
+
+def events_from_lists(n: int, lists: dict[str, tuple[list, int | None]], table: list[str]) -> list[Event]:
+    """Events from each stored column as a list (with its integer type's "missing" value)."""
+    out = []
     for name in FIELDS:  # Event's own field order, so rows can be passed positionally
-        arr = cols.get(name)
-        if arr is None:
-            lists.append([{} for _ in range(n)] if name == "extra" else [None] * n)
-        elif name in INT_FIELDS:
-            missing = int(np.iinfo(arr.dtype).min)
-            vals = arr.tolist()
-            lists.append([None if v == missing else v for v in vals] if (arr == missing).any() else vals)
+        got = lists.get(name)
+        if got is None:
+            out.append([{} for _ in range(n)] if name == "extra" else [None] * n)
+            continue
+        vals, missing = got
+        if name in INT_FIELDS:
+            out.append([None if v == missing else v for v in vals] if missing in vals else vals)
         elif name in STR_FIELDS:
             values = table + [None]
-            lists.append([values[c] for c in arr.tolist()])
+            out.append([values[c] for c in vals])
         else:
-            lists.append([({} if name == "extra" else None) if c < 0 else json.loads(table[c]) for c in arr.tolist()])
-    return [Event(*row) for row in zip(*lists)] if n else []
+            out.append([({} if name == "extra" else None) if c < 0 else json.loads(table[c]) for c in vals])
+    return [Event(*row) for row in zip(*out)] if n else []
 
 
 def public_columns(n: int, cols: dict, table: list[str], names=FIELDS) -> dict:
