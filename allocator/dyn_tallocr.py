@@ -49,10 +49,12 @@ class DynTallocr:
         max_avail = 0
         for c, ch in enumerate(self.chunks):
             best_fit_size = SIZE_MAX  # reset per chunk, as in ggml: a later chunk's fit wins
-            for i in range(len(ch.sizes) - 1):
-                s = ch.sizes[i]
-                max_avail = max(max_avail, s)
-                if s >= size and s <= best_fit_size:
+            sizes = ch.sizes
+            for i in range(len(sizes) - 1):
+                s = sizes[i]
+                if s > max_avail:
+                    max_avail = s
+                if size <= s <= best_fit_size:
                     best_chunk, best_block, best_fit_size = c, i, s
         if best_block == -1:
             best_reuse = None  # INT64_MIN

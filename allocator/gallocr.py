@@ -230,7 +230,7 @@ class Gallocr:
             bid = node_ids[i] if node_ids else 0
             srcs = node.srcs
             for parent in srcs:
-                if parent is not None:
+                if parent is not None and not ht[parent].allocated:
                     allocate(parent, bid)
             allocate(node, bid)
             hn = ht[node]
