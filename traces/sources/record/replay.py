@@ -45,7 +45,7 @@ class _Model:
     serial: int
     bufts: list  # stream.BufferType per buffer id
     galloc: Gallocr
-    alloc_sizes: dict = field(default_factory=dict)  # Tensor -> per-buffer sizes (padding buffer types)
+    alloc_sizes: dict = field(default_factory=dict)  # Tensor -> per-buffer sizes (padding buffer types), this call's
     plan_owner: EncodedGraph | None = None  # the graph whose call made the plan now in force
 
 
@@ -121,9 +121,11 @@ class Replayer:
             types = [BufferType(b.name, b.alignment, b.max_size, key=b.ptr) for b in bufts]
             m = _Model(serial, bufts, None)
             self.profile = profile_for_version(self.proc.ggml.get("version", "")) if self.proc.ggml else PROFILE
+            # the function holds the model's size table, not the model: no reference cycle through the
+            # gallocr, so a finished replay (its tensors and events) is freed at once, not by the cycle collector
+            sizes = m.alloc_sizes
             m.galloc = Gallocr(get_profile(self.profile), buffer_types=types,
-                               alloc_size=lambda t, bid, m=m: (m.alloc_sizes[t][bid] if t in m.alloc_sizes
-                                                               else t.nbytes))
+                               alloc_size=lambda t, bid: sizes[t][bid] if t in sizes else t.nbytes)
             self.models[serial] = m
         return m
 
@@ -189,7 +191,8 @@ class Replayer:
         g.data, g.placement, g.buffer_of = {}, {}, {}
         problems: list[str] = []
         graph, by_ptr = build_graph(call)
-        m.alloc_sizes = {by_ptr[r.ptr]: r.alloc_sizes for r in call.tensors if r.alloc_sizes}
+        m.alloc_sizes.clear()  # the table its galloc's alloc_size reads
+        m.alloc_sizes.update({by_ptr[r.ptr]: r.alloc_sizes for r in call.tensors if r.alloc_sizes})
         index = len(self.graphs)
         n_ids = len(m.bufts)
         for ids, what in ((call.node_ids, "node"), (call.leaf_ids, "leaf")):
