@@ -27,6 +27,7 @@ from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store.store import open_store
 from realggml import ModelSide
 from test_differential_ggml import programs
+from test_memmap import synthetic_events
 
 DATA = Path(__file__).resolve().parent / "data"
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -115,12 +116,20 @@ def model_graphs(draw):
     return graphs, side.galloc.events
 
 
-@settings(max_examples=80, **SETTINGS)
+@settings(max_examples=150, **SETTINGS)
 @given(model_graphs())
 def test_model_placed_graphs_have_the_same_peak(graphs):
     per_graph, whole = graphs
     for ev in per_graph + [whole]:
         assert assert_same(ev)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_synthetic_streams_with_head_free_extras_have_the_same_peak(seed):
+    """Allocs, frees, reuses whose tail goes back (free_extra) over a few thousand slots."""
+    events = synthetic_events(6000, seed=seed, slots=64 << seed)
+    assert sum(e.kind == "free_extra" for e in events) > 50
+    assert assert_same(events)
 
 
 # --- random event streams: every rule on the same few bytes -------------------------------------
@@ -147,7 +156,7 @@ def events_streams(draw):
     return out, capacity, names, sizes
 
 
-@settings(max_examples=600, **SETTINGS)
+@settings(max_examples=300, **SETTINGS)
 @given(events_streams())
 def test_random_streams_have_the_same_peak(stream):
     events, capacity, names, sizes = stream
@@ -166,6 +175,19 @@ def test_a_graph_over_the_limit_goes_to_the_reference(monkeypatch):
     events = replay("gpt2-tiny", "ggml-2023-08-28").measure.events
     monkeypatch.setattr(peak_fast, "MAX_EVENTS", len(events) - 1)
     assert ggml_peak_events(events) is None
+    assert peak_of_events(events).to_json() == ggml_peak(events).to_json()
+
+
+def test_a_large_graph_goes_to_numpy_once_it_is_loaded(monkeypatch):
+    events = replay("gpt2-tiny", "ggml-2023-08-28").measure.events
+    assert "numpy" in sys.modules  # this process has it: ggml_peak imported it
+    assert peak_of_events(events).to_json() == ggml_peak(events).to_json()
+    monkeypatch.setattr(peak_fast, "NUMPY_LOADED_MAX", len(events) - 1)
+
+    def unused(*args):
+        raise AssertionError("the walk ran")
+
+    monkeypatch.setattr(peak_fast, "ggml_peak_events", unused)
     assert peak_of_events(events).to_json() == ggml_peak(events).to_json()
 
 

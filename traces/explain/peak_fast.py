@@ -3,21 +3,23 @@
 A sweep summarises every point it runs in a fresh worker; importing numpy costs such a worker more than
 the whole program run it measures. `ggml_peak_events` walks the events the way `memmap.lifetimes.extract`
 cuts lifetimes (alloc opens; a reuse closes the parent's bytes and opens the node's, its size carried
-forward from the last open on the same (chunk, offset); a head free_extra right after a reuse on the same
-chunk closes the node's bytes and reopens them without the tail; free closes; realloc cuts; each buffer
+forward from the last open on the same (chunk, offset); a head free_extra, paired with the latest reuse
+before it when that is on its chunk, closes the node's bytes and reopens them without the tail; free closes; realloc cuts; each buffer
 of a gallocr on its own) and then marks, moments and holes as `ggml_peak` does, with its orders on ties
 (lifetimes sorted by (chunk, offset), event, close before open; the earliest setter; the latest holder of
-a hole first). `peak_of_events` uses it, and `ggml_peak` (numpy) where it declines: a graph too large
-for a Python walk to win, or values the store's columns would write differently.
+a hole first). `peak_of_events` uses it, and `ggml_peak` (numpy) where it declines (a graph too large
+for a Python walk to win, values the store's columns would write differently) or where numpy is loaded
+already and the graph is large enough for its column passes to win.
 """
 from __future__ import annotations
 
+import sys
 from bisect import bisect_right
-from operator import itemgetter
 
 from alloctrace.traces.explain.peak_types import MAX_HOLES, GraphPeak, Live, Moment, family_of
 
-MAX_EVENTS = 200_000  # above this numpy's whole-column passes win over a walk of the events
+MAX_EVENTS = 200_000  # above this numpy's whole-column passes win over a walk, even counting numpy's import
+NUMPY_LOADED_MAX = 40_000  # where numpy is already imported, its passes win above about this many events
 MISSING = -1  # an absent integer, as the store's public columns write it
 _KEY_CHUNK = 1 << 44  # a lifetime's key: chunk * 2**44 + offset, as extract() builds it
 _PLACING = frozenset(("alloc", "reuse", "free", "free_extra", "realloc"))
@@ -43,7 +45,7 @@ class _Graph:
         """Do these values mean here what they mean in the store's columns (ints in range)?"""
         for col, top in ((self.offset, _KEY_CHUNK), (self.size, 1 << 62), (self.chunk, 1 << 18),
                          (self.buffer, 1 << 31)):
-            if any(type(v) is not int for v in col) or (col and (max(col) >= top or min(col) < MISSING)):
+            if not set(map(type, col)) <= {int} or (col and (max(col) >= top or min(col) < MISSING)):
                 return False
         return True
 
@@ -130,7 +132,7 @@ def _lifetimes(g: _Graph, b: int | None) -> _Lifetimes:
             key = chunk[r] * _KEY_CHUNK + offset[r]
             append((key, i, 0, r, MISSING))
             append((key, i, 1, r, off - offset[r]))
-    items.sort(key=itemgetter(0, 1, 2))
+    items.sort()  # (key, event, opens) is unique, so the rest of an item never decides
 
     lt = _Lifetimes()
     opened = None  # the open waiting for the next item on its key
@@ -161,7 +163,8 @@ def _lifetimes(g: _Graph, b: int | None) -> _Lifetimes:
     lt.chunk = [chunk[s] for s in lt.src]
     extent: dict[int, int] = {}
     for c, off, sz in zip(lt.chunk, lt.offset, lt.size):
-        extent[c] = max(extent.get(c, 0), off + sz)
+        if off + sz > extent.get(c, 0):
+            extent[c] = off + sz
     bases, base = {}, 0
     for c in range(max(lt.chunk) + 1 if lt.chunk else 0):
         bases[c] = base
@@ -266,9 +269,10 @@ def peak_of_events(events, capacity: int | None = None, buffer_names: list[str] 
                    buffer_sizes: list[int] | None = None) -> GraphPeak:
     """A graph's peak: the plain walk where it answers, else `ggml_peak` (numpy, imported only then)."""
     events = events if isinstance(events, list) else list(events)
-    peak = ggml_peak_events(events, capacity, buffer_names, buffer_sizes)
-    if peak is not None:
-        return peak
+    if len(events) <= NUMPY_LOADED_MAX or "numpy" not in sys.modules:
+        peak = ggml_peak_events(events, capacity, buffer_names, buffer_sizes)
+        if peak is not None:
+            return peak
     from alloctrace.traces.explain.peak import ggml_peak
 
     return ggml_peak(events, capacity, buffer_names, buffer_sizes)
