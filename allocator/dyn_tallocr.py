@@ -49,10 +49,12 @@ class DynTallocr:
         max_avail = 0
         for c, ch in enumerate(self.chunks):
             best_fit_size = SIZE_MAX  # reset per chunk, as in ggml: a later chunk's fit wins
-            for i in range(len(ch.sizes) - 1):
-                s = ch.sizes[i]
-                max_avail = max(max_avail, s)
-                if s >= size and s <= best_fit_size:
+            sizes = ch.sizes
+            for i in range(len(sizes) - 1):
+                s = sizes[i]
+                if s > max_avail:
+                    max_avail = s
+                if size <= s <= best_fit_size:
                     best_chunk, best_block, best_fit_size = c, i, s
         if best_block == -1:
             best_reuse = None  # INT64_MIN
@@ -93,11 +95,16 @@ class DynTallocr:
         """(free blocks, largest, total) over all chunks, the last block of each clipped to max_size."""
         n = largest = total = 0
         for ch in self.chunks:
-            for i, (o, s) in enumerate(zip(ch.offsets, ch.sizes)):
-                if i == len(ch.sizes) - 1:
-                    s = max(0, min(s, ch.max_size - o))
-                    if s == 0:
-                        continue
+            sizes = ch.sizes
+            if not sizes:
+                continue
+            k = len(sizes) - 1
+            if k:  # the blocks before the last, as they are
+                n += k
+                largest = max(largest, max(sizes[:k]))
+                total += sum(sizes) - sizes[k]
+            s = max(0, min(sizes[k], ch.max_size - ch.offsets[k]))
+            if s:
                 n += 1
                 largest = max(largest, s)
                 total += s

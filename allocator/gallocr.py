@@ -11,6 +11,7 @@ object in ggml share one allocator and one buffer (`BufferType.key`).
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 from .dyn_tallocr import DynOutOfSpace, DynTallocr, SIZE_MAX
@@ -47,10 +48,6 @@ class _HashNode:
         self.allocated = False
 
 
-def is_view(t: Tensor) -> bool:
-    return t.view_src is not None
-
-
 class Gallocr:
     """One `ggml_gallocr`: a single buffer type (`alignment`, `max_buffer_size`) or n `buffer_types`.
 
@@ -82,7 +79,7 @@ class Gallocr:
         self.buffer_chunk_sizes: list[list[int] | None] = [None] * len(buffer_types)  # the vbuffers
         self.failed: Event | None = None
         self.graph_index = 0
-        self._ht: dict[Tensor, _HashNode] = {}
+        self._ht: defaultdict[Tensor, _HashNode] = defaultdict(_HashNode)  # a tensor's entry made when first asked
         self._node = None
 
     # --- helpers ----------------------------------------------------------------------
@@ -121,35 +118,28 @@ class Gallocr:
         self.events.append(ev)
         return ev
 
-    def _hn(self, t: Tensor) -> _HashNode:
-        hn = self._ht.get(t)
-        if hn is None:
-            hn = self._ht[t] = _HashNode()
-        return hn
-
-    def _is_allocated(self, t: Tensor) -> bool:
-        return self.addr(t) != 0 or self._hn(t).allocated
-
     # --- allocation -------------------------------------------------------------------
-    def _buf(self, buffer_id: int) -> dict:
+    def _buf(self, buffer_id: int) -> int | None:
         """The event's `buffer`, only when there is more than one: the id whose buffer holds the
         bytes (ids of one buffer type object share the first one's)."""
-        return {"buffer": self.owner[buffer_id]} if self.n_buffers > 1 else {}
+        return self.owner[buffer_id] if len(self.buffer_types) > 1 else None
 
     def _alloc_bytes(self, node: Tensor, hn: _HashNode, buffer_id: int):
-        dyn = self._dyn_of(buffer_id)
+        dyn = self.dyns[self.owner[buffer_id]]
         hn.buffer_id = buffer_id
         size = self.alloc_size(node, buffer_id)
         try:
             chunk, block, off = dyn.alloc(size)
         except DynOutOfSpace as e:
             self.failed = self._emit("oom", tensor=node.name, op=node.op, needed=e.needed, largest=e.largest,
-                                     **self._buf(buffer_id))
+                                     buffer=self._buf(buffer_id))
             raise _Stop from None
         hn.chunk, hn.offset = chunk, off
-        ev = self._emit("alloc", tensor=node.name, op=node.op, size=pad(size, dyn.alignment), block=block,
-                        offset=off, chunk=chunk, **self._buf(buffer_id))
-        ev.n_free, ev.largest_free, ev.total_free = dyn.summary()
+        n_free, largest_free, total_free = dyn.summary()
+        self.events.append(Event("alloc", graph=self.graph_index, node=self._node, tensor=node.name, op=node.op,
+                                 size=pad(size, dyn.alignment), block=block, offset=off, chunk=chunk,
+                                 buffer=self._buf(buffer_id), n_free=n_free, largest_free=largest_free,
+                                 total_free=total_free))
 
     def _free_bytes(self, buffer_id: int, chunk: int, offset: int, nbytes: int, who: str):
         try:
@@ -159,20 +149,20 @@ class Gallocr:
             raise _Stop from None
 
     def _free_extra_space(self, node: Tensor, parent: Tensor):
-        p, hn = self._hn(parent), self._hn(node)
+        p, hn = self._ht[parent], self._ht[node]
         align = self._dyn_of(p.buffer_id).alignment
         psize = pad(self.alloc_size(parent, p.buffer_id), align)
         nsize = pad(self.alloc_size(node, hn.buffer_id), align)
         if psize > nsize:
             self._emit("free_extra", tensor=node.name, parent=parent.name, size=psize - nsize, chunk=p.chunk,
-                       offset=p.offset + nsize, **self._buf(p.buffer_id))
+                       offset=p.offset + nsize, buffer=self._buf(p.buffer_id))
             self._free_bytes(p.buffer_id, p.chunk, p.offset + nsize, psize - nsize, node.name)
 
     def _reuse(self, node: Tensor, hn: _HashNode) -> bool:
         for parent in node.srcs:
             if parent is None:
                 continue
-            p = self._hn(parent)
+            p = self._ht[parent]
             if not p.allocated:
                 self._emit("no_reuse", tensor=node.name, parent=parent.name, reason="external", addr=self.addr(parent))
                 continue
@@ -185,7 +175,7 @@ class Gallocr:
             if p.children == 1 and p.views == 0:
                 # a view is never "own" (views are not allocated), so only plain parents get here
                 self._emit("reuse", tensor=node.name, op=node.op, parent=parent.name, chunk=p.chunk, offset=p.offset,
-                           **self._buf(p.buffer_id))
+                           buffer=self._buf(p.buffer_id))
                 hn.buffer_id, hn.chunk, hn.offset = p.buffer_id, p.chunk, p.offset
                 p.allocated = False
                 self._free_extra_space(node, parent)
@@ -193,9 +183,9 @@ class Gallocr:
         return False
 
     def _allocate_node(self, node: Tensor, buffer_id: int = 0):
-        hn = self._hn(node)
-        if self._is_allocated(node) or node.buffer or is_view(node):  # on a buffer already: not ours
-            return
+        hn = self._ht[node]
+        if hn.allocated or node.buffer or node.view_src is not None or self.data.get(node, node.data) != 0:
+            return  # ours already, on a buffer already (not ours), or a view
         hn.allocated = True
         if node.op in self.profile.inplace_ops and self._reuse(node, hn):
             return
@@ -205,69 +195,75 @@ class Gallocr:
         if node.output:
             self._emit("not_freed", tensor=node.name)
             return
-        hn = self._hn(node)
-        dyn = self._dyn_of(hn.buffer_id)
-        ch = dyn.chunks[hn.chunk]
+        hn = self._ht[node]
+        dyn = self.dyns[self.owner[hn.buffer_id]]
         size = self.alloc_size(node, hn.buffer_id)
-        ev = self._emit("free", tensor=node.name, op=node.op, size=size, chunk=hn.chunk, offset=hn.offset,
-                        n_free_before=len(ch.sizes), **self._buf(hn.buffer_id))
+        ev = Event("free", graph=self.graph_index, node=self._node, tensor=node.name, op=node.op, size=size,
+                   chunk=hn.chunk, offset=hn.offset, n_free_before=len(dyn.chunks[hn.chunk].sizes),
+                   buffer=self._buf(hn.buffer_id))
+        self.events.append(ev)  # before the free: a free that aborts follows it
         self._free_bytes(hn.buffer_id, hn.chunk, hn.offset, size, node.name)
         hn.allocated = False
         ev.n_free, ev.largest_free, ev.total_free = dyn.summary()
 
     def _walk(self, graph: Graph, node_ids=None, leaf_ids=None):
-        self._ht = {}
+        self._ht = ht = defaultdict(_HashNode)
         self._node = None
+        allocate = self._allocate_node
         for i, leaf in enumerate(graph.leafs):
-            self._allocate_node(leaf, leaf_ids[i] if leaf_ids else 0)
+            allocate(leaf, leaf_ids[i] if leaf_ids else 0)
         for i, node in enumerate(graph.nodes):
             bid = node_ids[i] if node_ids else 0
-            if is_view(node) and node.op != "NONE":
-                self._hn(node.view_src).views += 1
+            if node.view_src is not None and node.op != "NONE":
+                ht[node.view_src].views += 1
             if node.input:
-                self._allocate_node(node, bid)
+                allocate(node, bid)
             for src in node.srcs:
                 if src is None:
                     continue
-                self._hn(src).children += 1
+                ht[src].children += 1
                 if src.input:
-                    self._allocate_node(src, bid)
+                    allocate(src, bid)
+        events, gi = self.events, self.graph_index
         for i, node in enumerate(graph.nodes):
             self._node = i
             bid = node_ids[i] if node_ids else 0
-            for parent in node.srcs:
-                if parent is not None:
-                    self._allocate_node(parent, bid)
-            self._allocate_node(node, bid)
-            hn = self._hn(node)
-            place = (hn.chunk, hn.offset) if hn.allocated else (None, None)
-            self._emit("exec", tensor=node.name, op=node.op_desc, srcs=[s.name if s else None for s in node.srcs],
-                       chunk=place[0], offset=place[1], size=node.nbytes)
-            for parent in node.srcs:
+            srcs = node.srcs
+            for parent in srcs:
+                if parent is not None and not ht[parent].allocated:
+                    allocate(parent, bid)
+            allocate(node, bid)
+            hn = ht[node]
+            placed = hn.allocated
+            events.append(Event("exec", graph=gi, node=i, tensor=node.name, op=node.op_desc,
+                                srcs=[s.name if s else None for s in srcs], chunk=hn.chunk if placed else None,
+                                offset=hn.offset if placed else None, size=node.nbytes))
+            for parent in srcs:
                 if parent is None:
                     continue
-                p = self._hn(parent)
+                p = ht[parent]
                 p.children -= 1
-                self._emit("parent", tensor=parent.name, children=p.children, views=p.views,
-                           allocated=int(p.allocated))
+                events.append(Event("parent", graph=gi, node=i, tensor=parent.name, children=p.children,
+                                    views=p.views, allocated=int(p.allocated)))
                 if p.children == 0 and p.views == 0:
-                    if is_view(parent):
-                        vs = parent.view_src
-                        v = self._hn(vs)
+                    vs = parent.view_src
+                    if vs is not None:
+                        v = ht[vs]
                         v.views -= 1
-                        self._emit("view_src", tensor=vs.name, children=v.children, views=v.views)
+                        events.append(Event("view_src", graph=gi, node=i, tensor=vs.name, children=v.children,
+                                            views=v.views))
                         if v.views == 0 and v.children == 0 and v.allocated:
                             self._free_node(vs)
                     elif p.allocated:
                         self._free_node(parent)
-                self._emit("step")
+                events.append(Event("step", graph=gi, node=i))
         self._node = None
 
     # --- plan ---------------------------------------------------------------------------
     def _talloc(self, t: Tensor | None):
-        if t is None or t.view_src is not None or self.addr(t) != 0:
+        if t is None or t.view_src is not None or self.data.get(t, t.data) != 0:
             return NO_ALLOC
-        hn = self._hn(t)
+        hn = self._ht[t]
         return (hn.buffer_id, (hn.chunk, hn.offset), self.alloc_size(t, hn.buffer_id))
 
     def reserve(self, graph: Graph, graph_index: int | None = None, node_buffer_ids=None, leaf_buffer_ids=None,
@@ -299,7 +295,7 @@ class Gallocr:
                 cur_size = sum(cur) if cur else 0
                 if cur_size > 0:
                     self._emit("buffer", reason=self.buffer_types[i].name, size=sum(new_sizes),
-                               extra={"from": cur_size}, **self._buf(i))
+                               extra={"from": cur_size}, buffer=self._buf(i))
                 self.buffer_chunk_sizes[i] = None if no_alloc else new_sizes
         return True
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from alloctrace.allocator.events import KINDS, Event
-from alloctrace.traces.store.columns import INT_FIELDS, encode, pack
+from alloctrace.traces.store.columns import INT_FIELDS, INT_TYPES, encode, encode_arrays, pack, pack_arrays
 from alloctrace.traces.store.columns_fast import ColumnEncoder, encode_fast
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.sources.ggml_log.import_log import LogImport
@@ -40,6 +40,7 @@ def test_fixture_graphs_encode_and_pack_like_the_plain_path(path):
     for rec in recs + recs[::-1]:  # again backwards: every graph once after a different one
         same_columns(encode_fast(rec.events), encode(rec.events))
         assert enc.pack(rec.events) == plain_pack(rec.events)
+        assert pack_arrays(*encode_arrays(rec.events), bytes) == pack(*encode_fast(rec.events), bytes)
 
 
 def test_a_repeated_graph_reuses_its_columns(fixtures):
@@ -67,6 +68,7 @@ def test_random_events_encode_and_pack_like_the_plain_path(graphs):
     for evs in graphs + graphs:
         same_columns(encode_fast(evs), encode(evs))
         assert enc.pack(evs) == plain_pack(evs)
+        assert pack_arrays(*encode_arrays(evs), bytes) == pack(*encode_fast(evs), bytes)  # numpy-free = numpy
 
 
 def test_numbers_beyond_int64_fail_like_the_plain_path():
@@ -83,3 +85,45 @@ def test_the_string_table_is_json_of_the_plain_table():
     strings, _ = ColumnEncoder(bytes).pack(evs)
     assert json.loads(strings) == encode(evs)[1]
     assert np.array_equal(encode_fast(evs)[0]["srcs"], encode(evs)[0]["srcs"])
+
+
+def test_the_numpy_free_integer_types_are_numpys():
+    """encode_arrays names each column's type as numpy does and bounds it as numpy's iinfo does: the store
+    reads its bytes back with numpy."""
+    for (dt, code, lo, hi), np_type in zip(INT_TYPES, (np.int8, np.int16, np.int32, np.int64)):
+        assert dt == np.dtype(np_type).str
+        assert (lo, hi) == (int(np.iinfo(np_type).min), int(np.iinfo(np_type).max))
+        assert np.dtype(dt).itemsize == __import__("array").array(code).itemsize
+
+
+def test_writing_a_recording_into_the_store_does_not_import_numpy(tmp_path):
+    """A sweep's workers read, replay and store recordings without numpy (its import alone costs more than
+    a dry run of a small model)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rec = next(Path(__file__).parent.joinpath("data", "record").rglob("*.atrec"))
+    probe = f"""
+import sys
+from alloctrace.traces.sources.record.source import SOURCE
+from alloctrace.traces.sources import store_traces
+from alloctrace.traces.store.store import open_store
+with open({str(rec)!r}, "rb") as f:
+    traces = SOURCE.read(f, filename="r.atrec", name="r")
+out = store_traces(open_store({str(tmp_path / "s")!r}), traces)
+print(len(out), "numpy" in sys.modules)
+"""
+    got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert int(got[0]) >= 1 and got[1] == "False", got
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(events, max_size=20))
+def test_packed_events_decode_without_numpy_as_with_it(evs):
+    from alloctrace.traces.store.columns import decode_arrays, decode_events
+
+    strings, blobs = pack_arrays(*encode_arrays(evs), bytes)
+    assert decode_arrays(len(evs), blobs, strings, bytes) == evs
+    cols, table = encode(evs)
+    assert decode_events(len(evs), cols, table) == evs

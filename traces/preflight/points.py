@@ -1,8 +1,9 @@
 """Run a sweep's points under the recorder, in parallel, and store each one as a tagged trace.
 
 Each point's program runs in a worker process forked from this one, which also reads and replays its
-recording (the CPU-bound part, so it uses every core); the calling process stores each point as it comes back
-and sums it up. A point's trace carries the tags `sweep=<id>` and one `KEY=VALUE` per varied flag (`c=512` for
+recording and sums the point up (buffers, consistency, the families at its peak): the CPU-bound part, so it
+uses every core. The calling process only stores each point as it comes back. Nothing on this path imports
+numpy (its import alone costs more than a dry run of a small model). A point's trace carries the tags `sweep=<id>` and one `KEY=VALUE` per varied flag (`c=512` for
 -c), and `extra.sweep` (the sweep's flags, the point's values, what the program printed), which is how
 `sweeps.load` and the dashboard find a recorded sweep again.
 """
@@ -58,16 +59,20 @@ def new_sweep_id() -> str:
     return os.urandom(4).hex()  # as secrets.token_hex does, without importing hashlib and hmac
 
 
-def run_program(argv: list[str], library: Path, workdir: Path) -> tuple[int, str]:
-    """One point's program with the recorder preloaded; (raw wait status, its stdout and stderr)."""
-    out = workdir / "output.txt"
-    with open(out, "wb") as fh:
+def start_program(argv: list[str], library: Path, workdir: Path) -> subprocess.Popen:
+    """One point's program started with the recorder preloaded, its stdout and stderr into workdir."""
+    with open(workdir / "output.txt", "wb") as fh:
         try:
-            proc = subprocess.Popen(argv, env=recorder_env(library, workdir), stdin=subprocess.DEVNULL, stdout=fh,
+            return subprocess.Popen(argv, env=recorder_env(library, workdir), stdin=subprocess.DEVNULL, stdout=fh,
                                     stderr=subprocess.STDOUT)
         except OSError as e:
             raise UserError(f"cannot run {argv[0]}: {e.strerror}") from None
-        rc = proc.wait()
+
+
+def program_output(proc: subprocess.Popen, workdir: Path) -> tuple[int, str]:
+    """(raw wait status, the program's stdout and stderr: their last 16 MiB) once it has ended."""
+    rc = proc.wait()
+    out = workdir / "output.txt"
     with open(out, "rb") as fh:
         fh.seek(max(0, out.stat().st_size - (1 << 24)))
         return rc, fh.read().decode("utf-8", "replace")
@@ -75,22 +80,26 @@ def run_program(argv: list[str], library: Path, workdir: Path) -> tuple[int, str
 
 @dataclass
 class Ran:
-    """What a worker hands back for one point: the program's status and output, its traces read and replayed."""
+    """What a worker hands back for one point: the program's status and output, its traces read and replayed,
+    and the first trace summed up (a Point's buffers, consistent, graph, families and peak)."""
 
     exit_status: int
     text: str
     traces: list  # ImportedTrace, ready to store
     error: str | None = None
+    summary: Point | None = None
 
 
 def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ran:
-    """A worker's whole share of a point: run it, then read and replay its recordings (the CPU-bound part)."""
-    from alloctrace.traces.sources.record.source import NO_GGML
-
+    """A worker's whole share of a point: run it, then read, replay and sum up its recordings (the CPU-bound
+    part). What reading needs is imported while the first program runs: the workers fork before it is."""
     try:
-        rc, text = run_program(argv, library, workdir)
+        proc = start_program(argv, library, workdir)
     except UserError as e:
         return Ran(127, "", [], str(e))
+    from alloctrace.traces.sources.record.source import NO_GGML, SOURCE  # noqa: F401 (read_recording's)
+
+    rc, text = program_output(proc, workdir)
     result = collect(argv, rc, workdir)
     if not result.recordings:
         return Ran(result.exit_status, text, [], NO_GGML)
@@ -98,7 +107,9 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ra
         traces = [t for path in result.recordings for t in read_recording(path, name)]
     except UserError as e:
         return Ran(result.exit_status, text, [], str(e))
-    return Ran(result.exit_status, text, traces)
+    summary = Point({}, [])
+    summarise_imported(summary, traces[0])
+    return Ran(result.exit_status, text, traces, summary=summary)
 
 
 def read_recording(path: Path, name: str) -> list:
@@ -111,8 +122,8 @@ def read_recording(path: Path, name: str) -> list:
 
 
 def _pool(jobs: int):
-    """Worker processes forked from this one (everything is imported already: a fork costs milliseconds, and
-    replays run on every core); threads where fork is not there."""
+    """Worker processes forked from this one (a fork costs milliseconds, and replays run on every core);
+    threads where fork is not there."""
     import multiprocessing
 
     if "fork" in multiprocessing.get_all_start_methods():
@@ -124,8 +135,6 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                name: str | None = None, sweep_id: str | None = None, progress=None, tags=()) -> tuple[str, list[Point]]:
     """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
     `progress(done, total, point)` is called as each point is stored."""
-    import alloctrace.traces.sources.record.source  # noqa: F401 (imported before the workers fork)
-
     prog = checked_program(argv)
     combos = combinations(varies)
     sid = sweep_id or new_sweep_id()
@@ -152,9 +161,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                 meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
                         "argv": p.argv}
                 if ran.traces:
-                    _store_point(store, p, ran.traces,
-                                 ["recording", f"sweep={sid}", *point_tags(p.values), *tags],
-                                 meta)
+                    _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta)
                 if p.exit_status and p.error is None:
                     p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"
                 if progress:
@@ -165,36 +172,71 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     return sid, pts
 
 
-def _store_point(store, p: Point, traces: list, tags: list[str], meta: dict):
+def _store_point(store, p: Point, ran: Ran, tags: list[str], meta: dict):
     from alloctrace.traces.sources import store_traces
 
-    for t in traces:
+    for t in ran.traces:
         t.meta.tags = tags
         t.meta.extra = {**t.meta.extra, "sweep": meta}
-    summaries = store_traces(store, traces)
+    summaries = store_traces(store, ran.traces)
     p.trace = summaries[0]["id"]
-    summarise(store, p, summaries[0]["id"])
+    s = ran.summary
+    p.buffers, p.consistent, p.graph, p.peak = s.buffers, s.consistent, s.graph, s.peak
+    p.all_families, p.families = s.all_families, s.families
 
 
 def summarise(store, p: Point, tid: str):
     """A stored point's buffers (the largest each buffer type reached), consistency and peak families."""
     from alloctrace.traces.explain.peak import graph_peak
 
-    graphs = store.summary(tid)["graphs"]
-    p.consistent = all(g["consistent"] for g in graphs) if graphs else None
+    rows = [{**g, "extra": store.graph_extra(tid, g["index"])} for g in store.summary(tid)["graphs"]]
+    _summarise(p, rows, lambda row: graph_peak(store, tid, row["index"])[0])
+
+
+def summarise_imported(p: Point, trace) -> None:
+    """`summarise` of a trace a worker has just read (an ImportedTrace of EncodedGraphs), before it is stored:
+    the same answer, from the graph in hand instead of the store."""
+    import zstandard
+
+    from alloctrace.traces.store.columns import decode_arrays
+
+    graphs = {g.index: g for g in trace.graphs}
+    rows = [{"index": g.index, "consistent": g.consistent, "buffer_size": g.buffer_size, "max_size": g.max_size,
+             "oom": g.oom, "extra": g.extra} for g in trace.graphs]
+    decompress = zstandard.ZstdDecompressor().decompress
+
+    def peak(row):
+        g = graphs[row["index"]]
+        return events_peak(decode_arrays(g.n_events, g.blobs, g.strings, decompress), row)
+
+    _summarise(p, rows, peak)
+
+
+def events_peak(events: list, row: dict):
+    """A ggml graph's peak from its events, with the buffer names, real sizes and capacity its summary row
+    gives (as the store's peak of a recorded graph uses them)."""
+    from alloctrace.traces.explain.peak import ggml_peak
+
+    extra = row.get("extra") or {}
+    names = [t.get("name") for t in extra.get("buffer_types") or ()] or None
+    return ggml_peak(events, capacity=row.get("buffer_size") if row.get("oom") else None, buffer_names=names,
+                     buffer_sizes=extra.get("real_sizes"))
+
+
+def _summarise(p: Point, rows: list[dict], peak_of):
+    p.consistent = all(g["consistent"] for g in rows) if rows else None
     best, best_total = None, -1
-    for g in graphs:
-        sizes = buffer_sizes(store.graph_extra(tid, g["index"]), g)
+    for g in rows:
+        sizes = buffer_sizes(g["extra"], g)
         for buft, size in sizes.items():
             p.buffers[buft] = max(p.buffers.get(buft, 0), size)
         if sum(sizes.values()) > best_total:
-            best, best_total = g["index"], sum(sizes.values())
+            best, best_total = g, sum(sizes.values())
     if best is None:
         return
-    p.graph = best
-    peak, row = graph_peak(store, tid, best)
-    p.peak = peak
-    p.all_families = families_with_shapes(peak, row.get("extra") or {})
+    p.graph = best["index"]
+    p.peak = peak_of(best)
+    p.all_families = families_with_shapes(p.peak, best.get("extra") or {})
     p.families = p.all_families[:TOP_FAMILIES]
 
 

@@ -1,16 +1,21 @@
 """Events <-> columns: how a graph's events are laid out in the store.
 
-Integer fields become numpy arrays in the narrowest dtype that holds them, with
-that dtype's minimum as "missing"; strings become int32 codes into a per-graph
+Integer fields become arrays in the narrowest integer type that holds them, with
+that type's minimum as "missing"; strings become int32 codes into a per-graph
 string table (-1: missing); `srcs` and `extra` are JSON strings in that table.
+
+Encoding needs no numpy (`encode_arrays`, `pack_arrays`: the standard library's `array`, byte for byte
+what numpy would store), so a short command that only writes traces never imports it; reading columns back
+for analysis (`decode_events`, `public_columns`) does.
 """
 from __future__ import annotations
 
 import json
+import sys
+from array import array
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
 
-import numpy as np
 import zstandard
 
 from alloctrace.allocator.events import Event
@@ -20,23 +25,43 @@ FIELDS = [f.name for f in fields(Event)]
 STR_FIELDS = ("kind", "tensor", "op", "parent", "view_src", "reason")
 JSON_FIELDS = ("srcs", "extra")
 INT_FIELDS = tuple(f for f in FIELDS if f not in STR_FIELDS + JSON_FIELDS)
-DTYPES = (np.int8, np.int16, np.int32, np.int64)
 _row = attrgetter(*FIELDS)  # one event -> its field values, in FIELDS order
 
 
+def _int_types() -> tuple:
+    """(dtype string as numpy names it, array typecode, min, max) for 1, 2, 4 and 8-byte integers."""
+    order = "<" if sys.byteorder == "little" else ">"
+    out = []
+    for size in (1, 2, 4, 8):
+        code = next(c for c in "bhilq" if array(c).itemsize == size)
+        lo = -(1 << (8 * size - 1))
+        out.append(("|i1" if size == 1 else f"{order}i{size}", code, lo, -lo - 1))
+    return tuple(out)
+
+
+INT_TYPES = _int_types()
+INT32 = INT_TYPES[2]
+
+
+def narrowest_type(name: str, lo: int, hi: int) -> tuple:
+    """The smallest of INT_TYPES holding lo..hi with its minimum left free for "missing"."""
+    for t in INT_TYPES:
+        if t[2] < lo and hi <= t[3]:
+            return t
+    raise UserError(f"event field {name} out of range ({lo if lo <= INT_TYPES[-1][2] else hi})")
+
+
 def narrowest(name: str, lo: int, hi: int):
-    """The smallest integer dtype holding lo..hi with its minimum left free for "missing"."""
-    for dt in DTYPES:
-        info = np.iinfo(dt)
-        if info.min < lo and hi <= info.max:
-            return dt
-    raise UserError(f"event field {name} out of range ({lo if lo <= info.min else hi})")
+    """narrowest_type as a numpy dtype."""
+    import numpy as np
+
+    return np.dtype(narrowest_type(name, lo, hi)[0])
 
 
-def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """(arrays by field name, string table) for one graph's events."""
+def encode_arrays(events: list[Event]) -> tuple[dict[str, tuple[str, array]], list[str]]:
+    """({field name: (dtype string, array)}, string table) for one graph's events."""
     n = len(events)
-    cols: dict[str, np.ndarray] = {}
+    cols: dict[str, tuple[str, array]] = {}
     table: dict[str, int] = {}
     code = table.setdefault
     # one field at a time: a transposed copy of every row would cost 25 lists of n at once
@@ -47,14 +72,13 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
         if n_missing == n:
             continue
         present = [v for v in vals if v is not None] if n_missing else vals
-        dt = narrowest(name, min(present), max(present))
-        missing = int(np.iinfo(dt).min)
-        cols[name] = np.array([missing if v is None else v for v in vals] if n_missing else vals, dtype=dt)
+        dt, tc, missing, _ = narrowest_type(name, min(present), max(present))
+        cols[name] = (dt, array(tc, [missing if v is None else v for v in vals] if n_missing else vals))
     for name in STR_FIELDS:
         vals = columns[name]
         if vals.count(None) == n:
             continue
-        cols[name] = np.array([-1 if v is None else code(v, len(table)) for v in vals], dtype=np.int32)
+        cols[name] = (INT32[0], array(INT32[1], [-1 if v is None else code(v, len(table)) for v in vals]))
     srcs = columns["srcs"]
     if srcs.count(None) != n:
         known: dict[tuple, int] = {}  # exec lines repeat their sources; dump each list once
@@ -67,12 +91,20 @@ def encode(events: list[Event]) -> tuple[dict[str, np.ndarray], list[str]]:
             if c is None:
                 c = known[key] = code(json.dumps(s), len(table))
             codes.append(c)
-        cols["srcs"] = np.array(codes, dtype=np.int32)
+        cols["srcs"] = (INT32[0], array(INT32[1], codes))
     extra = columns["extra"]
     if any(extra):
-        cols["extra"] = np.array([code(json.dumps(x, sort_keys=True), len(table)) if x else -1 for x in extra],
-                                 dtype=np.int32)
+        cols["extra"] = (INT32[0], array(INT32[1], [code(json.dumps(x, sort_keys=True), len(table)) if x else -1
+                                                      for x in extra]))
     return cols, list(table)
+
+
+def encode(events: list[Event]) -> tuple[dict, list[str]]:
+    """(numpy arrays by field name, string table) for one graph's events: `encode_arrays` seen by numpy."""
+    import numpy as np
+
+    arrays, table = encode_arrays(events)
+    return {name: np.frombuffer(a, dtype=np.dtype(dt)) for name, (dt, a) in arrays.items()}, table
 
 
 class FieldValues:
@@ -86,29 +118,55 @@ class FieldValues:
         return tuple(map(attrgetter(name), self.events))
 
 
-def decode_events(n: int, cols: dict[str, np.ndarray], table: list[str]) -> list[Event]:
+def decode_events(n: int, cols: dict, table: list[str]) -> list[Event]:
     """The exact events `encode` was given."""
-    lists = []
+    import numpy as np
+
+    return events_from_lists(n, {name: (arr.tolist(), int(np.iinfo(arr.dtype).min) if name in INT_FIELDS else None)
+                                 for name, arr in cols.items()}, table)
+
+
+_TYPECODES = {dt: (code, lo) for dt, code, lo, _ in INT_TYPES}
+
+
+def decode_arrays(n: int, blobs: list, strings: bytes, decompress) -> list[Event]:
+    """`decode_events` of a graph in its packed form ([(name, dtype, data)] and the string table, as `pack`
+    made them) without numpy: for a small graph a worker has just encoded."""
+    table = json.loads(decompress(strings))
+    lists = {}
+    for name, dt, data in blobs:
+        code, lo = _TYPECODES[dt]
+        a = array(code)
+        a.frombytes(decompress(data))
+        lists[name] = (a.tolist(), lo if name in INT_FIELDS else None)
+    return events_from_lists(n, lists, table)
+
+
+def events_from_lists(n: int, lists: dict[str, tuple[list, int | None]], table: list[str]) -> list[Event]:
+    """Events from each stored column as a list (with its integer type's "missing" value)."""
+    out = []
     for name in FIELDS:  # Event's own field order, so rows can be passed positionally
-        arr = cols.get(name)
-        if arr is None:
-            lists.append([{} for _ in range(n)] if name == "extra" else [None] * n)
-        elif name in INT_FIELDS:
-            missing = int(np.iinfo(arr.dtype).min)
-            vals = arr.tolist()
-            lists.append([None if v == missing else v for v in vals] if (arr == missing).any() else vals)
+        got = lists.get(name)
+        if got is None:
+            out.append([{} for _ in range(n)] if name == "extra" else [None] * n)
+            continue
+        vals, missing = got
+        if name in INT_FIELDS:
+            out.append([None if v == missing else v for v in vals] if missing in vals else vals)
         elif name in STR_FIELDS:
             values = table + [None]
-            lists.append([values[c] for c in arr.tolist()])
+            out.append([values[c] for c in vals])
         else:
-            lists.append([({} if name == "extra" else None) if c < 0 else json.loads(table[c]) for c in arr.tolist()])
-    return [Event(*row) for row in zip(*lists)] if n else []
+            out.append([({} if name == "extra" else None) if c < 0 else json.loads(table[c]) for c in vals])
+    return [Event(*row) for row in zip(*out)] if n else []
 
 
-def public_columns(n: int, cols: dict[str, np.ndarray], table: list[str], names=FIELDS) -> dict[str, np.ndarray]:
+def public_columns(n: int, cols: dict, table: list[str], names=FIELDS) -> dict:
     """Columns for analysis: int64 with -1 for missing, object arrays for strings, lists and dicts
     (`names`: only these fields)."""
-    out: dict[str, np.ndarray] = {"i": np.arange(n, dtype=np.int64)}
+    import numpy as np
+
+    out: dict = {"i": np.arange(n, dtype=np.int64)}
     for name in names:
         arr = cols.get(name)
         if name in INT_FIELDS:
@@ -130,10 +188,12 @@ def public_columns(n: int, cols: dict[str, np.ndarray], table: list[str], names=
     return out
 
 
-def event_rows(cols: dict[str, np.ndarray], indices) -> list[dict]:
+def event_rows(cols: dict, indices) -> list[dict]:
     """Event dicts (with their index `i`) from `public_columns`: -1 in an integer column means
     absent, except an alloc's `block`, where -1 is ggml's own "no block" answer (a placement taken from a
     recording, reason "recorded", chose no block at all)."""
+    import numpy as np
+
     out = []
     reasons = cols.get("reason")
     for i in indices:
@@ -172,10 +232,16 @@ class EncodedGraph:
     extra: dict = field(default_factory=dict)
 
 
-def pack(cols: dict[str, np.ndarray], table: list[str], compress) -> tuple[bytes, list]:
+def pack(cols: dict, table: list[str], compress) -> tuple[bytes, list]:
     """(compressed string table, [(name, dtype, compressed data)]), as the store keeps them."""
     return (compress(json.dumps(table).encode()),
             [(name, arr.dtype.str, compress(arr.tobytes())) for name, arr in cols.items()])
+
+
+def pack_arrays(arrays: dict[str, tuple[str, array]], table: list[str], compress) -> tuple[bytes, list]:
+    """`pack` of what `encode_arrays` gives: the same bytes, without numpy."""
+    return (compress(json.dumps(table).encode()),
+            [(name, dt, compress(a.tobytes())) for name, (dt, a) in arrays.items()])
 
 
 def compressor():
@@ -187,6 +253,8 @@ def compressor():
     return lambda data: bytes(memoryview(compress(data)))
 
 
-def constant_column(name: str, value: int, n: int) -> np.ndarray:
+def constant_column(name: str, value: int, n: int):
     """The column `encode` makes for an integer field that is `value` in all n events."""
+    import numpy as np
+
     return np.full(n, value, dtype=narrowest(name, value, value))

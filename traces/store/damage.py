@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import struct
 
-import numpy as np
 import zstandard
 
 from alloctrace.traces.errors import UserError
@@ -62,6 +61,8 @@ def check_rows(tid: str, g: int, n_events: int, blobs) -> None:
     for PyTorch entries), before anything is sized by it: a count edited to 10^12 is damage, not work."""
     for name, dtype, data in blobs:
         if name in ("kind", "action"):
+            import numpy as np
+
             try:
                 itemsize = np.dtype(dtype).itemsize
             except DECODE_ERRORS as e:

@@ -15,12 +15,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
-import numpy as np
 import zstandard
 
 from alloctrace.allocator.events import Event
@@ -30,7 +28,6 @@ from alloctrace.traces.util.gcpause import without_gc
 from alloctrace.traces.store import derived, postgres
 from alloctrace.traces.store.blobs import _decompress, checkpoint_rows, pack_blobs, unpack_blobs  # noqa: F401
 from alloctrace.traces.store.columns import EncodedGraph, decode_events, encode, pack, public_columns
-from alloctrace.traces.store.columns_lazy import LazyColumns, StringTable
 from alloctrace.traces.store.damage import DECODE_ERRORS, Damaged, DerivedDamaged, _json, _why, check_rows  # noqa: F401
 from alloctrace.traces.store.derived import SAVED_MIN_EVENTS, Saved
 from alloctrace.traces.store.migrations import STORE_FORMAT, create
@@ -166,7 +163,7 @@ class Store:
     @staticmethod
     def _new_id(db) -> str:
         while True:
-            tid = secrets.token_hex(4)
+            tid = os.urandom(4).hex()  # as secrets.token_hex, without importing hashlib
             if not db.execute("SELECT 1 FROM traces WHERE id=?", (tid,)).fetchone():
                 return tid
 
@@ -194,6 +191,8 @@ class Store:
         if not names:
             return
         if encoded is None:
+            import numpy as np
+
             encoded = ({name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt))
                         for name, dt, data in blobs if name in names},
                        json.loads(self._zd.decompress(strings)))
@@ -347,14 +346,18 @@ class Store:
         except DECODE_ERRORS as e:
             raise Damaged(tid, g, "strings", _why(e)) from None
         check_rows(tid, g, row[2], blobs)
+        import numpy as np
+
         try:
             cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
         except DECODE_ERRORS as e:
             raise Damaged(tid, g, "columns", _why(e)) from None
         return row, cols, table
 
-    def lazy_columns(self, tid: str, graph_index: int) -> LazyColumns:
+    def lazy_columns(self, tid: str, graph_index: int):
         """The graph's columns still compressed, each decompressed when first read (columns_lazy)."""
+        from alloctrace.traces.store.columns_lazy import LazyColumns, StringTable
+
         tid = self._id(tid)
         with self._snapshot() as db:
             row = db.execute("SELECT n_events, strings, packed FROM graphs WHERE trace_id=? AND idx=?",
@@ -393,7 +396,7 @@ class Store:
             rows = db.execute("SELECT idx, extra FROM graphs WHERE trace_id=?", (tid,)).fetchall()
         return {idx: _json(extra, tid, idx, "extra", dict) for idx, extra in rows}
 
-    def columns(self, tid: str, graph_index: int) -> dict[str, np.ndarray]:
+    def columns(self, tid: str, graph_index: int) -> dict:
         return self._decoded(tid, graph_index, public_columns)[1]
 
     def graph(self, tid: str, graph_index: int) -> GraphRecord:

@@ -29,7 +29,7 @@ from alloctrace.allocator import get_profile
 from alloctrace.allocator.profiles import profile_for_version
 from alloctrace.allocator.gallocr import BufferType, Gallocr
 from alloctrace.allocator.tensor import Graph, Tensor
-from alloctrace.traces.store.columns import EncodedGraph, encode, pack
+from alloctrace.traces.store.columns import EncodedGraph, encode_arrays, pack_arrays
 from alloctrace.traces.store.schema import GraphRecord, oom_of
 
 from alloctrace.traces.sources.record.placed import placement_events
@@ -151,7 +151,7 @@ class Replayer:
             return
         if via:
             record.extra["via"] = via
-        strings, blobs = pack(*encode(record.events), self._zc.compress)
+        strings, blobs = pack_arrays(*encode_arrays(record.events), self._zc.compress)
         graph = EncodedGraph(
             index=record.index, role=record.role, n_events=len(record.events), max_size=record.max_size,
             buffer_size=record.buffer_size, oom=record.oom, consistent=record.consistent, strings=strings,

@@ -89,9 +89,10 @@ class Process:
 
 
 def _int(tok: str) -> int:
-    if tok == "(nil)":
-        return 0
-    return int(tok, 16) if tok.startswith("0x") else int(tok)
+    """A pointer (`%p`: 0x..., or (nil)) or a plain number."""
+    if tok[:2] == "0x":
+        return int(tok, 16)
+    return 0 if tok == "(nil)" else int(tok)
 
 
 def _unescape(s: str) -> str:
@@ -109,20 +110,17 @@ def _unescape(s: str) -> str:
     return "".join(out)
 
 
-def parse_tensor(line: str) -> TensorRec:
-    f = line.split(" ")
+def parse_tensor(f: list) -> TensorRec:
+    """A tensor line, split at spaces (a name may hold spaces: it is the rest of the line)."""
     if len(f) < 21:
         raise ValueError("short tensor line")
     n_src = int(f[19])
     k = 20 + n_src
     n_sizes = int(f[k])
-    alloc_sizes = tuple(int(x) for x in f[k + 1:k + 1 + n_sizes])
-    name = " ".join(f[k + 1 + n_sizes:])
-    return TensorRec(
-        kind=f[0], ptr=_int(f[1]), type=f[2], op=f[3], desc=f[4], flags=int(f[5]),
-        ne=tuple(int(x) for x in f[6:10]), nb=tuple(int(x) for x in f[10:14]), nbytes=int(f[14]),
-        data=_int(f[15]), buffer=_int(f[16]), view_src=_int(f[17]), view_offs=int(f[18]),
-        srcs=[_int(x) for x in f[20:20 + n_src]], alloc_sizes=alloc_sizes, name=_unescape(name))
+    flags, ne0, ne1, ne2, ne3, nb0, nb1, nb2, nb3, nbytes = map(int, f[5:15])
+    return TensorRec(f[0], _int(f[1]), f[2], f[3], f[4], flags, (ne0, ne1, ne2, ne3), (nb0, nb1, nb2, nb3), nbytes,
+                     _int(f[15]), _int(f[16]), _int(f[17]), int(f[18]), [_int(x) for x in f[20:k]],
+                     tuple(map(int, f[k + 1:k + 1 + n_sizes])), _unescape(" ".join(f[k + 1 + n_sizes:])))
 
 
 def _lines(stream: BinaryIO, max_bytes: int) -> Iterator[tuple[int, str]]:
@@ -182,7 +180,7 @@ def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> li
                     raise ValueError("tensor outside a call")
                 if len(current.tensors) >= MAX_TENSORS:
                     raise RecordingError(f"line {no}: more than {MAX_TENSORS:,} tensors in one graph")
-                current.tensors.append(parse_tensor(line))
+                current.tensors.append(parse_tensor(f))
             elif kind == "P" or kind == "V":
                 call = open_calls.get(int(f[1]))
                 if call is not None:
