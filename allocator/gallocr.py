@@ -300,12 +300,9 @@ class Gallocr:
         return True
 
     def _valid(self, t: Tensor, talloc) -> bool:
-        size = 0
-        if self.addr(t) == 0 and t.view_src is None:
-            if talloc[0] < 0:
-                return False
-            size = self.alloc_size(t, talloc[0])
-        return talloc[2] >= size
+        if t.view_src is not None or self.data.get(t, t.data) != 0:
+            return talloc[2] >= 0  # placed by someone else: needs no bytes of the plan
+        return talloc[0] >= 0 and talloc[2] >= self.alloc_size(t, talloc[0])
 
     def needs_realloc(self, graph: Graph) -> str | None:
         """Why the recorded plan cannot serve this graph (the text ggml prints), or None."""
@@ -347,14 +344,14 @@ class Gallocr:
 
     def _init_tensor(self, t: Tensor, talloc):
         if t.view_src is not None:
-            if self.addr(t) == 0 and t.view_src in self.placement:
+            if self.data.get(t, t.data) == 0 and t.view_src in self.placement:
                 c, o = self.placement[t.view_src]
                 b = self.buffer_of[t.view_src]
                 self.placement[t] = (c, o + t.view_offs)
                 self.buffer_of[t] = b
                 self.data[t] = self._base(b, c) + o + t.view_offs
             return
-        if self.addr(t) == 0 and talloc[0] >= 0:
+        if talloc[0] >= 0 and self.data.get(t, t.data) == 0:
             c, o = talloc[1]
             b = self.owner[talloc[0]]
             self.placement[t] = (c, o)

@@ -243,6 +243,7 @@ def test_whatif_predicts_the_first_oom_of_the_capped_runs(other):
 
 def test_parse_size_and_overrides():
     assert parse_size("6GiB") == 6 << 30 and parse_size("512 MiB") == 512 << 20 and parse_size("1.5GB") == 1_500_000_000
+    assert parse_size("6G") == parse_size("6g") == 6 << 30 and parse_size("512M") == 512 << 20  # as --max-memory
     s = apply_overrides(AllocatorSettings(), {"max_split_size_mb": "64", "expandable_segments": "true",
                                               "roundup_power2_divisions": "4"}, "6GiB")
     assert s.max_split_size == 64 * MiB and s.expandable_segments and s.roundup_power2_divisions == (4,) * 16

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 
 from alloctrace.allocator.profiles import DEFAULT_PROFILE, names as profile_names
 from alloctrace.traces.errors import UserError
@@ -24,16 +23,14 @@ from ._common import examples
 
 EXIT_HAZARDS = 4
 MEMORY_SHARE = 0.75  # of MemAvailable, when no --max-memory is given: leave the rest to other programs
-UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
-         "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
-
-
 def _size_arg(text: str) -> int:
-    """'2G', '512M', '1.5GiB' or plain bytes."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"bad size {text!r} (want e.g. 2G, 512M or bytes)")
-    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+    """'2G', '512M', '1.5GiB' or plain bytes (util/sizes.parse_size)."""
+    from alloctrace.traces.util.sizes import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 EXAMPLES = examples(

@@ -27,7 +27,7 @@ def register(subparsers):
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                    help="allocator setting (repeatable): expandable_segments=true, max_split_size_mb=64, "
                         "roundup_power2_divisions=4, garbage_collection_threshold=0.8, release_cached_on_oom=false")
-    p.add_argument("--cap", metavar="SIZE", help="memory cap of the what-if run: a size (6GiB), or "
+    p.add_argument("--cap", metavar="SIZE", help="memory cap of the what-if run: a size (6GiB or 6G: 6 x 2**30 bytes; 6GB: 6 x 10**9), or "
                    "set_per_process_memory_fraction as fraction:0.5 or 50%% of the GPU's memory; 'none' for no cap")
     p.add_argument("--recorded-cap", metavar="SIZE",
                    help="the cap the recorded run had (a snapshot does not record it; default: inferred from its "

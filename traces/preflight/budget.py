@@ -6,7 +6,6 @@ store; the answer is run once more into the real store, so it can be opened, dif
 """
 from __future__ import annotations
 
-import re
 import tempfile
 from dataclasses import dataclass
 
@@ -16,22 +15,17 @@ from .points import Point, run_points
 from .printed import bytes_of, total_mib
 from .vary import Vary
 
-UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10 ** 3, "kib": 1 << 10, "m": 1 << 20, "mb": 10 ** 6, "mib": 1 << 20,
-         "g": 1 << 30, "gb": 10 ** 9, "gib": 1 << 30, "t": 1 << 40, "tb": 10 ** 12, "tib": 1 << 40}
-SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 MAX_PROBES = 64
 
 
 def parse_budget(text: str) -> int:
-    """"8GiB" -> 8589934592; "500MB" -> 500000000; "4096" -> 4096 bytes."""
-    m = SIZE.match(text or "")
-    unit = (m.group(2) if m else "").lower()
-    if not m or unit not in UNITS:
-        raise UserError(f"--budget wants a size such as 8GiB, 512MiB or 4096 (bytes), got {text!r}")
-    n = int(float(m.group(1)) * UNITS[unit])
-    if n <= 0:
-        raise UserError(f"--budget must be more than 0 bytes, got {text!r}")
-    return n
+    """"8GiB" or "8G" -> 8589934592; "500MB" -> 500000000; "4096" -> 4096 bytes (util/sizes.parse_size)."""
+    from alloctrace.traces.util.sizes import parse_size
+
+    try:
+        return parse_size(text or "")
+    except ValueError as e:
+        raise UserError(f"--budget wants a size such as 8GiB, 512MiB or 4096 (bytes): {e}") from None
 
 
 @dataclass

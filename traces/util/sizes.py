@@ -19,3 +19,28 @@ def fmt_bytes(n: int | None) -> str:
         v, unit = v / 1024, u
     s = f"{int(v)} B" if unit == "B" else f"{v:.2f} {unit}"
     return ("-" if n < 0 else "") + s
+
+
+# K, M, G, T alone and KiB ... TiB are powers of 1024 (as `docker --memory 6g`, `java -Xmx6g` and llama.cpp's
+# MiB mean them); KB, MB, GB, TB are powers of 1000, as the SI writes them.
+PARSE_UNITS = {"": 1, "b": 1,
+               "k": 1 << 10, "kib": 1 << 10, "kb": 10 ** 3,
+               "m": 1 << 20, "mib": 1 << 20, "mb": 10 ** 6,
+               "g": 1 << 30, "gib": 1 << 30, "gb": 10 ** 9,
+               "t": 1 << 40, "tib": 1 << 40, "tb": 10 ** 12}
+MAX_SIZE = 1 << 60
+SIZE_EXAMPLES = "e.g. 6GiB, 512M, 1.5GB or a number of bytes"
+
+
+def parse_size(text: str) -> int:
+    """'6GiB' and '6G' -> 6442450944, '1.5 GB' -> 1500000000, '4096' -> 4096; ValueError (saying what is
+    wanted) for anything else, for 0 and for more than 2**60."""
+    import re
+
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([a-z]*)", str(text).strip().lower().replace("_", "").replace(" ", ""))
+    if not m or m.group(2) not in PARSE_UNITS:
+        raise ValueError(f"not a size: {text!r} ({SIZE_EXAMPLES})")
+    n = int(float(m.group(1)) * PARSE_UNITS[m.group(2)])
+    if n <= 0 or n > MAX_SIZE:
+        raise ValueError(f"size out of range: {text!r} (more than 0 bytes, at most 2**60)")
+    return n

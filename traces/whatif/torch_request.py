@@ -12,24 +12,8 @@ import numpy as np
 from alloctrace.allocator.cuda_caching import (ALLOC, N_ROUNDUP_INTERVALS, NO_LIMIT, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
                                                SEGMENT_MAP, SEGMENT_UNMAP, SNAPSHOT, AllocatorSettings, allocation_size,
                                                round_size)
+from alloctrace.traces.util.sizes import parse_size  # noqa: F401 (the faces' size parser, also from here)
 from alloctrace.traces.whatif.torch import compare_settings, replay_check, seed_reserved, settings_dict
-
-
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-          "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-
-
-def parse_size(text: str) -> int:
-    """'6GiB', '6442450944', '1.5 GB' -> bytes."""
-    t = str(text).strip().lower().replace("_", "").replace(" ", "")
-    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = t[len(num):]
-    if unit not in _UNITS or not num:
-        raise ValueError(f"not a size: {text!r} (use e.g. 6GiB, 512MiB or a number of bytes)")
-    value = float(num) * _UNITS[unit]
-    if value <= 0 or value > 1 << 60:
-        raise ValueError(f"size out of range: {text!r}")
-    return int(value)
 
 
 def _bool(v: str) -> bool:

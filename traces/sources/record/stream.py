@@ -118,9 +118,12 @@ def parse_tensor(f: list) -> TensorRec:
     k = 20 + n_src
     n_sizes = int(f[k])
     flags, ne0, ne1, ne2, ne3, nb0, nb1, nb2, nb3, nbytes = map(int, f[5:15])
+    data, buffer, view_src = f[15:18]  # mostly NULL: (nil) without a call
     return TensorRec(f[0], _int(f[1]), f[2], f[3], f[4], flags, (ne0, ne1, ne2, ne3), (nb0, nb1, nb2, nb3), nbytes,
-                     _int(f[15]), _int(f[16]), _int(f[17]), int(f[18]), [_int(x) for x in f[20:k]],
-                     tuple(map(int, f[k + 1:k + 1 + n_sizes])), _unescape(" ".join(f[k + 1 + n_sizes:])))
+                     0 if data == "(nil)" else _int(data), 0 if buffer == "(nil)" else _int(buffer),
+                     0 if view_src == "(nil)" else _int(view_src), int(f[18]), [_int(x) for x in f[20:k]],
+                     tuple(map(int, f[k + 1:k + 1 + n_sizes])) if n_sizes else (),
+                     _unescape(" ".join(f[k + 1 + n_sizes:])))
 
 
 def _lines(stream: BinaryIO, max_bytes: int) -> Iterator[tuple[int, str]]:
@@ -205,7 +208,7 @@ def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> li
                 else:
                     last_dump[current.obj] = current
             elif kind == "i" or kind == "j":
-                ids = [int(x) for x in f[1:]]
+                ids = list(map(int, f[1:]))
                 if current is None:
                     raise ValueError("buffer ids outside a call")
                 if kind == "i":
@@ -216,7 +219,7 @@ def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> li
                 call = open_calls.pop(int(f[1]), None)
                 if call is not None:
                     call.rc = int(f[2])
-                    call.sizes = [int(x) for x in f[3:]]
+                    call.sizes = list(map(int, f[3:]))
                     finish(call)
                 current = None
             elif kind == "B":
