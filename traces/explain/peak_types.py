@@ -1,0 +1,200 @@
+"""A peak's parts, as every way of computing one shares them: families, live tensors, moments, the
+graph's peak and its JSON, and the size attribution between two peaks.
+
+Plain Python, no numpy: a sweep's worker summarises its points with `peak_fast` and must not pay
+numpy's import; `peak.py` computes the same objects over store columns and re-exports these names.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from alloctrace.traces.util.sizes import fmt_bytes
+
+TOP_TENSORS = 2000  # tensors listed in a peak's JSON (families always count all of them)
+
+_DECORATION = re.compile(r"\s*\((?:view|permuted|transposed|reshaped|cont|copy|copy of .*)\)")
+_LAYER = re.compile(r"(?:-|_l|\.)\d+$")  # kq-12, cache_k_l3, name.7
+_UNNAMED = re.compile(r"^(?:node|leaf)_\d+$")  # ggml's default names for unnamed tensors
+
+
+def family_of(name: str | None, op: str | None = None) -> str:
+    """A stable family for a tensor: `kq-12` -> `kq`, `ffn_up-3 (view)` -> `ffn_up`; an unnamed
+    tensor (empty, `node_N`, `leaf_N`, only decorations) is known by its op."""
+    base = name or ""
+    m = _DECORATION.search(base)
+    if m:
+        base = base[:m.start()]
+    base = _LAYER.sub("", base.strip())
+    if not base or _UNNAMED.match(base):
+        return op or "(unnamed)"
+    return base
+
+
+# --- one graph's peak ---------------------------------------------------------------------------
+@dataclass
+class Live:
+    """One tensor holding bytes at a moment: its memory-map lifetime [start, end)."""
+
+    tensor: str
+    family: str
+    op: str | None
+    bytes: int
+    offset: int
+    chunk: int
+    y0: int  # offset in the memory map's stacked chunk space
+    start: int  # event that placed these bytes (an alloc or a reuse)
+    end: int  # event that released them (n_events: live at the end)
+
+    def to_json(self) -> dict:
+        return {"tensor": self.tensor, "family": self.family, "op": self.op, "bytes": self.bytes,
+                "offset": self.offset, "chunk": self.chunk, "y0": self.y0, "start": self.start, "end": self.end}
+
+
+@dataclass
+class Moment:
+    """What occupies a buffer (one chunk, or all of them) at one event: live tensors and holes."""
+
+    event: int
+    bytes: int  # the high-water mark (peak) or the buffer's capacity (failure)
+    live: list[Live]
+    free_below: int  # bytes below `bytes` held by no live tensor
+    largest_hole: int
+    holes: list = field(default_factory=list)  # the largest holes, each with what was freed there
+
+    def families(self) -> list[dict]:
+        return families_json(self.live, self.bytes)
+
+
+def families_json(live: list[Live], total: int) -> list[dict]:
+    """Families by bytes (largest first): tensors, bytes, share of `total`, first and last node."""
+    groups: dict[str, list[Live]] = {}
+    for t in live:
+        groups.setdefault(t.family, []).append(t)
+    out = []
+    for fam, ts in groups.items():
+        ts.sort(key=lambda t: (t.start, t.offset))
+        size = sum(t.bytes for t in ts)
+        out.append({"family": fam, "tensors": len(ts), "bytes": size, "share": size / total if total else 0.0,
+                    "first_node": ts[0].tensor, "last_node": ts[-1].tensor, "first_event": ts[0].start,
+                    "last_event": ts[-1].start})
+    out.sort(key=lambda f: (-f["bytes"], f["family"]))
+    return out
+
+
+@dataclass
+class GraphPeak:
+    """A graph's peak: per chunk (ggml) or pool (other sources), and all of them together."""
+
+    buffers: list[dict]  # [{"buffer", "chunk", "name", "moment": Moment, "tensor": what set the mark}]
+    n_events: int
+    failure: dict | None = None  # the first out-of-space event, with what filled the buffer then
+
+    @property
+    def bytes(self) -> int:
+        return sum(b["moment"].bytes for b in self.buffers)
+
+    @property
+    def live(self) -> list[Live]:
+        return [t for b in self.buffers for t in b["moment"].live]
+
+    @property
+    def free_below(self) -> int:
+        return sum(b["moment"].free_below for b in self.buffers)
+
+    def _top(self) -> dict | None:
+        """The buffer with the highest mark, the earliest set on ties (the only one for a single chunk)."""
+        return max(self.buffers, key=lambda b: (b["moment"].bytes, -b["moment"].event), default=None)
+
+    @property
+    def event(self) -> int | None:
+        """The event that set the largest buffer's mark (the only one for a single chunk)."""
+        top = self._top()
+        return top["moment"].event if top else None
+
+    def family_bytes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.live:
+            out[t.family] = out.get(t.family, 0) + t.bytes
+        return out
+
+    def to_json(self, trace=None, graph=None, tensors: bool = True) -> dict:
+        total = self.bytes
+        top = self._top()
+        out = {"trace": trace, "graph": graph,
+               "peak": {"event": top["moment"].event if top else None, "bytes": total,
+                        "tensor": top["tensor"] if top else None,
+                        "live_bytes": total - self.free_below},
+               "families": families_json(self.live, total),
+               "fragmentation": {"free_below_peak": self.free_below,
+                                 "largest_hole": max((b["moment"].largest_hole for b in self.buffers), default=0),
+                                 "holes": sorted((h for b in self.buffers for h in b["moment"].holes),
+                                                 key=lambda h: -h["bytes"])[:MAX_HOLES]}}
+        if len(self.buffers) > 1:
+            out["buffers"] = [_buffer_json(b) for b in self.buffers]
+        if tensors:
+            live = sorted(self.live, key=lambda t: (-t.bytes, t.start))
+            out["tensors"] = [t.to_json() for t in live[:TOP_TENSORS]]
+            out["tensors_total"] = len(live)
+        out["failure"] = self.failure
+        out["n_events"] = self.n_events
+        return out
+
+
+def _buffer_json(b: dict) -> dict:
+    m: Moment = b["moment"]
+    return {"buffer": b.get("buffer"), "chunk": b["chunk"], "name": b.get("name"), "peak": {"event": m.event, "bytes": m.bytes, "tensor": b["tensor"],
+                                          "live_bytes": m.bytes - m.free_below},
+            "families": m.families(), "fragmentation": {"free_below_peak": m.free_below,
+                                                        "largest_hole": m.largest_hole, "holes": m.holes}}
+
+
+MAX_HOLES = 8  # holes below a mark that say what was freed there (the largest)
+
+
+# --- attribution between two runs --------------------------------------------------------------
+def size_attribution(a: GraphPeak, b: GraphPeak) -> dict:
+    """B's high-water mark against A's, by family; family deltas + fragmentation_delta == delta."""
+    fa, fb = a.family_bytes(), b.family_bytes()
+    rows = []
+    for fam in set(fa) | set(fb):
+        x, y = fa.get(fam, 0), fb.get(fam, 0)
+        rows.append({"family": fam, "a": x, "b": y, "delta": y - x,
+                     "status": "appeared" if fam not in fa else "vanished" if fam not in fb else "both"})
+    rows.sort(key=lambda r: (-abs(r["delta"]), -max(r["a"], r["b"]), r["family"]))
+    out = {"a_bytes": a.bytes, "b_bytes": b.bytes, "delta": b.bytes - a.bytes, "families": rows,
+           "fragmentation_delta": b.free_below - a.free_below,
+           "a_fragmentation": a.free_below, "b_fragmentation": b.free_below,
+           "a_peak_event": a.event, "b_peak_event": b.event,
+           "appeared": sorted(r["family"] for r in rows if r["status"] == "appeared"),
+           "vanished": sorted(r["family"] for r in rows if r["status"] == "vanished")}
+    assert sum(r["delta"] for r in rows) + out["fragmentation_delta"] == out["delta"]
+    return out
+
+
+def attribution_lines(att: dict, top: int = 12) -> list[str]:
+    """The attribution as an indented text table: A, B and B - A per family, then fragmentation."""
+    rows = [["family", "a", "b", "b - a", ""]]
+    for r in att["families"][:top]:
+        rows.append([r["family"], fmt_bytes(r["a"]), fmt_bytes(r["b"]), _signed(r["delta"]),
+                     "" if r["status"] == "both" else r["status"]])
+    rest = att["families"][top:]
+    if rest:
+        rows.append([f"{len(rest)} more families", "", "", _signed(sum(r["delta"] for r in rest)), ""])
+    rows.append(["fragmentation", fmt_bytes(att["a_fragmentation"]), fmt_bytes(att["b_fragmentation"]),
+                 _signed(att["fragmentation_delta"]), ""])
+    rows.append(["high-water mark", _bin(att["a_bytes"]), _bin(att["b_bytes"]), _signed(att["delta"]), ""])
+    return ["  " + line for line in text_table(rows)]
+
+
+def text_table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def _bin(n: int) -> str:
+    return f"{fmt_bytes(n)} ({n:,} B)"
+
+
+def _signed(n: int) -> str:
+    return f"{'+' if n >= 0 else '-'}{fmt_bytes(abs(n))} ({n:+,} B)"
