@@ -140,7 +140,7 @@ def run_program(args, command: list[str]) -> int:
 
 
 def program_lines(out: dict) -> list[str]:
-    from alloctrace.traces.explain.peak import text_table
+    from alloctrace.traces.explain.peak_types import text_table
     from alloctrace.traces.util.sizes import fmt_bytes
     from alloctrace.traces.preflight.laws import dominance_lines, law_lines
 

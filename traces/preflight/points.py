@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.sources.record.run import checked_program, collect, recorder_env
 
+from .forkpool import ForkPool
 from .printed import printed_sizes
 from .vary import Vary, label, points as combinations, tags as point_tags, with_values
 
@@ -121,16 +121,6 @@ def read_recording(path: Path, name: str) -> list:
         return SOURCE.read(f, filename=path.name, name=name)
 
 
-def _pool(jobs: int):
-    """Worker processes forked from this one (a fork costs milliseconds, and replays run on every core);
-    threads where fork is not there."""
-    import multiprocessing
-
-    if "fork" in multiprocessing.get_all_start_methods():
-        return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"))
-    return ThreadPoolExecutor(max_workers=jobs)
-
-
 def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, jobs: int | None = None,
                name: str | None = None, sweep_id: str | None = None, progress=None, tags=()) -> tuple[str, list[Point]]:
     """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
@@ -146,15 +136,11 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
         dirs = [Path(tmp) / str(k) for k in range(len(pts))]
         for d in dirs:
             d.mkdir()
-        pool = _pool(jobs) if jobs > 1 else None
-        try:
-            if pool is None:
-                results = ((k, run_and_read(p.argv, library, d, f"{base} {label(p.values)}"))
-                           for k, (p, d) in enumerate(zip(pts, dirs)))
-            else:
-                futures = {pool.submit(run_and_read, p.argv, library, d, f"{base} {label(p.values)}"): k
-                           for k, (p, d) in enumerate(zip(pts, dirs))}
-                results = ((futures[f], f.result()) for f in as_completed(futures))
+        tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
+        with ForkPool(jobs) as pool:
+            # workers forked from this process (a fork costs milliseconds, and replays run on every core)
+            results = pool.run(run_and_read, tasks) if jobs > 1 else \
+                ((k, run_and_read(*t)) for k, t in enumerate(tasks))
             for done, (k, ran) in enumerate(results, 1):
                 p = pts[k]
                 p.exit_status, p.printed, p.error = ran.exit_status, printed_sizes(ran.text), ran.error
@@ -166,9 +152,6 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                     p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"
                 if progress:
                     progress(done, len(pts), p)
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
     return sid, pts
 
 
@@ -215,11 +198,11 @@ def summarise_imported(p: Point, trace) -> None:
 def events_peak(events: list, row: dict):
     """A ggml graph's peak from its events, with the buffer names, real sizes and capacity its summary row
     gives (as the store's peak of a recorded graph uses them)."""
-    from alloctrace.traces.explain.peak import ggml_peak
+    from alloctrace.traces.explain.peak_fast import peak_of_events
 
     extra = row.get("extra") or {}
     names = [t.get("name") for t in extra.get("buffer_types") or ()] or None
-    return ggml_peak(events, capacity=row.get("buffer_size") if row.get("oom") else None, buffer_names=names,
+    return peak_of_events(events, capacity=row.get("buffer_size") if row.get("oom") else None, buffer_names=names,
                      buffer_sizes=extra.get("real_sizes"))
 
 

@@ -20,7 +20,7 @@ def sweep_json(store, sweep_id: str, varies: list, points: list[Point]) -> dict:
 
 def neighbours(store, points: list[dict]) -> list[dict]:
     """Consecutive points along the first numeric flag (the others equal): b - a by family, exactly."""
-    from alloctrace.traces.explain.peak import graph_peak, size_attribution
+    from alloctrace.traces.explain.peak_types import size_attribution
 
     ok = [p for p in points if p.get("trace") and p.get("graph") is not None]
     flags = numeric_flags(ok)
@@ -37,6 +37,8 @@ def neighbours(store, points: list[dict]) -> list[dict]:
             return p["_peak"]
         key = (p["trace"], p["graph"])
         if key not in cache:
+            from alloctrace.traces.explain.peak import graph_peak
+
             cache[key] = graph_peak(store, *key)[0]
         return cache[key]
 
