@@ -71,6 +71,19 @@ def test_a_finished_replay_leaves_no_cycles(name):
         gc.enable()
 
 
+@pytest.mark.parametrize("name", ["fit/tiny-llama-c4096-faon.atrec.xz", "cuda/ngl2-faon-c1024.atrec.xz",
+                                  "moe/qwen3moe-fa-off-c1024-ub256-fit.atrec.xz", "gallocr-mlp.atrec"])
+def test_the_events_a_read_keeps_are_the_stored_ones(name):
+    kept: list = []
+    traces = RecordingSource().read(io.BytesIO(read(name)), filename=name, name=None, events=kept)
+    decompress = zstandard.ZstdDecompressor().decompress
+    assert len(kept) == len(traces)
+    for trace, by_index in zip(traces, kept):
+        assert sorted(by_index) == [g.index for g in trace.graphs]
+        for g in trace.graphs:
+            assert by_index[g.index] == decode_arrays(g.n_events, g.blobs, g.strings, decompress)
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     DIGESTS.write_text(json.dumps({"made_by": "python tests/test_replay_golden.py --write", "code_of": "808b5f9",
                                    "digests": {n: digest(n) for n in RECORDINGS}}, indent=1) + "\n")

@@ -89,8 +89,9 @@ def shapes(call: Call) -> dict:
 class Replayer:
     """The model side of one recorded process: one model gallocr per real one."""
 
-    def __init__(self, proc: Process):
+    def __init__(self, proc: Process, keep_events: bool = False):
         self.proc = proc
+        self.events: dict[int, list] | None = {} if keep_events else None  # graph index -> its Events, if kept
         self.models: dict[int, _Model] = {}  # by gallocr serial
         self.graphs: list[EncodedGraph] = []  # stored form right away: a long run's events stay compressed
         self._zc = zstandard.ZstdCompressor(level=3, write_checksum=True)
@@ -159,6 +160,8 @@ class Replayer:
             buffer_size=record.buffer_size, oom=record.oom, consistent=record.consistent, strings=strings,
             blobs=blobs, extra=record.extra)
         self.graphs.append(graph)
+        if self.events is not None:
+            self.events[graph.index] = record.events  # the gallocr starts a new list per call: this one stays
         self._check_plan(m, graph, plan_problems)
 
     def _check_plan(self, m: _Model, graph: EncodedGraph, problems: list | None):

@@ -37,13 +37,16 @@ class RecordingSource:
     def sniff(self, head: bytes) -> bool:
         return head.startswith(MAGIC)
 
-    def read(self, stream: BinaryIO, *, filename: str, name: str | None) -> list[ImportedTrace]:
+    def read(self, stream: BinaryIO, *, filename: str, name: str | None,
+             events: list | None = None) -> list[ImportedTrace]:
+        """`events`, when given, gets one {graph index: [Event, ...]} per trace returned, in order: the replay's
+        own events, for a caller that sums a graph up right away instead of decoding what was just encoded."""
         replayers: dict[int, Replayer] = {}
 
         def on_call(proc, call):
             r = replayers.get(id(proc))
             if r is None:
-                r = replayers[id(proc)] = Replayer(proc)
+                r = replayers[id(proc)] = Replayer(proc, keep_events=events is not None)
             r.on_call(proc, call)
 
         procs = read_processes(stream, on_call)
@@ -66,6 +69,8 @@ class RecordingSource:
             meta = TraceMeta(name=label, source=self.name, generation=r.profile, profile=r.profile,
                              tags=["recording"], extra={"recording": report})
             out.append(ImportedTrace(meta, r.graphs, report))
+            if events is not None:
+                events.append(r.events)
         if not out:
             raise RecordingError(NO_GGML)
         return out
