@@ -208,3 +208,34 @@ def test_printed_sizes_of_real_llama_output():
     real = printed.printed_sizes((DATA / "completion-c512-fa-off.txt").read_text())
     assert real == {"weights": {"CPU_Mapped": 6.13}, "kv_cache": {"CPU": 1.0}, "compute": {"CPU": 12.01}}
     assert f"{12_593_152 / 2**20:.2f}" == f"{real['compute']['CPU']:.2f}"  # the recorded size, as printed
+
+
+@pytest.mark.parametrize("keep", [None, 10 ** 9, 0])
+def test_a_point_sums_up_the_same_from_kept_events_decoded_columns_or_the_store(tmp_path, monkeypatch, keep):
+    """A worker sums its point up from the replay's own events (or, past the cap on kept events, from the
+    columns it encoded): the same buffers, consistency, families and peak as the stored trace gives."""
+    import io
+    import lzma
+
+    from alloctrace.traces.preflight.points import Point, summarise, summarise_imported
+    from alloctrace.traces.sources import store_traces
+    from alloctrace.traces.sources.record import replay
+    from alloctrace.traces.sources.record.source import SOURCE
+
+    if keep is not None:
+        monkeypatch.setattr(replay, "MAX_KEPT_EVENTS", keep)
+    for path in sorted((Path(__file__).parent / "data" / "record").rglob("*.atrec*")):
+        raw = path.read_bytes()
+        raw = lzma.decompress(raw) if path.suffix == ".xz" else raw
+        events: list = []
+        traces = SOURCE.read(io.BytesIO(raw), filename=path.name, name="p", events=None if keep is None else events)
+        if keep == 0:
+            assert events and not events[0]  # nothing kept: the columns are decoded
+        mine = Point({}, [])
+        summarise_imported(mine, traces[0], events[0] if events else None)
+        tid = store_traces(open_store(tmp_path / "s"), traces)[0]["id"]
+        stored = Point({}, [])
+        summarise(open_store(tmp_path / "s"), stored, tid)
+        assert (mine.buffers, mine.consistent, mine.graph, mine.all_families) == \
+            (stored.buffers, stored.consistent, stored.graph, stored.all_families), path.name
+        assert mine.peak.to_json() == stored.peak.to_json(), path.name

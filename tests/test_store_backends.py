@@ -287,3 +287,14 @@ def test_the_environment_names_a_postgresql_store(pg_url, monkeypatch, capsys):
     capsys.readouterr()
     assert main(["list", "--tag", "commit=x", "--json"]) == 0
     assert [t["tags"] for t in json.loads(capsys.readouterr().out)["traces"]] == [["commit=x"]]
+
+
+@pytest.mark.parametrize("command", [["list"], ["sweep", "--vary=-c=1,2", "--", sys.executable, "-c", "pass"]])
+def test_an_unreachable_postgresql_store_is_one_line(command):
+    """The connection pool's own warnings (one per attempt) stay out of the CLI's one-line refusal."""
+    url = "postgresql://nobody@127.0.0.1:1/none"
+    r = subprocess.run([sys.executable, "-m", "alloctrace", command[0], "--store", url, *command[1:]],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("alloctrace: error: cannot open store postgresql://"), r.stderr

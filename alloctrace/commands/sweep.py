@@ -113,8 +113,9 @@ def store_points(out: dict, args, tags: list[str]):
 
 
 def run_program(args, command: list[str]) -> int:
+    import functools
+
     from alloctrace.traces.preflight.points import run_points
-    from alloctrace.traces.preflight.sweeps import sweep_json
     from alloctrace.traces.preflight.vary import parse_vary, points as combinations
     from alloctrace.traces.sources.record.build import recorder_library
 
@@ -128,12 +129,14 @@ def run_program(args, command: list[str]) -> int:
     tags = parse_tags(args.tags)
     varies = [parse_vary(v) for v in args.vary]
     total = len(combinations(varies))
-    store = open_store_from(args)
+    store = functools.cache(lambda: open_store_from(args))  # opened once the workers run programs
     library = recorder_library()
     with _progress("recording points") as advance:
         sid, points = run_points(store, command, varies, library, jobs=args.jobs, name=args.name,
                                  progress=lambda done, n, p: advance(done, n, p), tags=tags)
-    out = sweep_json(store, sid, [[v.flag, list(v.values)] for v in varies], points)
+    from alloctrace.traces.preflight.sweeps import sweep_json
+
+    out = sweep_json(store(), sid, [[v.flag, list(v.values)] for v in varies], points)
     print(json.dumps(out, indent=1) if args.json else safe_lines(program_lines(out)))
     assert total == len(points)
     return 0 if all(p.error is None for p in points) else 1

@@ -75,18 +75,23 @@ class ForkPool:
         self.fn: Callable | None = None
 
     def run(self, fn: Callable, tasks: Iterable[tuple]) -> Iterator[tuple[int, object]]:
+        """Fork the workers and hand each its first task now; the iterator gives (task index, result) as
+        each finishes, handing out the rest as workers come free."""
         todo = list(enumerate(tasks))
         self.fn = fn
         self._start(min(self.jobs, len(todo)))
         busy: dict[int, int] = {}  # result fd -> task index
         by_result = {r: t for _, t, r in self.workers}
+        for r, t in by_result.items():
+            k, task = todo.pop(0)
+            _write(t, task)
+            busy[r] = k
+        return self._results(todo, busy, by_result)
+
+    def _results(self, todo: list, busy: dict[int, int], by_result: dict[int, int]) -> Iterator[tuple[int, object]]:
         with selectors.DefaultSelector() as sel:
-            for r, t in by_result.items():
+            for r in busy:
                 sel.register(r, selectors.EVENT_READ)
-                if todo:
-                    k, task = todo.pop(0)
-                    _write(t, task)
-                    busy[r] = k
             while busy:
                 for key, _ in sel.select():
                     r = key.fd

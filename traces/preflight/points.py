@@ -103,28 +103,33 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ra
     result = collect(argv, rc, workdir)
     if not result.recordings:
         return Ran(result.exit_status, text, [], NO_GGML)
+    events: list[dict] = []  # per trace: {graph index: the replay's events}, so nothing is decoded again
     try:
-        traces = [t for path in result.recordings for t in read_recording(path, name)]
+        traces = [t for path in result.recordings for t in read_recording(path, name, events)]
     except UserError as e:
         return Ran(result.exit_status, text, [], str(e))
     summary = Point({}, [])
-    summarise_imported(summary, traces[0])
+    summarise_imported(summary, traces[0], events[0])
     return Ran(result.exit_status, text, traces, summary=summary)
 
 
-def read_recording(path: Path, name: str) -> list:
+def read_recording(path: Path, name: str, events: list | None = None) -> list:
     """A recording our own recorder just wrote, read by the recording source itself (its stream reader bounds
-    lines, tensors and bytes): asking every registered source to sniff it would import them all."""
+    lines, tensors and bytes): asking every registered source to sniff it would import them all. `events`
+    gets each trace's replayed events by graph (RecordingSource.read)."""
     from alloctrace.traces.sources.record.source import SOURCE
 
     with open(path, "rb") as f:
-        return SOURCE.read(f, filename=path.name, name=name)
+        return SOURCE.read(f, filename=path.name, name=name, events=events)
 
 
 def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, jobs: int | None = None,
                name: str | None = None, sweep_id: str | None = None, progress=None, tags=()) -> tuple[str, list[Point]]:
     """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
-    `progress(done, total, point)` is called as each point is stored."""
+    `progress(done, total, point)` is called as each point is stored. `store` is a Store, or a function
+    that opens one, called once the workers run: importing and opening a store costs about a dry run of
+    a small model, which they spend running programs instead."""
+    opener = store if callable(store) else (lambda: store)
     prog = checked_program(argv)
     combos = combinations(varies)
     sid = sweep_id or new_sweep_id()
@@ -141,6 +146,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
             # workers forked from this process (a fork costs milliseconds, and replays run on every core)
             results = pool.run(run_and_read, tasks) if jobs > 1 else \
                 ((k, run_and_read(*t)) for k, t in enumerate(tasks))
+            store = opener()  # while the first programs run
             for done, (k, ran) in enumerate(results, 1):
                 p = pts[k]
                 p.exit_status, p.printed, p.error = ran.exit_status, printed_sizes(ran.text), ran.error
@@ -176,20 +182,23 @@ def summarise(store, p: Point, tid: str):
     _summarise(p, rows, lambda row: graph_peak(store, tid, row["index"])[0])
 
 
-def summarise_imported(p: Point, trace) -> None:
+def summarise_imported(p: Point, trace, events: dict | None = None) -> None:
     """`summarise` of a trace a worker has just read (an ImportedTrace of EncodedGraphs), before it is stored:
-    the same answer, from the graph in hand instead of the store."""
-    import zstandard
-
-    from alloctrace.traces.store.columns import decode_arrays
-
+    the same answer, from the graph in hand instead of the store: its replayed `events` by graph index where
+    the reader kept them, else its columns decoded."""
     graphs = {g.index: g for g in trace.graphs}
     rows = [{"index": g.index, "consistent": g.consistent, "buffer_size": g.buffer_size, "max_size": g.max_size,
              "oom": g.oom, "extra": g.extra} for g in trace.graphs]
-    decompress = zstandard.ZstdDecompressor().decompress
 
     def peak(row):
+        if events is not None and row["index"] in events:
+            return events_peak(events[row["index"]], row)
+        import zstandard
+
+        from alloctrace.traces.store.columns import decode_arrays
+
         g = graphs[row["index"]]
+        decompress = zstandard.ZstdDecompressor().decompress
         return events_peak(decode_arrays(g.n_events, g.blobs, g.strings, decompress), row)
 
     _summarise(p, rows, peak)

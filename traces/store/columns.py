@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from json.encoder import encode_basestring_ascii as _quote
 from array import array
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
@@ -89,7 +90,7 @@ def encode_arrays(events: list[Event]) -> tuple[dict[str, tuple[str, array]], li
                 continue
             c = known.get(key := tuple(s))
             if c is None:
-                c = known[key] = code(json.dumps(s), len(table))
+                c = known[key] = code(_dumps_names(s), len(table))
             codes.append(c)
         cols["srcs"] = (INT32[0], array(INT32[1], codes))
     extra = columns["extra"]
@@ -97,6 +98,14 @@ def encode_arrays(events: list[Event]) -> tuple[dict[str, tuple[str, array]], li
         cols["extra"] = (INT32[0], array(INT32[1], [code(json.dumps(x, sort_keys=True), len(table)) if x else -1
                                                       for x in extra]))
     return cols, list(table)
+
+
+def _dumps_names(names: list) -> str:
+    """json.dumps of a list of source names, byte for byte, without its encoder's machinery when every one
+    is a string (a graph's source lists are most of its distinct strings)."""
+    if all(type(x) is str for x in names):
+        return "[" + ", ".join(map(_quote, names)) + "]"
+    return json.dumps(names)
 
 
 def encode(events: list[Event]) -> tuple[dict, list[str]]:

@@ -74,8 +74,16 @@ class PostgresBackend:
     path = None  # no store directory: uploads in progress go to a temp folder
 
     def __init__(self, url: str):
+        import logging
+
         import psycopg
         from psycopg_pool import ConnectionPool
+
+        # the pool's threads log each failed attempt; unconfigured, Python prints those to stderr beside the
+        # one line the refusal below gives: keep them for whoever configures logging (the server), not the CLI
+        log = logging.getLogger("psycopg.pool")
+        if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+            log.addHandler(logging.NullHandler())
 
         self.url, self.where = url, without_password(url)
         self._psycopg = psycopg

@@ -38,6 +38,7 @@ from alloctrace.traces.sources.record.stream import GALLOC_CALLS, INPUT, OUTPUT,
 PROFILE = "ggml-head"  # when the recording names no ggml version
 MAX_MISMATCHES = 10  # kept per graph
 MAX_SHAPES = 8192  # tensors whose shape a graph's extra keeps (for `peak`: ne, type, op and inputs)
+MAX_KEPT_EVENTS = 200_000  # per process, for a caller that asked to keep them (a long run's stay compressed)
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Replayer:
     def __init__(self, proc: Process, keep_events: bool = False):
         self.proc = proc
         self.events: dict[int, list] | None = {} if keep_events else None  # graph index -> its Events, if kept
+        self._kept = 0  # events kept so far (at most MAX_KEPT_EVENTS; a graph beyond is only stored)
         self.models: dict[int, _Model] = {}  # by gallocr serial
         self.graphs: list[EncodedGraph] = []  # stored form right away: a long run's events stay compressed
         self._zc = zstandard.ZstdCompressor(level=3, write_checksum=True)
@@ -160,8 +162,9 @@ class Replayer:
             buffer_size=record.buffer_size, oom=record.oom, consistent=record.consistent, strings=strings,
             blobs=blobs, extra=record.extra)
         self.graphs.append(graph)
-        if self.events is not None:
+        if self.events is not None and self._kept + len(record.events) <= MAX_KEPT_EVENTS:
             self.events[graph.index] = record.events  # the gallocr starts a new list per call: this one stays
+            self._kept += len(record.events)
         self._check_plan(m, graph, plan_problems)
 
     def _check_plan(self, m: _Model, graph: EncodedGraph, problems: list | None):

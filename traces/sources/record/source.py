@@ -40,7 +40,8 @@ class RecordingSource:
     def read(self, stream: BinaryIO, *, filename: str, name: str | None,
              events: list | None = None) -> list[ImportedTrace]:
         """`events`, when given, gets one {graph index: [Event, ...]} per trace returned, in order: the replay's
-        own events, for a caller that sums a graph up right away instead of decoding what was just encoded."""
+        own events, for a caller that sums a graph up right away instead of decoding what was just encoded
+        (up to replay.MAX_KEPT_EVENTS of them per process: a graph past that is left out, to be decoded)."""
         replayers: dict[int, Replayer] = {}
 
         def on_call(proc, call):
