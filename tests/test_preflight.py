@@ -239,3 +239,17 @@ def test_a_point_sums_up_the_same_from_kept_events_decoded_columns_or_the_store(
         assert (mine.buffers, mine.consistent, mine.graph, mine.all_families) == \
             (stored.buffers, stored.consistent, stored.graph, stored.all_families), path.name
         assert mine.peak.to_json() == stored.peak.to_json(), path.name
+
+
+def test_a_sweep_never_imports_numpy(tmp_path):
+    """With -j 1 every part of a sweep runs in the command's own process (the program, ggml-python here, is
+    a process of its own): reading, replaying, summing up, storing and the laws, all without numpy."""
+    import subprocess
+
+    probe = ("import sys\nfrom alloctrace.cli import main\n"
+             f"rc = main(['sweep', '--store', {str(tmp_path / 's')!r}, '-j', '1', '--vary=-c=128,256', '--json', "
+             f"'--', *{PROGRAM!r}, '-nh', '4'])\n"
+             "print('NUMPY', rc, 'numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    last = out.stdout.strip().splitlines()[-1]
+    assert last == "NUMPY 0 False", out.stdout[-400:] + out.stderr[-2000:]
