@@ -25,8 +25,8 @@ from typing import Callable
 import numpy as np
 
 from alloctrace.traces.explain.peak_types import (MAX_HOLES, TOP_TENSORS, GraphPeak, Live, Moment,  # noqa: F401
-                                                  attribution_lines, families_json, family_of, size_attribution,
-                                                  text_table)
+                                                  attribution_lines, families_json, family_of, holes_below,
+                                                  size_attribution, text_table)
 from alloctrace.traces.memmap.lifetimes import Lifetimes, extract
 
 
@@ -44,14 +44,7 @@ def _moment(lt: Lifetimes, idx: np.ndarray, event: int, top: int, chunk: int | N
                  int(lt.offset[i]), int(lt.chunk[i]), int(lt.y0[i]), int(lt.start[i]), int(lt.end[i]))
             for i in idx.tolist()]
     used = sum(t.bytes for t in live)
-    # holes: the gaps between live tensors from the chunk's start up to `top`
-    gaps, pos = [], 0
-    for t in sorted(live, key=lambda t: t.offset):
-        if t.offset > pos:
-            gaps.append((pos, t.offset - pos))
-        pos = max(pos, t.offset + t.bytes)
-    if top > pos:
-        gaps.append((pos, top - pos))
+    gaps = holes_below(live, top)
     m = Moment(event, top, live, top - used, max((n for _, n in gaps), default=0))
     m.holes = _freed_in(lt, sorted(gaps, key=lambda g: (-g[1], g[0]))[:MAX_HOLES], event, chunk)
     return m

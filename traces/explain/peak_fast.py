@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from bisect import bisect_right
 
-from alloctrace.traces.explain.peak_types import MAX_HOLES, GraphPeak, Live, Moment, family_of
+from alloctrace.traces.explain.peak_types import MAX_HOLES, GraphPeak, Live, Moment, family_of, holes_below
 
 MAX_EVENTS = 200_000  # above this numpy's whole-column passes win over a walk, even counting numpy's import
 NUMPY_LOADED_MAX = 40_000  # where numpy is already imported, its passes win above about this many events
@@ -188,13 +188,7 @@ def _moment(g: _Graph, lt: _Lifetimes, idx: list[int], event: int, top: int, chu
         live.append(Live(str(tensor[s] or ""), family_of(tensor[s], op[s]), op[s], lt.size[j], lt.offset[j],
                          lt.chunk[j], lt.y0[j], lt.start[j], lt.end[j]))
     used = sum(t.bytes for t in live)
-    gaps, pos = [], 0
-    for t in sorted(live, key=lambda t: t.offset):
-        if t.offset > pos:
-            gaps.append((pos, t.offset - pos))
-        pos = max(pos, t.offset + t.bytes)
-    if top > pos:
-        gaps.append((pos, top - pos))
+    gaps = holes_below(live, top)
     m = Moment(event, top, live, top - used, max((n for _, n in gaps), default=0))
     if holes:
         m.holes = _freed_in(g, lt, sorted(gaps, key=lambda x: (-x[1], x[0]))[:MAX_HOLES], event, chunk)

@@ -66,6 +66,18 @@ class Moment:
         return families_json(self.live, self.bytes)
 
 
+def holes_below(live: list[Live], top: int) -> list[tuple[int, int]]:
+    """(offset, bytes) of each gap between the live tensors from the chunk's start up to `top`."""
+    gaps, pos = [], 0
+    for t in sorted(live, key=lambda t: t.offset):
+        if t.offset > pos:
+            gaps.append((pos, t.offset - pos))
+        pos = max(pos, t.offset + t.bytes)
+    if top > pos:
+        gaps.append((pos, top - pos))
+    return gaps
+
+
 def families_json(live: list[Live], total: int) -> list[dict]:
     """Families by bytes (largest first): tensors, bytes, share of `total`, first and last node."""
     groups: dict[str, list[Live]] = {}
