@@ -56,3 +56,30 @@ def test_large_results_come_back_whole():
     with ForkPool(2) as pool:
         got = dict(pool.run(bytes, [(3 << 20,), (5,)]))
     assert got == {0: bytes(3 << 20), 1: bytes(5)}
+
+
+def test_a_worker_gone_before_its_next_task_is_one_error_not_a_broken_pipe():
+    """Handing a task to a worker that has exited is WorkerDied: the CLI reads a bare BrokenPipeError as its
+    own stdout closed, and would end quietly with half the points."""
+    pool = ForkPool(1)
+    try:
+        it = pool.run(square_after, [(1, 0.0), (2, 0.0)])
+        pid = pool.workers[0][0]
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        with pytest.raises(WorkerDied):
+            list(it)
+    finally:
+        pool.close(stop=True)
+
+
+def test_handing_a_task_to_a_closed_pipe_is_worker_died():
+    from alloctrace.traces.preflight.forkpool import _hand
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        with pytest.raises(WorkerDied, match="before it could take point 3"):
+            _hand(w, (1, 2), 2)
+    finally:
+        os.close(w)

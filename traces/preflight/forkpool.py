@@ -53,6 +53,14 @@ def _read(fd: int):
     return pickle.loads(body)
 
 
+def _hand(fd: int, task: tuple, k: int) -> None:
+    """Give a worker task k; a worker gone already is WorkerDied (a broken pipe would read as a closed stdout)."""
+    try:
+        _write(fd, task)
+    except BrokenPipeError:
+        raise WorkerDied(f"a worker process ended before it could take point {k + 1}") from None
+
+
 def _serve(fn: Callable, tasks: int, results: int) -> None:
     """A worker's life: run `fn` on every task until the pool closes the task pipe."""
     while True:
@@ -84,7 +92,7 @@ class ForkPool:
         by_result = {r: t for _, t, r in self.workers}
         for r, t in by_result.items():
             k, task = todo.pop(0)
-            _write(t, task)
+            _hand(t, task, k)
             busy[r] = k
         return self._results(todo, busy, by_result)
 
@@ -101,7 +109,7 @@ class ForkPool:
                     k = busy.pop(r)
                     if todo:
                         nk, task = todo.pop(0)
-                        _write(by_result[r], task)
+                        _hand(by_result[r], task, nk)
                         busy[r] = nk
                     ok, value = got
                     if not ok:
