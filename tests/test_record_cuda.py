@@ -23,6 +23,8 @@ PRINTED_MIB = {  # (CUDA0, CUDA_Host) compute buffers, as llama.cpp printed them
     "ngl99-faon-c512": (5.6348, 2.2637), "ngl99-faon-c1024": (2.8174, 1.7568),
     "ngl99-faoff-c512": (11.5078, 2.5098), "ngl99-faoff-c1024": (10.2539, 1.7549),
     "moe-ngl99-faon": (1.2500, 0.9512),
+    "moe-ngl1-faoff": (5.8828, 1.3848), "moe-ngl1-faon": (1.2500, 0.8887),  # partial offload: 1 of 3 layers
+    "moe-ngl2-faoff-c1024": (5.3828, 1.1924),
 }
 
 
@@ -47,7 +49,8 @@ def test_cuda_recording_replays_consistent_with_the_printed_sizes(name):
     assert any(g.role == "reserve" and g.extra["plan_checked"] > 0 for g in graphs)
 
 
-@pytest.mark.parametrize("name", ["ngl0-faon-c512", "ngl2-faoff-c1024", "ngl99-faon-c512", "moe-ngl99-faon"])
+@pytest.mark.parametrize("name", ["ngl0-faon-c512", "ngl2-faoff-c1024", "ngl99-faon-c512", "moe-ngl99-faon",
+                                  "moe-ngl1-faoff"])
 def test_peak_gives_one_part_per_buffer_type_adding_up_to_the_printed_sizes(tmp_path, capsys, name):
     src = tmp_path / f"{name}.atrec"
     src.write_bytes(recording(name))
