@@ -23,6 +23,8 @@ from ._common import examples
 
 EXIT_HAZARDS = 4
 MEMORY_SHARE = 0.75  # of MemAvailable, when no --max-memory is given: leave the rest to other programs
+
+
 def _size_arg(text: str) -> int:
     """'2G', '512M', '1.5GiB' or plain bytes (util/sizes.parse_size)."""
     from alloctrace.traces.util.sizes import parse_size

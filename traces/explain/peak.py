@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from alloctrace.traces.explain.peak_types import (MAX_HOLES, TOP_TENSORS, GraphPeak, Live, Moment,  # noqa: F401
-                                                  attribution_lines, families_json, family_of, holes_below,
+                                                  attribution_lines, families_json, family_of, holes_below, peak_arguments,
                                                   size_attribution, text_table)
 from alloctrace.traces.memmap.lifetimes import Lifetimes, extract
 
@@ -148,10 +148,7 @@ def register_peak(source: str, fn: PeakFn) -> None:
 
 
 def _ggml_from_store(cols: dict, row: dict) -> GraphPeak:
-    extra = row.get("extra") or {}  # a recording names its buffer types and their real sizes
-    names = [t.get("name") for t in extra.get("buffer_types") or ()] or None
-    return ggml_peak(cols, capacity=row.get("buffer_size") if row.get("oom") else None, buffer_names=names,
-                     buffer_sizes=extra.get("real_sizes"))
+    return ggml_peak(cols, **peak_arguments(row))
 
 
 def peak_fn(source: str | None) -> PeakFn:

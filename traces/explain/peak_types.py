@@ -66,6 +66,15 @@ class Moment:
         return families_json(self.live, self.bytes)
 
 
+def peak_arguments(row: dict) -> dict:
+    """What a ggml graph's peak is asked with, from its summary row and extra: the real buffer's size (for an
+    out-of-space failure), and where a recording names them its buffer types and their real sizes."""
+    extra = row.get("extra") or {}
+    names = [t.get("name") for t in extra.get("buffer_types") or ()] or None
+    return {"capacity": row.get("buffer_size") if row.get("oom") else None, "buffer_names": names,
+            "buffer_sizes": extra.get("real_sizes")}
+
+
 def holes_below(live: list[Live], top: int) -> list[tuple[int, int]]:
     """(offset, bytes) of each gap between the live tensors from the chunk's start up to `top`."""
     gaps, pos = [], 0

@@ -3,9 +3,10 @@
 Each point's program runs in a worker process forked from this one, which also reads and replays its
 recording and sums the point up (buffers, consistency, the families at its peak): the CPU-bound part, so it
 uses every core. The calling process only stores each point as it comes back. Nothing on this path imports
-numpy (its import alone costs more than a dry run of a small model). A point's trace carries the tags `sweep=<id>` and one `KEY=VALUE` per varied flag (`c=512` for
--c), and `extra.sweep` (the sweep's flags, the point's values, what the program printed), which is how
-`sweeps.load` and the dashboard find a recorded sweep again.
+numpy (its import alone costs more than a dry run of a small model). A point's trace carries the tags
+`sweep=<id>` and one `KEY=VALUE` per varied flag (`c=512` for -c), and `extra.sweep` (the sweep's flags,
+the point's values, what the program printed), which is how `sweeps.load` and the dashboard find a
+recorded sweep again.
 """
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ra
         proc = start_program(argv, library, workdir)
     except UserError as e:
         return Ran(127, "", [], str(e))
-    from alloctrace.traces.sources.record.source import NO_GGML, SOURCE  # noqa: F401 (read_recording's)
+    # imported here, while the program runs: read_recording needs SOURCE
+    from alloctrace.traces.sources.record.source import NO_GGML, SOURCE  # noqa: F401
 
     rc, text = program_output(proc, workdir)
     result = collect(argv, rc, workdir)
@@ -205,14 +207,11 @@ def summarise_imported(p: Point, trace, events: dict | None = None) -> None:
 
 
 def events_peak(events: list, row: dict):
-    """A ggml graph's peak from its events, with the buffer names, real sizes and capacity its summary row
-    gives (as the store's peak of a recorded graph uses them)."""
+    """A ggml graph's peak from its events, asked as the store's peak of the graph is (peak_arguments)."""
     from alloctrace.traces.explain.peak_fast import peak_of_events
+    from alloctrace.traces.explain.peak_types import peak_arguments
 
-    extra = row.get("extra") or {}
-    names = [t.get("name") for t in extra.get("buffer_types") or ()] or None
-    return peak_of_events(events, capacity=row.get("buffer_size") if row.get("oom") else None, buffer_names=names,
-                     buffer_sizes=extra.get("real_sizes"))
+    return peak_of_events(events, **peak_arguments(row))
 
 
 def _summarise(p: Point, rows: list[dict], peak_of):

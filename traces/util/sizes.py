@@ -1,9 +1,11 @@
-"""The one way sizes are written for people: bytes with a binary prefix and two decimals.
+"""The one way sizes are written for people (bytes with a binary prefix and two decimals), and read from them.
 
 Every face that prints a size (check, explain, peak, sweep, what-if) writes it with `fmt_bytes`, so the same
 number reads the same everywhere: 1536 -> "1.50 KiB", 1610612736 -> "1.50 GiB", 512 -> "512 B".
 """
 from __future__ import annotations
+
+import re
 
 UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -35,8 +37,6 @@ SIZE_EXAMPLES = "e.g. 6GiB, 512M, 1.5GB or a number of bytes"
 def parse_size(text: str) -> int:
     """'6GiB' and '6G' -> 6442450944, '1.5 GB' -> 1500000000, '4096' -> 4096; ValueError (saying what is
     wanted) for anything else, for 0 and for more than 2**60."""
-    import re
-
     m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([a-z]*)", str(text).strip().lower().replace("_", "").replace(" ", ""))
     if not m or m.group(2) not in PARSE_UNITS:
         raise ValueError(f"not a size: {text!r} ({SIZE_EXAMPLES})")
