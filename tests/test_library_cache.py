@@ -51,12 +51,16 @@ def plant(path: Path, marker: Path, mode: int = 0o755):
 @pytest.fixture
 def world():
     """A folder every user can read (pytest's tmp_path is private to root): HOME read-only to the second
-    user, a shared sticky temporary folder, and `out` it can write."""
+    user, a shared sticky temporary folder, `out` it can write, and `in` with copies of the program and log
+    it runs (the clone itself may sit in a folder only its owner can enter)."""
     top = Path(tempfile.mkdtemp(prefix="alloctrace-trust-", dir="/tmp"))
     top.chmod(0o755)
-    for name, mode in (("home", 0o755), ("tmp", 0o1777), ("out", 0o777)):
+    for name, mode in (("home", 0o755), ("tmp", 0o1777), ("out", 0o777), ("in", 0o755)):
         (top / name).mkdir()
         (top / name).chmod(mode)
+    for src in (PROGRAM, LOG):
+        (top / "in" / src.name).write_bytes(src.read_bytes())
+        (top / "in" / src.name).chmod(0o644)
     yield top
     shutil.rmtree(top, ignore_errors=True)
 
@@ -166,10 +170,10 @@ def test_a_library_planted_in_the_shared_temporary_folder_is_never_loaded(world)
     for name in (RECORDER, FASTLOG):
         plant(world / "tmp" / f"alloctrace-{NOBODY}" / name, marker)
     (world / "tmp" / f"alloctrace-{NOBODY}").chmod(0o777)
-    res = as_nobody(world, "record", "-o", "r.atrec", "--", "PYTHON", str(PROGRAM))
+    res = as_nobody(world, "record", "-o", "r.atrec", "--", "PYTHON", str(world / "in" / PROGRAM.name))
     assert res.returncode == 3, res.stderr  # recorded, with a recorder built in a private folder
     assert (world / "out" / "r.atrec").stat().st_size > 0
-    res = as_nobody(world, "import", str(LOG), "--store", "store")
+    res = as_nobody(world, "import", str(world / "in" / LOG.name), "--store", "store")
     assert res.returncode == 0, res.stderr
     assert not marker.exists()
 
@@ -180,9 +184,9 @@ def test_a_cache_folder_of_another_user_is_never_loaded_from(world):
     for name in (RECORDER, FASTLOG):
         plant(cache / name, marker)
     cache.chmod(0o777)  # writable by the victim too, but not the victim's
-    res = as_nobody(world, "record", "-o", "r.atrec", "--", "PYTHON", str(PROGRAM))
+    res = as_nobody(world, "record", "-o", "r.atrec", "--", "PYTHON", str(world / "in" / PROGRAM.name))
     assert res.returncode == 3, res.stderr
-    res = as_nobody(world, "import", str(LOG), "--store", "store")
+    res = as_nobody(world, "import", str(world / "in" / LOG.name), "--store", "store")
     assert res.returncode == 0, res.stderr
     assert not marker.exists()
 
