@@ -85,10 +85,11 @@ class Ran:
     and the first trace summed up (a Point's buffers, consistent, graph, families and peak)."""
 
     exit_status: int
-    text: str
+    text: str  # the end of the program's output (for an error)
     traces: list  # ImportedTrace, ready to store
     error: str | None = None
     summary: Point | None = None
+    printed: dict = field(default_factory=dict)  # printed_sizes() of its whole output
 
 
 def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ran:
@@ -103,16 +104,18 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ra
 
     rc, text = program_output(proc, workdir)
     result = collect(argv, rc, workdir)
+    # what the program printed is read here, on every core, and only its end travels back
+    printed, text = printed_sizes(text), text[-OUTPUT_TAIL:]
     if not result.recordings:
-        return Ran(result.exit_status, text, [], NO_GGML)
+        return Ran(result.exit_status, text, [], NO_GGML, printed=printed)
     events: list[dict] = []  # per trace: {graph index: the replay's events}, so nothing is decoded again
     try:
         traces = [t for path in result.recordings for t in read_recording(path, name, events)]
     except UserError as e:
-        return Ran(result.exit_status, text, [], str(e))
+        return Ran(result.exit_status, text, [], str(e), printed=printed)
     summary = Point({}, [])
     summarise_imported(summary, traces[0], events[0])
-    return Ran(result.exit_status, text, traces, summary=summary)
+    return Ran(result.exit_status, text, traces, summary=summary, printed=printed)
 
 
 def read_recording(path: Path, name: str, events: list | None = None) -> list:
@@ -151,7 +154,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
             store = opener()  # while the first programs run
             for done, (k, ran) in enumerate(results, 1):
                 p = pts[k]
-                p.exit_status, p.printed, p.error = ran.exit_status, printed_sizes(ran.text), ran.error
+                p.exit_status, p.printed, p.error = ran.exit_status, ran.printed, ran.error
                 meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
                         "argv": p.argv}
                 if ran.traces:
