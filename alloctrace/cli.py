@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import pkgutil
 import sys
 
 from . import __version__, commands
@@ -34,9 +33,10 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def command_modules() -> dict[str, str]:
-    """Command name -> its module's name (`import_` is `import`), without importing any of them."""
-    return {m.name.rstrip("_"): m.name for m in pkgutil.iter_modules(commands.__path__)
-            if not m.name.startswith("_")}
+    """Command name -> its module's name (`import_` is `import`), without importing any of them: the modules
+    of alloctrace/commands/ (listed, not through pkgutil, whose import costs a short command 5 ms)."""
+    names = (n[:-3] for folder in commands.__path__ for n in os.listdir(folder) if n.endswith(".py"))
+    return {m.rstrip("_"): m for m in names if not m.startswith("_")}
 
 
 def named_command(argv: list[str] | None) -> str | None:

@@ -13,7 +13,7 @@ import pickle
 import selectors
 import signal
 import struct
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from alloctrace.traces.errors import UserError
 

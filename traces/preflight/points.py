@@ -11,7 +11,7 @@ recorded sweep again.
 from __future__ import annotations
 
 import os
-import subprocess
+import subprocess  # the workers start programs with it as soon as they are forked
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
