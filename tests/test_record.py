@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from alloctrace.cli import main
 from alloctrace.traces.sources.record.source import RecordingSource
-from alloctrace.traces.sources.record.stream import read_processes
+from alloctrace.traces.sources.record.stream import read_processes, tensor_records
 from alloctrace.traces.store.store import open_store
 from record_program import SECOND_ALIGNMENT, SECOND_MAX_SIZE, encode
 from test_differential_ggml import programs
@@ -297,7 +297,7 @@ def test_a_c_program_linked_against_ggml(tmp_path):
     (call,) = alloc_calls(tmp_path / "rec.atrec")
     with open(tmp_path / "rec.atrec", "rb") as f:
         names = {}
-        read_processes(f, lambda p, c: names.update({t.ptr: t.name for t in c.tensors}))
+        read_processes(f, lambda p, c: names.update({t.ptr: t.name for t in tensor_records(c)}))
     recorded = {names[t]: hex(data) for _k, t, _b, data, _base in call.placements}
     assert recorded == pointers
     assert_model_consistent(tmp_path / "rec.atrec")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from bisect import bisect_right
 
+from alloctrace.traces.store.columns import EventColumns
 from alloctrace.traces.explain.peak_types import MAX_HOLES, GraphPeak, Live, Moment, family_of, holes_below
 
 MAX_EVENTS = 200_000  # above this numpy's whole-column passes win over a walk, even counting numpy's import
@@ -30,13 +31,20 @@ class _Graph:
 
     def __init__(self, events):
         self.n = len(events)
-        self.kind = [e.kind for e in events]
-        self.offset = [MISSING if e.offset is None else e.offset for e in events]
-        self.size = [MISSING if e.size is None else e.size for e in events]
-        self.chunk = [0 if e.chunk is None or e.chunk < 0 else e.chunk for e in events]
-        self.buffer = [MISSING if e.buffer is None else e.buffer for e in events]
-        self.tensor = [e.tensor for e in events]
-        self.op = [e.op for e in events]
+        if isinstance(events, EventColumns):  # the columns, each decoded straight into what the walk reads
+            col = events.field
+            self.kind, self.tensor, self.op = col("kind"), col("tensor"), col("op")
+            self.offset, self.size = events.ints("offset", MISSING), events.ints("size", MISSING)
+            self.chunk = [0 if v < 0 else v for v in events.ints("chunk", 0)]
+            self.buffer = events.ints("buffer", MISSING)
+        else:
+            self.kind = [e.kind for e in events]
+            self.offset = [MISSING if e.offset is None else e.offset for e in events]
+            self.size = [MISSING if e.size is None else e.size for e in events]
+            self.chunk = [0 if e.chunk is None or e.chunk < 0 else e.chunk for e in events]
+            self.buffer = [MISSING if e.buffer is None else e.buffer for e in events]
+            self.tensor = [e.tensor for e in events]
+            self.op = [e.op for e in events]
         self.events = events
         # the events that can open, close or cut a lifetime: the only ones a walk looks at
         self.placing = [i for i, k in enumerate(self.kind) if k in _PLACING]
@@ -210,8 +218,9 @@ def _freed_in(g: _Graph, lt: _Lifetimes, gaps: list, event: int, chunk: int | No
 
 def ggml_peak_events(events, capacity: int | None = None, buffer_names: list[str] | None = None,
                      buffer_sizes: list[int] | None = None) -> GraphPeak | None:
-    """`ggml_peak(events, ...)` for a list of Events, or None where this walk does not answer."""
-    events = events if isinstance(events, list) else list(events)
+    """`ggml_peak(events, ...)` for a list of Events (or their EventColumns), or None where this walk does not
+    answer."""
+    events = events if isinstance(events, (list, EventColumns)) else list(events)
     if len(events) > MAX_EVENTS:
         return None
     g = _Graph(events)
@@ -262,11 +271,11 @@ def _failure(g: _Graph, e: int, lt: _Lifetimes, capacity: int | None, buffer: in
 def peak_of_events(events, capacity: int | None = None, buffer_names: list[str] | None = None,
                    buffer_sizes: list[int] | None = None) -> GraphPeak:
     """A graph's peak: the plain walk where it answers, else `ggml_peak` (numpy, imported only then)."""
-    events = events if isinstance(events, list) else list(events)
+    events = events if isinstance(events, (list, EventColumns)) else list(events)
     if len(events) <= NUMPY_LOADED_MAX or "numpy" not in sys.modules:
         peak = ggml_peak_events(events, capacity, buffer_names, buffer_sizes)
         if peak is not None:
             return peak
     from alloctrace.traces.explain.peak import ggml_peak
 
-    return ggml_peak(events, capacity, buffer_names, buffer_sizes)
+    return ggml_peak(list(events), capacity, buffer_names, buffer_sizes)

@@ -170,6 +170,54 @@ def events_from_lists(n: int, lists: dict[str, tuple[list, int | None]], table: 
     return [Event(*row) for row in zip(*out)] if n else []
 
 
+class EventColumns:
+    """A graph's events as its columns ({name: (dtype, bytes)} as `pack_arrays` takes them, and the string table):
+    what a reader of a few fields of every event needs (a peak), each field decoded when first asked, without
+    an Event object per event. Indexing gives the Event itself."""
+
+    def __init__(self, n: int, columns: dict[str, tuple[str, bytes]], table: list[str]):
+        self.n, self.columns, self.table = n, columns, table
+        self._raw: dict[str, list] = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def raw(self, name: str) -> list | None:
+        """The stored integers of a field (its type's minimum for missing; codes for strings), None if absent."""
+        got = self._raw.get(name)
+        if got is None and name in self.columns:
+            dt, data = self.columns[name]
+            got = self._raw[name] = array(_TYPECODES[dt][0], data).tolist()
+        return got
+
+    def ints(self, name: str, missing: int) -> list:
+        """An integer field with `missing` where an event has none."""
+        vals = self.raw(name)
+        if vals is None:
+            return [missing] * self.n
+        lo = _TYPECODES[self.columns[name][0]][1]
+        return [missing if v == lo else v for v in vals] if lo in vals else vals
+
+    def field(self, name: str) -> list:
+        """A field's values as the events hold them (None for missing)."""
+        vals = self.raw(name)
+        if vals is None:
+            return [{} for _ in range(self.n)] if name == "extra" else [None] * self.n
+        if name in INT_FIELDS:
+            return self.ints(name, None)
+        if name in STR_FIELDS:
+            values = self.table + [None]
+            return [values[c] for c in vals]
+        return [({} if name == "extra" else None) if c < 0 else json.loads(self.table[c]) for c in vals]
+
+    def __getitem__(self, i: int) -> Event:
+        return Event(**{name: self.field(name)[i] for name in FIELDS})
+
+    def __iter__(self):
+        cols = [self.field(name) for name in FIELDS]
+        return (Event(*row) for row in zip(*cols))
+
+
 def public_columns(n: int, cols: dict, table: list[str], names=FIELDS) -> dict:
     """Columns for analysis: int64 with -1 for missing, object arrays for strings, lists and dicts
     (`names`: only these fields)."""

@@ -21,6 +21,7 @@ makes the reserve graph inconsistent as well (`extra.plan_checked` counts them).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import zstandard
@@ -32,8 +33,10 @@ from alloctrace.allocator.tensor import Graph, Tensor
 from alloctrace.traces.store.columns import EncodedGraph, encode_arrays, pack_arrays
 from alloctrace.traces.store.schema import GraphRecord, oom_of
 
+from alloctrace.traces.sources.record import replay_fast
 from alloctrace.traces.sources.record.placed import placement_events
-from alloctrace.traces.sources.record.stream import GALLOC_CALLS, INPUT, OUTPUT, PARAM, Call, Process, RecordingError
+from alloctrace.traces.sources.record.stream import (GALLOC_CALLS, INPUT, OUTPUT, PARAM, Call, Process, RecordingError,
+                                                     tensor_records)
 
 PROFILE = "ggml-head"  # when the recording names no ggml version
 MAX_MISMATCHES = 10  # kept per graph
@@ -53,20 +56,21 @@ class _Model:
 def build_graph(call: Call) -> tuple[Graph, dict[int, Tensor]]:
     """Model tensors for a recorded graph, linked by the recorded pointers."""
     by_ptr: dict[int, Tensor] = {}
-    for r in call.tensors:
+    records = tensor_records(call)
+    for r in records:
         by_ptr[r.ptr] = Tensor(name=r.name, op=r.op, type=r.type, ne=r.ne, nb=r.nb, nbytes=r.nbytes,
                                view_offs=r.view_offs, input=bool(r.flags & INPUT), output=bool(r.flags & OUTPUT),
                                param=bool(r.flags & PARAM), data=r.data, buffer=r.buffer,
                                op_desc=r.desc if r.desc != "NONE" else r.op)
-    for r in call.tensors:
+    for r in records:
         t = by_ptr[r.ptr]
         try:
             t.srcs = [by_ptr[p] if p else None for p in r.srcs]
             t.view_src = by_ptr[r.view_src] if r.view_src else None
         except KeyError as e:
             raise ValueError(f"tensor {r.name!r} points at a tensor the recording lacks ({e})") from None
-    nodes = [by_ptr[r.ptr] for r in call.tensors if r.kind == "n"]
-    leafs = [by_ptr[r.ptr] for r in call.tensors if r.kind == "l"]
+    nodes = [by_ptr[r.ptr] for r in records if r.kind == "n"]
+    leafs = [by_ptr[r.ptr] for r in records if r.kind == "l"]
     if len(nodes) != call.n_nodes or len(leafs) != call.n_leafs:
         raise ValueError(f"graph of call {call.seq} has {len(nodes)}/{call.n_nodes} nodes, "
                          f"{len(leafs)}/{call.n_leafs} leafs recorded")
@@ -76,9 +80,10 @@ def build_graph(call: Call) -> tuple[Graph, dict[int, Tensor]]:
 def shapes(call: Call) -> dict:
     """name -> [type, ne, op, input names] for the graph's tensors that hold bytes of their own: what
     `peak` shows beside each family (its bytes follow from ne and type) and how it names unnamed ones."""
-    names = {r.ptr: r.name for r in call.tensors}
+    records = tensor_records(call)
+    names = {r.ptr: r.name for r in records}
     out: dict = {}
-    for r in call.tensors:
+    for r in records:
         if r.view_src or r.nbytes <= 0 or r.name in out:
             continue
         if len(out) >= MAX_SHAPES:
@@ -145,10 +150,11 @@ class Replayer:
             return
         m = self._model(call)
         if m is None:
+            tensor_records(call)  # read all the same: a damaged line is an error wherever it is
             self.skipped.append(f"call {call.seq} ({call.kind}): its gallocr was created before recording began")
             return
         try:
-            record, plan_problems = self.replay(m, call)
+            record, plan_problems, fast = self.replay(m, call)
         except ValueError as e:
             if call.rc is not None:
                 raise RecordingError(f"call {call.seq} ({call.kind}): {e}") from None
@@ -156,15 +162,23 @@ class Replayer:
             return
         if via:
             record.extra["via"] = via
-        strings, blobs = pack_arrays(*encode_arrays(record.events), self._zc.compress)
+        if fast is not None:  # laid out by the compiled replay already
+            compress = self._zc.compress
+            strings, blobs = compress(fast.table_json), [(name, dt, compress(data)) for name, dt, data in fast.columns]
+            n_events = fast.n_events
+        else:
+            strings, blobs = pack_arrays(*encode_arrays(record.events), self._zc.compress)
+            n_events = len(record.events)
         graph = EncodedGraph(
-            index=record.index, role=record.role, n_events=len(record.events), max_size=record.max_size,
+            index=record.index, role=record.role, n_events=n_events, max_size=record.max_size,
             buffer_size=record.buffer_size, oom=record.oom, consistent=record.consistent, strings=strings,
             blobs=blobs, extra=record.extra)
         self.graphs.append(graph)
-        if self.events is not None and self._kept + len(record.events) <= MAX_KEPT_EVENTS:
-            self.events[graph.index] = record.events  # the gallocr starts a new list per call: this one stays
-            self._kept += len(record.events)
+        if self.events is not None and self._kept + n_events <= MAX_KEPT_EVENTS:
+            # the gallocr starts a new list per call: this one stays
+            self.events[graph.index] = record.events if fast is None else \
+                replay_fast.event_columns(n_events, fast.columns, fast.table_json)
+            self._kept += n_events
         self._check_plan(m, graph, plan_problems)
 
     def _check_plan(self, m: _Model, graph: EncodedGraph, problems: list | None):
@@ -191,19 +205,27 @@ class Replayer:
             offs = owner.extra["offset_mismatches"]
             offs += [{**o, "graph": graph.index} for o in graph.extra["offset_mismatches"][:MAX_MISMATCHES - len(offs)]]
 
-    def replay(self, m: _Model, call: Call) -> GraphRecord:
+    def replay(self, m: _Model, call: Call) -> tuple:
+        """(GraphRecord, the plan's problems (see _check_plan), the FastReserve that replayed it or None)."""
         g = m.galloc
         g.events, g.failed = [], None  # each call on its own: ggml's gallocr carries no failure over
         g.data, g.placement, g.buffer_of = {}, {}, {}
         problems: list[str] = []
-        graph, by_ptr = build_graph(call)
-        m.alloc_sizes.clear()  # the table its galloc's alloc_size reads
-        m.alloc_sizes.update({by_ptr[r.ptr]: r.alloc_sizes for r in call.tensors if r.alloc_sizes})
         index = len(self.graphs)
         n_ids = len(m.bufts)
         for ids, what in ((call.node_ids, "node"), (call.leaf_ids, "leaf")):
             if ids and any(not 0 <= i < n_ids for i in ids):
                 problems.append(f"{what} buffer ids outside 0..{n_ids - 1}")
+        graph_key = call.lines or call.tensors  # a repeated graph (`g ... =SEQ`) shares its lists
+        new_shapes = graph_key is not self._shapes_of
+        fast = None
+        if not problems and call.kind != "alloc_graph" and call.rc is not None and call.lines:
+            fast = replay_fast.reserve(g, call.lines, call.n_nodes, call.n_leafs, call.node_ids, call.leaf_ids,
+                                       index, call.kind == "reserve_n_size", new_shapes, MAX_SHAPES)
+        if fast is None:
+            graph, by_ptr = build_graph(call)
+            m.alloc_sizes.clear()  # the table its galloc's alloc_size reads
+            m.alloc_sizes.update({by_ptr[r.ptr]: r.alloc_sizes for r in call.tensors if r.alloc_sizes})
         replanned = None
         offsets: list[dict] = []  # placements model and ggml disagree on
         recorded: list = []  # events made from the recorded placements (the map of a plan-reusing call)
@@ -230,6 +252,8 @@ class Replayer:
                     plan_problems = placed
             if real_replans and not any(c.kind == "reserve_n" for c in call.children):
                 plan_problems = False  # refused: the caller reserves next
+        elif fast is not None:
+            ok, g.failed, g.graph_index = fast.ok, fast.failed, index
         else:
             ok = g.reserve(graph, graph_index=index, node_buffer_ids=call.node_ids, leaf_buffer_ids=call.leaf_ids,
                            no_alloc=call.kind == "reserve_n_size")
@@ -256,13 +280,13 @@ class Replayer:
         }
         if replanned is not None:
             extra["replanned"] = replanned
-        if call.tensors is not self._shapes_of:  # a repeated graph (`g ... =SEQ`) keeps the shapes it had
-            self._shapes_of = call.tensors
-            extra["shapes"] = shapes(call)
+        if new_shapes:  # a repeated graph keeps the shapes it had
+            self._shapes_of = graph_key
+            extra["shapes"] = json.loads(fast.shapes_json) if fast is not None else shapes(call)
         return GraphRecord(
             index=index, role="eval" if call.kind == "alloc_graph" else "reserve", events=g.events,
             max_size=sum(g.planned_sizes()), buffer_size=sum(call.sizes) if call.sizes else None,
-            oom=oom_of(g.failed), consistent=not problems, extra=extra), plan_problems
+            oom=oom_of(g.failed), consistent=not problems, extra=extra), plan_problems, fast
 
     def _compare_placements(self, m: _Model, call: Call, by_ptr: dict, problems: list, offsets: list):
         """Each real placement at the model's offset; model (buffer id, chunk) <-> real buffer one to one.

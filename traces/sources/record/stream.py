@@ -66,7 +66,9 @@ class Call:
     dumped: bool = False  # its graph was recorded (the recorder refuses unknown layouts)
     n_nodes: int = 0
     n_leafs: int = 0
-    tensors: list = field(default_factory=list)
+    tensors: list = field(default_factory=list)  # TensorRec, parsed from `lines` when first asked (tensor_records)
+    lines: list = field(default_factory=list)  # the graph's tensor lines as recorded (a fast replay reads these)
+    line_nos: list = field(default_factory=list)  # where each one is in the recording (for errors)
     node_ids: list | None = None
     leaf_ids: list | None = None
     rc: int | None = None  # None: the program died inside the call
@@ -126,6 +128,19 @@ def parse_tensor(f: list) -> TensorRec:
                      _unescape(" ".join(f[k + 1 + n_sizes:])))
 
 
+def tensor_records(call: Call) -> list[TensorRec]:
+    """The call's tensors, parsed from its recorded lines the first time they are asked for (a reserve the
+    compiled replay takes never needs them in Python). A graph repeated from an earlier call shares that
+    call's lists, so either call's parse serves both."""
+    if len(call.tensors) < len(call.lines):
+        for no, line in zip(call.line_nos[len(call.tensors):], call.lines[len(call.tensors):]):
+            try:
+                call.tensors.append(parse_tensor(line.split(" ")))
+            except (ValueError, IndexError) as e:
+                raise RecordingError(f"recording line {no}: {e}: {line[:120]!r}") from None
+    return call.tensors
+
+
 def _lines(stream: BinaryIO, max_bytes: int) -> Iterator[tuple[int, str]]:
     total = 0
     for no, raw in enumerate(iter(lambda: stream.readline(MAX_LINE + 1), b""), 1):
@@ -177,14 +192,16 @@ def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> li
                 continue
             if proc is None:
                 raise RecordingError("not a recording (no ATREC header)")
-            f = line.split(" ")
-            if kind in "lnx" and len(f) > 1:
+            if kind in "lnx" and " " in line:  # parsed when the call is replayed (tensor_records)
                 if current is None:
                     raise ValueError("tensor outside a call")
-                if len(current.tensors) >= MAX_TENSORS:
+                if len(current.lines) >= MAX_TENSORS:
                     raise RecordingError(f"line {no}: more than {MAX_TENSORS:,} tensors in one graph")
-                current.tensors.append(parse_tensor(f))
-            elif kind == "P" or kind == "V":
+                current.lines.append(line)
+                current.line_nos.append(no)
+                continue
+            f = line.split(" ")
+            if kind == "P" or kind == "V":
                 call = open_calls.get(int(f[1]))
                 if call is not None:
                     call.placements.append((kind, _int(f[2]), _int(f[3]), _int(f[4]), _int(f[5])))
@@ -205,6 +222,7 @@ def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> li
                     if prev is None or f[4] != f"={prev.seq}":
                         raise ValueError(f"graph repeats call {f[4][1:]}, which this gallocr did not record last")
                     current.tensors, current.node_ids, current.leaf_ids = prev.tensors, prev.node_ids, prev.leaf_ids
+                    current.lines, current.line_nos = prev.lines, prev.line_nos
                 else:
                     last_dump[current.obj] = current
             elif kind == "i" or kind == "j":
