@@ -1,7 +1,7 @@
-"""What `alloctrace sweep --vary` does before its first program starts: the parent imports only what it
-needs before forking its workers (they import what reading a recording needs while their program runs),
-and finds the recorder without hashlib. Each check runs in a fresh interpreter (this one has imported
-everything)."""
+"""What `alloctrace sweep --vary` does before its first program starts: the parent imports, before forking
+its workers, what they start programs and read recordings with (once, shared by every worker), but not
+what only it needs later (the store, the growth laws) nor what nobody needs (hashlib, pkgutil), and finds
+the recorder without hashlib. Each check runs in a fresh interpreter (this one has imported everything)."""
 from __future__ import annotations
 
 import hashlib
@@ -14,12 +14,14 @@ from alloctrace.traces.util import cbuild
 from sweep_program import expected_bytes
 
 PROGRAM = [sys.executable, str(Path(__file__).with_name("sweep_program.py"))]
-# needed only once points come back (store, reading, laws) or never on this path (hashlib: OpenSSL)
-NOT_BEFORE_FORK = {"hashlib", "_hashlib", "sqlite3", "zstandard", "pkgutil", "json",
-                   "alloctrace.traces.store.store", "alloctrace.traces.sources.base",
-                   "alloctrace.traces.sources.bounded_io", "alloctrace.traces.sources.record.source",
-                   "alloctrace.traces.preflight.sweeps", "alloctrace.traces.preflight.laws",
-                   "alloctrace.allocator.gallocr", "alloctrace.allocator.legacy"}
+# the parent's alone, once points come back (the store, the laws), or nobody's on this path (hashlib: OpenSSL)
+NOT_BEFORE_FORK = {"hashlib", "_hashlib", "sqlite3", "pkgutil", "alloctrace.traces.store.store",
+                   "alloctrace.traces.store.sqlite", "alloctrace.traces.preflight.sweeps",
+                   "alloctrace.traces.preflight.laws", "alloctrace.allocator.legacy"}
+# what a worker starts its program with and reads the recording with: imported once, before the fork
+SHARED = {"subprocess", "alloctrace.traces.sources.record.run", "alloctrace.traces.util.cbuild",
+          "alloctrace.traces.sources.record.source", "alloctrace.traces.sources.record.replay",
+          "alloctrace.traces.explain.peak_fast"}
 
 AT_FORK = """
 import os, sys
@@ -49,8 +51,7 @@ def test_the_parent_forks_before_importing_what_only_points_need(tmp_path):
         {"CPU": expected_bytes(c, 64, 4)} for c in (128, 256)]  # the sweep still works: exact bytes
     modules = set(at_fork["modules"])
     assert not modules & NOT_BEFORE_FORK, sorted(modules & NOT_BEFORE_FORK)
-    # what a worker needs before its program starts is imported once, before the fork, not in each worker
-    assert {"subprocess", "alloctrace.traces.sources.record.run", "alloctrace.traces.util.cbuild"} <= modules
+    assert SHARED <= modules, sorted(SHARED - modules)
 
 
 def test_library_names_hash_with_sha256_without_hashlib(tmp_path):

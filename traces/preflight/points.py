@@ -11,6 +11,7 @@ recorded sweep again.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess  # the workers start programs with it as soon as they are forked
 import tempfile
 from dataclasses import dataclass, field
@@ -93,13 +94,12 @@ class Ran:
 
 def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ran:
     """A worker's whole share of a point: run it, then read, replay and sum up its recordings (the CPU-bound
-    part). What reading needs is imported while the first program runs: the workers fork before it is."""
+    part). What reading needs the workers share: run_points imports it before they fork."""
     try:
         proc = start_program(argv, library, workdir)
     except UserError as e:
         return Ran(127, "", [], str(e))
-    # imported here, while the program runs: read_recording needs SOURCE
-    from alloctrace.traces.sources.record.source import NO_GGML, SOURCE  # noqa: F401
+    from alloctrace.traces.sources.record.source import NO_GGML
 
     rc, text = program_output(proc, workdir)
     result = collect(argv, rc, workdir)
@@ -113,6 +113,15 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ra
     summary = Point({}, [])
     summarise_imported(summary, traces[0], events[0])
     return Ran(result.exit_status, text, traces, summary=summary)
+
+
+def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str) -> Ran:
+    """`run_and_read`, then the point's folder removed by the worker that read it, while other points run:
+    left to the end, removing them all delays every sweep's last line."""
+    try:
+        return run_and_read(argv, library, workdir, name)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # what stays is removed with the sweep's folder
 
 
 def read_recording(path: Path, name: str, events: list | None = None) -> list:
@@ -144,10 +153,11 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
         for d in dirs:
             d.mkdir()
         tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
+        import_readers()
         with ForkPool(jobs) as pool:
             # workers forked from this process (a fork costs milliseconds, and replays run on every core)
-            results = pool.run(run_and_read, tasks) if jobs > 1 else \
-                ((k, run_and_read(*t)) for k, t in enumerate(tasks))
+            results = pool.run(run_read_and_free, tasks) if jobs > 1 else \
+                ((k, run_read_and_free(*t)) for k, t in enumerate(tasks))
             store = opener()  # while the first programs run
             for done, (k, ran) in enumerate(results, 1):
                 p = pts[k]
@@ -161,6 +171,15 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                 if progress:
                     progress(done, len(pts), p)
     return sid, pts
+
+
+def import_readers() -> None:
+    """What a worker reads, replays and sums a point up with, imported once before the workers fork, so that
+    they share it: imported in each worker instead (while its first program runs) it costs every worker
+    the same CPU again, which delays a sweep on a machine whose cores all run points (docs/performance.md).
+    The store and the growth laws are the parent's alone: it imports those once the workers run."""
+    from alloctrace.traces.explain import peak_fast, peak_shapes, peak_types  # noqa: F401
+    from alloctrace.traces.sources.record import source  # noqa: F401
 
 
 def _store_point(store, p: Point, ran: Ran, tags: list[str], meta: dict):
