@@ -25,16 +25,22 @@ SHARED = {"subprocess", "alloctrace.traces.sources.record.run", "alloctrace.trac
 
 AT_FORK = """
 import os, sys
-real_fork, seen = os.fork, []
+import subprocess
+real_fork, real_popen, seen, started = os.fork, subprocess.Popen, [], []
 def fork():
     if not seen:
         seen.append(sorted(sys.modules))
     return real_fork()
-os.fork = fork
+class Popen(real_popen):
+    def __init__(self, *args, **kwargs):
+        if not seen:
+            started.append(args[0][0])
+        super().__init__(*args, **kwargs)
+os.fork, subprocess.Popen = fork, Popen
 from alloctrace.cli import main
 rc = main(sys.argv[1:])
 import json
-print(json.dumps({"rc": rc, "modules": seen[0] if seen else None}), file=sys.stderr)
+print(json.dumps({"rc": rc, "modules": seen[0] if seen else None, "started": started}), file=sys.stderr)
 """
 
 
@@ -52,6 +58,20 @@ def test_the_parent_forks_before_importing_what_only_points_need(tmp_path):
     modules = set(at_fork["modules"])
     assert not modules & NOT_BEFORE_FORK, sorted(modules & NOT_BEFORE_FORK)
     assert SHARED <= modules, sorted(SHARED - modules)
+    # the first two programs ran while those were imported (the workers read them)
+    assert at_fork["started"] == [sys.executable] * 2
+
+
+def test_a_first_program_that_cannot_start_is_its_points_error(tmp_path):
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o644)
+    run = fresh(AT_FORK, "sweep", "--store", str(tmp_path / "s"), "--vary=-c=1,2,3", "-j", "2", "--json", "--",
+                str(script))
+    assert json.loads(run.stderr.strip().splitlines()[-1])["rc"] == 1, run.stderr
+    points = json.loads(run.stdout)["points"]
+    assert [p["exit_status"] for p in points] == [127] * 3
+    assert all(p["error"] == f"cannot run {script}: Permission denied" for p in points), points
 
 
 def test_library_names_hash_with_sha256_without_hashlib(tmp_path):

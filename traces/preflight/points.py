@@ -71,13 +71,12 @@ def start_program(argv: list[str], library: Path, workdir: Path) -> subprocess.P
             raise UserError(f"cannot run {argv[0]}: {e.strerror}") from None
 
 
-def program_output(proc: subprocess.Popen, workdir: Path) -> tuple[int, str]:
-    """(raw wait status, the program's stdout and stderr: their last 16 MiB) once it has ended."""
-    rc = proc.wait()
+def program_output(workdir: Path) -> str:
+    """The program's stdout and stderr (their last 16 MiB), once it has ended."""
     out = workdir / "output.txt"
     with open(out, "rb") as fh:
         fh.seek(max(0, out.stat().st_size - (1 << 24)))
-        return rc, fh.read().decode("utf-8", "replace")
+        return fh.read().decode("utf-8", "replace")
 
 
 @dataclass
@@ -92,17 +91,20 @@ class Ran:
     summary: Point | None = None
 
 
-def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ran:
+def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, status: int | None = None) -> Ran:
     """A worker's whole share of a point: run it, then read, replay and sum up its recordings (the CPU-bound
-    part). What reading needs the workers share: run_points imports it before they fork."""
-    try:
-        proc = start_program(argv, library, workdir)
-    except UserError as e:
-        return Ran(127, "", [], str(e))
+    part). `status`: the program has run already (run_points starts the first ones), its raw wait status.
+    What reading needs the workers share: run_points imports it before they fork."""
+    if status is None:
+        try:
+            proc = start_program(argv, library, workdir)
+        except UserError as e:
+            return Ran(127, "", [], str(e))
+        status = proc.wait()
     from alloctrace.traces.sources.record.source import NO_GGML
 
-    rc, text = program_output(proc, workdir)
-    result = collect(argv, rc, workdir)
+    text = program_output(workdir)
+    result = collect(argv, status, workdir)
     if not result.recordings:
         return Ran(result.exit_status, text, [], NO_GGML)
     events: list[dict] = []  # per trace: {graph index: the replay's events}, so nothing is decoded again
@@ -115,11 +117,11 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ra
     return Ran(result.exit_status, text, traces, summary=summary)
 
 
-def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str) -> Ran:
+def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str, status: int | None = None) -> Ran:
     """`run_and_read`, then the point's folder removed by the worker that read it, while other points run:
     left to the end, removing them all delays every sweep's last line."""
     try:
-        return run_and_read(argv, library, workdir, name)
+        return run_and_read(argv, library, workdir, name, status)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # what stays is removed with the sweep's folder
 
@@ -153,7 +155,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
         for d in dirs:
             d.mkdir()
         tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
-        import_readers()
+        tasks = first_programs_run(tasks, jobs) if jobs > 1 else tasks
         with ForkPool(jobs) as pool:
             # workers forked from this process (a fork costs milliseconds, and replays run on every core)
             results = pool.run(run_read_and_free, tasks) if jobs > 1 else \
@@ -171,6 +173,26 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                 if progress:
                     progress(done, len(pts), p)
     return sid, pts
+
+
+def first_programs_run(tasks: list[tuple], jobs: int) -> list[tuple]:
+    """The first `jobs` points' programs started now, then what the workers read with imported while they run
+    (import_readers), then their wait statuses added to their tasks: the workers fork with their readers in
+    hand and the first programs done. A program that cannot start is left to its worker, which reports it."""
+    started = {}
+    for k in range(min(jobs, len(tasks))):
+        try:
+            started[k] = start_program(*tasks[k][:3])
+        except UserError:
+            pass
+    try:
+        import_readers()
+        return [(*t, started[k].wait()) if k in started else t for k, t in enumerate(tasks)]
+    except BaseException:  # interrupted: the programs end with the command
+        for proc in started.values():
+            proc.kill()
+            proc.wait()
+        raise
 
 
 def import_readers() -> None:
