@@ -1,14 +1,23 @@
 """A faithful, address-aware model of ggml's graph allocator (ggml-alloc.c), generation by generation.
 
-No I/O here: build a Graph, run an allocator, read its events.
+No I/O here: build a Graph, run an allocator, read its events. The names below come from their modules
+when first asked for: what only lists the generations (a command's help, `profiles`) imports no model.
 """
-from .events import Event, KINDS
-from .gallocr import Gallocr
-from .layout import LAYOUTS, Layout, get_layout
-from .legacy import LegacyAllocator
-from .profiles import PROFILES, Profile, get_profile
-from .render import render
-from .tensor import Graph, Tensor
+from importlib import import_module
 
-__all__ = ["Event", "KINDS", "Gallocr", "LAYOUTS", "Layout", "get_layout", "LegacyAllocator", "PROFILES",
-           "Profile", "get_profile", "render", "Graph", "Tensor"]
+# the function, imported now: importing its module later would put the module in its place
+from .render import render
+
+_WHERE = {"Event": "events", "KINDS": "events", "Gallocr": "gallocr", "LAYOUTS": "layout", "Layout": "layout",
+          "get_layout": "layout", "LegacyAllocator": "legacy", "PROFILES": "profiles", "Profile": "profiles",
+          "get_profile": "profiles", "Graph": "tensor", "Tensor": "tensor"}
+
+__all__ = [*_WHERE, "render"]
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value

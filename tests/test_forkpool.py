@@ -83,3 +83,21 @@ def test_handing_a_task_to_a_closed_pipe_is_worker_died():
             _hand(w, (1, 2), 2)
     finally:
         os.close(w)
+
+
+def test_a_worker_with_no_task_left_exits_before_the_pool_closes():
+    tasks = [(0, 0.6), (1, 0.01), (2, 0.01)]  # worker A: the slow one; worker B: the two quick ones
+    with ForkPool(2) as pool:
+        results = pool.run(square_after, tasks)
+        first, second = next(results), next(results)
+        quick = first[1][1]
+        assert second[1][1] == quick and {first[0], second[0]} == {1, 2}
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # B has ended while A still works: reaped here, not by close()
+            pid, _ = os.waitpid(quick, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(0.01)
+        assert pid == quick
+        assert [k for k, _ in results] == [0]  # B's end is not read as a worker that died
+    assert pool.workers == []

@@ -2,7 +2,6 @@
 exact compute buffers, dominant families, growth laws."""
 from __future__ import annotations
 
-import json
 import sys
 
 from alloctrace.allocator.profiles import names as profile_names
@@ -71,6 +70,8 @@ def run(args) -> int:
         raise UserError("sweep: a program to run needs --vary FLAG=VALUES (or use --preset without a program)")
     if not args.preset or not args.profile:
         raise UserError("sweep: give --vary=FLAG=VALUES -- PROGRAM ..., or --preset P --profile G")
+    import json
+
     from alloctrace.traces.replay.sweep import parse_values, sweep
 
     profiles = [x.strip() for item in args.profile for x in item.split(",") if x.strip()]
@@ -134,6 +135,8 @@ def run_program(args, command: list[str]) -> int:
     with _progress("recording points") as advance:
         sid, points = run_points(store, command, varies, library, jobs=args.jobs, name=args.name,
                                  progress=lambda done, n, p: advance(done, n, p), tags=tags)
+    import json
+
     from alloctrace.traces.preflight.sweeps import sweep_json
 
     out = sweep_json(store(), sid, [[v.flag, list(v.values)] for v in varies], points)

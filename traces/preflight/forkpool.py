@@ -13,7 +13,7 @@ import pickle
 import selectors
 import signal
 import struct
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from alloctrace.traces.errors import UserError
 
@@ -111,6 +111,9 @@ class ForkPool:
                         nk, task = todo.pop(0)
                         _hand(by_result[r], task, nk)
                         busy[r] = nk
+                    else:  # nothing left for it: it exits now, while the others finish, not at close()
+                        sel.unregister(r)
+                        self._retire(by_result[r])
                     ok, value = got
                     if not ok:
                         raise value
@@ -127,8 +130,8 @@ class ForkPool:
                     os.close(task_w)
                     os.close(result_r)
                     for _, t, r in self.workers:
-                        os.close(t)
-                        os.close(r)
+                        for fd in (t, r) if t >= 0 else (r,):
+                            os.close(fd)
                     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it quietly, as its program
                     _serve(self.fn, task_r, result_w)
                     code = 0
@@ -138,11 +141,17 @@ class ForkPool:
             os.close(result_w)
             self.workers.append((pid, task_w, result_r))
 
+    def _retire(self, task_fd: int) -> None:
+        """Close a worker's task pipe (it exits once it reads the end) and forget the number: the
+        descriptor may be reused by the time close() runs."""
+        os.close(task_fd)
+        self.workers = [(pid, -1 if t == task_fd else t, r) for pid, t, r in self.workers]
+
     def close(self, stop: bool = False) -> None:
         """Close the task pipes (idle workers then exit) and reap every worker; `stop`: end busy ones too
         (the caller failed or was interrupted, nobody waits for their answers)."""
         for _, t, r in self.workers:
-            for fd in (t, r):
+            for fd in (t, r) if t >= 0 else (r,):
                 try:
                     os.close(fd)
                 except OSError:

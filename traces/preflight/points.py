@@ -11,7 +11,8 @@ recorded sweep again.
 from __future__ import annotations
 
 import os
-import subprocess
+import shutil
+import subprocess  # the workers start programs with it as soon as they are forked
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,13 +71,12 @@ def start_program(argv: list[str], library: Path, workdir: Path) -> subprocess.P
             raise UserError(f"cannot run {argv[0]}: {e.strerror}") from None
 
 
-def program_output(proc: subprocess.Popen, workdir: Path) -> tuple[int, str]:
-    """(raw wait status, the program's stdout and stderr: their last 16 MiB) once it has ended."""
-    rc = proc.wait()
+def program_output(workdir: Path) -> str:
+    """The program's stdout and stderr (their last 16 MiB), once it has ended."""
     out = workdir / "output.txt"
     with open(out, "rb") as fh:
         fh.seek(max(0, out.stat().st_size - (1 << 24)))
-        return rc, fh.read().decode("utf-8", "replace")
+        return fh.read().decode("utf-8", "replace")
 
 
 @dataclass
@@ -92,18 +92,20 @@ class Ran:
     printed: dict = field(default_factory=dict)  # printed_sizes() of its whole output
 
 
-def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ran:
+def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, status: int | None = None) -> Ran:
     """A worker's whole share of a point: run it, then read, replay and sum up its recordings (the CPU-bound
-    part). What reading needs is imported while the first program runs: the workers fork before it is."""
-    try:
-        proc = start_program(argv, library, workdir)
-    except UserError as e:
-        return Ran(127, "", [], str(e))
-    # imported here, while the program runs: read_recording needs SOURCE
-    from alloctrace.traces.sources.record.source import NO_GGML, SOURCE  # noqa: F401
+    part). `status`: the program has run already (run_points starts the first ones), its raw wait status.
+    What reading needs the workers share: run_points imports it before they fork."""
+    if status is None:
+        try:
+            proc = start_program(argv, library, workdir)
+        except UserError as e:
+            return Ran(127, "", [], str(e))
+        status = proc.wait()
+    from alloctrace.traces.sources.record.source import NO_GGML
 
-    rc, text = program_output(proc, workdir)
-    result = collect(argv, rc, workdir)
+    text = program_output(workdir)
+    result = collect(argv, status, workdir)
     # what the program printed is read here, on every core, and only its end travels back
     printed, text = printed_sizes(text), text[-OUTPUT_TAIL:]
     if not result.recordings:
@@ -116,6 +118,15 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str) -> Ra
     summary = Point({}, [])
     summarise_imported(summary, traces[0], events[0])
     return Ran(result.exit_status, text, traces, summary=summary, printed=printed)
+
+
+def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str, status: int | None = None) -> Ran:
+    """`run_and_read`, then the point's folder removed by the worker that read it, while other points run:
+    left to the end, removing them all delays every sweep's last line."""
+    try:
+        return run_and_read(argv, library, workdir, name, status)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # what stays is removed with the sweep's folder
 
 
 def read_recording(path: Path, name: str, events: list | None = None) -> list:
@@ -147,10 +158,11 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
         for d in dirs:
             d.mkdir()
         tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
+        tasks = first_programs_run(tasks, jobs) if jobs > 1 else tasks
         with ForkPool(jobs) as pool:
             # workers forked from this process (a fork costs milliseconds, and replays run on every core)
-            results = pool.run(run_and_read, tasks) if jobs > 1 else \
-                ((k, run_and_read(*t)) for k, t in enumerate(tasks))
+            results = pool.run(run_read_and_free, tasks) if jobs > 1 else \
+                ((k, run_read_and_free(*t)) for k, t in enumerate(tasks))
             store = opener()  # while the first programs run
             for done, (k, ran) in enumerate(results, 1):
                 p = pts[k]
@@ -164,6 +176,35 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                 if progress:
                     progress(done, len(pts), p)
     return sid, pts
+
+
+def first_programs_run(tasks: list[tuple], jobs: int) -> list[tuple]:
+    """The first `jobs` points' programs started now, then what the workers read with imported while they run
+    (import_readers), then their wait statuses added to their tasks: the workers fork with their readers in
+    hand and the first programs done. A program that cannot start is left to its worker, which reports it."""
+    started = {}
+    for k in range(min(jobs, len(tasks))):
+        try:
+            started[k] = start_program(*tasks[k][:3])
+        except UserError:
+            pass
+    try:
+        import_readers()
+        return [(*t, started[k].wait()) if k in started else t for k, t in enumerate(tasks)]
+    except BaseException:  # interrupted: the programs end with the command
+        for proc in started.values():
+            proc.kill()
+            proc.wait()
+        raise
+
+
+def import_readers() -> None:
+    """What a worker reads, replays and sums a point up with, imported once before the workers fork, so that
+    they share it: imported in each worker instead (while its first program runs) it costs every worker
+    the same CPU again, which delays a sweep on a machine whose cores all run points (docs/performance.md).
+    The store and the growth laws are the parent's alone: it imports those once the workers run."""
+    from alloctrace.traces.explain import peak_fast, peak_shapes, peak_types  # noqa: F401
+    from alloctrace.traces.sources.record import source  # noqa: F401
 
 
 def _store_point(store, p: Point, ran: Ran, tags: list[str], meta: dict):

@@ -12,20 +12,25 @@ allocator lines with one clear error.
 """
 from __future__ import annotations
 
-import inspect
-from pathlib import Path
-
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.util.gcpause import gc_paused
-from alloctrace.traces.sources.bounded_io import Limits, capped_graphs
-from alloctrace.traces.sources.logio import LogReader, check_path
-from alloctrace.traces.util.progress import Progress
-from alloctrace.traces.sources.base import ImportedTrace, Source
+
+# What reading a file needs is imported when one is read (the annotations name `base`'s ImportedTrace and
+# Source, `bounded_io`'s Limits): a sweep imports `record.run`, and so this package, before its first
+# program starts, and reads nothing there (traces/preflight/points.py).
 
 __all__ = ["ImportedTrace", "Source", "read_file", "store_traces", "import_file", "import_files", "import_paths", "register", "registered"]
 
 
 _SOURCES: list[Source] = []
+
+
+def __getattr__(name: str):
+    """`ImportedTrace` and `Source` (sources/base.py), imported when first asked for."""
+    if name in ("ImportedTrace", "Source"):
+        from alloctrace.traces.sources import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(source: Source) -> Source:
@@ -58,6 +63,13 @@ def read_file(src, *, name: str | None = None, filename: str | None = None, limi
     `filename` is what messages and metadata call the input (default: the path's name);
     `options` go to the source when its `read` takes them (e.g. `generation` for ggml logs);
     `tags` (`key=value` strings, store/tags.py) are added to every trace read."""
+    from pathlib import Path
+
+    from alloctrace.traces.sources.bounded_io import Limits, capped_graphs
+    from alloctrace.traces.sources.logio import LogReader
+    from alloctrace.traces.util.gcpause import gc_paused
+    from alloctrace.traces.util.progress import Progress
+
     limits = limits or Limits.from_env()
     named = src if isinstance(src, (str, Path)) else getattr(src, "name", None)
     label = filename or (Path(named).name if isinstance(named, (str, Path)) else "input")
@@ -112,6 +124,8 @@ def store_traces(store, traces: list[ImportedTrace]) -> list[dict]:
 def import_files(store, paths, *, name: str | None = None, progress: bool = False, **options) -> list[dict]:
     """Import files, each as its trace(s); all or nothing across files. The new traces' summaries
     (with the source's `report` where it gave one)."""
+    from alloctrace.traces.sources.logio import check_path
+
     paths = [check_path(p) for p in paths]
     if not paths:
         raise UserError("no files to import")
@@ -133,6 +147,8 @@ def import_paths(store, paths, *, name: str | None = None, progress: bool = Fals
 
 
 def _accepted(fn, options: dict) -> dict:
+    import inspect
+
     params = inspect.signature(fn).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return options

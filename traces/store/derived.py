@@ -9,7 +9,7 @@ analyses: each one describes its rows as a `Derived`, and the package root hands
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 SAVED_MIN_EVENTS = 50_000  # below this a cold replay to the end takes a few tens of ms
 

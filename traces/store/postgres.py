@@ -8,8 +8,10 @@ connection went away. Reads run in REPEATABLE READ, so related queries see one c
 """
 from __future__ import annotations
 
+import atexit
 import re
 import threading
+import weakref
 from contextlib import contextmanager
 from functools import lru_cache
 from urllib.parse import urlsplit, urlunsplit
@@ -34,6 +36,17 @@ def without_password(url: str) -> str:
     host = parts.hostname or ""
     netloc = (f"{parts.username}@" if parts.username else "") + host + (f":{parts.port}" if parts.port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+_OPEN: "weakref.WeakSet[PostgresBackend]" = weakref.WeakSet()  # backends whose pool is open
+
+
+@atexit.register
+def _close_open_pools():
+    """At exit, each pool still open closes its connections (the server sees a goodbye, not a dropped
+    socket) and stops its threads; the CLI's quick exit runs this too (alloctrace/cli.py console)."""
+    for backend in list(_OPEN):
+        backend.close()
 
 
 class StoreUnavailable(UserError):
@@ -97,6 +110,7 @@ class PostgresBackend:
             raise StoreUnavailable(f"cannot open store {self.where}: {self._reason(url, e)}") from None
         self._gen_lock = threading.Lock()
         self._gen_conn = None
+        _OPEN.add(self)
 
     def _reason(self, url: str, e: Exception) -> str:
         try:
@@ -114,6 +128,7 @@ class PostgresBackend:
                 self._gen_conn.close()
                 self._gen_conn = None
         self.pool.close()
+        _OPEN.discard(self)
 
     def reopen(self) -> "PostgresBackend":
         return self  # the pool serves readers and writers alike

@@ -6,7 +6,7 @@ pairing of `compare`. A key is a short identifier; a value is any printable text
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from alloctrace.traces.errors import UserError
 

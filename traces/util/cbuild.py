@@ -12,7 +12,6 @@ This module imports nothing of the package at its top: setup.py loads it by path
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import shutil
 import stat
@@ -33,10 +32,24 @@ PRELOAD_UNSAFE = " :\t\n"  # the dynamic loader splits LD_PRELOAD at spaces and 
 
 def library_name(source: Path, stem: str, flags: list[str], digest_extra: bytes = b"") -> str:
     """`<stem>-<hash>.so`: the hash of the source, `digest_extra` and the flags."""
-    digest = hashlib.sha256(source.read_bytes())
+    digest = sha256(source.read_bytes())
     digest.update(digest_extra)
     digest.update(" ".join(flags).encode())
     return f"{stem}-{digest.hexdigest()[:16]}.so"
+
+
+def sha256(data: bytes):
+    """hashlib.sha256 of `data`, from Python's own small module where it ships one: importing hashlib loads
+    OpenSSL's libcrypto, which costs every sweep a few milliseconds before its first program. The same
+    digest either way."""
+    try:
+        from _sha2 import sha256 as new  # Python 3.12 and later
+    except ImportError:
+        try:
+            from _sha256 import sha256 as new  # Python 3.11
+        except ImportError:
+            from hashlib import sha256 as new
+    return new(data)
 
 
 def cache_dir() -> Path:

@@ -1,7 +1,6 @@
 """Run a program under the recorder: its stdio untouched, its exit status kept, the recordings collected."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -98,6 +97,8 @@ def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict
 
 def collect(argv: list[str], rc: int, out_dir: Path) -> RunResult:
     """What the finished program left in `out_dir`: each recording made whole and given its trailer."""
+    import json  # here: a sweep imports this module before forking the workers that collect
+
     status = 128 - rc if rc < 0 else rc
     files = sorted(out_dir.glob("rec-*.atrec"), key=lambda p: int(p.stem.split("-")[1]))
     trailer = json.dumps({"argv": argv, "exit_status": status})
