@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,13 +45,15 @@ print(json.dumps({"rc": rc, "modules": seen[0] if seen else None, "started": sta
 """
 
 
-def fresh(code: str, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+def fresh(code: str, *args, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
 
 
 def test_the_parent_forks_before_importing_what_only_points_need(tmp_path):
+    """Without the compiled replay a point's read is Python's, and forked workers read on every core."""
     run = fresh(AT_FORK, "sweep", "--store", str(tmp_path / "s"), "--vary=-c=128,256", "-j", "2", "--json", "--",
-                *PROGRAM, "-nh", "4")
+                *PROGRAM, "-nh", "4", env={"ALLOCTRACE_PURE_PYTHON": "1"})
     at_fork = json.loads(run.stderr.strip().splitlines()[-1])
     assert at_fork["rc"] == 0, run.stderr
     assert [p["buffers"] for p in json.loads(run.stdout)["points"]] == [

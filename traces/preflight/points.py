@@ -14,12 +14,15 @@ import os
 import shutil
 import subprocess  # the workers start programs with it as soon as they are forked
 import tempfile
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.sources.record.run import checked_program, collect, recorder_env
 
+from . import prestart
 from .forkpool import ForkPool
 from .printed import printed_sizes
 from .vary import Vary, label, points as combinations, tags as point_tags, with_values
@@ -53,8 +56,7 @@ class Point:
                 "exit_status": self.exit_status, "error": self.error}
 
 
-def default_jobs() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+default_jobs = prestart.default_jobs
 
 
 def new_sweep_id() -> str:
@@ -145,7 +147,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     `progress(done, total, point)` is called as each point is stored. `store` is a Store, or a function
     that opens one, called once the workers run: importing and opening a store costs about a dry run of
     a small model, which they spend running programs instead."""
-    opener = store if callable(store) else (lambda: store)
+    opener = store if callable(store) else (lambda given=store: given)
     prog = checked_program(argv)
     combos = combinations(varies)
     sid = sweep_id or new_sweep_id()
@@ -153,18 +155,25 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     pts = [Point(values, [prog, *with_values(argv, values)[1:]]) for values in combos]
     spec = [[v.flag, list(v.values)] for v in varies]
     jobs = max(1, min(jobs or default_jobs(), len(pts)))
-    with tempfile.TemporaryDirectory(prefix="alloctrace-sweep-") as tmp:
+    here = jobs > 1 and reads_are_cheap()
+    # the entry point may have started the first programs (prestart.py): taken when they are these points'
+    taken = prestart.take([p.argv for p in pts], library, jobs) if here else prestart.abandon()
+    with sweep_folder(taken) as tmp:
         dirs = [Path(tmp) / str(k) for k in range(len(pts))]
         for d in dirs:
-            d.mkdir()
+            d.mkdir(exist_ok=taken is not None)
         tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
-        tasks = first_programs_run(tasks, jobs) if jobs > 1 else tasks
+        tasks = first_programs_run(tasks, jobs) if jobs > 1 and not here else tasks
         with ForkPool(jobs) as pool:
-            # workers forked from this process (a fork costs milliseconds, and replays run on every core)
-            results = pool.run(run_read_and_free, tasks) if jobs > 1 else \
-                ((k, run_read_and_free(*t)) for k, t in enumerate(tasks))
-            store = opener()  # while the first programs run
+            if here:  # this process runs the programs and reads each one's point as it ends
+                results = read_here(tasks, jobs, taken.running if taken else None)
+            else:  # workers forked from this process run and read the points (replays run on every core)
+                results = pool.run(run_read_and_free, tasks) if jobs > 1 else \
+                    ((k, run_read_and_free(*t)) for k, t in enumerate(tasks))
+            store = None
             for done, (k, ran) in enumerate(results, 1):
+                if store is None:
+                    store = opener()  # once the first programs run
                 p = pts[k]
                 p.exit_status, p.printed, p.error = ran.exit_status, ran.printed, ran.error
                 meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
@@ -178,33 +187,144 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     return sid, pts
 
 
-def first_programs_run(tasks: list[tuple], jobs: int) -> list[tuple]:
-    """The first `jobs` points' programs started now, then what the workers read with imported while they run
-    (import_readers), then their wait statuses added to their tasks: the workers fork with their readers in
-    hand and the first programs done. A program that cannot start is left to its worker, which reports it."""
-    started = {}
-    for k in range(min(jobs, len(tasks))):
-        try:
-            started[k] = start_program(*tasks[k][:3])
-        except UserError:
-            pass
+def reads_are_cheap() -> bool:
+    """Whether this process can read every point itself while the programs run: the compiled replay is there,
+    so reading a dry run's point costs a few ms against its program's tens (docs/performance.md). Without
+    it (no C compiler, ALLOCTRACE_PURE_PYTHON=1) a point's Python replay can cost as much as its program,
+    and forked workers read on every core."""
+    from alloctrace.traces.sources.record import replay_fast
+
+    return replay_fast.library() is not None
+
+
+@contextmanager
+def sweep_folder(taken):
+    """The sweep's folder (a folder per point inside): the one the prestarted programs write into, else a new
+    one; removed at the end either way."""
+    if taken is None:
+        with tempfile.TemporaryDirectory(prefix="alloctrace-sweep-") as tmp:
+            yield tmp
+        return
     try:
-        import_readers()
-        return [(*t, started[k].wait()) if k in started else t for k, t in enumerate(tasks)]
+        yield taken.folder
+    finally:
+        shutil.rmtree(taken.folder, ignore_errors=True)
+
+
+def read_here(tasks: list[tuple], jobs: int, started: dict | None = None):
+    """(point index, Ran) as each point's program ends, `jobs` programs running at a time from this process:
+    a program that ends is followed by the next point's at once, before its own point is read, so the
+    programs never wait for the reading. While the readers are imported (import_readers) the programs that
+    end are only replaced; their points are read once the import is done."""
+    running: dict = dict(started or {})  # point -> its program (a Popen, or prestart's Spawned)
+    ended: list[tuple[int, int]] = []  # (point, wait status): read next
+    failed: list[tuple[int, Ran]] = []  # points whose program could not start
+    nxt = len(running)  # the programs started already (some may have ended) are the first points'
+
+    def fill() -> None:
+        nonlocal nxt
+        for k in [k for k, proc in running.items() if proc.poll() is not None]:
+            ended.append((k, running.pop(k).returncode))
+        while len(running) < jobs and nxt < len(tasks):
+            try:
+                running[nxt] = start_program(*tasks[nxt][:3])
+            except UserError as e:
+                failed.append((nxt, Ran(127, "", [], str(e))))
+            nxt += 1
+
+    try:
+        fill()
+        import_readers(fill)
+        while running or ended or failed:
+            if failed:
+                yield failed.pop(0)
+                continue
+            if not ended:
+                wait_any(running)
+            fill()
+            k, status = ended.pop(0)
+            yield k, run_read_and_free(*tasks[k][:4], status)
+    finally:  # interrupted (or the caller stopped): the programs end with the command
+        for proc in running.values():
+            proc.kill()
+            proc.wait()
+
+
+def wait_any(running: dict) -> None:
+    """Block until one of the running programs has ended (not reaping it): on a process file descriptor
+    where the system has them, else polling."""
+    import select
+
+    fds = []
+    try:
+        fds = [os.pidfd_open(proc.pid) for proc in running.values()]
+        select.select(fds, [], [])
+    except (AttributeError, OSError):  # no pidfd (an old kernel, a filter): look every millisecond
+        while all(proc.poll() is None for proc in running.values()):
+            time.sleep(0.001)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+# what a worker reads, replays and sums a point up with (import_readers), in the order they import
+READERS = ("alloctrace.traces.store.columns", "alloctrace.traces.store.schema", "alloctrace.traces.sources.base",
+           "alloctrace.allocator.gallocr", "alloctrace.traces.sources.record.stream",
+           "alloctrace.traces.sources.record.replay_fast", "alloctrace.traces.sources.record.replay",
+           "alloctrace.traces.sources.record.source", "alloctrace.traces.explain.peak_types",
+           "alloctrace.traces.explain.peak_fast", "alloctrace.traces.explain.peak_shapes")
+
+
+def first_programs_run(tasks: list[tuple], jobs: int) -> list[tuple]:
+    """The first points' programs run while what the workers read with is imported (import_readers), `jobs` at
+    a time: one that ends between two imports is followed by the next point's at once, so the cores run
+    programs rather than wait for the import. Returns the tasks, those that ran with their wait statuses: the
+    workers fork with their readers in hand and these points ready to read. A program that cannot start is
+    left to its worker, which reports it."""
+    running: dict[int, subprocess.Popen] = {}
+    status: dict[int, int] = {}
+    nxt = 0
+
+    def refill(start: bool = True) -> None:
+        nonlocal nxt
+        for k in [k for k, proc in running.items() if proc.poll() is not None]:
+            status[k] = running.pop(k).returncode
+        while start and len(running) < jobs and nxt < len(tasks):
+            try:
+                running[nxt] = start_program(*tasks[nxt][:3])
+            except UserError:
+                pass
+            nxt += 1
+
+    try:
+        refill()
+        import_readers(refill)
+        refill(start=False)
+        for k, proc in running.items():  # the last ones started: the workers fork once they end
+            status[k] = proc.wait()
     except BaseException:  # interrupted: the programs end with the command
-        for proc in started.values():
+        for proc in running.values():
             proc.kill()
             proc.wait()
         raise
+    return [(*t, status[k]) if k in status else t for k, t in enumerate(tasks)]
 
 
-def import_readers() -> None:
+def import_readers(between=lambda: None) -> None:
     """What a worker reads, replays and sums a point up with, imported once before the workers fork, so that
     they share it: imported in each worker instead (while its first program runs) it costs every worker
     the same CPU again, which delays a sweep on a machine whose cores all run points (docs/performance.md).
-    The store and the growth laws are the parent's alone: it imports those once the workers run."""
-    from alloctrace.traces.explain import peak_fast, peak_shapes, peak_types  # noqa: F401
-    from alloctrace.traces.sources.record import source  # noqa: F401
+    `between()` runs after each module. The store and the growth laws are the parent's alone: it imports
+    those once the workers run."""
+    import importlib
+
+    for name in READERS:
+        importlib.import_module(name)
+        between()
+    from alloctrace.traces.sources.record import replay_fast
+
+    replay_fast.library()  # loaded (or found missing) once, for every worker
+    between()
 
 
 def _store_point(store, p: Point, ran: Ran, tags: list[str], meta: dict):

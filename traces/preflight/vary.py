@@ -7,7 +7,6 @@ all varied flags, the first `--vary` outermost.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from itertools import product
 
 from alloctrace.traces.errors import UserError
@@ -17,10 +16,24 @@ MAX_VALUES = 64
 MAX_VALUE_LEN = 200
 
 
-@dataclass(frozen=True)
 class Vary:
-    flag: str  # as the program spells it: "-c", "--ctx-size", "-fa"
-    values: tuple[str, ...]
+    """One varied flag and its values. A plain class, not a dataclass: a sweep's first programs start before
+    the command imports dataclasses (prestart.py)."""
+
+    __slots__ = ("flag", "values")
+
+    def __init__(self, flag: str, values: tuple[str, ...]):
+        self.flag = flag  # as the program spells it: "-c", "--ctx-size", "-fa"
+        self.values = tuple(values)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Vary) and (self.flag, self.values) == (other.flag, other.values)
+
+    def __hash__(self) -> int:
+        return hash((self.flag, self.values))
+
+    def __repr__(self) -> str:
+        return f"Vary(flag={self.flag!r}, values={self.values!r})"
 
     @property
     def numeric(self) -> bool:

@@ -8,29 +8,21 @@ analyses: each one describes its rows as a `Derived`, and the package root hands
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 from collections.abc import Callable, Iterable
 
 SAVED_MIN_EVENTS = 50_000  # below this a cold replay to the end takes a few tens of ms
 
+# (named tuples, not dataclasses: the package root imports this module, and a sweep's first programs start
+# before the command imports dataclasses, preflight/prestart.py)
+Derived = namedtuple("Derived", "table fields reads rows decode", defaults=(None,))
+Derived.__doc__ = """Rows of one of the store's tables of derived data (`state_checkpoints`, `memmap_lod`): the table,
+its columns after (trace_id, graph_idx), the event columns `rows` reads, `rows(columns, graph {role,
+buffer_size}, compressor)` -> the rows, and `decode(one stored value)` -> what the analysis reads (or None)."""
 
-@dataclass(frozen=True)
-class Derived:
-    """Rows of one of the store's tables of derived data (`state_checkpoints`, `memmap_lod`)."""
-
-    table: str
-    fields: tuple[str, ...]  # its columns after (trace_id, graph_idx)
-    reads: tuple[str, ...]  # the event columns `rows` reads
-    rows: Callable[[dict, dict, object], Iterable[tuple]]  # (columns, graph {role, buffer_size}, compressor)
-    decode: Callable[[bytes], object] | None = None  # one stored value -> what the analysis reads
-
-
-@dataclass
-class Saved:
-    """Checkpoints kept in the store: the events they stand at (0 first, ascending) and a loader."""
-
-    marks: list[int]
-    load: Callable[[int], dict]  # event -> checkpoint dict (state.index.checkpoint_dict)
+Saved = namedtuple("Saved", "marks load")
+Saved.__doc__ = """Checkpoints kept in the store: the events they stand at (0 first, ascending) and a loader
+(`load(event)` -> the checkpoint dict, state.index.checkpoint_dict)."""
 
 
 _provider: Callable[[], tuple[Derived, ...]] | None = None

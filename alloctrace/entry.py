@@ -1,0 +1,15 @@
+"""The `alloctrace` command's entry point (the console script and `python -m alloctrace`).
+
+A sweep's first programs start here, before the command imports its parser and the rest of itself
+(traces/preflight/prestart.py: Python's imports cost a small machine as long as several dry runs of a small
+model); then `cli.console` runs the command."""
+import sys
+
+
+def console() -> None:
+    from alloctrace.traces.preflight import prestart
+
+    prestart.begin(sys.argv[1:])  # starts nothing unless this is a sweep it reads in full; stopped at exit
+    from alloctrace.cli import console as run
+
+    run()

@@ -1,0 +1,72 @@
+"""The program a recording runs: found, checked that a library can be preloaded into it, and its environment
+with the recorder preloaded. Apart from run.py (which also waits for it and collects what it wrote) because a
+sweep's first programs start from here before the command imports anything else (preflight/prestart.py)."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.util.cbuild import preload_safe
+
+NOT_LINUX = ("record works on Linux only for now (it preloads a library with LD_PRELOAD); "
+             "docs/record.md describes the macOS plan")
+STATIC = ("{prog} is statically linked, so no library can be preloaded into it: build it with shared "
+          "libraries: -DBUILD_SHARED_LIBS=ON")
+
+
+def resolve_program(argv: list[str]) -> str:
+    prog = argv[0]
+    path = prog if os.sep in prog else shutil.which(prog)
+    if not path or not os.path.exists(path):
+        raise UserError(f"program not found: {prog}")
+    return path
+
+
+def is_static_elf(path: str) -> bool:
+    """An ELF executable without a program interpreter: the dynamic loader never runs, nothing is preloaded."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit ELF only; anything else: let it run
+                return False
+            little = head[5] == 1
+            order = "little" if little else "big"
+            phoff = int.from_bytes(head[32:40], order)
+            phentsize = int.from_bytes(head[54:56], order)
+            phnum = int.from_bytes(head[56:58], order)
+            if phnum == 0 or phnum > 4096:
+                return False
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return False
+    types = [int.from_bytes(table[i * phentsize:i * phentsize + 4], order) for i in range(phnum)]
+    PT_INTERP, PT_DYNAMIC = 3, 2
+    return PT_INTERP not in types and PT_DYNAMIC not in types
+
+
+def recorder_env(library: Path | None, out_dir: Path, env: dict | None = None) -> dict:
+    """The program's environment plus `env`: the recorder preloaded first (none: `library` None),
+    writing into `out_dir`."""
+    if library is not None and not preload_safe(library):
+        raise UserError(f"cannot preload {library}: LD_PRELOAD needs an absolute path without spaces or colons")
+    env = {**os.environ, **(env or {})}
+    if library is not None:
+        env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
+    env["ALLOCTRACE_RECORD_DIR"] = str(out_dir)
+    return env
+
+
+def checked_program(argv: list[str], preload: bool = True) -> str:
+    """The program's path, refused where nothing can be preloaded (not Linux, a static executable)."""
+    if preload and not sys.platform.startswith("linux"):
+        raise UserError(NOT_LINUX)
+    prog = resolve_program(argv)
+    if preload and is_static_elf(prog):
+        raise UserError(STATIC.format(prog=argv[0]))
+    return prog
+
+
