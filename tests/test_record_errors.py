@@ -202,3 +202,25 @@ def test_a_buffer_type_no_T_line_describes_is_one_error():
     text = "\n".join(ln for ln in MLP.splitlines() if not ln.startswith("T ")) + "\n"
     with pytest.raises(RecordingError, match="no T line"):
         read(text)
+
+
+def test_lines_read_a_block_at_a_time_are_the_lines_read_one_at_a_time(monkeypatch):
+    """stream._lines reads blocks; lines cut across blocks, a cut last line, long lines and the byte limit come
+    out as reading line by line gives them."""
+    import io as _io
+
+    from alloctrace.traces.sources.record import stream
+
+    text = b"ATREC 1 5\nab\n\nc d \xff\r\n" + b"x" * 50 + b"\nlast, cut"
+    monkeypatch.setattr(stream, "READ_BLOCK", 1 << 20)
+    whole = list(stream._lines(_io.BytesIO(text), 1 << 20))
+    assert whole == [(1, "ATREC 1 5"), (2, "ab"), (3, ""), (4, "c d \ufffd\r"), (5, "x" * 50)]
+    for block in (1, 2, 3, 7, 64):
+        monkeypatch.setattr(stream, "READ_BLOCK", block)
+        assert list(stream._lines(_io.BytesIO(text), 1 << 20)) == whole
+        monkeypatch.setattr(stream, "MAX_LINE", 50)
+        with pytest.raises(stream.RecordingError, match="line 5: longer than 50 bytes"):
+            list(stream._lines(_io.BytesIO(text), 1 << 20))
+        monkeypatch.setattr(stream, "MAX_LINE", 1 << 24)
+        with pytest.raises(stream.RecordingError, match="larger than 20 bytes"):
+            list(stream._lines(_io.BytesIO(text), 20))

@@ -50,10 +50,14 @@ class _Graph:
         self.placing = [i for i, k in enumerate(self.kind) if k in _PLACING]
 
     def plain(self) -> bool:
-        """Do these values mean here what they mean in the store's columns (ints in range)?"""
+        """Do these values mean here what they mean in the store's columns (ints in range)? (Columns hold
+        ints only: for them only the range is looked at.)"""
+        ints = isinstance(self.events, EventColumns)
         for col, top in ((self.offset, _KEY_CHUNK), (self.size, 1 << 62), (self.chunk, 1 << 18),
                          (self.buffer, 1 << 31)):
-            if not set(map(type, col)) <= {int} or (col and (max(col) >= top or min(col) < MISSING)):
+            if not ints and not set(map(type, col)) <= {int}:
+                return False
+            if col and (max(col) >= top or min(col) < MISSING):
                 return False
         return True
 

@@ -17,6 +17,7 @@ MAGIC = b"ATREC 1"
 MAX_LINE = 1 << 24  # a graph line is short; a buffer-id line has one number per node
 MAX_TENSORS = 1 << 20  # per call (a 70B LLaMA graph has about 10,000)
 MAX_CALLS_OPEN = 4096
+READ_BLOCK = 1 << 20
 
 GALLOC_CALLS = ("reserve_n", "reserve_n_size", "alloc_graph")
 INPUT, OUTPUT, PARAM = 1, 2, 4
@@ -142,16 +143,27 @@ def tensor_records(call: Call) -> list[TensorRec]:
 
 
 def _lines(stream: BinaryIO, max_bytes: int) -> Iterator[tuple[int, str]]:
-    total = 0
-    for no, raw in enumerate(iter(lambda: stream.readline(MAX_LINE + 1), b""), 1):
-        total += len(raw)
-        if total > max_bytes:
+    """(line number, line) of every whole line, read a block at a time (a line at a time costs a sweep's
+    point more than its replay); a line of MAX_LINE bytes or more, or more than `max_bytes` in all, is an error."""
+    total, no, rest = 0, 0, b""
+    while True:
+        block = stream.read(READ_BLOCK)
+        if not block:
+            return  # what is left has no newline: the last line of a killed program may be cut
+        lines = (rest + block).split(b"\n") if rest else block.split(b"\n")
+        rest = lines.pop()
+        for raw in lines:
+            no += 1
+            total += len(raw) + 1
+            if total > max_bytes:
+                raise RecordingError(f"recording larger than {max_bytes:,} bytes")
+            if len(raw) >= MAX_LINE:
+                raise RecordingError(f"line {no}: longer than {MAX_LINE:,} bytes")
+            yield no, raw.decode("utf-8", "replace")
+        if total + len(rest) > max_bytes:
             raise RecordingError(f"recording larger than {max_bytes:,} bytes")
-        if len(raw) > MAX_LINE:
-            raise RecordingError(f"line {no}: longer than {MAX_LINE:,} bytes")
-        if not raw.endswith(b"\n"):
-            break  # the last line of a killed program may be cut: keep what is whole
-        yield no, raw[:-1].decode("utf-8", "replace")
+        if len(rest) >= MAX_LINE:
+            raise RecordingError(f"line {no + 1}: longer than {MAX_LINE:,} bytes")
 
 
 def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> list[Process]:
