@@ -5,7 +5,8 @@ store by the sweep's id (the `sweep=<id>` tag) for the dashboard.
 from __future__ import annotations
 
 from .laws import dominance, laws, numeric_flags
-from .points import Point, summarise
+from .points import Point
+from .summary import summarise
 
 MAX_NEIGHBOURS = 64
 TOP_DELTAS = 3
