@@ -22,10 +22,15 @@ PROGRAM = [sys.executable, str(HERE / "sweep_program.py")]
 # a program that notes whether, when it started, the command had loaded ctypes (the compiled replay's loader,
 # which the command loads before its own first program: absent means the entry point started this one)
 NOTING = """
-import os, sys
+import atexit, os, sys, time
 maps = open(f"/proc/{os.getppid()}/maps").read()
 with open(os.path.join(os.environ["NOTES"], f"{os.getpid()}"), "w") as f:
     f.write("early" if "_ctypes" not in maps else "late")
+began = time.monotonic()
+def note_span():
+    with open(os.path.join(os.environ["NOTES"], f"span-{os.getpid()}"), "w") as f:
+        f.write(f"{began} {time.monotonic()}")
+atexit.register(note_span)
 sys.argv[0] = sys.argv.pop(1)
 exec(compile(open(sys.argv[0]).read(), sys.argv[0], "exec"), {"__name__": "__main__", "__file__": sys.argv[0]})
 """
@@ -63,7 +68,10 @@ def test_the_command_takes_over_the_programs_it_would_have_started():
     try:
         started = prestart._started
         assert started is not None and len(started.running) == 2
-        time.sleep(1.5)  # ended programs are followed by the next points' (two at a time)
+        deadline = time.monotonic() + 60
+        while len(started.running) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)  # ended programs are followed by the next points' (two at a time)
+        assert sum(1 for p in started.running.values() if p.poll() is None) <= 2  # never more than -j at once
         taken = prestart.take(expected_argvs([*PROGRAM, "-nh", "2"], texts), recorder_library(), 2)
         assert taken is started and prestart._started is None
         assert len(taken.running) >= 3
@@ -113,7 +121,10 @@ def test_a_sweep_started_early_answers_as_one_started_late(tmp_path):
                       NOTES=str(notes), ALLOCTRACE_PRESTART=mode)
         assert run.returncode == 0, run.stderr
         answers[mode] = [(p["values"], p["buffers"], p["consistent"]) for p in json.loads(run.stdout)["points"]]
-        when = sorted(f.read_text() for f in notes.iterdir())
+        when = sorted(f.read_text() for f in notes.iterdir() if not f.name.startswith("span-"))
+        spans = [tuple(map(float, f.read_text().split())) for f in notes.iterdir() if f.name.startswith("span-")]
+        at_once = max(sum(1 for b, e in spans if b <= t < e) for t, _ in spans)
+        assert len(spans) == 3 and at_once <= 2, spans  # -j 2: never more than two programs at once
         for f in notes.iterdir():
             f.unlink()
         # early: the first two (at least) started before the command loaded what it reads with; else none did
@@ -134,5 +145,5 @@ def test_a_command_that_fails_after_they_started_leaves_nothing_running(tmp_path
     assert run.stderr.count("\n") == 1  # one line
     assert not list(tmp_path.glob("alloctrace-sweep-*"))
     for f in notes.iterdir():  # whatever was started has ended (stopped at exit, not left running)
-        pid = int(f.name)
+        pid = int(f.name.removeprefix("span-"))
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
