@@ -951,6 +951,18 @@ static int put_talloc(St *st, int64_t *cap, int32_t i) {
            push_state(st, cap, alloc_size(st, t, t->buffer_id));
 }
 
+/* whether buffer b's plan outgrows the buffer it has (none yet: it does), as gallocr.reserve decides; its size */
+static int grows(const RfIn *in, const Dyn *d, int64_t b, int64_t *cur_size) {
+    const int64_t *cur = in->cur_sizes;
+    for (int64_t q = 0; q < b; q++) if (in->cur_n[q] > 0) cur += in->cur_n[q];
+    int64_t ncur = in->cur_n[b];
+    *cur_size = 0;
+    for (int64_t c = 0; c < ncur; c++) *cur_size += cur[c];
+    if (ncur < 0) return 1;
+    for (int c = 0; c < d->n; c++) if (d->ch[c].max_size > (c < ncur ? cur[c] : 0)) return 1;
+    return 0;
+}
+
 /* 0: replayed (out->ok says how the reserve ended); -1: declined (rf_reason) */
 EXPORT int rf_reserve(St *st, const RfIn *in, RfOut *out) {
     reset(st);
@@ -983,14 +995,8 @@ EXPORT int rf_reserve(St *st, const RfIn *in, RfOut *out) {
         for (int64_t b = 0; b < in->n_bufs; b++) {
             if (in->owner[b] != b) continue;
             Dyn *d = &st->dyn[b];
-            const int64_t *cur = in->cur_sizes;
-            for (int64_t q = 0; q < b; q++) if (in->cur_n[q] > 0) cur += in->cur_n[q];
-            int64_t ncur = in->cur_n[b];
-            int realloc_ = ncur < 0;
-            for (int c = 0; c < d->n && !realloc_; c++) if (d->ch[c].max_size > (c < ncur ? cur[c] : 0)) realloc_ = 1;
-            if (!realloc_) continue;
             int64_t cur_size = 0, new_size = 0;
-            for (int64_t c = 0; c < ncur; c++) cur_size += cur[c];
+            if (!grows(in, d, b, &cur_size)) continue;
             for (int c = 0; c < d->n; c++) new_size += d->ch[c].max_size;
             if (cur_size > 0) {
                 Ev *e = emit(st, "buffer");
@@ -1022,12 +1028,8 @@ EXPORT int rf_reserve(St *st, const RfIn *in, RfOut *out) {
         for (int64_t b = 0; b < in->n_bufs; b++) {
             if (in->owner[b] != b) { if (!push_state(st, &cap, 0)) return decline(st, "out of memory"); continue; }
             Dyn *d = &st->dyn[b];
-            const int64_t *cur = in->cur_sizes;
-            for (int64_t q = 0; q < b; q++) if (in->cur_n[q] > 0) cur += in->cur_n[q];
-            int64_t ncur = in->cur_n[b];
-            int realloc_ = ncur < 0;
-            for (int c = 0; c < d->n && !realloc_; c++) if (d->ch[c].max_size > (c < ncur ? cur[c] : 0)) realloc_ = 1;
-            if (!realloc_) { if (!push_state(st, &cap, 0)) return decline(st, "out of memory"); continue; }
+            int64_t cur_size;
+            if (!grows(in, d, b, &cur_size)) { if (!push_state(st, &cap, 0)) return decline(st, "out of memory"); continue; }
             if (in->no_alloc) { if (!push_state(st, &cap, 2)) return decline(st, "out of memory"); continue; }
             if (!push_state(st, &cap, 1) || !push_state(st, &cap, d->n)) return decline(st, "out of memory");
             for (int c = 0; c < d->n; c++) if (!push_state(st, &cap, d->ch[c].max_size)) return decline(st, "out of memory");
