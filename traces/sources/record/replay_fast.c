@@ -6,7 +6,11 @@
  * range, a tensor it cannot find) makes it decline: rf_reserve returns -1 and rf_reason says why, and the
  * caller replays the call on the Python path. tests/test_replay_fast.py compares both paths.
  *
- * Built by traces/util/cbuild.py with the system C compiler; loaded through ctypes (replay_fast.py). */
+ * Built by traces/util/cbuild.py with the system C compiler; loaded through ctypes (replay_fast.py).
+ *
+ * Its length: it is one pipeline over one call's state (St): the tensor lines parsed, the walk and the dynamic
+ * allocator it calls, the column encoder and the shapes, each section mirroring one Python module, in the order
+ * a call goes through them. Split into files, every part would need the same structs and helpers declared again. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
