@@ -10,7 +10,6 @@ import logging
 import threading
 from typing import Annotated
 
-import numpy as np
 
 from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -18,13 +17,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.requests import ClientDisconnect
 
-from alloctrace.allocator.events import KINDS
 from alloctrace.traces.errors import UserError
 from alloctrace.server import graphs, upload
 from alloctrace.traces import memmap
 from alloctrace.traces.util.lru import LRU
-from alloctrace.traces.store.graph_info import events_page
-from alloctrace.traces.memmap.live_ops import name_live_ops
+from alloctrace.traces.store.graph_info import events_page, with_ggml_lines
+from alloctrace.traces.memmap.live_ops import name_live_ops, name_live_ops_from_lifetimes
 from alloctrace.traces.state.index import state_json
 from alloctrace.server.context import Context
 from alloctrace.server.mapjson import memory_map_json
@@ -115,19 +113,6 @@ def get_trace(request: Request, trace_id: TraceId):
     return with_ggml_lines(ctx(request).call(lambda s: s.summary(trace_id)))
 
 
-def with_ggml_lines(summary: dict) -> dict:
-    """A trace summary whose failed graphs' `oom` also carry `ggml_line`: ggml's own message for the failure
-    in that trace's generation (what a user searched for), as every answer that lists graphs gives it."""
-    from alloctrace.allocator.render import ggml_oom_message
-
-    for g in summary.get("graphs") or []:
-        oom = g.get("oom")
-        if oom and oom.get("needed") is not None and oom.get("largest_available") is not None:
-            g["oom"] = {**oom, "ggml_line": ggml_oom_message(summary.get("generation"), oom["needed"],
-                                                             oom["largest_available"])}
-    return summary
-
-
 @router.delete("/traces/{trace_id}", summary="Delete a trace")
 def delete_trace(request: Request, trace_id: TraceId):
     c = ctx(request)
@@ -142,8 +127,6 @@ def get_events(request: Request, trace_id: TraceId, g: GraphIndex,
                limit: Annotated[int, Query(ge=1, le=graphs.MAX_PAGE)] = 200,
                kind: Annotated[str | None, Query(max_length=40, description="event kind, e.g. alloc")] = None,
                tensor: Annotated[str | None, Query(max_length=200, description="exact tensor name")] = None):
-    if kind is not None and kind not in KINDS:
-        raise UserError(f"unknown event kind {kind!r} (one of {', '.join(KINDS)})")
     c = ctx(request)
     return JSONResponse(events_page(c.columns(trace_id, g), start, limit, kind, tensor))
 
@@ -180,21 +163,8 @@ def get_state(request: Request, trace_id: TraceId, g: GraphIndex,
     if lt is None and not name_live_ops(live, c.some_columns(trace_id, g), event):
         lt = c.lifetimes(trace_id, g)
     if lt is not None:
-        _name_live_ops(live, lt, event)
+        name_live_ops_from_lifetimes(live, lt, event)
     return JSONResponse(body)
-
-
-def _name_live_ops(live: list, lt, applied: int):
-    """Give each live tensor the op of its lifetime, so the dashboard colours it as on the map
-    (traces.live_ops.name_live_ops gives the same without the lifetimes)."""
-    if not live or not len(lt.start):
-        return
-    alive = np.flatnonzero((lt.start < applied) & (lt.end >= applied))
-    ops = {(lt.tensor[k], int(lt.chunk[k]), int(lt.offset[k])): lt.op[k] for k in alive.tolist()}
-    for t in live:
-        op = ops.get((t.get("tensor"), t.get("chunk") or 0, t.get("offset")))
-        if op:
-            t["op"] = op
 
 
 EXPORT_TYPES = {"jsonl": ("application/x-ndjson", "jsonl"), "csv": ("text/csv", "csv"),
@@ -236,17 +206,8 @@ def get_overview(request: Request, trace_id: TraceId):
 @router.get("/traces/{trace_id}/graphs/{g}/consistency",
             summary="Whether the model reproduced this graph, and the placements it got wrong")
 def get_consistency(request: Request, trace_id: TraceId, g: GraphIndex):
-    def answer(s):
-        graph = next((x for x in s.summary(trace_id)["graphs"] if x["index"] == g), None)
-        if graph is None:
-            raise NotFound(f"trace {trace_id} has no graph {g}")
-        extra = s.graph_extra(trace_id, g)
-        return {"consistent": graph["consistent"], "n_mismatches": extra.get("n_mismatches"),
-                "mismatches": extra.get("mismatches", []), "offsets": extra.get("offset_mismatches", []),
-                "plan_checked": extra.get("plan_checked"), "placements": extra.get("placements"),
-                "map_from": extra.get("map_from", "model"),
-                "buffer_types": [b.get("name") for b in extra.get("buffer_types", [])]}
-    return JSONResponse(ctx(request).call(answer))
+    from alloctrace.traces.store.graph_info import consistency
+    return JSONResponse(ctx(request).call(lambda s: consistency(s, trace_id, g)))
 
 
 @router.get("/traces/{trace_id}/graphs/{g}/peak", summary="What is live at a graph's high-water mark, by family")
@@ -299,36 +260,20 @@ class ReplayRequest(BaseModel):
              description="An identical replay stored before (same name, description and graphs) is kept instead "
                          "of a second copy: `reused` is true and the ids point at it.")
 def post_replay(request: Request, body: Annotated[ReplayRequest, Body()]):
+    from alloctrace.traces.replay.reuse import keep_one_copy, stored_ids
+
     c = ctx(request)
     result = c.replay(body.model_dump())
-    ids = graphs.stored_ids(result)
-    reused = False
-    if len(ids) == 1:
-        earlier = c.call(lambda s: _same_replay(s, ids[0]))
-        if earlier:
-            c.write(lambda s: s.delete(ids[0]))
-            c.forget(ids[0])
-            for part in ("measure", "eval"):
-                if (result.get(part) or {}).get("trace_id") == ids[0]:
-                    result[part]["trace_id"] = earlier
-            ids, reused = [earlier], True
+    stored = stored_ids(result)
+    result, reused = c.write(lambda s: keep_one_copy(s, result))
+    if reused:
+        c.forget(stored[0])
+    ids = stored_ids(result)
     return JSONResponse({"traces": [c.call(lambda s, i=i: s.summary(i)) for i in ids], "replay": result,
                          "reused": reused}, status_code=201 if not reused else 200)
 
 
-def _same_replay(store, tid: str) -> str | None:
-    """An older trace that the replay just stored as `tid` repeats exactly (name, description, graphs)."""
-    meta = store.meta(tid)
-    listed = store.list(meta.name)
-    mine = next(t for t in listed if t["id"] == tid)
-    for t in listed:
-        if t["id"] != tid and t["name"] == meta.name and t["source"] == "replay" and t["graphs"] == mine["graphs"]:
-            other = store.meta(t["id"])
-            if other.extra == meta.extra and other.profile == meta.profile:
-                return t["id"]
-    return None
-
-
 @router.get("/presets", summary="Model presets and allocator profiles for replay")
 def get_presets():
-    return graphs.presets()
+    from alloctrace.traces.replay.catalog import catalog_json
+    return catalog_json()

@@ -23,7 +23,7 @@ def seed_examples(store) -> list[str]:
     if store.list():
         return []
     from alloctrace.traces.replay.run import run_replay
-    from alloctrace.server.graphs import stored_ids
+    from alloctrace.traces.replay.reuse import stored_ids
     from alloctrace.traces.sources import import_paths
     ids: list[str] = []
     for profile in REPLAY_PROFILES:

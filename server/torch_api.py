@@ -18,7 +18,6 @@ from fastapi.responses import JSONResponse
 from alloctrace.traces.errors import UserError
 from alloctrace.server import upload
 from alloctrace.traces.store.kinds import TORCH, kind_of_source, require_kind, trace_kind
-from alloctrace.traces.store.torch import OOM
 from alloctrace.traces.util.lru import LRU
 
 TRACE_ID = r"^[0-9a-f]{8}$"
@@ -123,24 +122,14 @@ def _label(filename: str | None) -> str | None:
 
 @router.get("/api/torch/traces/{trace_id}", summary="A torch trace: devices, peaks, OOM, settings")
 def get_summary(request: Request, trace_id: TraceId):
+    from alloctrace.traces.state.torch_device import device_summary
     from alloctrace.traces.store.torch import torch_summary
-    from alloctrace.traces.state.torch_wrapped import note as partial_note
     store = _store(request)
     _check_id(trace_id)
     require_kind(store, trace_id, TORCH)
     out = torch_summary(store, trace_id)
     for d in out["devices"]:
-        dev = _views(request).device(store, trace_id, d["device"])
-        ex = dev.extra
-        d.update({k: ex.get(k) for k in ("peak_requested_event", "peak_reserved_event", "reserved_at_snapshot",
-                                         "allocated_at_snapshot", "n_segments", "n_blocks", "n_stacks",
-                                         "trace_matches_snapshot", "trace_complete", "baseline_requested",
-                                         "baseline_reserved", "allocator_settings", "rank", "cuda_device")})
-        part = ex.get("partial") or {}
-        d["partial"] = None if not part.get("partial") else {
-            **{k: v for k, v in part.items() if k != "seed"}, "note": partial_note(ex)}
-        ooms = [int(i) for i in (dev.cols["action"] == OOM).nonzero()[0][:10]]
-        d["oom_events"] = ooms
+        d.update(device_summary(_views(request).device(store, trace_id, d["device"])))
     return out
 
 

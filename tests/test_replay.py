@@ -102,8 +102,23 @@ def test_store_keeps_measure_and_eval_as_one_trace(tmp_path, capsys):
         assert store.meta(tid).source == "replay"
     finally:
         store.close()
-    # the CLI prints the same id for later diffs (ID:0 vs ID:1)
-    assert main(["replay", "--preset", "gpt2-tiny", "--profile", "ggml-2023-08-28", "--store",
-                 str(tmp_path / "st"), "--json"]) == 0
+    # the same replay again keeps the stored trace, as the API does (traces/replay/reuse.py); --keep-copies
+    # stores a second one
+    same = ["replay", "--preset", "gpt2-tiny", "--profile", "ggml-2023-08-16", "--n-batch", "8", "--eval-tokens",
+            "1", "--n-past", "8", "--store", str(tmp_path / "st")]
+    assert main([*same, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
-    assert again["measure"]["trace_id"] not in (None, tid)
+    assert again["measure"]["trace_id"] == again["eval"]["trace_id"] == tid and again["reused"] is True
+    assert main(same) == 0
+    assert f"identical to the stored trace {tid}" in capsys.readouterr().out
+    other = ["replay", "--preset", "gpt2-tiny", "--profile", "ggml-2023-08-28", "--store", str(tmp_path / "st")]
+    assert main([*other, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["reused"] is False
+    assert main([*same, "--json", "--keep-copies"]) == 0
+    copy = json.loads(capsys.readouterr().out)
+    assert copy["measure"]["trace_id"] not in (None, tid)
+    store = store_mod.open_store(tmp_path / "st")
+    try:
+        assert len(store.list()) == 3 and copy["measure"]["trace_id"] in [t["id"] for t in store.list()]
+    finally:
+        store.close()

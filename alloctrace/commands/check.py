@@ -4,8 +4,8 @@ Builds the plan the chosen allocator generation makes for a graph, runs the
 static hazard check and, with --numeric, executes the plan on a byte arena
 against a private-memory reference. Exit status 4 when anything is found.
 
-Graph sources are small functions returning plans (`_harness_plans`,
-`_preset_plans`, `_trace_plans`); a new source adds one and a line in `_plans`.
+The plans, the memory estimate and the checks are the use case in traces/replay/hazard_check.py (a new graph
+source is one function there); this module parses, prints and draws the numeric run's progress.
 Stored traces can be checked when they came from `alloctrace replay`: the
 preset run is rebuilt from the trace's description and must reproduce it.
 """
@@ -14,15 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from alloctrace.allocator.profiles import DEFAULT_PROFILE, names as profile_names
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.util.sizes import fmt_bytes
+from alloctrace.traces.replay.catalog import DEFAULT_PROFILE, profile_names
+from alloctrace.traces.replay.hazard_check import MEMORY_SHARE
 from alloctrace.traces.util.textsafe import safe, safe_lines
 
 from ._common import examples
 
 EXIT_HAZARDS = 4
-MEMORY_SHARE = 0.75  # of MemAvailable, when no --max-memory is given: leave the rest to other programs
 
 
 def _size_arg(text: str) -> int:
@@ -76,26 +75,6 @@ def register(subparsers):
     p.set_defaults(func=run)
 
 
-# --- graph sources ---------------------------------------------------------------------------
-def _harness_plans(args):
-    from alloctrace.metal_exec.plan import harness_plans
-
-    try:
-        with open(args.harness) as f:
-            desc = json.load(f)
-    except OSError as e:
-        raise UserError(f"cannot read {args.harness}: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{args.harness} is not JSON: {e.msg} (line {e.lineno})") from None
-    if not isinstance(desc, dict) or not ("nodes" in desc or "graphs" in desc):
-        raise UserError(f"{args.harness} is not a harness graph description (no nodes or graphs)")
-    try:
-        return harness_plans(desc, args.profile, args.parse_seq, concurrent=False if args.serial else None,
-                             buffer_size=args.buffer_size)
-    except (ValueError, KeyError, IndexError, TypeError) as e:
-        raise UserError(f"{args.harness}: {e}") from None
-
-
 def _hparams(items) -> dict:
     out = {}
     for item in items:
@@ -106,142 +85,12 @@ def _hparams(items) -> dict:
     return out
 
 
-def _preset_plans(args):
-    """The eval graph of a model preset, planned as the program did (measure, then the real buffer)."""
-    try:
-        from alloctrace.traces.replay.run import preset_plans
-    except ImportError:
-        raise UserError("checking presets is not available in this build; use --harness") from None
-    try:
-        return preset_plans(args.preset, args.profile, metal_concurrency=args.metal_concurrency,
-                            serial=args.serial, hparams=_hparams(args.hparam), buffer_size=args.buffer_size)
-    except ValueError as e:
-        raise UserError(str(e)) from None
+def _request(args):
+    from alloctrace.traces.replay.hazard_check import PlanRequest
 
-
-def _trace_plans(args):
-    """A stored replay trace: its preset run is rebuilt and must reproduce the stored eval max_size.
-
-    Traces imported from logs keep events, not tensor shapes and sources, so they cannot be checked."""
-    from alloctrace.traces.replay.run import preset_plans
-    from alloctrace.traces.store.store import open_store
-
-    store = open_store(args.store)
-    try:
-        tid, _ = store.resolve(args.trace_id)
-        meta = store.meta(tid)
-        preset = (meta.extra or {}).get("preset")
-        if meta.source != "replay" or not preset:
-            raise UserError(f"trace {tid} came from {meta.source}: it holds allocator events but not the graph's "
-                            f"shapes, so it cannot be checked; check its preset or harness graph instead")
-        graphs = store.summary(tid)["graphs"]
-        stored_eval = next((g for g in graphs if g["role"] == "eval"), None)
-    finally:
-        store.close()
-    x = meta.extra
-    try:
-        return preset_plans(preset["name"].removesuffix("(custom)"), meta.profile or meta.generation,
-                            metal_concurrency=x.get("parse_seq_len") is not None, serial=args.serial,
-                            hparams=preset.get("hparams"), n_ctx=x["measure_tokens"] + x["measure_n_past"],
-                            eval_shape=(x["eval_tokens"], x["eval_n_past"]), layout=x.get("layout"),
-                            expect_max_size=stored_eval["max_size"] if stored_eval else None)
-    except (KeyError, TypeError) as e:
-        raise UserError(f"trace {tid}: its replay description is incomplete ({e})") from None
-    except ValueError as e:
-        raise UserError(f"trace {tid}: {e}") from None
-
-
-def _plans(args):
-    given = [x for x in (args.trace_id, args.harness, args.preset) if x]
-    if len(given) != 1:
-        raise UserError("give exactly one of TRACE_ID, --harness JSON or --preset NAME")
-    if args.metal_concurrency and not args.preset:
-        raise UserError("--metal-concurrency needs --preset (a harness graph brings its own parse_seq)")
-    from alloctrace.allocator import PROFILES
-    if args.profile not in PROFILES:
-        raise UserError(f"unknown profile {args.profile!r}; known: {', '.join(PROFILES)}")
-    if args.harness:
-        return _harness_plans(args)
-    if args.preset:
-        return _preset_plans(args)
-    return _trace_plans(args)
-
-
-# --- memory ----------------------------------------------------------------------------------
-def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _memory_limit(args) -> tuple[int | None, str]:
-    """(bytes a numeric run may allocate, how that limit was chosen)."""
-    if args.max_memory:
-        return args.max_memory, "--max-memory"
-    avail = _mem_available()
-    if avail is None:
-        return None, ""
-    return int(avail * MEMORY_SHARE), f"{int(MEMORY_SHARE * 100)}% of MemAvailable {fmt_bytes(avail)}; --max-memory sets another"
-
-
-def _reduced(hp: dict, div: int) -> dict:
-    """The preset's shape at 1/div of its heads, widths and vocabulary, two layers at most; heads keep
-    their width, so every head count still divides the embedding."""
-    out = dict(hp)
-    if "n_layer" in out:
-        out["n_layer"] = min(int(out["n_layer"]), 2)
-    if "n_head" in out and "n_embd" in out:
-        head_dim = int(out["n_embd"]) // int(out["n_head"])
-        out["n_head"] = max(1, int(out["n_head"]) // div)
-        out["n_embd"] = head_dim * out["n_head"]
-        if "n_head_kv" in out:
-            kv = max(1, int(out["n_head_kv"]) // div)
-            out["n_head_kv"] = kv if out["n_head"] % kv == 0 else 1
-    for k in ("n_ff", "n_vocab"):
-        if k in out:
-            out[k] = max(8, int(out[k]) // div)
-    return out
-
-
-def _smaller(args, limit: int) -> str:
-    """A reduced-dimension variant of the preset that fits in limit, as --hparam flags to paste."""
-    from alloctrace.allocator.presets import PRESETS
-    from alloctrace.metal_exec.execute import estimate_bytes
-    from alloctrace.traces.replay.run import preset_plans
-
-    preset = PRESETS.get(args.preset or "")
-    if preset is None:
-        return "try a smaller graph (e.g. --preset gpt2-tiny)"
-    base = {**vars(preset.hparams), **_hparams(args.hparam)}
-    for div in (2, 4, 8, 16, 32, 64, 128):
-        hp = _reduced(base, div)
-        changed = {k: v for k, v in sorted(hp.items()) if str(v) != str(getattr(preset.hparams, k, None))}
-        try:
-            plans = preset_plans(args.preset, args.profile, metal_concurrency=args.metal_concurrency,
-                                 serial=args.serial, hparams={k: str(v) for k, v in changed.items()})
-        except (ValueError, TypeError):
-            continue
-        need = max(map(estimate_bytes, plans))
-        if need <= limit:
-            flags = " ".join(f"--hparam {k}={v}" for k, v in changed.items())
-            return f"a reduced {args.preset} fits: {flags} (about {fmt_bytes(need)})"
-    return "try a smaller preset (e.g. --preset gpt2-tiny)"
-
-
-def _refuse_if_too_big(args, plans):
-    """Refuse before allocating anything when the numeric run would not fit in memory."""
-    from alloctrace.metal_exec.execute import estimate_bytes
-
-    limit, why = _memory_limit(args)
-    need = max(map(estimate_bytes, plans), default=0)
-    if limit is not None and need > limit:
-        raise UserError(f"--numeric would allocate about {fmt_bytes(need)} ({need:,} bytes), more than the "
-                        f"{fmt_bytes(limit)} allowed ({why}); {_smaller(args, limit)}")
+    return PlanRequest(trace_id=args.trace_id, harness=args.harness, preset=args.preset, profile=args.profile,
+                       parse_seq=args.parse_seq, metal_concurrency=args.metal_concurrency, serial=args.serial,
+                       buffer_size=args.buffer_size, hparams=_hparams(args.hparam), store=args.store)
 
 
 def _numeric(plan, args):
@@ -249,13 +98,13 @@ def _numeric(plan, args):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from alloctrace.metal_exec.execute import run as execute
+    from alloctrace.traces.replay.hazard_check import numeric_run
 
     columns = (TextColumn("numeric run, graph {task.fields[graph]}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("", total=2 * len(plan.graph.nodes), graph=plan.graph_index)
-        return execute(plan, order=args.order, seed=args.seed, on_node=lambda: bar.advance(task))
+        return numeric_run(plan, args.order, args.seed, on_node=lambda: bar.advance(task))
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -266,15 +115,15 @@ def _mode(plan) -> str:
 
 
 def run(args) -> int:
-    from alloctrace.metal_exec.execute import describe
-    from alloctrace.metal_exec.hazards import check, summary
-    from alloctrace.metal_exec.kernels import UnsupportedOp
+    from alloctrace.traces.replay.hazard_check import (describe_numeric, hazard_summary, hazards as check,
+                                                       plans_for, refuse_if_too_big)
 
     if args.max_memory and not args.numeric:
         raise UserError("--max-memory limits the numeric run: add --numeric")
-    plans = _plans(args)
+    req = _request(args)
+    plans = plans_for(req)
     if args.numeric:
-        _refuse_if_too_big(args, plans)
+        refuse_if_too_big(req, plans, args.max_memory)
     found = 0
     for plan in plans:
         hazards = check(plan)
@@ -290,13 +139,10 @@ def run(args) -> int:
             for ev in hazards:
                 print(json.dumps(ev.to_dict()))
         elif hazards:
-            print(safe_lines("  " + line for line in summary(hazards).splitlines()))
+            print(safe_lines("  " + line for line in hazard_summary(hazards).splitlines()))
         if args.numeric:
-            try:
-                result = _numeric(plan, args)
-            except UnsupportedOp as e:
-                raise UserError(f"numeric run: {e}") from None
-            print(safe(f"  numeric ({args.order}): {describe(result)}"))
+            result = _numeric(plan, args)
+            print(safe(f"  numeric ({args.order}): {describe_numeric(result)}"))
             if not result.ok:
                 found += 1
     return EXIT_HAZARDS if found else 0

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from alloctrace.allocator.profiles import names as profile_names
+from alloctrace.traces.replay.catalog import profile_names
 
 from ._common import add_store_arg, add_tag_arg, examples, open_store_from, tags_from, traces_table
 

@@ -1,7 +1,6 @@
 """`alloctrace presets`: the model presets replay can run, with their hyper-parameters."""
 from __future__ import annotations
 
-import dataclasses
 import json
 
 from ._common import examples
@@ -23,13 +22,10 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.allocator.presets import PRESETS
+    from alloctrace.traces.replay.catalog import preset_lines, presets_json
 
     if args.json:
-        print(json.dumps([p.to_json() for p in PRESETS.values()], indent=2))
+        print(json.dumps(presets_json(), indent=2))
         return 0
-    for p in PRESETS.values():
-        hp = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(p.hparams).items())
-        print(f"{p.name:<14} {p.family:<5} n_ctx={p.n_ctx} n_batch={p.n_batch}  {hp}")
-        print(f"{'':<14} {p.description}")
+    print("\n".join(preset_lines()))
     return 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from alloctrace.allocator.profiles import names as profile_names
+from alloctrace.traces.replay.catalog import profile_names
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.sizes import fmt_bytes
 from alloctrace.traces.util.textsafe import safe_lines
@@ -36,6 +36,9 @@ def register(subparsers):
                    help="override a hyper-parameter (repeatable), e.g. --hparam n_layer=4")
     p.add_argument("--store", metavar="DIR|URL",
                    help="store both graphs as one trace in this store (a directory or a PostgreSQL URL)")
+    p.add_argument("--keep-copies", action="store_true",
+                   help="with --store: store the replay even when an identical one is stored already (by default "
+                        "the earlier trace is kept and named, as the API does)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.epilog = EXAMPLES
     p.set_defaults(func=run)
@@ -85,16 +88,33 @@ def summary_lines(r) -> list[str]:
     return lines
 
 
+def _store_once(r, ref) -> bool:
+    from alloctrace.traces.replay.reuse import store_once
+    from alloctrace.traces.store.store import open_store
+
+    store = open_store(ref)
+    try:
+        return store_once(r, store)
+    finally:
+        store.close()
+
+
 def run(args) -> int:
     from alloctrace.traces.replay.run import EXIT_OOM, replay, store_result
 
     r = replay(args.preset, args.profile, n_ctx=args.n_ctx, n_batch=args.n_batch, eval_tokens=args.eval_tokens,
                n_past=args.n_past, metal_concurrency=args.metal_concurrency, layout=args.layout,
                hparams=_hparams(args.hparam))
+    reused = False
     if args.store:
-        store_result(r, args.store)
+        if args.keep_copies:
+            store_result(r, args.store)
+        else:
+            reused = _store_once(r, args.store)
     if args.json:
-        print(json.dumps(r.to_json(), indent=2))
+        print(json.dumps({**r.to_json(), "reused": reused} if args.store else r.to_json(), indent=2))
     else:
         print(safe_lines(summary_lines(r)))
+        if reused:
+            print(f"  identical to the stored trace {r.trace_id}: kept that one (--keep-copies stores another)")
     return EXIT_OOM if r.failed else 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from alloctrace.allocator.profiles import names as profile_names
+from alloctrace.traces.replay.catalog import profile_names
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.textsafe import safe, safe_lines
 

@@ -26,6 +26,19 @@ from alloctrace.traces.memmap.lifetimes import (_ALLOC, _FREE, _FREE_EXTRA, _KIN
 FIRST_WINDOW = 1 << 13  # events looked at first; eight times more each time that is not enough
 
 
+def name_live_ops_from_lifetimes(live: list[dict], lt, applied: int):
+    """Give each live tensor the op of its lifetime when the graph's lifetimes are at hand (the memory map
+    built them): the lifetime open after `applied` events on the same bytes."""
+    if not live or not len(lt.start):
+        return
+    alive = np.flatnonzero((lt.start < applied) & (lt.end >= applied))
+    ops = {(lt.tensor[k], int(lt.chunk[k]), int(lt.offset[k])): lt.op[k] for k in alive.tolist()}
+    for t in live:
+        op = ops.get((t.get("tensor"), t.get("chunk") or 0, t.get("offset")))
+        if op:
+            t["op"] = op
+
+
 def name_live_ops(live: list[dict], cols, applied: int) -> bool:
     """Give each live tensor (Replay.state()["live"] after `applied` events) the op of its lifetime,
     as extract's lifetimes would. Looks at the last events first, then further back, until every live

@@ -15,7 +15,7 @@ import numpy as np
 from alloctrace.traces.state.torch_blocks import AllocatorState
 from alloctrace.traces.state.torch_frames import DEFAULT_SKIP, site_label  # noqa: F401 (DEFAULT_SKIP: the views' default)
 from alloctrace.traces.state.torch_wrapped import note as partial_note
-from alloctrace.traces.store.torch import ACTIONS, ALLOC, FREE_REQUESTED, curves, device_tables
+from alloctrace.traces.store.torch import ACTIONS, ALLOC, FREE_REQUESTED, OOM, curves, device_tables
 
 NO_STACK = "(no Python stack)"
 PREEXISTING = "(allocated before the trace began)"
@@ -210,4 +210,21 @@ def noted(dev: Device, out: dict) -> dict:
     line = partial_note(dev.extra)
     if line:
         out["partial"] = line
+    return out
+
+
+SUMMARY_KEYS = ("peak_requested_event", "peak_reserved_event", "reserved_at_snapshot", "allocated_at_snapshot",
+                "n_segments", "n_blocks", "n_stacks", "trace_matches_snapshot", "trace_complete",
+                "baseline_requested", "baseline_reserved", "allocator_settings", "rank", "cuda_device")
+
+
+def device_summary(dev: Device, max_ooms: int = 10) -> dict:
+    """What a trace's summary says of one device beyond the stored row: its peaks' entries, what the snapshot
+    held, whether the trace is whole (and, when not, what that means), and its first OOM entries."""
+    ex = dev.extra
+    out = {k: ex.get(k) for k in SUMMARY_KEYS}
+    part = ex.get("partial") or {}
+    out["partial"] = None if not part.get("partial") else {
+        **{k: v for k, v in part.items() if k != "seed"}, "note": partial_note(ex)}
+    out["oom_events"] = [int(i) for i in (dev.cols["action"] == OOM).nonzero()[0][:max_ooms]]
     return out

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from alloctrace.allocator.events import KINDS
+from alloctrace.traces.errors import UserError
 from alloctrace.traces.store.columns import event_rows
 
 
@@ -36,7 +38,10 @@ def graph_info(row: dict, cols: dict) -> dict:
 
 
 def events_page(cols: dict, start: int, limit: int, kind: str | None, tensor: str | None) -> dict:
-    """Events [start, start+limit) of those matching the filters, each with its index `i`."""
+    """Events [start, start+limit) of those matching the filters, each with its index `i`; an unknown `kind`
+    is the user's error."""
+    if kind is not None and kind not in KINDS:
+        raise UserError(f"unknown event kind {kind!r} (one of {', '.join(KINDS)})")
     n = len(cols["i"])
     mask = None
     if kind is not None:
@@ -53,3 +58,31 @@ def events_page(cols: dict, start: int, limit: int, kind: str | None, tensor: st
         idx = hits[start:start + limit]
     return {"total": int(total), "start": start, "limit": limit, "kind": kind, "tensor": tensor,
             "events": event_rows(cols, idx.tolist())}
+
+
+def with_ggml_lines(summary: dict) -> dict:
+    """A trace summary whose failed graphs' `oom` also carry `ggml_line`: ggml's own message for the failure
+    in that trace's generation (what a user searched for), as every answer that lists graphs gives it."""
+    from alloctrace.allocator.render import ggml_oom_message
+
+    for g in summary.get("graphs") or []:
+        oom = g.get("oom")
+        if oom and oom.get("needed") is not None and oom.get("largest_available") is not None:
+            g["oom"] = {**oom, "ggml_line": ggml_oom_message(summary.get("generation"), oom["needed"],
+                                                             oom["largest_available"])}
+    return summary
+
+
+def consistency(store, trace_id: str, g: int) -> dict:
+    """Whether the model reproduced graph `g` of a stored trace, and the placements it got wrong."""
+    from alloctrace.traces.store.store import NotFound
+
+    graph = next((x for x in store.summary(trace_id)["graphs"] if x["index"] == g), None)
+    if graph is None:
+        raise NotFound(f"trace {trace_id} has no graph {g}")
+    extra = store.graph_extra(trace_id, g)
+    return {"consistent": graph["consistent"], "n_mismatches": extra.get("n_mismatches"),
+            "mismatches": extra.get("mismatches", []), "offsets": extra.get("offset_mismatches", []),
+            "plan_checked": extra.get("plan_checked"), "placements": extra.get("placements"),
+            "map_from": extra.get("map_from", "model"),
+            "buffer_types": [b.get("name") for b in extra.get("buffer_types", [])]}
