@@ -57,7 +57,7 @@ def _yes_no(v, complete: bool = True) -> str:
 
 def table_lines(rows: list[list[str]]) -> list[str]:
     """A text table, one string per row (for reports printed line by line through `safe_lines`)."""
-    from alloctrace.traces.explain.peak import text_table
+    from alloctrace.traces.explain.peak_types import text_table  # numpy-free: every listing prints one
 
     # names are data: no escape sequences, no forged rows
     return text_table([[safe(c) for c in r] for r in rows])

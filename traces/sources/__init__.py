@@ -50,7 +50,7 @@ def registered() -> list[Source]:
 def source_for(head: bytes) -> Source:
     for s in registered():
         if s.sniff(head):
-            return s
+            return s.load() if hasattr(s, "load") else s
     raise UserError("no trace source recognises this input")  # unreachable: the fallback reads any text
 
 
@@ -159,11 +159,10 @@ _builtins_registered = False
 
 
 def _register_builtins():
-    """The sources that ship with alloctrace (on first use: they import this package's base module)."""
+    """The sources that ship with alloctrace, by their sniffers (sniffers.py): a source's module is imported
+    only when it reads an input."""
     global _builtins_registered
     _builtins_registered = True
-    from alloctrace.traces.sources.record.source import SOURCE as recording
-    from alloctrace.traces.sources.torch.source import SOURCE as torch
-    from alloctrace.traces.sources.jsonl import SOURCE as jsonl
-    for source in (jsonl, torch, recording):
+    from alloctrace.traces.sources.sniffers import BUILTINS
+    for source in BUILTINS:
         register(source)

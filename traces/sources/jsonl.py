@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Iterator
 
 from alloctrace.allocator.events import Event
@@ -12,8 +11,9 @@ from alloctrace.traces.sources.bounded_io import Limits
 from alloctrace.traces.sources.logio import LogReader
 from alloctrace.traces.store.schema import FORMAT_VERSION, GraphRecord, TraceMeta
 from alloctrace.traces.sources.base import ImportedTrace
+from alloctrace.traces.sources.sniffers import JSONL_HEADER
 
-HEADER = re.compile(rb'\A\s*\{\s*"type"\s*:\s*"trace"')
+HEADER = JSONL_HEADER
 
 
 class JsonlSource:

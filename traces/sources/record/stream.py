@@ -13,7 +13,7 @@ from typing import BinaryIO, Iterator
 
 from alloctrace.traces.errors import UserError
 
-MAGIC = b"ATREC 1"
+from alloctrace.traces.sources.sniffers import RECORDING_MAGIC as MAGIC  # the registry knows it too
 MAX_LINE = 1 << 24  # a graph line is short; a buffer-id line has one number per node
 MAX_TENSORS = 1 << 20  # per call (a 70B LLaMA graph has about 10,000)
 MAX_CALLS_OPEN = 4096

@@ -20,6 +20,7 @@ from alloctrace.traces.util.gcpause import gc_paused
 from alloctrace.traces.store.columns import EncodedGraph, compressor
 from alloctrace.traces.store.schema import TraceMeta
 from alloctrace.traces.sources.base import ImportedTrace
+from alloctrace.traces.sources.sniffers import torch_snapshot
 
 from alloctrace.traces.sources.torch.columns import OOM, DeviceData, split_devices
 from alloctrace.traces.state.torch_blocks import AllocatorState, compare_with_snapshot
@@ -41,8 +42,8 @@ def max_bytes() -> int:
 
 
 def sniff(head: bytes) -> bool:
-    """A pickle (protocol 2+) whose top-level dict starts with a snapshot's keys."""
-    return head[:1] == b"\x80" and (b"segments" in head[:256] or b"device_traces" in head[:256])
+    """A pickle (protocol 2+) whose top-level dict starts with a snapshot's keys (sources/sniffers.py)."""
+    return torch_snapshot(head)
 
 
 class TorchSource:
