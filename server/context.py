@@ -241,7 +241,7 @@ class Context:
         return lambda s: s.add_state_checkpoints(trace_id, g, rows)
 
     def graph_info(self, trace_id: str, g: int, lazy: bool = False) -> dict:
-        """The graph's summary row plus its oom event and real capacity (traces.graph_info); `lazy`: from
+        """The graph's summary row plus its oom event and real capacity (traces/store/graph_info.py); `lazy`: from
         the columns still compressed unless they are decoded already (for a view that decodes few rows)."""
         def build():
             summary = self.call(lambda s: s.summary(trace_id))
