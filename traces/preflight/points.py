@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess  # the workers start programs with it as soon as they are forked
 import tempfile
 import time
 from contextlib import contextmanager
@@ -63,14 +62,13 @@ def new_sweep_id() -> str:
     return os.urandom(4).hex()  # as secrets.token_hex does, without importing hashlib and hmac
 
 
-def start_program(argv: list[str], library: Path, workdir: Path) -> subprocess.Popen:
-    """One point's program started with the recorder preloaded, its stdout and stderr into workdir."""
-    with open(workdir / "output.txt", "wb") as fh:
-        try:
-            return subprocess.Popen(argv, env=recorder_env(library, workdir), stdin=subprocess.DEVNULL, stdout=fh,
-                                    stderr=subprocess.STDOUT)
-        except OSError as e:
-            raise UserError(f"cannot run {argv[0]}: {e.strerror}") from None
+def start_program(argv: list[str], library: Path, workdir: Path) -> prestart.Spawned:
+    """One point's program started with the recorder preloaded, in a process group of its own, its stdout
+    and stderr into workdir."""
+    try:
+        return prestart.spawn(argv, recorder_env(library, workdir), str(workdir / "output.txt"))
+    except OSError as e:
+        raise UserError(f"cannot run {argv[0]}: {e.strerror}") from None
 
 
 def program_output(workdir: Path) -> str:
@@ -158,13 +156,14 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     here = jobs > 1 and reads_are_cheap()
     # the entry point may have started the first programs (prestart.py): taken when they are these points'
     taken = prestart.take([p.argv for p in pts], library, jobs) if here else prestart.abandon()
-    with sweep_folder(taken) as tmp:
+    stored = [0]
+    with stopped_by_signals(sid, stored, len(pts)), sweep_folder(taken) as tmp:
         dirs = [Path(tmp) / str(k) for k in range(len(pts))]
         for d in dirs:
             d.mkdir(exist_ok=taken is not None)
         tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
         tasks = first_programs_run(tasks, jobs) if jobs > 1 and not here else tasks
-        with ForkPool(jobs) as pool:
+        with ForkPool(jobs, on_stop=prestart.end_all) as pool:
             if here:  # this process runs the programs and reads each one's point as it ends
                 results = read_here(tasks, jobs, taken.running if taken else None)
             else:  # workers forked from this process run and read the points (replays run on every core)
@@ -180,11 +179,42 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                         "argv": p.argv}
                 if ran.traces:
                     _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta)
+                    stored[0] += 1
                 if p.exit_status and p.error is None:
                     p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"
                 if progress:
                     progress(done, len(pts), p)
     return sid, pts
+
+
+class SweepStopped(UserError):
+    """The sweep was ended by a signal: its programs were killed, its folders removed, and this says so (with
+    what was stored before) instead of a sweep that reads as finished."""
+
+
+@contextmanager
+def stopped_by_signals(sid: str, stored: list, total: int):
+    """SIGTERM and SIGHUP end the sweep as Ctrl-C does (the programs, whose process groups no terminal signal
+    reaches, are killed on the way out; the folders removed), as SweepStopped, exit status 128 + the signal."""
+    import atexit
+    import signal
+
+    def stop(signum, _frame):
+        raise SweepStopped(f"sweep {sid} stopped by signal {signum} ({signal.Signals(signum).name}) after "
+                           f"{stored[0]} of {total} points were stored (tagged sweep={sid}); its programs were "
+                           "killed", 128 + signum)
+
+    atexit.register(prestart.end_all)
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise SweepStopped(f"sweep {sid} interrupted after {stored[0]} of {total} points were stored "
+                           f"(tagged sweep={sid}); its programs were killed", 130) from None
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        prestart.end_all()
 
 
 def reads_are_cheap() -> bool:
@@ -216,7 +246,7 @@ def read_here(tasks: list[tuple], jobs: int, started: dict | None = None):
     a program that ends is followed by the next point's at once, before its own point is read, so the
     programs never wait for the reading. While the readers are imported (import_readers) the programs that
     end are only replaced; their points are read once the import is done."""
-    running: dict = dict(started or {})  # point -> its program (a Popen, or prestart's Spawned)
+    running: dict = dict(started or {})  # point -> its program (prestart's Spawned)
     ended: list[tuple[int, int]] = []  # (point, wait status): read next
     failed: list[tuple[int, Ran]] = []  # points whose program could not start
     nxt = len(running)  # the programs started already (some may have ended) are the first points'
@@ -283,7 +313,7 @@ def first_programs_run(tasks: list[tuple], jobs: int) -> list[tuple]:
     programs rather than wait for the import. Returns the tasks, those that ran with their wait statuses: the
     workers fork with their readers in hand and these points ready to read. A program that cannot start is
     left to its worker, which reports it."""
-    running: dict[int, subprocess.Popen] = {}
+    running: dict[int, prestart.Spawned] = {}
     status: dict[int, int] = {}
     nxt = 0
 

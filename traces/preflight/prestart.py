@@ -28,30 +28,54 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
+LIVE: set[int] = set()  # programs this process started and has not reaped: each leads its own process group
+
+
+def end_group(pid: int) -> None:
+    """Kill what is left of a program's process group (the program, and what it started and left running)."""
+    try:
+        os.killpg(pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def end_all() -> None:
+    """Kill every program this process started and has not reaped, with their groups (at exit, on a signal)."""
+    for pid in list(LIVE):
+        end_group(pid)
+
+
 class Spawned:
-    """A program started with os.posix_spawn, with the part of subprocess.Popen's interface a sweep uses."""
+    """A program started with os.posix_spawn in a process group of its own, with the part of subprocess.Popen's
+    interface a sweep uses. Once it has ended, what is left of its group is killed before it is reaped (its
+    zombie holds the group's id, so no other group can have taken it)."""
 
     def __init__(self, pid: int):
         self.pid, self.returncode = pid, None
+        LIVE.add(pid)
+
+    def _reap(self, block: bool):
+        if self.returncode is None:
+            try:
+                got = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG))
+            except ChildProcessError:
+                got = True
+            if got is None:
+                return None
+            end_group(self.pid)
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            LIVE.discard(self.pid)
+        return self.returncode
 
     def poll(self):
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
+        return self._reap(False)
 
     def wait(self):
-        if self.returncode is None:
-            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
-        return self.returncode
+        return self._reap(True)
 
     def kill(self):
         if self.returncode is None:
-            try:
-                os.kill(self.pid, 9)
-            except ProcessLookupError:
-                pass
+            end_group(self.pid)
 
 
 class Started:
@@ -185,12 +209,13 @@ def begin(argv: list[str]) -> None:
 
 
 def spawn(argv: list[str], env: dict, output: str) -> Spawned:
-    """One program, stdin from /dev/null, stdout and stderr into `output` (as points.start_program)."""
-    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    """One program in a process group of its own, stdin from /dev/null, stdout and stderr into `output` (a new
+    file in the point's private folder: never one that is there, never through a link)."""
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         return Spawned(os.posix_spawn(argv[0], argv, env, file_actions=[
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, fd, 1),
-            (os.POSIX_SPAWN_DUP2, fd, 2)], setsigdef=RESTORED))
+            (os.POSIX_SPAWN_DUP2, fd, 2)], setsigdef=RESTORED, setpgroup=0))
     finally:
         os.close(fd)
 
