@@ -154,36 +154,37 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     spec = [[v.flag, list(v.values)] for v in varies]
     jobs = max(1, min(jobs or default_jobs(), len(pts)))
     here = jobs > 1 and reads_are_cheap()
-    # the entry point may have started the first programs (prestart.py): taken when they are these points'
-    taken = prestart.take([p.argv for p in pts], library, jobs) if here else prestart.abandon()
     stored = [0]
-    with stopped_by_signals(sid, stored, len(pts)), sweep_folder(taken) as tmp:
-        dirs = [Path(tmp) / str(k) for k in range(len(pts))]
-        for d in dirs:
-            d.mkdir(exist_ok=taken is not None)
-        tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
-        tasks = first_programs_run(tasks, jobs) if jobs > 1 and not here else tasks
-        with ForkPool(jobs, on_stop=prestart.end_all) as pool:
-            if here:  # this process runs the programs and reads each one's point as it ends
-                results = read_here(tasks, jobs, taken.running if taken else None)
-            else:  # workers forked from this process run and read the points (replays run on every core)
-                results = pool.run(run_read_and_free, tasks) if jobs > 1 else \
-                    ((k, run_read_and_free(*t)) for k, t in enumerate(tasks))
-            store = None
-            for done, (k, ran) in enumerate(results, 1):
-                if store is None:
-                    store = opener()  # once the first programs run
-                p = pts[k]
-                p.exit_status, p.printed, p.error = ran.exit_status, ran.printed, ran.error
-                meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
-                        "argv": p.argv}
-                if ran.traces:
-                    _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta)
-                    stored[0] += 1
-                if p.exit_status and p.error is None:
-                    p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"
-                if progress:
-                    progress(done, len(pts), p)
+    with stopped_by_signals(sid, stored, len(pts)):
+        # the entry point may have started the first programs (prestart.py): taken when they are these points'
+        taken = prestart.take([p.argv for p in pts], library, jobs) if here else prestart.abandon()
+        with sweep_folder(taken) as tmp:
+            dirs = [Path(tmp) / str(k) for k in range(len(pts))]
+            for d in dirs:
+                d.mkdir(exist_ok=taken is not None)
+            tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
+            tasks = first_programs_run(tasks, jobs) if jobs > 1 and not here else tasks
+            with ForkPool(jobs, on_stop=prestart.end_all) as pool:
+                if here:  # this process runs the programs and reads each one's point as it ends
+                    results = read_here(tasks, jobs, taken.running if taken else None)
+                else:  # workers forked from this process run and read the points (replays run on every core)
+                    results = pool.run(run_read_and_free, tasks) if jobs > 1 else \
+                        ((k, run_read_and_free(*t)) for k, t in enumerate(tasks))
+                store = None
+                for done, (k, ran) in enumerate(results, 1):
+                    if store is None:
+                        store = opener()  # once the first programs run
+                    p = pts[k]
+                    p.exit_status, p.printed, p.error = ran.exit_status, ran.printed, ran.error
+                    meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
+                            "argv": p.argv}
+                    if ran.traces:
+                        _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta)
+                        stored[0] += 1
+                    if p.exit_status and p.error is None:
+                        p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"
+                    if progress:
+                        progress(done, len(pts), p)
     return sid, pts
 
 

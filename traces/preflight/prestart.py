@@ -87,6 +87,7 @@ class Started:
         self.folder, self.argvs, self.library, self.jobs, self.env = folder, argvs, library, jobs, env
         self.running: dict[int, Spawned] = {}
         self.old_handler = None
+        self.old_stop: dict = {}  # the handlers `stopped` replaced
         self.busy = self.again = False
 
     def refill(self, *_signal) -> None:
@@ -114,11 +115,15 @@ class Started:
 
     def quiet(self) -> None:
         """No more refills: the command's own loop runs the programs from here."""
-        if self.old_handler is not None:
-            import signal
+        import signal
 
+        if self.old_handler is not None:
             signal.signal(signal.SIGCHLD, self.old_handler)
             self.old_handler = None
+        for sig, handler in self.old_stop.items():
+            if signal.getsignal(sig) is stopped:  # the command's own handler may be there already
+                signal.signal(sig, handler)
+        self.old_stop = {}
 
     def stop(self) -> None:
         self.quiet()
@@ -204,8 +209,18 @@ def begin(argv: list[str]) -> None:
     except OSError:
         abandon()  # the command makes its own folder and reports what fails
         return
+    started.old_stop = {sig: signal.signal(sig, stopped) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     started.old_handler = signal.signal(signal.SIGCHLD, started.refill)
     started.refill()
+
+
+def stopped(signum, _frame) -> None:
+    """A signal that ends the command before it took the programs over: they are killed, their folder removed,
+    and the command ends saying so (nothing was stored yet)."""
+    abandon()
+    os.write(2, f"alloctrace: error: sweep stopped by signal {signum} before any point was stored; its programs "
+                "were killed\n".encode())
+    os._exit(128 + signum)
 
 
 def spawn(argv: list[str], env: dict, output: str) -> Spawned:
