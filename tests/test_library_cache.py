@@ -388,3 +388,17 @@ def test_ctypes_mirrors_have_the_size_of_their_c_structs():
 
     with pytest.raises(AssertionError, match="GraphOut is .* bytes in C but .* in Python"):
         cbuild.check_sizes(lib, "fl_sizeof", {"GraphOut": Shorter})
+
+
+def test_import_verbose_says_which_path_read(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
+    assert main(["import", "--verbose", str(LOG), "--store", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    lib = os.path.realpath(cbuild.installed_path(fastlog.SOURCE, "fastlog", cbuild.SHARED_FLAGS))
+    assert f"alloctrace: ggml logs: the compiled path, loaded from {lib}\n" in err
+    monkeypatch.setattr(cbuild, "installed_path", lambda *a: tmp_path / "missing.so")
+    monkeypatch.setattr(cbuild, "_OPENED", {})
+    monkeypatch.setattr(fastlog, "_LIB", [])
+    assert main(["import", "-v", str(LOG), "--store", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert f"alloctrace: ggml logs: the pure Python path (cannot open {tmp_path}/missing.so: No such file" in err

@@ -81,6 +81,16 @@ def unavailable() -> str | None:
     return None if library() is not None else (_WHY[0] if _WHY else "not loaded")
 
 
+def path_line() -> str:
+    """Which path reads ggml logs in this process, in words (`import --verbose`)."""
+    from alloctrace.traces.util.cbuild import LOADED
+
+    why = unavailable()
+    if why is None:
+        return f"ggml logs: the compiled path, loaded from {LOADED.get('fastlog', 'the package')}"
+    return f"ggml logs: the pure Python path ({why})"
+
+
 def library():
     """The install-time library, or None (not built at install time, failing a check, or
     ALLOCTRACE_PURE_PYTHON=1; `unavailable()` says why)."""

@@ -60,6 +60,16 @@ def unavailable() -> str | None:
     return None if library() is not None else (_WHY[0] if _WHY else "not loaded")
 
 
+def path_line() -> str:
+    """Which path reads recordings in this process, in words (`import --verbose`)."""
+    from alloctrace.traces.util.cbuild import LOADED
+
+    why = unavailable()
+    if why is None:
+        return f"recordings: the compiled path, loaded from {LOADED.get('replay_fast', 'the package')}"
+    return f"recordings: the pure Python path ({why})"
+
+
 def library():
     """(the install-time library, its state handle), or None (not built at install time, failing a check,
     ALLOCTRACE_PURE_PYTHON=1; `unavailable()` says why)."""
