@@ -323,8 +323,8 @@ def test_without_an_install_time_recorder_record_builds_a_private_one_and_remove
     """No recorder in the package: a fresh private folder holds a build for this command only."""
     tmp = tmp_path / "t"
     tmp.mkdir()
-    code = ("import sys; from alloctrace.traces.sources.record import build; from alloctrace.traces.util import cbuild; "
-            "cbuild.installed_path = lambda *a: cbuild.Path(sys.argv[1]); p = build.recorder_library(); "
+    code = ("import sys; from alloctrace.traces.sources.record import build; "
+            "from alloctrace.traces.util import cbuild; cbuild.installed_path = lambda *a: cbuild.Path(sys.argv[1]); p = build.recorder_library(); "
             "print(p, oct(p.parent.stat().st_mode & 0o777))")
     res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.so")], capture_output=True, text=True,
                          env={**os.environ, "TMPDIR": str(tmp)}, timeout=120)
