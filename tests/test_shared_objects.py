@@ -27,10 +27,11 @@ pytestmark = pytest.mark.skipif(not shutil.which("strace") or not sys.platform.s
 
 
 def installed() -> dict[str, str]:
-    return {stem: os.path.realpath(cbuild.installed_path(src, stem, flags))
+    """Each C part's library as setup.py names it, beside its source in the package."""
+    return {stem: os.path.realpath(src.parent / cbuild.library_name(src, stem, flags))
             for src, stem, flags in ((fastlog.SOURCE, "fastlog", cbuild.SHARED_FLAGS),
                                      (replay_fast.SOURCE, "replay_fast", cbuild.SHARED_FLAGS),
-                                     (build.SOURCE, "recorder", cbuild.RECORDER_FLAGS))}
+                                     (build.SOURCE, "recorder", cbuild.SHARED_FLAGS + ["-D_GNU_SOURCE"]))}
 
 
 def system_folders() -> list[str]:
