@@ -154,7 +154,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     spec = [[v.flag, list(v.values)] for v in varies]
     jobs = max(1, min(jobs or default_jobs(), len(pts)))
     here = jobs > 1 and reads_are_cheap()
-    stored = [0]
+    stored: dict = {"store": None, "ids": []}  # what a stop marks
     with stopped_by_signals(sid, stored, len(pts)):
         # the entry point may have started the first programs (prestart.py): taken when they are these points'
         taken = prestart.take([p.argv for p in pts], library, jobs) if here else prestart.abandon()
@@ -173,14 +173,14 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                 store = None
                 for done, (k, ran) in enumerate(results, 1):
                     if store is None:
-                        store = opener()  # once the first programs run
+                        store = stored["store"] = opener()  # once the first programs run
                     p = pts[k]
                     p.exit_status, p.printed, p.error = ran.exit_status, ran.printed, ran.error
                     meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
                             "argv": p.argv}
                     if ran.traces:
                         _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta)
-                        stored[0] += 1
+                        stored["ids"].append(p.trace)
                     if p.exit_status and p.error is None:
                         p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"
                     if progress:
@@ -194,28 +194,44 @@ class SweepStopped(UserError):
 
 
 @contextmanager
-def stopped_by_signals(sid: str, stored: list, total: int):
+def stopped_by_signals(sid: str, stored: dict, total: int):
     """SIGTERM and SIGHUP end the sweep as Ctrl-C does (the programs, whose process groups no terminal signal
-    reaches, are killed on the way out; the folders removed), as SweepStopped, exit status 128 + the signal."""
+    reaches, are killed on the way out; the folders removed), as SweepStopped, exit status 128 + the signal.
+    The points stored before get the tag `sweep-stopped=SIGNAL`, so the stored sweep reads as stopped."""
     import atexit
     import signal
 
     def stop(signum, _frame):
-        raise SweepStopped(f"sweep {sid} stopped by signal {signum} ({signal.Signals(signum).name}) after "
-                           f"{stored[0]} of {total} points were stored (tagged sweep={sid}); its programs were "
-                           "killed", 128 + signum)
+        raise SweepStopped("", 128 + signum)
 
     atexit.register(prestart.end_all)
     old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
-    except KeyboardInterrupt:
-        raise SweepStopped(f"sweep {sid} interrupted after {stored[0]} of {total} points were stored "
-                           f"(tagged sweep={sid}); its programs were killed", 130) from None
+    except (SweepStopped, KeyboardInterrupt) as e:
+        prestart.end_all()
+        code = e.exit_code if isinstance(e, SweepStopped) else 130
+        name = signal.Signals(code - 128).name
+        _mark_stopped(stored, name)
+        raise SweepStopped(f"sweep {sid} stopped by signal {code - 128} ({name}) after {len(stored['ids'])} of "
+                           f"{total} points were stored (tagged sweep={sid} and sweep-stopped={name}); its "
+                           "programs were killed", code) from None
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
         prestart.end_all()
+
+
+def _mark_stopped(stored: dict, name: str) -> None:
+    """Tag what a stopped sweep stored (best effort: a second signal, or a store that fails, leaves it)."""
+    from alloctrace.traces.store.tags import with_tags
+
+    store = stored["store"]
+    try:
+        for tid in stored["ids"]:
+            store.set_tags(tid, with_tags(store.summary(tid).get("tags") or [], [f"sweep-stopped={name}"]))
+    except Exception:  # noqa: BLE001 - the stop itself is what is reported
+        pass
 
 
 def reads_are_cheap() -> bool:
