@@ -39,10 +39,19 @@ def end_group(pid: int) -> None:
         pass
 
 
+def end_program(pid: int) -> None:
+    """Kill a program not reaped yet (one that left its group too) and its group."""
+    try:
+        os.kill(pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+    end_group(pid)
+
+
 def end_all() -> None:
     """Kill every program this process started and has not reaped, with their groups (at exit, on a signal)."""
     for pid in list(LIVE):
-        end_group(pid)
+        end_program(pid)
 
 
 class Spawned:
@@ -75,7 +84,7 @@ class Spawned:
 
     def kill(self):
         if self.returncode is None:
-            end_group(self.pid)
+            end_program(self.pid)
 
 
 class Started:
