@@ -34,26 +34,37 @@ def _cbuild():
 
 class BuildPyWithLibraries(build_py):
     """Also compiles each of cbuild.INSTALL_TIME beside its source in the package, named as the package looks
-    for it; without a compiler, or when one fails, nothing is lost: the package builds it on first use."""
+    for it: in the wheel (`pip install .`), or beside the source in this tree for an editable install
+    (`pip install -e .`, whose package is this tree; the libraries are ignored by git). Without a compiler,
+    or when one fails, the package still installs: import and replay read on the Python path, record
+    builds its recorder into a private folder each time (or says how to fix the install)."""
 
     def run(self):
         super().run()
         cbuild = _cbuild()
         cc = cbuild.find_compiler()
+        editable = getattr(self, "editable_mode", False)
         for rel, stem, flags, libs in cbuild.INSTALL_TIME:
             source = HERE / rel
             top, rest = rel.split("/", 1)
-            target = Path(self.build_lib) / "alloctrace" / top / rest
+            target = source if editable else Path(self.build_lib) / "alloctrace" / top / rest
             out = target.parent / cbuild.library_name(source, stem, flags)
             if not cc or self.dry_run:
-                print(f"no C compiler: {rel} will be built on first use")
+                print(f"no C compiler: {rel} is not built (the package runs without it)")
                 continue
+            if editable:  # an earlier build of an older source
+                for old in target.parent.glob(f"{stem}-*.so"):
+                    if old != out:
+                        old.unlink()
             out.parent.mkdir(parents=True, exist_ok=True)
-            r = cbuild.compile_library(cc, source, out, flags, libs)
+            tmp = out.with_name(f".{out.name}.part")
+            r = cbuild.compile_library(cc, source, tmp, flags, libs)
             if r.returncode != 0:
-                print(f"building {rel} failed (it will be built on first use): {r.stderr.strip()[:300]}")
-                if out.exists():
-                    out.unlink()
+                print(f"building {rel} failed (the package runs without it): {r.stderr.strip()[:300]}")
+                tmp.unlink(missing_ok=True)
+                continue
+            tmp.chmod(0o755)
+            tmp.replace(out)
 
 
 setup(packages=discover(), cmdclass={"build_py": BuildPyWithLibraries})

@@ -18,6 +18,7 @@ from alloctrace.traces.sources import import_file
 from alloctrace.traces.sources.ggml_log import fastlog
 from alloctrace.traces.sources.ggml_log.import_log import LogImport
 from alloctrace.traces.store.store import open_store
+from alloctrace.traces.util import cbuild
 
 from conftest import FIXTURES
 
@@ -166,16 +167,18 @@ def test_a_late_decline_on_a_one_pass_stream_restarts_from_the_start(tmp_path, m
     assert [g.index for g in graphs] == list(range(len(graphs))) and len(graphs) >= 6
 
 
-def test_without_a_compiler_the_python_path_imports(tmp_path, monkeypatch):
-    monkeypatch.setenv("CC", "/nonexistent/cc")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing built before
+def test_without_an_install_time_library_the_python_path_imports(tmp_path, monkeypatch):
+    """Nothing is compiled on use: no library in the package is the Python path, even with a compiler."""
+    monkeypatch.setattr(cbuild, "installed_path", lambda *a: tmp_path / "fastlog-missing.so")
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
-    assert fastlog.library() is None
+    fastlog._LIB.clear()
+    assert fastlog.library() is None and "fastlog-missing.so" in fastlog.unavailable()
     log = SUPPORTED[0]
     imp = fast_run(log)
     assert not imp.fast
-    monkeypatch.delenv("CC")
+    monkeypatch.undo()
     fastlog._LIB.clear()
+    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
     assert_same_store(tmp_path, log.read_bytes(), monkeypatch)
 
 
@@ -183,6 +186,7 @@ LOADED_BY_AN_IMPORT = """
 import sys
 from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store.store import open_store
+from alloctrace.traces.util import cbuild
 [tid] = import_paths(open_store(sys.argv[2]), [sys.argv[1]])
 print(" ".join(sorted(m for m in sys.modules if m.startswith(("alloctrace.", "rich", "pydantic", "fastapi")))))
 """

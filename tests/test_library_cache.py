@@ -1,8 +1,9 @@
-"""The compiled-library cache never loads code another user (or a damaged build) left there.
+"""Compiled code is loaded only from the installed package, checked on the file that is then loaded; there is
+no per-user cache; the recorder's output files are made only in the run's private folder, until collected.
 
-The planted-library attacks run as a second, unprivileged uid (65534, through setpriv) with a read-only HOME,
-as a hostile local user would find a victim: the planted library writes a marker file when it is loaded, and
-each test asserts the marker is absent. They need root to set up the two users (CI runs as root)."""
+The attacks run with a second, unprivileged uid (65534, through setpriv), as the victim or as the attacker:
+a planted library writes a marker file when it is loaded, and each test asserts the marker is absent and the
+victim's files unchanged. They need root to set up the two users (CI runs as root)."""
 from __future__ import annotations
 
 import errno
@@ -29,8 +30,7 @@ LOG = ROOT / "tests" / "data" / "ggml-real" / "v2023-08-28-parseseq" / "gpt-2_ti
 NOBODY = 65534
 RECORDER = cbuild.library_name(build.SOURCE, "recorder", cbuild.SHARED_FLAGS + ["-D_GNU_SOURCE"])
 FASTLOG = cbuild.library_name(fastlog.SOURCE, "fastlog", cbuild.SHARED_FLAGS)
-EXPORTS = ("ggml_gallocr_new_n", "ggml_gallocr_alloc_graph", "ggml_gallocr_reserve_n", "fl_new", "fl_free",
-           "fl_release", "fl_reason", "fl_feed", "fl_queued", "fl_features", "fl_configure", "fl_next", "fl_tune")
+EXPORTS = ("ggml_gallocr_new_n", "ggml_gallocr_alloc_graph", "ggml_gallocr_reserve_n", *fastlog.SYMBOLS)
 PLANTED_C = """#include <stdio.h>
 __attribute__((constructor)) static void planted(void) { FILE *f = fopen("%s", "w"); if (f) fclose(f); }
 """ + "".join(f"void {s}(void) {{}}\n" for s in EXPORTS)
@@ -163,7 +163,19 @@ PROBE = ("import os, shutil, subprocess, sys, ggml; from alloctrace.traces.sourc
          "subprocess.run([py, '-c', 'import ggml'], check=True); print(py)")
 
 
-# --- as a second user, HOME read-only --------------------------------------------------------------------
+def as_attacker(*argv: str) -> None:
+    """`argv` run as uid 65534 (the other, unprivileged user)."""
+    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv], check=True,
+                   env={"PATH": os.environ["PATH"]}, cwd="/", timeout=60)
+
+
+def listing(folder: Path) -> dict:
+    """Every file under `folder` with its bytes (links as their target)."""
+    return {str(p.relative_to(folder)): (os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else None)
+            for p in sorted(folder.rglob("*"))}
+
+
+# --- as a second user --------------------------------------------------------------------------------------
 def test_a_library_planted_in_the_shared_temporary_folder_is_never_loaded(world):
     """The old fallback for a read-only HOME: $TMPDIR/alloctrace-<uid>, a name anyone can create first."""
     marker = world / "out" / "planted-ran"
@@ -171,87 +183,186 @@ def test_a_library_planted_in_the_shared_temporary_folder_is_never_loaded(world)
         plant(world / "tmp" / f"alloctrace-{NOBODY}" / name, marker)
     (world / "tmp" / f"alloctrace-{NOBODY}").chmod(0o777)
     res = as_nobody(world, "record", "-o", "r.atrec", "--", "PYTHON", str(world / "in" / PROGRAM.name))
-    assert res.returncode == 3, res.stderr  # recorded, with a recorder built in a private folder
+    assert res.returncode == 3, res.stderr  # recorded
     assert (world / "out" / "r.atrec").stat().st_size > 0
     res = as_nobody(world, "import", str(world / "in" / LOG.name), "--store", "store")
     assert res.returncode == 0, res.stderr
     assert not marker.exists()
 
 
-def test_a_cache_folder_of_another_user_is_never_loaded_from(world):
+def test_the_per_user_cache_is_gone_what_is_in_it_never_runs_and_nothing_is_left_behind(world):
+    """A library in ~/.cache/alloctrace passing every check the cache made (the user's own, 0700, exporting
+    the symbols) is what an attacker who swapped the cache's folder between the check and the load got
+    run. Now the cache is never looked at: the victim's files are untouched, the recorder is the package's
+    or is built into a private folder that is removed afterwards."""
     marker = world / "out" / "planted-ran"
-    cache = world / "home" / ".cache" / "alloctrace"
+    home = world / "home"
+    cache = home / ".cache" / "alloctrace"
     for name in (RECORDER, FASTLOG):
         plant(cache / name, marker)
-    cache.chmod(0o777)  # writable by the victim too, but not the victim's
+    for path in [home, home / ".cache", *cache.parent.rglob("*")]:
+        os.chown(path, NOBODY, NOBODY)
+    cache.chmod(0o700)
+    before = listing(home)
     res = as_nobody(world, "record", "-o", "r.atrec", "--", "PYTHON", str(world / "in" / PROGRAM.name))
     assert res.returncode == 3, res.stderr
+    assert (world / "out" / "r.atrec").stat().st_size > 0
     res = as_nobody(world, "import", str(world / "in" / LOG.name), "--store", "store")
     assert res.returncode == 0, res.stderr
     assert not marker.exists()
+    assert listing(home) == before
+    assert list((world / "tmp").iterdir()) == []  # no build folder, no record folder left
 
 
-# --- as this user --------------------------------------------------------------------------------------
-def test_a_full_or_read_only_cache_is_one_line_for_record_and_the_python_path_for_import(monkeypatch, tmp_path,
-                                                                                        capsys):
+def test_a_detached_child_cannot_write_through_a_link_planted_after_the_run(world):
+    """The recorded program leaves a child running after it exits. Once `record` has collected its results
+    and removed its folder, the attacker recreates the record folder's path with a link to the victim's file
+    named as the child's recording; the child then uses ggml again. Before: it followed the link and
+    appended its recording to the victim's file. Its own children do not inherit the recorder either."""
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to act as a second user")
+    victim = world / "victim.txt"
+    victim.write_text("the victim's file\n")
+    go, info = world / "go", world / "info"
+    prog = ROOT / "tests" / "data" / "record" / "detach_later.py"
+    env = {**os.environ, "TMPDIR": str(world / "tmp")}
+    res = subprocess.run([sys.executable, "-m", "alloctrace", "record", "-o", str(world / "r.atrec"), "--",
+                          sys.executable, str(prog), str(go), str(info)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    import json
+
+    child = json.loads(info.read_text())
+    folder = Path(child["dir"])
+    assert folder.is_relative_to(world / "tmp") and not folder.exists()  # collected, then removed
+    as_attacker("mkdir", "-p", str(folder))
+    as_attacker("ln", "-s", str(victim), str(folder / f"rec-{child['pid']}.atrec"))
+    go.touch()
+    for _ in range(600):
+        if Path(f"{info}.done").exists():
+            break
+        import time
+
+        time.sleep(0.05)
+    assert Path(f"{info}.done").exists(), "the detached child did not finish"
+    assert victim.read_text() == "the victim's file\n"
+    assert sorted(p.name for p in folder.iterdir()) == [f"rec-{child['pid']}.atrec"]  # nothing new there
+    late_env = Path(f"{info}.env").read_text()
+    assert "ALLOCTRACE_RECORD_DIR" not in late_env and "recorder-" not in late_env
+
+
+# --- as this user ------------------------------------------------------------------------------------------
+def _package_copy(folder: Path, source: Path, stem: str, flags) -> Path:
+    """The install-time library of `source` copied into `folder` under its installed name."""
+    real = cbuild.installed_path(source, stem, flags)
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / real.name
+    shutil.copy2(real, copy)
+    return copy
+
+
+def test_a_library_swapped_after_its_checks_is_not_what_runs(monkeypatch, tmp_path):
+    """The checks are made on the open file, and that open file is loaded: replacing the file at the path
+    right after the checks (what winning the old race gave) changes nothing."""
+    marker = tmp_path / "planted-ran"
+    copy = _package_copy(tmp_path / "pkg", fastlog.SOURCE, "fastlog", cbuild.SHARED_FLAGS)
+    real_open = cbuild.open_trusted
+
+    def open_then_swap(path, symbols=()):
+        fd = real_open(path, symbols)
+        plant(tmp_path / "planted.so", marker)
+        os.replace(tmp_path / "planted.so", path)
+        return fd
+
+    monkeypatch.setattr(cbuild, "installed_path", lambda *a: copy)
+    monkeypatch.setattr(cbuild, "open_trusted", open_then_swap)
+    monkeypatch.setattr(cbuild, "_OPENED", {})
+    monkeypatch.setattr(fastlog, "_LIB", [])
+    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
+    lib = fastlog.library()
+    assert lib is not None and not marker.exists()
+    assert main(["import", str(LOG), "--store", str(tmp_path / "s")]) == 0
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["folder-writable", "parent-writable", "file-writable", "link", "empty",
+                                    "no-symbols"])
+def test_a_library_that_fails_a_check_is_never_loaded(monkeypatch, tmp_path, damage):
+    """Each check of cbuild.open_trusted: import then reads on the Python path and says why."""
+    top = tmp_path / "top"
+    copy = _package_copy(top / "pkg", fastlog.SOURCE, "fastlog", cbuild.SHARED_FLAGS)
+    if damage == "folder-writable":
+        copy.parent.chmod(0o777)
+    elif damage == "parent-writable":  # the package folder itself could be swapped by renaming it
+        top.chmod(0o777)
+    elif damage == "file-writable":
+        copy.chmod(0o777)
+    elif damage == "link":
+        os.replace(copy, top / "elsewhere.so")
+        copy.symlink_to(top / "elsewhere.so")
+        monkeypatch.setattr(cbuild.os.path, "realpath", lambda p: str(p))  # the link is met while walking
+    elif damage == "empty":
+        copy.write_bytes(b"")
+    else:
+        src = tmp_path / "other.c"
+        src.write_text("int something_else(void) { return 1; }\n")
+        subprocess.run([cc, "-shared", "-fPIC", "-o", str(copy), str(src)], check=True)
+    monkeypatch.setattr(cbuild, "installed_path", lambda *a: copy)
+    monkeypatch.setattr(cbuild, "_OPENED", {})
+    monkeypatch.setattr(fastlog, "_LIB", [])
+    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
+    assert fastlog.library() is None
+    why = {"folder-writable": "writable by other users", "parent-writable": "writable by other users",
+           "file-writable": "writable by other users", "link": "cannot open", "empty": "has 0 bytes",
+           "no-symbols": "does not export fl_sizeof"}[damage]
+    assert why in fastlog.unavailable()
+    assert main(["import", str(LOG), "--store", str(tmp_path / "s")]) == 0
+
+
+def test_without_an_install_time_recorder_record_builds_a_private_one_and_removes_it(tmp_path):
+    """No recorder in the package: a fresh private folder holds a build for this command only."""
+    tmp = tmp_path / "t"
+    tmp.mkdir()
+    code = ("import sys; from alloctrace.traces.sources.record import build; "
+            "from alloctrace.traces.util import cbuild; cbuild.installed_path = lambda *a: cbuild.Path(sys.argv[1]); p = build.recorder_library(); "
+            "print(p, oct(p.parent.stat().st_mode & 0o777))")
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.so")], capture_output=True, text=True,
+                         env={**os.environ, "TMPDIR": str(tmp)}, timeout=120)
+    assert res.returncode == 0, res.stderr
+    built, mode = res.stdout.split()
+    built = Path(built)
+    assert built.parent.parent == tmp and built.parent.name.startswith("alloctrace-lib-") and mode == "0o700"
+    assert list(tmp.iterdir()) == []  # removed when the command ended
+
+
+def test_no_private_folder_is_one_line_for_record_and_the_python_path_for_import(monkeypatch, tmp_path, capsys):
     def full(*a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(cbuild, "private_cache", lambda: None)  # read-only (root could write it anyway)
+    monkeypatch.setattr(cbuild, "installed_path", lambda *a: tmp_path / "missing.so")
+    monkeypatch.setattr(cbuild, "_PRELOADS", {})
+    monkeypatch.setattr(cbuild, "_OPENED", {})
     monkeypatch.setattr(cbuild.tempfile, "mkdtemp", full)
     monkeypatch.setattr(fastlog, "_LIB", [])
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
     assert main(["record", "-o", str(tmp_path / "r"), "--", "/bin/true"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("alloctrace: error: cannot build the recorder") and err.count("\n") == 1
+    assert "pip install ." in err
     assert main(["import", str(LOG), "--store", str(tmp_path / "s")]) == 0
     assert fastlog.library() is None  # read by the pure Python path
 
 
-def test_a_zero_byte_cached_recorder_is_rebuilt(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    (tmp_path / "alloctrace").mkdir(mode=0o700)
-    (tmp_path / "alloctrace" / RECORDER).write_bytes(b"")
+def test_a_package_path_with_a_space_is_not_handed_to_the_loader(monkeypatch, tmp_path, capsys):
+    """LD_PRELOAD="/x/a b/..." is read as "/x/a" and "b/...", the second relative to the program's folder:
+    the recorder is then built into a private folder instead."""
+    copy = _package_copy(tmp_path / "a b", build.SOURCE, "recorder", cbuild.RECORDER_FLAGS)
+    monkeypatch.setattr(cbuild, "installed_path", lambda *a: copy)
+    monkeypatch.setattr(cbuild, "_PRELOADS", {})
     path = build.recorder_library()
-    assert path.stat().st_size > 0 and cbuild.trusted_library(path, frozenset({os.getuid()}), build.SYMBOLS)
-
-
-def test_a_cached_library_without_its_symbols_is_rebuilt(monkeypatch, tmp_path):
-    """Before: an AttributeError traceback when the fast reader bound its functions."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
-    monkeypatch.setattr(fastlog, "_LIB", [])
-    (tmp_path / "alloctrace").mkdir(mode=0o700)
-    src = tmp_path / "other.c"
-    src.write_text("int something_else(void) { return 1; }\n")
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "alloctrace" / FASTLOG), str(src)], check=True)
-    lib = fastlog.library()
-    assert lib is not None and hasattr(lib, "fl_next")
-
-
-@pytest.mark.parametrize("folder_mode,file_mode", [(0o770, 0o755), (0o777, 0o755), (0o700, 0o775)])
-def test_a_cache_or_file_others_can_write_is_not_loaded(monkeypatch, tmp_path, folder_mode, file_mode):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    marker = tmp_path / "planted-ran"
-    plant(tmp_path / "alloctrace" / RECORDER, marker, file_mode)
-    (tmp_path / "alloctrace").chmod(folder_mode)
-    path = build.recorder_library()
-    assert path != tmp_path / "alloctrace" / RECORDER or folder_mode == 0o700  # private folder: rebuilt in place
-    assert cbuild.trusted_library(path, frozenset({os.getuid()}), build.SYMBOLS)
-    assert main(["record", "-o", str(tmp_path / "r"), "--", "/bin/true"]) == 2  # no ggml calls, but ran
-    assert not marker.exists()
-
-
-def test_a_cache_path_with_a_space_is_not_split_by_the_loader(monkeypatch, tmp_path, capsys):
-    """LD_PRELOAD="/x/a b/..." is read as "/x/a" and "b/...", the second relative to the program's folder."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a b"))
-    marker = tmp_path / "planted-ran"
-    plant(tmp_path / "b" / "alloctrace" / RECORDER, marker)
-    monkeypatch.chdir(tmp_path)
+    assert path != copy and cbuild.preload_safe(path)
     assert main(["record", "-o", str(tmp_path / "r"), "--", "/bin/true"]) == 2
     assert "no ggml allocator calls" in capsys.readouterr().err
-    assert not marker.exists()
-    assert cbuild.preload_safe(build.recorder_library())
 
 
 def test_an_unsafe_preload_path_is_refused_in_one_line(tmp_path):
@@ -259,3 +370,35 @@ def test_an_unsafe_preload_path_is_refused_in_one_line(tmp_path):
         run.run_recorded(["true"], Path("/tmp/a:b.so"), tmp_path)
     with pytest.raises(UserError, match="LD_PRELOAD"):
         run.run_recorded(["true"], Path("relative.so"), tmp_path)
+
+
+def test_ctypes_mirrors_have_the_size_of_their_c_structs():
+    """Both C sides export their structs' sizes; a mirror that differs fails loudly when loaded."""
+    import ctypes
+
+    from alloctrace.traces.sources.record import replay_fast
+
+    lib = fastlog.library()
+    assert lib is not None and replay_fast.library() is not None
+    cbuild.check_sizes(lib, "fl_sizeof", {"GraphOut": fastlog.GraphOut})
+    cbuild.check_sizes(replay_fast.library()[0], "rf_sizeof", {"RfIn": replay_fast.RfIn, "RfOut": replay_fast.RfOut})
+
+    class Shorter(ctypes.Structure):
+        _fields_ = fastlog.GraphOut._fields_[:-1]
+
+    with pytest.raises(AssertionError, match="GraphOut is .* bytes in C but .* in Python"):
+        cbuild.check_sizes(lib, "fl_sizeof", {"GraphOut": Shorter})
+
+
+def test_import_verbose_says_which_path_read(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
+    assert main(["import", "--verbose", str(LOG), "--store", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    lib = os.path.realpath(cbuild.installed_path(fastlog.SOURCE, "fastlog", cbuild.SHARED_FLAGS))
+    assert f"alloctrace: ggml logs: the compiled path, loaded from {lib}\n" in err
+    monkeypatch.setattr(cbuild, "installed_path", lambda *a: tmp_path / "missing.so")
+    monkeypatch.setattr(cbuild, "_OPENED", {})
+    monkeypatch.setattr(fastlog, "_LIB", [])
+    assert main(["import", "-v", str(LOG), "--store", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert f"alloctrace: ggml logs: the pure Python path (cannot open {tmp_path}/missing.so: No such file" in err

@@ -37,7 +37,12 @@ class Popen(real_popen):
         if not seen:
             started.append(args[0][0])
         super().__init__(*args, **kwargs)
-os.fork, subprocess.Popen = fork, Popen
+real_spawn = os.posix_spawn
+def posix_spawn(path, argv, *args, **kwargs):
+    if not seen:
+        started.append(argv[0])
+    return real_spawn(path, argv, *args, **kwargs)
+os.fork, subprocess.Popen, os.posix_spawn = fork, Popen, posix_spawn
 from alloctrace.cli import main
 rc = main(sys.argv[1:])
 import json

@@ -77,7 +77,7 @@ def test_the_command_takes_over_the_programs_it_would_have_started():
         assert len(taken.running) >= 3
         for k, proc in taken.running.items():
             assert proc.wait() == 0
-            assert list((Path(taken.folder) / str(k)).glob("rec-*.atrec"))  # recorded, into its point's folder
+            assert list((Path(taken.folder) / str(k) / "rec").glob("rec-*.atrec"))  # recorded, into its point's folder
     finally:
         prestart.abandon()
         if started is not None:

@@ -15,6 +15,7 @@ from alloctrace.traces.sources.record import build
 from alloctrace.traces.sources.record import run
 from alloctrace.traces.sources.record.source import RecordingSource
 from alloctrace.traces.sources.record.stream import RecordingError
+from alloctrace.traces.util import cbuild
 
 DATA = Path(__file__).with_name("data") / "record"
 MLP = (DATA / "gallocr-mlp.atrec").read_text()  # three graphs: mlp(4), mlp(16), mlp(4) in one gallocr
@@ -97,18 +98,22 @@ def test_the_source_sniffs_recordings():
 
 # --- the command -------------------------------------------------------------------------------------------
 def test_no_compiler_is_one_line(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    """Without the install-time recorder and without a compiler: one line that says how to fix the install."""
+    monkeypatch.setattr(cbuild, "installed_path", lambda *a: tmp_path / "missing.so")
+    monkeypatch.setattr(cbuild, "_PRELOADS", {})
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    with pytest.raises(UserError, match="no C compiler found"):
+    with pytest.raises(UserError, match="no C compiler .* is found to build it: reinstall alloctrace") as e:
         build.recorder_library()
+    assert "\n" not in str(e.value)
 
 
-def test_the_library_is_built_once_per_source(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    first = build.recorder_library()
-    assert first.parent == tmp_path / "alloctrace" and first.exists()
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))  # cached: no compiler needed any more
-    assert build.recorder_library() == first
+def test_the_recorder_is_the_one_installed_in_the_package(monkeypatch, tmp_path):
+    """`pip install -e .` (and `pip install .`) built it beside its source: nothing is compiled on use."""
+    monkeypatch.setattr(cbuild, "_PRELOADS", {})
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    path = build.recorder_library()
+    assert path == cbuild.installed_path(build.SOURCE, "recorder", cbuild.RECORDER_FLAGS).resolve()
+    assert path.parent == build.SOURCE.parent.resolve()
 
 
 def test_non_linux_is_refused(monkeypatch, tmp_path):

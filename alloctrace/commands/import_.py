@@ -44,6 +44,9 @@ def register(subparsers):
     p.add_argument("--salvage", action="store_true",
                    help="import what a truncated compressed file holds; the trace is marked truncated "
                         "and its last graph incomplete")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="say which path read each kind of input: the compiled one (and the library it loaded "
+                        "from the package) or the pure Python one (and why)")
     p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
@@ -72,6 +75,12 @@ def run(args) -> int:
         note = store.meta(s["id"]).extra.get("generation_note")
         if note:
             print(f"alloctrace: {s['name']}: {note}", file=sys.stderr)
+    if args.verbose:
+        from alloctrace.traces.sources.ggml_log import fastlog
+        from alloctrace.traces.sources.record import replay_fast
+
+        for line in (fastlog.path_line(), replay_fast.path_line()):
+            print(f"alloctrace: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps({"traces": [import_json(s) for s in summaries]}, indent=1))
     else:

@@ -77,8 +77,8 @@ def _serve(fn: Callable, tasks: int, results: int) -> None:
 class ForkPool:
     """`jobs` workers forked now; `run(fn, tasks)` yields (task index, result) as each finishes."""
 
-    def __init__(self, jobs: int):
-        self.jobs = jobs
+    def __init__(self, jobs: int, on_stop: Callable = lambda: None):
+        self.jobs, self.on_stop = jobs, on_stop  # on_stop: what a worker ends before it dies of a signal
         self.workers: list[tuple[int, int, int]] = []  # (pid, task fd, result fd)
         self.fn: Callable | None = None
 
@@ -132,7 +132,8 @@ class ForkPool:
                     for _, t, r in self.workers:
                         for fd in (t, r) if t >= 0 else (r,):
                             os.close(fd)
-                    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it quietly, as its program
+                    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # ends quietly, its programs too
+                        signal.signal(sig, self._worker_stop)
                     _serve(self.fn, task_r, result_w)
                     code = 0
                 finally:
@@ -140,6 +141,12 @@ class ForkPool:
             os.close(task_r)
             os.close(result_w)
             self.workers.append((pid, task_w, result_r))
+
+    def _worker_stop(self, signum, _frame) -> None:
+        try:
+            self.on_stop()
+        finally:
+            os._exit(128 + signum)
 
     def _retire(self, task_fd: int) -> None:
         """Close a worker's task pipe (it exits once it reads the end) and forget the number: the

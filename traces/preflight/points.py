@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess  # the workers start programs with it as soon as they are forked
 import tempfile
 import time
 from contextlib import contextmanager
@@ -63,14 +62,13 @@ def new_sweep_id() -> str:
     return os.urandom(4).hex()  # as secrets.token_hex does, without importing hashlib and hmac
 
 
-def start_program(argv: list[str], library: Path, workdir: Path) -> subprocess.Popen:
-    """One point's program started with the recorder preloaded, its stdout and stderr into workdir."""
-    with open(workdir / "output.txt", "wb") as fh:
-        try:
-            return subprocess.Popen(argv, env=recorder_env(library, workdir), stdin=subprocess.DEVNULL, stdout=fh,
-                                    stderr=subprocess.STDOUT)
-        except OSError as e:
-            raise UserError(f"cannot run {argv[0]}: {e.strerror}") from None
+def start_program(argv: list[str], library: Path, workdir: Path) -> prestart.Spawned:
+    """One point's program started with the recorder preloaded, in a process group of its own, its stdout
+    and stderr into workdir."""
+    try:
+        return prestart.spawn(argv, recorder_env(library, workdir), str(workdir / "output.txt"))
+    except OSError as e:
+        raise UserError(f"cannot run {argv[0]}: {e.strerror}") from None
 
 
 def program_output(workdir: Path) -> str:
@@ -156,35 +154,84 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     spec = [[v.flag, list(v.values)] for v in varies]
     jobs = max(1, min(jobs or default_jobs(), len(pts)))
     here = jobs > 1 and reads_are_cheap()
-    # the entry point may have started the first programs (prestart.py): taken when they are these points'
-    taken = prestart.take([p.argv for p in pts], library, jobs) if here else prestart.abandon()
-    with sweep_folder(taken) as tmp:
-        dirs = [Path(tmp) / str(k) for k in range(len(pts))]
-        for d in dirs:
-            d.mkdir(exist_ok=taken is not None)
-        tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
-        tasks = first_programs_run(tasks, jobs) if jobs > 1 and not here else tasks
-        with ForkPool(jobs) as pool:
-            if here:  # this process runs the programs and reads each one's point as it ends
-                results = read_here(tasks, jobs, taken.running if taken else None)
-            else:  # workers forked from this process run and read the points (replays run on every core)
-                results = pool.run(run_read_and_free, tasks) if jobs > 1 else \
-                    ((k, run_read_and_free(*t)) for k, t in enumerate(tasks))
-            store = None
-            for done, (k, ran) in enumerate(results, 1):
-                if store is None:
-                    store = opener()  # once the first programs run
-                p = pts[k]
-                p.exit_status, p.printed, p.error = ran.exit_status, ran.printed, ran.error
-                meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
-                        "argv": p.argv}
-                if ran.traces:
-                    _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta)
-                if p.exit_status and p.error is None:
-                    p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"
-                if progress:
-                    progress(done, len(pts), p)
+    stored: dict = {"store": None, "ids": []}  # what a stop marks
+    with stopped_by_signals(sid, stored, len(pts)):
+        # the entry point may have started the first programs (prestart.py): taken when they are these points'
+        taken = prestart.take([p.argv for p in pts], library, jobs) if here else prestart.abandon()
+        with sweep_folder(taken) as tmp:
+            dirs = [Path(tmp) / str(k) for k in range(len(pts))]
+            for d in dirs:
+                d.mkdir(exist_ok=taken is not None)
+            tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
+            tasks = first_programs_run(tasks, jobs) if jobs > 1 and not here else tasks
+            with ForkPool(jobs, on_stop=prestart.end_all) as pool:
+                if here:  # this process runs the programs and reads each one's point as it ends
+                    results = read_here(tasks, jobs, taken.running if taken else None)
+                else:  # workers forked from this process run and read the points (replays run on every core)
+                    results = pool.run(run_read_and_free, tasks) if jobs > 1 else \
+                        ((k, run_read_and_free(*t)) for k, t in enumerate(tasks))
+                store = None
+                for done, (k, ran) in enumerate(results, 1):
+                    if store is None:
+                        store = stored["store"] = opener()  # once the first programs run
+                    p = pts[k]
+                    p.exit_status, p.printed, p.error = ran.exit_status, ran.printed, ran.error
+                    meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
+                            "argv": p.argv}
+                    if ran.traces:
+                        _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta)
+                        stored["ids"].append(p.trace)
+                    if p.exit_status and p.error is None:
+                        p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"
+                    if progress:
+                        progress(done, len(pts), p)
     return sid, pts
+
+
+class SweepStopped(UserError):
+    """The sweep was ended by a signal: its programs were killed, its folders removed, and this says so (with
+    what was stored before) instead of a sweep that reads as finished."""
+
+
+@contextmanager
+def stopped_by_signals(sid: str, stored: dict, total: int):
+    """SIGTERM and SIGHUP end the sweep as Ctrl-C does (the programs, whose process groups no terminal signal
+    reaches, are killed on the way out; the folders removed), as SweepStopped, exit status 128 + the signal.
+    The points stored before get the tag `sweep-stopped=SIGNAL`, so the stored sweep reads as stopped."""
+    import atexit
+    import signal
+
+    def stop(signum, _frame):
+        raise SweepStopped("", 128 + signum)
+
+    atexit.register(prestart.end_all)
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    except (SweepStopped, KeyboardInterrupt) as e:
+        prestart.end_all()
+        code = e.exit_code if isinstance(e, SweepStopped) else 130
+        name = signal.Signals(code - 128).name
+        _mark_stopped(stored, name)
+        raise SweepStopped(f"sweep {sid} stopped by signal {code - 128} ({name}) after {len(stored['ids'])} of "
+                           f"{total} points were stored (tagged sweep={sid} and sweep-stopped={name}); its "
+                           "programs were killed", code) from None
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        prestart.end_all()
+
+
+def _mark_stopped(stored: dict, name: str) -> None:
+    """Tag what a stopped sweep stored (best effort: a second signal, or a store that fails, leaves it)."""
+    from alloctrace.traces.store.tags import with_tags
+
+    store = stored["store"]
+    try:
+        for tid in stored["ids"]:
+            store.set_tags(tid, with_tags(store.summary(tid).get("tags") or [], [f"sweep-stopped={name}"]))
+    except Exception:  # noqa: BLE001 - the stop itself is what is reported
+        pass
 
 
 def reads_are_cheap() -> bool:
@@ -216,7 +263,7 @@ def read_here(tasks: list[tuple], jobs: int, started: dict | None = None):
     a program that ends is followed by the next point's at once, before its own point is read, so the
     programs never wait for the reading. While the readers are imported (import_readers) the programs that
     end are only replaced; their points are read once the import is done."""
-    running: dict = dict(started or {})  # point -> its program (a Popen, or prestart's Spawned)
+    running: dict = dict(started or {})  # point -> its program (prestart's Spawned)
     ended: list[tuple[int, int]] = []  # (point, wait status): read next
     failed: list[tuple[int, Ran]] = []  # points whose program could not start
     nxt = len(running)  # the programs started already (some may have ended) are the first points'
@@ -283,7 +330,7 @@ def first_programs_run(tasks: list[tuple], jobs: int) -> list[tuple]:
     programs rather than wait for the import. Returns the tasks, those that ran with their wait statuses: the
     workers fork with their readers in hand and these points ready to read. A program that cannot start is
     left to its worker, which reports it."""
-    running: dict[int, subprocess.Popen] = {}
+    running: dict[int, prestart.Spawned] = {}
     status: dict[int, int] = {}
     nxt = 0
 

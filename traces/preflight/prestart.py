@@ -28,30 +28,63 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
+LIVE: set[int] = set()  # programs this process started and has not reaped: each leads its own process group
+
+
+def end_group(pid: int) -> None:
+    """Kill what is left of a program's process group (the program, and what it started and left running)."""
+    try:
+        os.killpg(pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def end_program(pid: int) -> None:
+    """Kill a program not reaped yet (one that left its group too) and its group."""
+    try:
+        os.kill(pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+    end_group(pid)
+
+
+def end_all() -> None:
+    """Kill every program this process started and has not reaped, with their groups (at exit, on a signal)."""
+    for pid in list(LIVE):
+        end_program(pid)
+
+
 class Spawned:
-    """A program started with os.posix_spawn, with the part of subprocess.Popen's interface a sweep uses."""
+    """A program started with os.posix_spawn in a process group of its own, with the part of subprocess.Popen's
+    interface a sweep uses. Once it has ended, what is left of its group is killed before it is reaped (its
+    zombie holds the group's id, so no other group can have taken it)."""
 
     def __init__(self, pid: int):
         self.pid, self.returncode = pid, None
+        LIVE.add(pid)
+
+    def _reap(self, block: bool):
+        if self.returncode is None:
+            try:
+                got = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG))
+            except ChildProcessError:
+                got = True
+            if got is None:
+                return None
+            end_group(self.pid)
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            LIVE.discard(self.pid)
+        return self.returncode
 
     def poll(self):
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
+        return self._reap(False)
 
     def wait(self):
-        if self.returncode is None:
-            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
-        return self.returncode
+        return self._reap(True)
 
     def kill(self):
         if self.returncode is None:
-            try:
-                os.kill(self.pid, 9)
-            except ProcessLookupError:
-                pass
+            end_program(self.pid)
 
 
 class Started:
@@ -63,6 +96,7 @@ class Started:
         self.folder, self.argvs, self.library, self.jobs, self.env = folder, argvs, library, jobs, env
         self.running: dict[int, Spawned] = {}
         self.old_handler = None
+        self.old_stop: dict = {}  # the handlers `stopped` replaced
         self.busy = self.again = False
 
     def refill(self, *_signal) -> None:
@@ -90,11 +124,15 @@ class Started:
 
     def quiet(self) -> None:
         """No more refills: the command's own loop runs the programs from here."""
-        if self.old_handler is not None:
-            import signal
+        import signal
 
+        if self.old_handler is not None:
             signal.signal(signal.SIGCHLD, self.old_handler)
             self.old_handler = None
+        for sig, handler in self.old_stop.items():
+            if signal.getsignal(sig) is stopped:  # the command's own handler may be there already
+                signal.signal(sig, handler)
+        self.old_stop = {}
 
     def stop(self) -> None:
         self.quiet()
@@ -180,17 +218,28 @@ def begin(argv: list[str]) -> None:
     except OSError:
         abandon()  # the command makes its own folder and reports what fails
         return
+    started.old_stop = {sig: signal.signal(sig, stopped) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     started.old_handler = signal.signal(signal.SIGCHLD, started.refill)
     started.refill()
 
 
+def stopped(signum, _frame) -> None:
+    """A signal that ends the command before it took the programs over: they are killed, their folder removed,
+    and the command ends saying so (nothing was stored yet)."""
+    abandon()
+    os.write(2, f"alloctrace: error: sweep stopped by signal {signum} before any point was stored; its programs "
+                "were killed\n".encode())
+    os._exit(128 + signum)
+
+
 def spawn(argv: list[str], env: dict, output: str) -> Spawned:
-    """One program, stdin from /dev/null, stdout and stderr into `output` (as points.start_program)."""
-    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    """One program in a process group of its own, stdin from /dev/null, stdout and stderr into `output` (a new
+    file in the point's private folder: never one that is there, never through a link)."""
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         return Spawned(os.posix_spawn(argv[0], argv, env, file_actions=[
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, fd, 1),
-            (os.POSIX_SPAWN_DUP2, fd, 2)], setsigdef=RESTORED))
+            (os.POSIX_SPAWN_DUP2, fd, 2)], setsigdef=RESTORED, setpgroup=0))
     finally:
         os.close(fd)
 

@@ -58,15 +58,18 @@ def neighbours(store, points: list[dict]) -> list[dict]:
 
 
 def sweep_ids(store) -> list[dict]:
-    """Recorded sweeps in the store, newest first: {"sweep", "points", "name", "created"}."""
+    """Recorded sweeps in the store, newest first: {"sweep", "points", "name", "created", "stopped"} (stopped: the
+    signal that stopped the sweep before all its points ran, else None)."""
     found: dict[str, dict] = {}
     for s in store.list():
         for tag in s.get("tags") or ():
             if isinstance(tag, str) and tag.startswith("sweep="):
                 sid = tag[len("sweep="):]
                 program = s["name"].split(" -")[0]  # "PROGRAM -c=512 -fa=on": the program
-                entry = found.setdefault(sid, {"sweep": sid, "points": 0, "name": program, "created": s["created"]})
+                entry = found.setdefault(sid, {"sweep": sid, "points": 0, "name": program, "created": s["created"],
+                                               "stopped": None})
                 entry["points"] += 1
+                entry["stopped"] = entry["stopped"] or stopped_by(s.get("tags"))
     return list(found.values())
 
 
@@ -87,4 +90,14 @@ def load(store, sweep_id: str) -> dict:
         summarise(store, p, s["id"])
         pts.append((int(meta.get("index", 0)), p))
     pts.sort(key=lambda kp: kp[0])
-    return sweep_json(store, sweep_id, varies or [], [p for _, p in pts])
+    out = sweep_json(store, sweep_id, varies or [], [p for _, p in pts])
+    out["stopped"] = next((stopped_by(s.get("tags")) for s in members if stopped_by(s.get("tags"))), None)
+    return out
+
+
+def stopped_by(tags) -> str | None:
+    """The signal a `sweep-stopped=SIGNAL` tag names (the sweep was stopped before all its points ran)."""
+    for t in tags or ():
+        if isinstance(t, str) and t.startswith("sweep-stopped="):
+            return t.partition("=")[2]
+    return None

@@ -1,12 +1,15 @@
-"""Build a C source of this package into a shared library: at install time when a C compiler is there
-(setup.py puts it beside its source), else on first use into a per-user cache; either way named by the
-source's hash and the flags, so a library never outlives the source it was built from.
+"""The C parts of this package (the fast log reader, the fast replay, the recorder's preload library): built
+by setup.py beside their sources at install time (`pip install .` and `pip install -e .` alike, when a C
+compiler is there), named by the source's hash and the flags, so a library never outlives its source.
 
-A library is code this process will run, so it is loaded only from a place no other user can write: the
-folder and the file owned by this user (or root, for the install-time one) with no group or other write
-bit, the file a regular one that holds the symbols it should. Anything else is never loaded: the library is
-built again, into the cache when that is private, else into a fresh private folder (mkdtemp) that is
-removed when the process ends. docs/limits.md lists these rules.
+A library is code that will run, so it is opened once and what is checked is what runs: the path is
+walked from / one folder at a time (no link followed), every folder on the way owned by root or this user
+and writable by no one else (a sticky folder such as /tmp aside: its entries are checked in turn), the file
+a regular, non-empty ELF file of root's or this user's that no one else can write and that exports the
+symbols it is bound by; then that same open file is loaded (/proc/self/fd/N). There is no per-user cache:
+without an install-time library `import` and `replay` read on the pure Python path, and `record`, `sweep`
+and `fit` build the recorder into a fresh private folder (mkdtemp) removed when the command ends, or refuse
+in one line. docs/limits.md lists these rules.
 
 This module imports nothing of the package at its top: setup.py loads it by path to name what it builds."""
 from __future__ import annotations
@@ -28,6 +31,13 @@ INSTALL_TIME = [("traces/sources/ggml_log/fastlog.c", "fastlog", SHARED_FLAGS, (
                 ("traces/sources/record/replay_fast.c", "replay_fast", SHARED_FLAGS, ()),
                 ("traces/sources/record/recorder.c", "recorder", RECORDER_FLAGS, RECORDER_LIBS)]
 PRELOAD_UNSAFE = " :\t\n"  # the dynamic loader splits LD_PRELOAD at spaces and colons
+REINSTALL = "reinstall alloctrace with a C compiler present (e.g. apt install gcc, then pip install .)"
+LOADED: dict[str, str] = {}  # stem -> the file a library was loaded from (what --verbose names)
+_OPENED: dict = {}  # install-time path -> its ctypes.CDLL, loaded once per process
+
+
+class Untrusted(Exception):
+    """A library that is missing or fails a check: the reason, in words."""
 
 
 def library_name(source: Path, stem: str, flags: list[str], digest_extra: bytes = b"") -> str:
@@ -52,26 +62,10 @@ def sha256(data: bytes):
     return new(data)
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "alloctrace"
-
-
 def find_compiler() -> str | None:
     """The C compiler to use ($CC, else cc, gcc or clang), None when there is none."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     return cc if cc and shutil.which(cc) else None
-
-
-def compiler(what: str) -> str:
-    """find_compiler's, or a UserError naming `what` when there is none."""
-    from alloctrace.traces.errors import UserError
-
-    cc = find_compiler()
-    if cc is None:
-        raise UserError(f"no C compiler found to build {what} (cc, gcc or clang): install one "
-                        "(e.g. apt install gcc) or set CC")
-    return cc
 
 
 def compile_library(cc: str, source: Path, out: Path, flags: list[str], libs: tuple = ()):
@@ -81,31 +75,114 @@ def compile_library(cc: str, source: Path, out: Path, flags: list[str], libs: tu
     return subprocess.run([cc, *flags, "-o", str(out), str(source), *libs], capture_output=True, text=True)
 
 
-def private_dir(path: Path, owners: frozenset) -> bool:
-    """A directory owned by one of `owners` that neither its group nor others can write."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid in owners and not st.st_mode & 0o022
+def trusted_owners() -> frozenset:
+    return frozenset({0, os.getuid()})
 
 
-def trusted_library(path: Path, owners: frozenset, symbols: tuple = ()) -> bool:
-    """A regular file (not a link) owned by one of `owners`, not group or other writable, in a private
-    folder, not empty, an ELF file whose dynamic symbol names include each of `symbols`."""
+def _check_folder(fd: int, where: str) -> None:
+    st = os.fstat(fd)
+    if st.st_uid not in trusted_owners():
+        raise Untrusted(f"{where} belongs to uid {st.st_uid}")
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise Untrusted(f"{where} is writable by other users")
+
+
+def open_trusted(path: Path, symbols: tuple = ()) -> int:
+    """A read-only descriptor of `path` that passed every check of the module's docstring; Untrusted
+    (with the reason) otherwise. Each folder is opened relative to the one before with O_NOFOLLOW, so no
+    folder or file can be swapped between a check and the open: the checks are made on what was opened."""
+    real = os.path.realpath(path)
+    parts = [p for p in real.split("/") if p]
+    if not parts:
+        raise Untrusted(f"{path} is not a file")
+    dir_flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    if not stat.S_ISREG(st.st_mode) or st.st_uid not in owners or st.st_mode & 0o022 or st.st_size == 0:
-        return False
-    if not private_dir(path.parent, owners):
-        return False
+        fd = os.open("/", dir_flags)
+    except OSError as e:
+        raise Untrusted(f"cannot open /: {e.strerror}") from None
     try:
-        data = path.read_bytes()
-    except OSError:
-        return False
-    return data[:4] == b"\x7fELF" and all(b"\0" + s.encode() + b"\0" in data for s in symbols)
+        _check_folder(fd, "/")
+        for i, part in enumerate(parts[:-1]):
+            where = "/" + "/".join(parts[:i + 1])
+            try:
+                nxt = os.open(part, dir_flags, dir_fd=fd)
+            except OSError as e:
+                raise Untrusted(f"cannot open {where}: {e.strerror}") from None
+            os.close(fd)
+            fd = nxt
+            _check_folder(fd, where)
+        try:
+            lib = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=fd)
+        except OSError as e:
+            raise Untrusted(f"cannot open {real}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    try:
+        _check_file(lib, real, symbols)
+    except BaseException:
+        os.close(lib)
+        raise
+    return lib
+
+
+def _check_file(fd: int, real: str, symbols: tuple) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise Untrusted(f"{real} is not a regular file")
+    if st.st_uid not in trusted_owners():
+        raise Untrusted(f"{real} belongs to uid {st.st_uid}")
+    if st.st_mode & 0o022:
+        raise Untrusted(f"{real} is writable by other users")
+    if st.st_size == 0 or st.st_size > 64 << 20:
+        raise Untrusted(f"{real} has {st.st_size} bytes")
+    data = os.pread(fd, st.st_size, 0)
+    if data[:4] != b"\x7fELF":
+        raise Untrusted(f"{real} is not an ELF file")
+    missing = [s for s in symbols if b"\0" + s.encode() + b"\0" not in data]
+    if missing:
+        raise Untrusted(f"{real} does not export {', '.join(missing)}")
+
+
+def installed_path(source: Path, stem: str, flags: list[str], digest_extra: bytes = b"") -> Path:
+    """Where setup.py puts `source`'s library: beside it, in the package."""
+    return source.parent / library_name(source, stem, flags, digest_extra)
+
+
+def load_installed(source: Path, stem: str, symbols: tuple, flags: list[str] = SHARED_FLAGS):
+    """The install-time library of `source` as a ctypes.CDLL, loaded from the descriptor its checks were made
+    on; Untrusted (why) when it is missing or fails one. Never compiles anything."""
+    import ctypes
+
+    path = installed_path(source, stem, flags)
+    if str(path) in _OPENED:
+        return _OPENED[str(path)]
+    if not os.path.isdir("/proc/self/fd"):
+        raise Untrusted("no /proc/self/fd to load a checked library from")
+    fd = open_trusted(path, symbols)
+    try:
+        lib = ctypes.CDLL(f"/proc/self/fd/{fd}")
+    except OSError as e:
+        os.close(fd)
+        raise Untrusted(f"cannot load {path}: {e}") from None
+    # the descriptor stays open: the loader knows a library by the name it was opened with, and a later
+    # /proc/self/fd/N of a reused N would be taken for this one
+    LOADED[stem] = os.path.realpath(path)
+    _OPENED[str(path)] = lib
+    return lib
+
+
+def check_sizes(lib, function: str, structs: dict) -> None:
+    """Each ctypes Structure of `structs` (C name -> class) has the size the library's `function(name)` says
+    its C struct has: one side changed without the other fails here, loudly, not in a call."""
+    import ctypes
+
+    sizeof = getattr(lib, function)
+    sizeof.argtypes, sizeof.restype = [ctypes.c_char_p], ctypes.c_int64
+    for name, cls in structs.items():
+        c_size = sizeof(name.encode())
+        if c_size != ctypes.sizeof(cls):
+            raise AssertionError(f"{name} is {c_size} bytes in C but {ctypes.sizeof(cls)} in Python: "
+                                 "the C struct and its ctypes mirror differ")
 
 
 def preload_safe(path: Path) -> bool:
@@ -114,76 +191,65 @@ def preload_safe(path: Path) -> bool:
     return os.path.isabs(s) and not any(c in s for c in PRELOAD_UNSAFE)
 
 
-def build_library(source: Path, stem: str, flags: list[str], digest_extra: bytes = b"", libs: tuple = (),
-                  what: str | None = None, symbols: tuple = (), preload: bool = False) -> Path:
-    """The path of `source` built as `<stem>-<hash>.so`: beside the source when it was built at install
-    time, else in the private cache, else in a fresh private folder; compiled when no trusted copy is
-    there. `digest_extra` is whatever else the build depends on (an included header's bytes); `symbols`
-    are names the library must export; `preload`: the path must be safe in LD_PRELOAD."""
+_PRELOADS: dict[str, Path] = {}  # library name -> the path handed to LD_PRELOAD (one build per command)
+
+
+def preload_library(source: Path, stem: str, flags: list[str], digest_extra: bytes = b"", libs: tuple = (),
+                    what: str | None = None, symbols: tuple = ()) -> Path:
+    """A path for LD_PRELOAD to `source` built with `flags`: the install-time library inside the package,
+    else a build into a fresh private folder removed when this process ends; either way checked as
+    open_trusted checks it, at a path with no space or colon. UserError (one line, how to fix it) when
+    neither is possible."""
     from alloctrace.traces.errors import UserError
 
     what = what or stem
     name = library_name(source, stem, flags, digest_extra)
-    me = frozenset({os.getuid()})
-    fits = (lambda p: preload_safe(p)) if preload else (lambda p: True)
-    beside = source.parent / name
-    if fits(beside) and trusted_library(beside, me | {0}, symbols):
-        return beside
-    cache = private_cache()
-    if cache is not None and fits(cache / name):
-        if trusted_library(cache / name, me, symbols):
-            return cache / name
-        try:
-            return _compile_into(cache, name, source, flags, libs, what, symbols)
-        except OSError:
-            pass  # a read-only or full cache: a private folder of its own
+    if name in _PRELOADS and _PRELOADS[name].exists():
+        return _PRELOADS[name]
+    why = "it was not built at install time"
+    beside = Path(os.path.realpath(installed_path(source, stem, flags, digest_extra)))
     try:
-        folder = Path(tempfile.mkdtemp(prefix="alloctrace-lib-"))
-    except OSError as e:
-        raise UserError(f"cannot build {what}: no private folder to build it in ({e.strerror}); "
-                        "make ~/.cache or $TMPDIR writable") from None
-    atexit.register(shutil.rmtree, folder, True)
-    if not fits(folder / name):
-        raise UserError(f"cannot preload {what} from {folder}: its path holds a space or a colon, which "
-                        "LD_PRELOAD splits; set TMPDIR (or XDG_CACHE_HOME) to a path without them")
-    try:
-        return _compile_into(folder, name, source, flags, libs, what, symbols)
-    except OSError as e:
-        raise UserError(f"cannot build {what} in {folder}: {e.strerror}") from None
+        os.close(open_trusted(beside, symbols))
+        if preload_safe(beside):
+            _PRELOADS[name] = beside
+            return beside
+        why = f"its path {beside} holds a space or a colon, which LD_PRELOAD splits"
+    except Untrusted as e:
+        if os.path.lexists(beside):
+            why = str(e)
+    cc = find_compiler()
+    if cc is None:
+        raise UserError(f"{what} is not usable ({why}) and no C compiler (cc, gcc or clang) is found to build "
+                        f"it: {REINSTALL}, or set CC")
+    out = _build_private(cc, source, name, flags, libs, what, symbols)
+    _PRELOADS[name] = out
+    return out
 
 
-def private_cache() -> Path | None:
-    """~/.cache/alloctrace (or $XDG_CACHE_HOME's), made when missing; None when it cannot be made or is
-    not a folder of this user's that only this user can write."""
-    d = cache_dir()
-    try:
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return d if private_dir(d, frozenset({os.getuid()})) and os.access(d, os.W_OK | os.X_OK) else None
-
-
-def _compile_into(folder: Path, name: str, source: Path, flags, libs, what: str, symbols) -> Path:
-    """Compile into a temporary file of `folder`, check it, then rename it to `name` (atomic: a concurrent
-    build of the same source yields the same file). OSError when the folder cannot take it."""
+def _build_private(cc: str, source: Path, name: str, flags, libs, what: str, symbols) -> Path:
+    """`source` compiled into a fresh private folder (mkdtemp, removed at exit), checked as any library."""
     from alloctrace.traces.errors import UserError
 
-    cc = compiler(what)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".so", dir=folder)
-    os.close(fd)
     try:
-        try:
-            r = compile_library(cc, source, Path(tmp), flags, libs)
-        except OSError as e:
-            raise UserError(f"building {what} with {cc} failed: {e}") from None
-        if r.returncode != 0:
-            first = next((ln for ln in r.stderr.splitlines() if "error" in ln), r.stderr.strip()[:300])
-            raise UserError(f"building {what} with {cc} failed: {first}")
-        os.chmod(tmp, 0o755)
-        if not trusted_library(Path(tmp), frozenset({os.getuid()}), symbols):
-            raise UserError(f"building {what} with {cc} gave no usable library")
-        os.replace(tmp, folder / name)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return folder / name
+        folder = Path(os.path.realpath(tempfile.mkdtemp(prefix="alloctrace-lib-")))
+    except OSError as e:
+        raise UserError(f"cannot build {what}: no private folder to build it in ({e.strerror}); "
+                        f"make $TMPDIR writable, or {REINSTALL}") from None
+    atexit.register(shutil.rmtree, folder, True)
+    out = folder / name
+    if not preload_safe(out):
+        raise UserError(f"cannot preload {what} from {folder}: its path holds a space or a colon, which "
+                        f"LD_PRELOAD splits; set TMPDIR to a path without them, or {REINSTALL}")
+    try:
+        r = compile_library(cc, source, out, flags, libs)
+    except OSError as e:
+        raise UserError(f"building {what} with {cc} failed: {e}") from None
+    if r.returncode != 0:
+        first = next((ln for ln in r.stderr.splitlines() if "error" in ln), r.stderr.strip()[:300])
+        raise UserError(f"building {what} with {cc} failed: {first}")
+    try:
+        os.chmod(out, 0o755)
+        os.close(open_trusted(out, symbols))
+    except (OSError, Untrusted) as e:
+        raise UserError(f"building {what} with {cc} gave no usable library ({e})") from None
+    return out

@@ -1058,6 +1058,10 @@ static void feed_line(St *st, const char *s, int64_t n) {
 }
 
 /* ---------- API: lines in ---------- */
+/* the size of the struct ctypes mirrors (fastlog.py checks it at load: one changed without the other fails
+   there, not in a call) */
+EXPORT int64_t fl_sizeof(const char *name) { return !strcmp(name, "GraphOut") ? (int64_t)sizeof(GraphOut) : -1; }
+
 EXPORT void *fl_new(void) {
     St *st = calloc(1, sizeof(St));
     Pool *P = &st->pool;

@@ -6,8 +6,8 @@ DECLINES and `Declined` is raised, possibly after some graphs were handed out: t
 imports the input again on the Python path (`rewound()` gives the input back from its start) and
 skips the graphs already handed out. tests/test_fastlog.py checks both paths store the same bytes.
 
-The library is built with the system C compiler at install time, else on first use (traces/util/cbuild.py);
-without one, or with ALLOCTRACE_PURE_PYTHON=1, the Python path runs alone.
+The library is built with the system C compiler at install time and loaded only from the package
+(traces/util/cbuild.py); without it, or with ALLOCTRACE_PURE_PYTHON=1, the Python path runs alone.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from alloctrace.allocator.profiles import PROFILES
 
-from alloctrace.traces.util.cbuild import SHARED_FLAGS, build_library
+from alloctrace.traces.util.cbuild import Untrusted, check_sizes, load_installed
 from alloctrace.traces.store.columns import EncodedGraph, STR_FIELDS, compressor
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.sources.logio import LogReader, _why
@@ -68,23 +68,43 @@ N, INDEX, MAX_SIZE, BUFFER_SIZE, OOM_NEEDED, OOM_LARGEST, INCOMPLETE, OOM_TENSOR
             "oom_tensor_len", "cols", "itemsize", "table", "table_len", "slot", "hit", "epoch", "same", "blob",
             "seen", "seen_epoch"))
 
-SYMBOLS = ("fl_new", "fl_free", "fl_release", "fl_reason", "fl_feed", "fl_queued", "fl_features",
+SYMBOLS = ("fl_sizeof", "fl_new", "fl_free", "fl_release", "fl_reason", "fl_feed", "fl_queued", "fl_features",
            "fl_configure", "fl_next", "fl_tune")  # each one library() binds
 _LIB: list = []  # [library or None], once tried
+_WHY: list = []  # why it is None
+
+
+def unavailable() -> str | None:
+    """Why the compiled path does not run (None: it does)."""
+    if os.environ.get("ALLOCTRACE_PURE_PYTHON") == "1":
+        return "ALLOCTRACE_PURE_PYTHON=1"
+    return None if library() is not None else (_WHY[0] if _WHY else "not loaded")
+
+
+def path_line() -> str:
+    """Which path reads ggml logs in this process, in words (`import --verbose`)."""
+    from alloctrace.traces.util.cbuild import LOADED
+
+    why = unavailable()
+    if why is None:
+        return f"ggml logs: the compiled path, loaded from {LOADED.get('fastlog', 'the package')}"
+    return f"ggml logs: the pure Python path ({why})"
 
 
 def library():
-    """The built library, or None (no compiler, a failed build, or ALLOCTRACE_PURE_PYTHON=1)."""
+    """The install-time library, or None (not built at install time, failing a check, or
+    ALLOCTRACE_PURE_PYTHON=1; `unavailable()` says why)."""
     if os.environ.get("ALLOCTRACE_PURE_PYTHON") == "1":
         return None
     if not _LIB:
         try:
-            path = build_library(SOURCE, "fastlog", SHARED_FLAGS, what="the fast log importer", symbols=SYMBOLS)
-            lib = ctypes.CDLL(str(path))
-        except (UserError, OSError) as e:
+            lib = load_installed(SOURCE, "fastlog", SYMBOLS)
+        except Untrusted as e:
             debug(__name__, "fast log import unavailable: %s", e)
+            _WHY[:] = [str(e)]
             lib = None
         if lib is not None:
+            check_sizes(lib, "fl_sizeof", {"GraphOut": GraphOut})
             lib.fl_new.restype = ctypes.c_void_p
             lib.fl_free.argtypes = [ctypes.c_void_p]
             lib.fl_release.argtypes = [ctypes.c_void_p]

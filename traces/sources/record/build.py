@@ -1,12 +1,13 @@
-"""The recorder library: built at install time (setup.py) when a C compiler is there, else on first use into
-the private per-user cache, keyed by the source hash (traces/util/cbuild.py says where a library may be loaded from)."""
+"""The recorder library: built at install time into the package (setup.py); a build for a --ggml-include
+header, or one the install lacks, goes into a fresh private folder removed when the command ends
+(traces/util/cbuild.py says where a library may be loaded from)."""
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
 
-from alloctrace.traces.util.cbuild import RECORDER_FLAGS, RECORDER_LIBS, build_library
+from alloctrace.traces.util.cbuild import RECORDER_FLAGS, RECORDER_LIBS, preload_library
 from alloctrace.traces.errors import UserError
 
 SOURCE = Path(__file__).with_name("recorder.c")
@@ -27,12 +28,13 @@ def find_ggml_header(path: str | os.PathLike) -> Path:
 
 
 def recorder_library(ggml_header: Path | None = None) -> Path:
-    """The path of the built recorder, compiling it when this source (and header) has not been built yet."""
+    """The path LD_PRELOAD gets: the install-time recorder, or one built now for this header (or because the
+    install has none)."""
     flags = list(RECORDER_FLAGS)
     digest_extra = b""
     if ggml_header is not None:
         header = digest_extra = ggml_header.read_bytes()
         flags += ["-DAT_GGML_H", f"-DAT_CGRAPH_LEAFS={CGRAPH_LEAFS[bool(TENSOR_GRAD.search(header))]}",
                   "-I", str(ggml_header.parent), "-include", str(ggml_header.resolve())]
-    return build_library(SOURCE, "recorder", flags, digest_extra, RECORDER_LIBS, what="the recorder",
-                         symbols=SYMBOLS, preload=True)
+    return preload_library(SOURCE, "recorder", flags, digest_extra, RECORDER_LIBS, what="the recorder",
+                           symbols=SYMBOLS)

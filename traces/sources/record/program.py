@@ -48,15 +48,24 @@ def is_static_elf(path: str) -> bool:
     return PT_INTERP not in types and PT_DYNAMIC not in types
 
 
+RECORD_FOLDER = "rec"  # inside the run's private folder: where the recorder may create files, until collected
+
+
 def recorder_env(library: Path | None, out_dir: Path, env: dict | None = None) -> dict:
-    """The program's environment plus `env`: the recorder preloaded first (none: `library` None),
-    writing into `out_dir`."""
+    """The program's environment plus `env`: the recorder preloaded first (none: `library` None), writing
+    into a folder of its own made now in `out_dir` (a private folder made for the run), 0700 as the
+    recorder requires."""
     if library is not None and not preload_safe(library):
         raise UserError(f"cannot preload {library}: LD_PRELOAD needs an absolute path without spaces or colons")
+    folder = os.path.join(out_dir, RECORD_FOLDER)
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
     env = {**os.environ, **(env or {})}
     if library is not None:
         env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
-    env["ALLOCTRACE_RECORD_DIR"] = str(out_dir)
+    env["ALLOCTRACE_RECORD_DIR"] = folder
     return env
 
 

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef AT_GGML_H
@@ -116,20 +117,69 @@ static void write_all(int fd, const char *p, size_t n) {
     }
 }
 
+/* The record folder: the one the command made for this run, this user's and no one else's, checked on the
+   opened folder rather than its path. Once the command has collected the run's results the folder is gone
+   (renamed away), so a process the program left running records nothing more; a folder planted at that
+   path belongs to another user (or is a link) and is refused. */
+static int open_record_dir(void) {
+    const char *dir = getenv("ALLOCTRACE_RECORD_DIR");
+    if (!dir) return -1;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return -1;
+    struct stat st;
+    if (fstat(dfd, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        close(dfd);
+        return -1;
+    }
+    return dfd;
+}
+
+/* a new file of this process in the record folder: never one that is there already, never through a link
+   (a process that execs keeps its pid: its next program writes rec-PID-2 and so on) */
 static void open_stream(void) {
     pid_t pid = getpid();
-    if (g_fd >= 0 && g_pid == pid) return;
-    const char *dir = getenv("ALLOCTRACE_RECORD_DIR");
-    if (!dir) return;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/rec-%d.atrec", dir, (int)pid);
-    g_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (g_pid == pid) return; /* opened, or refused: once per process */
+    g_fd = -1;
     g_pid = pid;
+    int dfd = open_record_dir();
+    if (dfd < 0) return;
+    char name[64];
+    for (int k = 1; k <= 64 && g_fd < 0; k++) {
+        if (k == 1) snprintf(name, sizeof name, "rec-%d.atrec", (int)pid);
+        else snprintf(name, sizeof name, "rec-%d-%d.atrec", (int)pid, k);
+        g_fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_APPEND | O_CLOEXEC, 0600);
+        if (g_fd < 0 && errno != EEXIST) break;
+    }
+    close(dfd);
     if (g_fd >= 0) {
         char head[64];
         int n = snprintf(head, sizeof head, "ATREC 1 %d\n", (int)pid);
         write_all(g_fd, head, (size_t)n);
     }
+}
+
+/* Started with no live record folder (after the run, or a planted one): this process records nothing, and
+   the recorder leaves its environment, so the programs it starts neither load it nor look for the folder. */
+static void leave_environment(void) {
+    unsetenv("ALLOCTRACE_RECORD_DIR");
+    Dl_info self;
+    const char *pre = getenv("LD_PRELOAD");
+    if (!pre || !dladdr((void *)leave_environment, &self) || !self.dli_fname) return;
+    size_t n = strlen(pre);
+    char *kept = malloc(n + 1), *copy = strdup(pre);
+    if (!kept || !copy) {
+        free(kept), free(copy);
+        return;
+    }
+    kept[0] = 0;
+    for (char *save = NULL, *w = strtok_r(copy, " :", &save); w; w = strtok_r(NULL, " :", &save)) {
+        if (!strcmp(w, self.dli_fname)) continue;
+        if (kept[0]) strcat(kept, ":");
+        strcat(kept, w);
+    }
+    if (kept[0]) setenv("LD_PRELOAD", kept, 1);
+    else unsetenv("LD_PRELOAD");
+    free(kept), free(copy);
 }
 
 static void flush(void) {
@@ -205,6 +255,11 @@ static void on_crash(int sig) {
 }
 
 __attribute__((constructor)) static void at_init(void) {
+    if (getenv("ALLOCTRACE_RECORD_DIR")) {
+        int dfd = open_record_dir();
+        if (dfd < 0) leave_environment();
+        else close(dfd);
+    }
     static const int sigs[] = {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         struct sigaction sa;

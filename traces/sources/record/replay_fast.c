@@ -844,6 +844,12 @@ typedef struct {
     const int64_t *state; int64_t state_len;
 } RfOut;
 
+/* the sizes of the structs ctypes mirrors (replay_fast.py checks them at load: one changed without the other
+   fails there, not in a call) */
+EXPORT int64_t rf_sizeof(const char *name) {
+    return !strcmp(name, "RfIn") ? (int64_t)sizeof(RfIn) : !strcmp(name, "RfOut") ? (int64_t)sizeof(RfOut) : -1;
+}
+
 EXPORT St *rf_new(void) { return calloc(1, sizeof(St)); }
 
 static void reset(St *st) {

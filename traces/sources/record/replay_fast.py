@@ -7,8 +7,8 @@ the Python reader would, a value out of range, a tensor it cannot find): the cal
 the Python path, which also says what is wrong with it. tests/test_replay_fast.py compares the two paths on
 every committed recording and on generated graphs.
 
-The library is built with the system C compiler at install time, else on first use (traces/util/cbuild.py);
-without one, or with ALLOCTRACE_PURE_PYTHON=1, the Python path runs alone.
+The library is built with the system C compiler at install time and loaded only from the package
+(traces/util/cbuild.py); without it, or with ALLOCTRACE_PURE_PYTHON=1, the Python path runs alone.
 """
 from __future__ import annotations
 
@@ -21,13 +21,12 @@ from pathlib import Path
 from alloctrace.allocator.dyn_tallocr import Chunk, SIZE_MAX
 from alloctrace.allocator.events import Event
 from alloctrace.allocator.gallocr import INVALID, NO_ALLOC
-from alloctrace.traces.errors import UserError
 from alloctrace.traces.store.columns import INT_FIELDS, INT_TYPES, STR_FIELDS, EventColumns
-from alloctrace.traces.util.cbuild import SHARED_FLAGS, build_library
+from alloctrace.traces.util.cbuild import Untrusted, check_sizes, load_installed
 
 SOURCE = Path(__file__).with_name("replay_fast.c")
 COLUMNS = INT_FIELDS + STR_FIELDS + ("srcs", "extra")  # replay_fast.c's column order (encode_arrays')
-SYMBOLS = ("rf_new", "rf_free", "rf_reason", "rf_reserve")
+SYMBOLS = ("rf_sizeof", "rf_new", "rf_free", "rf_reason", "rf_reserve")
 _TYPES = {size: (dt, code) for size, (dt, code, _, _) in zip((1, 2, 4, 8), INT_TYPES)}
 _CODES = {dt: (code, lo) for dt, code, lo, _ in INT_TYPES}
 _P = ctypes.POINTER
@@ -51,19 +50,39 @@ class RfOut(ctypes.Structure):
 
 
 _LIB: list = []  # [(library, its state) or None], once tried
+_WHY: list = []  # why it is None
+
+
+def unavailable() -> str | None:
+    """Why the compiled replay does not run (None: it does)."""
+    if os.environ.get("ALLOCTRACE_PURE_PYTHON") == "1":
+        return "ALLOCTRACE_PURE_PYTHON=1"
+    return None if library() is not None else (_WHY[0] if _WHY else "not loaded")
+
+
+def path_line() -> str:
+    """Which path reads recordings in this process, in words (`import --verbose`)."""
+    from alloctrace.traces.util.cbuild import LOADED
+
+    why = unavailable()
+    if why is None:
+        return f"recordings: the compiled path, loaded from {LOADED.get('replay_fast', 'the package')}"
+    return f"recordings: the pure Python path ({why})"
 
 
 def library():
-    """(the built library, its state handle), or None (no compiler, a failed build, ALLOCTRACE_PURE_PYTHON=1)."""
+    """(the install-time library, its state handle), or None (not built at install time, failing a check,
+    ALLOCTRACE_PURE_PYTHON=1; `unavailable()` says why)."""
     if os.environ.get("ALLOCTRACE_PURE_PYTHON") == "1":
         return None
     if not _LIB:
         try:
-            path = build_library(SOURCE, "replay_fast", SHARED_FLAGS, what="the fast replay", symbols=SYMBOLS)
-            lib = ctypes.CDLL(str(path))
-        except (UserError, OSError):
+            lib = load_installed(SOURCE, "replay_fast", SYMBOLS)
+        except Untrusted as e:
+            _WHY[:] = [str(e)]
             lib = None
         if lib is not None:
+            check_sizes(lib, "rf_sizeof", {"RfIn": RfIn, "RfOut": RfOut})
             lib.rf_new.restype = ctypes.c_void_p
             lib.rf_free.argtypes = [ctypes.c_void_p]
             lib.rf_reason.restype = ctypes.c_char_p

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from alloctrace.traces.errors import UserError
 
-from .program import NOT_LINUX, STATIC, checked_program, is_static_elf, recorder_env, resolve_program  # noqa: F401
+from .program import NOT_LINUX, RECORD_FOLDER, STATIC, checked_program, is_static_elf, recorder_env, resolve_program  # noqa: F401
 
 
 @dataclass
@@ -39,36 +40,86 @@ def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict
 
 
 def collect(argv: list[str], rc: int, out_dir: Path) -> RunResult:
-    """What the finished program left in `out_dir`: each recording made whole and given its trailer."""
+    """What the finished program left in `out_dir`: each recording made whole and given its trailer.
+
+    The record folder is renamed away first, so no process the program left running can create a file
+    there any more (the recorder opens the folder by its name); each recording's whole lines, as long as it
+    is now, are copied into a new file (O_EXCL, no link followed) and the old one removed: a process still
+    writing writes into a file nobody reads."""
     import json  # here: a sweep imports this module before forking the workers that collect
 
     status = 128 - rc if rc < 0 else rc
-    files = sorted(out_dir.glob("rec-*.atrec"), key=lambda p: int(p.stem.split("-")[1]))
-    trailer = json.dumps({"argv": argv, "exit_status": status})
-    for f in files:
-        _cut_partial_line(f)
-        with open(f, "ab") as fh:
-            fh.write(b"Z " + trailer.encode() + b"\n")
+    closed, done = out_dir / "closed", out_dir / "collected"
+    try:
+        os.rename(out_dir / RECORD_FOLDER, closed)
+    except FileNotFoundError:
+        return RunResult(status, [])
+    os.mkdir(done, 0o700)
+    trailer = b"Z " + json.dumps({"argv": argv, "exit_status": status}).encode() + b"\n"
+    files = []
+    for name in sorted(os.listdir(closed), key=_pid_order):
+        if _pid_order(name) is None:
+            continue
+        if _seal(closed / name, done / name, trailer):
+            files.append(done / name)
+    shutil.rmtree(closed, ignore_errors=True)
     return RunResult(status, files)
 
 
-def _cut_partial_line(path: Path):
-    """A program killed mid-write may leave half a line: drop it, keep every whole one."""
-    with open(path, "rb+") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return
-        pos = size
-        while pos > 0:
-            step = min(65536, pos)
-            f.seek(pos - step)
-            chunk = f.read(step)
-            nl = chunk.rfind(b"\n")
-            if nl >= 0:
-                f.truncate(pos - step + nl + 1)
-                return
-            pos -= step
-        f.truncate(0)
+def _pid_order(name: str):
+    """rec-PID.atrec, rec-PID-K.atrec (the K-th program a process exec'd): (PID, K); None for anything else."""
+    if not (name.startswith("rec-") and name.endswith(".atrec")):
+        return None
+    parts = name[4:-6].split("-")
+    if len(parts) > 2 or not all(p.isdigit() for p in parts):
+        return None
+    return (int(parts[0]), int(parts[1]) if len(parts) > 1 else 1)
+
+
+def _seal(src: Path, dst: Path, trailer: bytes) -> bool:
+    """`src`'s whole lines (a program killed mid-write may leave half a line) and `trailer` into a new file
+    `dst`; False when `src` is not a regular file."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(src, flags)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        end = _whole_lines_end(fd, st.st_size)
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            pos = 0
+            while pos < end:
+                try:
+                    n = os.copy_file_range(fd, out, end - pos, pos)
+                except (AttributeError, OSError):
+                    n = 0
+                if n <= 0:  # no copy_file_range here (or it declined): plain reads and writes
+                    chunk = os.pread(fd, min(1 << 20, end - pos), pos)
+                    if not chunk:
+                        break
+                    n = os.write(out, chunk)
+                pos += n
+            os.write(out, trailer)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+    os.unlink(src)
+    return True
+
+
+def _whole_lines_end(fd: int, size: int) -> int:
+    """The length of the file's first `size` bytes up to and including their last newline."""
+    pos = size
+    while pos > 0:
+        step = min(65536, pos)
+        chunk = os.pread(fd, step, pos - step)
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            return pos - step + nl + 1
+        pos -= step
+    return 0
