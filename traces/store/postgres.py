@@ -84,6 +84,7 @@ class _Connection:
 
 class PostgresBackend:
     kind = "postgresql"
+    read_only = False  # the role may only read (setup finds out)
     path = None  # no store directory: uploads in progress go to a temp folder
 
     def __init__(self, url: str):
@@ -133,7 +134,13 @@ class PostgresBackend:
     def reopen(self) -> "PostgresBackend":
         return self  # the pool serves readers and writers alike
 
-    def setup(self, create):
+    def setup(self, create, current):
+        """The tables at the current format: a read when they are (a role that may only SELECT opens the store,
+        read-only), else `create` under a lock (one process creates or upgrades them at a time)."""
+        with self.read() as db:
+            if current(db):
+                self.read_only = not db.execute("SELECT has_table_privilege('traces', 'INSERT')").fetchone()[0]
+                return current.format
         with self.write() as db:
             db.execute(f"SELECT pg_advisory_xact_lock({SETUP_LOCK})")
             return create(db)

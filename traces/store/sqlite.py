@@ -34,6 +34,7 @@ def is_full(e: BaseException) -> bool:
 
 class SqliteBackend:
     kind = "sqlite"
+    read_only = False
     errors = (sqlite3.DatabaseError,)
 
     def __init__(self, path: Path):
@@ -58,11 +59,15 @@ class SqliteBackend:
         """A second connection to the same file (a server writes through one, reads through the other)."""
         return SqliteBackend(self.path)
 
-    def setup(self, create):
-        """WAL mode, then `create(db)` in one transaction; other processes may be creating the store now."""
+    def setup(self, create, current):
+        """WAL mode, then `create(db)` in one transaction unless the tables are `current` already; other
+        processes may be creating the store now."""
         for attempt in range(200):
             try:
                 self.db.execute("PRAGMA journal_mode=WAL")
+                with self.read() as db:
+                    if current(db):
+                        return current.format
                 with self.write(busy_fails=False) as db:
                     return create(db)
             except sqlite3.OperationalError as e:

@@ -26,11 +26,12 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.gcpause import without_gc
 
 from alloctrace.traces.store import derived, postgres
-from alloctrace.traces.store.blobs import _decompress, checkpoint_rows, pack_blobs, unpack_blobs  # noqa: F401
+from alloctrace.traces.store.blobs import _decompress, checkpoint_rows, checksum, pack_blobs, unpack_blobs  # noqa: F401
 from alloctrace.traces.store.columns import EncodedGraph, decode_events, encode, pack, public_columns
-from alloctrace.traces.store.damage import DECODE_ERRORS, Damaged, DerivedDamaged, _json, _why, check_rows  # noqa: F401
+from alloctrace.traces.store.damage import (DECODE_ERRORS, Damaged, DerivedDamaged, _json, _why, check_rows,  # noqa: F401
+                                            damaged, verify_checksum)
 from alloctrace.traces.store.derived import SAVED_MIN_EVENTS, Saved
-from alloctrace.traces.store.migrations import STORE_FORMAT, create
+from alloctrace.traces.store.migrations import STORE_FORMAT, create, current
 from alloctrace.traces.store.schema import FORMAT_VERSION, GraphRecord, TraceMeta
 from alloctrace.traces.store.sqlite import BUSY_TIMEOUT_S, SqliteBackend, StoreFull, is_full as _is_full  # noqa: F401
 
@@ -97,7 +98,7 @@ class Store:
         self._zc = zstandard.ZstdCompressor(level=3, write_checksum=True)
         self._zd = zstandard.ZstdDecompressor()
         try:
-            ver = self._be.setup(lambda db: create(db, self._be.table_columns))
+            ver = self._be.setup(lambda db: create(db, self._be.table_columns), current)
         except self._be.errors as e:
             self._be.close()
             raise UserError(f"cannot open store {self._be.describe()}: {str(e).strip().splitlines()[0]}") from None
@@ -105,6 +106,7 @@ class Store:
             self._be.close()
             raise UserError(f"store {self._be.describe()} is damaged: its format_version is {str(ver)[:40]!r}, not a "
                             "number (restore it from a backup, or set it to the version the store was made with)")
+        self.read_only = self._be.read_only  # a PostgreSQL role that may only SELECT
         if int(ver) > STORE_FORMAT:
             self._be.close()
             raise UserError(f"store {self._be.describe()} has format {ver}; this alloctrace reads up to {STORE_FORMAT}")
@@ -126,21 +128,38 @@ class Store:
         self._be.close()
 
     # --- writing ------------------------------------------------------------------------
-    def add_trace(self, meta: TraceMeta, graphs: Iterable[GraphRecord | EncodedGraph]) -> str:
+    def add_trace(self, meta: TraceMeta, graphs: Iterable[GraphRecord | EncodedGraph],
+                  content_hash: str | None = None) -> str:
         """Store a trace in one transaction; `graphs` may be a generator (it is consumed inside).
         Items may be GraphRecords or graphs an importer encoded already (EncodedGraph)."""
-        created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        return self.add_traces([(meta, graphs, content_hash)])[0]
+
+    def add_traces(self, traces: Iterable[tuple]) -> list[str]:
+        """Store traces [(meta, graphs, content_hash)] in one transaction: all of them or, on any failure or
+        interrupt, none. `content_hash` names the input they were read from (stored_with finds it again)."""
         with self._be.write() as db:
-            tid = self._new_id(db)
-            db.execute(
-                "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version)"
-                " VALUES (?,?,?,?,?,?,?,?,?)",
-                (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
-                 json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION))
-            for g in graphs:
-                self._add_graph(db, tid, g)
+            tids = [self._insert_trace(db, meta, graphs, content_hash) for meta, graphs, content_hash in traces]
             self._bump(db)  # last: on PostgreSQL the row stays locked until the commit
+        return tids
+
+    def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None) -> str:
+        created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        tid = self._new_id(db)
+        db.execute(
+            "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version,"
+            " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
+             json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION, content_hash))
+        for g in graphs:
+            self._add_graph(db, tid, g)
         return tid
+
+    def stored_with(self, content_hash: str) -> list[str]:
+        """The ids of the traces read from an input of this content hash (sources.input_hash: its bytes, tags
+        and options), oldest first: a re-run of an import finds what it stored before."""
+        with self._snapshot() as db:
+            return [r[0] for r in db.execute("SELECT id FROM traces WHERE content_hash=? ORDER BY seq",
+                                             (content_hash,))]
 
     @staticmethod
     def _bump(db):
@@ -174,12 +193,13 @@ class Store:
             encoded = encode(g.events)
             strings, blobs = pack(*encoded, self._zc.compress)
             n = len(g.events)
+        packed = pack_blobs(blobs)
         db.execute(
             "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings,"
-            " packed) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            " packed, checksum) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (tid, g.index, g.role, n, g.max_size, g.buffer_size,
              None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
-             json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, pack_blobs(blobs)))
+             json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, packed, checksum(strings, packed)))
         if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
             self._add_derived_rows(db, tid, g, n, strings, blobs, encoded if isinstance(g, GraphRecord) else None)
 
@@ -318,7 +338,7 @@ class Store:
         try:
             return row, decode(row[2], cols, table)
         except DECODE_ERRORS as e:  # columns that decompressed but hold impossible values
-            raise Damaged(self._id(tid), g, "columns", _why(e)) from None
+            raise damaged(e, self._id(tid), g, "columns") from None
 
     @staticmethod
     def _blobs(db, tid: str, g: int, row) -> list:
@@ -330,28 +350,35 @@ class Store:
             try:
                 return unpack_blobs(row[-1])
             except DECODE_ERRORS as e:
-                raise Damaged(tid, g, "packed columns", _why(e)) from None
-        return db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
+                raise damaged(e, tid, g, "packed columns") from None
+        return db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=? ORDER BY name",
                           (tid, int(g))).fetchall()
+
+    @staticmethod
+    def _verify(tid: str, g: int, row, blobs) -> None:
+        """A graph's bytes against its stored checksum (its row ends with strings, checksum, packed)."""
+        packed = row[-1] if row[-1] is not None else pack_blobs(blobs)
+        verify_checksum(tid, g, row[-2], row[-3], packed)
 
     def _raw(self, tid: str, g: int):
         tid = self._id(tid)
         with self._snapshot() as db:
             row = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, "
-                             "packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
+                             "checksum, packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
             blobs = self._blobs(db, tid, g, row)
+        self._verify(tid, g, row, blobs)
         row = row[:9]
         try:
             table = json.loads(self._zd.decompress(row[8]))
         except DECODE_ERRORS as e:
-            raise Damaged(tid, g, "strings", _why(e)) from None
+            raise damaged(e, tid, g, "strings") from None
         check_rows(tid, g, row[2], blobs)
         import numpy as np
 
         try:
             cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
         except DECODE_ERRORS as e:
-            raise Damaged(tid, g, "columns", _why(e)) from None
+            raise damaged(e, tid, g, "columns") from None
         return row, cols, table
 
     def lazy_columns(self, tid: str, graph_index: int):
@@ -360,21 +387,22 @@ class Store:
 
         tid = self._id(tid)
         with self._snapshot() as db:
-            row = db.execute("SELECT n_events, strings, packed FROM graphs WHERE trace_id=? AND idx=?",
+            row = db.execute("SELECT n_events, strings, checksum, packed FROM graphs WHERE trace_id=? AND idx=?",
                              (tid, int(graph_index))).fetchone()
             blobs = self._blobs(db, tid, graph_index, row)
+        self._verify(tid, graph_index, row, blobs)
         check_rows(tid, graph_index, row[0], blobs)
 
         def checked(data: bytes) -> bytes:
             try:
                 return _decompress(data)
             except DECODE_ERRORS as e:
-                raise Damaged(tid, graph_index, "columns", _why(e)) from None
+                raise damaged(e, tid, graph_index, "columns") from None
         try:
             cols = LazyColumns(row[0], {name: (dt, data) for name, dt, data in blobs}, checked)
             cols.table = StringTable(zstandard.ZstdDecompressor().decompress(row[1]))
         except DECODE_ERRORS as e:
-            raise Damaged(tid, graph_index, "strings", _why(e)) from None
+            raise damaged(e, tid, graph_index, "strings") from None
         return cols
 
     def events(self, tid: str, graph_index: int) -> list[Event]:
@@ -425,7 +453,7 @@ class Store:
             try:
                 state = json.loads(_decompress(row[0]))
             except DECODE_ERRORS as e:
-                raise DerivedDamaged(tid, graph_index, f"state checkpoint at event {event}", _why(e)) from None
+                raise damaged(e, tid, graph_index, f"state checkpoint at event {event}", cls=DerivedDamaged) from None
             if not isinstance(state, dict):
                 raise DerivedDamaged(tid, graph_index, f"state checkpoint at event {event}", "not an object")
             return state
@@ -444,7 +472,7 @@ class Store:
         try:
             return lifetimes.decode(row[0])
         except DECODE_ERRORS as e:
-            raise DerivedDamaged(tid, graph_index, "memory-map lifetimes", _why(e)) from None
+            raise damaged(e, tid, graph_index, "memory-map lifetimes", cls=DerivedDamaged) from None
 
     def drop_derived(self, tid: str, graph_index: int, table: str) -> None:
         """Forget a graph's derived rows (`state_checkpoints` or `memmap_lod`) that cannot be read, so they
