@@ -188,7 +188,11 @@ def _errors(app: FastAPI):
     async def user_error(request: Request, exc: UserError):
         if isinstance(exc, not_found):
             return await missing(request, exc)
-        return JSONResponse({"detail": str(exc)}, status_code=getattr(exc, "status", 400))
+        public = getattr(exc, "public", None)  # a database's user and host are for the log, not the answer
+        if public:
+            import logging
+            logging.getLogger("alloctrace.server").warning("%s", exc)
+        return JSONResponse({"detail": public or str(exc)}, status_code=getattr(exc, "status", 400))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):

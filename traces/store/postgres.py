@@ -19,23 +19,54 @@ from urllib.parse import urlsplit, urlunsplit
 from alloctrace.traces.errors import UserError
 
 URL_RE = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
+# a libpq `key=value` connection string: its first keyword is one of libpq's (a folder is never taken for it)
+CONNINFO_RE = re.compile(r"^\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|sslrootcert|sslcert|"
+                         r"sslkey|application_name|connect_timeout|options|target_session_attrs|channel_binding|"
+                         r"gssencmode|keepalives\w*)\s*=", re.IGNORECASE)
+SECRET_RE = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", re.IGNORECASE)
 SETUP_LOCK = 0x616C6C6F  # pg_advisory_xact_lock key: one process creates or upgrades the tables at a time
 POOL_MAX = 8
 CONNECT_TIMEOUT_S = 10.0
 
 
 def is_url(text) -> bool:
-    return isinstance(text, str) and bool(URL_RE.match(text))
+    """A PostgreSQL URL or a libpq `key=value` connection string (both name a PostgreSQL store)."""
+    return isinstance(text, str) and bool(URL_RE.match(text) or CONNINFO_RE.match(text))
 
 
 def without_password(url: str) -> str:
-    """The URL as messages show it: no password."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """The URL (or `key=value` string) as messages show it: no password, in the user part or the query."""
+    url = SECRET_RE.sub(r"\1***", url)
+    if not URL_RE.match(url):
         return url
-    host = parts.hostname or ""
-    netloc = (f"{parts.username}@" if parts.username else "") + host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        at = parts.netloc.rindex("@")
+        user = parts.netloc[:at].split(":", 1)[0]
+        return urlunsplit((parts.scheme, f"{user}:***@{parts.netloc[at + 1:]}", parts.path, parts.query,
+                           parts.fragment))
+    except ValueError:  # not even a URL's shape: show only its scheme
+        return url.split("://", 1)[0] + "://..."
+
+
+def check_address(url: str) -> None:
+    """A URL or `key=value` string libpq would refuse, as one line (UserError) before any connection: the
+    reason without the address (libpq's message quotes it, password and all)."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(url)
+    except ProgrammingError as e:
+        why = str(e).strip().splitlines()[0] if str(e).strip() else "malformed"
+        why = without_password(why.split(' in URI: "', 1)[0])
+        raise UserError(f"not a valid PostgreSQL address {without_password(url)}: {why}") from None
+    port = str(params.get("port") or "5432")
+    if not all(p.strip().isdigit() for p in port.split(",")):
+        raise UserError(f"not a valid PostgreSQL address {without_password(url)}: the port {port[:20]!r} is not a "
+                        "number")
 
 
 _OPEN: "weakref.WeakSet[PostgresBackend]" = weakref.WeakSet()  # backends whose pool is open
@@ -53,6 +84,14 @@ class StoreUnavailable(UserError):
     """The database server cannot be reached (or went away in the middle of a request)."""
 
     status = 503
+    # what the server answers: the reason names the database's user and host, which only its log shows
+    public = "the trace store's database is unavailable; try again later (the server's log says why)"
+
+
+class StoreReadOnly(UserError):
+    """The database role may only read the store (SELECT): the store serves, nothing is written."""
+
+    status = 403
 
 
 @lru_cache(maxsize=256)
@@ -90,6 +129,7 @@ class PostgresBackend:
     def __init__(self, url: str):
         import logging
 
+        check_address(url)
         import psycopg
         from psycopg_pool import ConnectionPool
 
@@ -165,6 +205,9 @@ class PostgresBackend:
                         except psycopg.Error:
                             pass
                     raise
+        except psycopg.errors.InsufficientPrivilege:
+            raise StoreReadOnly(f"store {self.where} is read-only: this database role may only read it (nothing "
+                                "was written)") from None
         except psycopg.errors.DiskFull:
             from .sqlite import StoreFull
             raise StoreFull(f"disk full: cannot write to the store {self.where} (nothing was stored)") from None
