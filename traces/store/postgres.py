@@ -35,7 +35,8 @@ def is_url(text) -> bool:
 
 
 def without_password(url: str) -> str:
-    """The URL (or `key=value` string) as messages show it: no password, in the user part or the query."""
+    """The URL (or `key=value` string) as messages show it: no password (left out of the user part, `***` in
+    the query or a `key=value` string)."""
     url = SECRET_RE.sub(r"\1***", url)
     if not URL_RE.match(url):
         return url
@@ -45,7 +46,7 @@ def without_password(url: str) -> str:
             return url
         at = parts.netloc.rindex("@")
         user = parts.netloc[:at].split(":", 1)[0]
-        return urlunsplit((parts.scheme, f"{user}:***@{parts.netloc[at + 1:]}", parts.path, parts.query,
+        return urlunsplit((parts.scheme, f"{user}@{parts.netloc[at + 1:]}", parts.path, parts.query,
                            parts.fragment))
     except ValueError:  # not even a URL's shape: show only its scheme
         return url.split("://", 1)[0] + "://..."

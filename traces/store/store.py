@@ -332,6 +332,56 @@ class Store:
                     graphs.setdefault(r[0], []).append(r[1:])
         return [_summary(r, graphs.get(r[0], [])) for r in rows]
 
+    def tagged(self, tags: Iterable[str], key: str) -> list[tuple[str, list]]:
+        """(id, tags) of the traces that carry every one of `tags` and a `key=...` tag, oldest first: found by
+        the tags' stored text (no graph row is read), then checked exactly. What the history page groups."""
+        tags = list(tags)
+        needles = [json.dumps(t) for t in tags] + [json.dumps(key + "=")[:-1]]  # as stored: JSON strings
+        where = " AND ".join("instr(tags, ?) > 0" for _ in needles)
+        with self._snapshot() as db:
+            rows = db.execute(f"SELECT id, tags FROM traces WHERE {where} ORDER BY created, seq", needles).fetchall()
+        out, prefix = [], key + "="
+        for tid, text in rows:
+            have = _loose_tags(text, _fast_json)
+            if all(t in have for t in tags) and any(isinstance(t, str) and t.startswith(prefix) for t in have):
+                out.append((tid, have))
+        return out
+
+    def all_tags(self) -> list[list]:
+        """Every trace's tags (a damaged value: none), without reading a graph: what the tag lists count."""
+        with self._snapshot() as db:
+            return [_loose_tags(r[0]) for r in db.execute("SELECT tags FROM traces")]
+
+    def summaries(self, ids: Iterable[str]) -> list[dict]:
+        """The summaries of these traces (those still stored) in the order given, a query per 500 ids."""
+        ids = list(dict.fromkeys(ids))
+        rows: dict[str, tuple] = {}
+        graphs: dict[str, list] = {}
+        with self._snapshot() as db:
+            for part, marks in _chunks(ids):
+                rows.update((r[0], r) for r in db.execute(f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})",
+                                                          part))
+                for r in db.execute(f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN ({marks}) "
+                                    "ORDER BY trace_id, idx", part):
+                    graphs.setdefault(r[0], []).append(r[1:])
+        return [_summary(rows[t], graphs.get(t, [])) for t in ids if t in rows]
+
+    def graph_extras_of(self, ids: Iterable[str]) -> dict[str, dict[int, dict]]:
+        """`graph_extras` of several traces at once (id -> graph index -> extra)."""
+        out: dict[str, dict[int, dict]] = {}
+        with self._snapshot() as db:
+            for part, marks in _chunks(list(dict.fromkeys(ids))):
+                for tid, idx, extra in db.execute(f"SELECT trace_id, idx, extra FROM graphs WHERE trace_id IN ({marks})",
+                                                  part):
+                    try:
+                        value = _fast_json(extra)
+                    except ValueError:  # or an integer past 64 bits: the checked reader tells
+                        value = _json(extra, tid, idx, "extra", dict)
+                    if not isinstance(value, dict):
+                        value = _json(extra, tid, idx, "extra", dict)  # Damaged, naming it
+                    out.setdefault(tid, {})[idx] = value
+        return out
+
     @without_gc  # decoding a graph makes a million small objects, no cycles (also for events, graph)
     def _decoded(self, tid: str, g: int, decode):
         row, cols, table = self._raw(tid, g)
@@ -493,10 +543,23 @@ class Store:
                          tags=_json(r[5], tid, None, "tags", list), extra=_json(r[6], tid, None, "extra", dict))
 
 
-def _loose_tags(text) -> list:
+def _chunks(ids: list[str], size: int = 500):
+    """(ids, their placeholders) a few hundred at a time: a statement's parameters are bounded."""
+    for at in range(0, len(ids), size):
+        part = ids[at:at + size]
+        yield part, ",".join("?" * len(part))
+
+
+def _fast_json(text):
+    import orjson
+
+    return orjson.loads(text)
+
+
+def _loose_tags(text, loads=json.loads) -> list:
     """A listing shows a trace whose tags are damaged without them (`show` and `doctor` name the damage)."""
     try:
-        tags = json.loads(text)
+        tags = loads(text)
     except DECODE_ERRORS:
         return []
     return tags if isinstance(tags, list) and all(isinstance(t, str) for t in tags) else []
