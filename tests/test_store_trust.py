@@ -196,3 +196,26 @@ def test_an_import_that_loses_its_database_leaves_none(pg_url, pg_admin, tmp_pat
     if p.returncode:
         err = p.stderr.read().decode()
         assert err.startswith("alloctrace: error: ") and "Traceback" not in err, err
+
+
+def test_the_history_of_thousands_of_traces_reads_only_its_page(store_ref, monkeypatch):
+    """3,000 tagged traces (the old history refused more than 2,000, having read every one): the page's
+    commits come from the tags alone and only the page's traces are read."""
+    from alloctrace.traces.regress.history import history
+    from alloctrace.traces.store.schema import GraphRecord, TraceMeta
+    from test_store import _events
+
+    store = open_store(store_ref)
+    graph = [GraphRecord(0, "eval", _events(5), max_size=100, buffer_size=4096)]
+    store.add_traces([(TraceMeta(f"t{i}", "test", "ggml-head", tags=[f"commit=c{i // 3:04d}", f"config=k{i % 3}"]),
+                       graph, None) for i in range(3000)])
+    read: list[str] = []
+    summaries = store.summaries
+    monkeypatch.setattr(store, "summaries", lambda ids: (read.extend(ids), summaries(ids))[1])
+    monkeypatch.setattr(store, "list", None)  # a scan of every trace is not how a page is made
+    h = history(store, [], offset=990, limit=20)
+    assert h["total"] == 1000 and [c["value"] for c in h["commits"]] == [f"c{i:04d}" for i in range(990, 1000)]
+    assert len(read) == 30 and len(h["series"]) == 3
+    assert all([p["commit"] for p in s["points"]] == [f"c{i:04d}" for i in range(990, 1000)] for s in h["series"])
+    k1 = history(store, ["config=k1"], limit=5)
+    assert k1["total"] == 1000 and [p["commit"] for p in k1["series"][0]["points"]] == [f"c{i:04d}" for i in range(5)]

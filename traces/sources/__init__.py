@@ -110,7 +110,7 @@ def store_traces(store, traces: list[ImportedTrace], content_hash: str | None = 
 
 
 def _summaries(store, tids: list[str], traces: list[ImportedTrace]) -> list[dict]:
-    summaries = [store.summary(tid) for tid in tids]
+    summaries = store.summaries(tids)  # one read for all (a round trip each on PostgreSQL otherwise)
     for s, t in zip(summaries, traces):
         if t.report:
             s["report"] = t.report

@@ -12,7 +12,7 @@ import atexit
 import re
 import threading
 import weakref
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import lru_cache
 from urllib.parse import urlsplit, urlunsplit
 
@@ -26,6 +26,7 @@ CONNINFO_RE = re.compile(r"^\s*(host|hostaddr|port|dbname|user|password|passfile
 SECRET_RE = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", re.IGNORECASE)
 SETUP_LOCK = 0x616C6C6F  # pg_advisory_xact_lock key: one process creates or upgrades the tables at a time
 POOL_MAX = 8
+UNCOMPRESSED = (("graphs", "packed"), ("graphs", "strings"), ("state_checkpoints", "data"), ("memmap_lod", "data"))
 CONNECT_TIMEOUT_S = 10.0
 
 
@@ -184,17 +185,22 @@ class PostgresBackend:
                 return current.format
         with self.write() as db:
             db.execute(f"SELECT pg_advisory_xact_lock({SETUP_LOCK})")
-            return create(db)
+            ver = create(db)
+            for table, column in UNCOMPRESSED:  # zstd frames already: PostgreSQL's own compression only costs
+                db.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET STORAGE EXTERNAL")
+            return ver
 
     def table_columns(self, db, table: str) -> set[str]:
         return {r[0] for r in db.execute("SELECT column_name FROM information_schema.columns WHERE "
                                          "table_schema = current_schema() AND table_name = ?", (table,))}
 
     @contextmanager
-    def _transaction(self, begin: str):
+    def _transaction(self, begin: str, pipeline: bool = False):
+        """`pipeline`: statements are sent without waiting for each answer (psycopg's pipeline mode; a read
+        of a result waits for those before it): an import of many graphs is not a round trip per row."""
         psycopg = self._psycopg
         try:
-            with self.pool.connection(timeout=60) as conn:
+            with self.pool.connection(timeout=60) as conn, (conn.pipeline() if pipeline else nullcontext()):
                 conn.execute(begin)
                 try:
                     yield _Connection(conn)
@@ -220,7 +226,7 @@ class PostgresBackend:
         return self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
     def write(self):
-        return self._transaction("BEGIN")
+        return self._transaction("BEGIN", pipeline=True)
 
     def generation(self, wait: bool, sql: str):
         """The generation row over a connection of its own (a quick read the event loop may make);
