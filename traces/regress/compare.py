@@ -123,6 +123,9 @@ def side_tags(texts) -> list[str]:
     return tags
 
 
+BUFFER_KEYS = ("buffer_types", "real_sizes", "gallocr")  # what trace_buffers reads of a graph's extra
+
+
 def trace_buffers(store, summary: dict, extras: dict | None = None) -> dict[str, tuple[int, int]]:
     """buffer name -> (largest size, the first graph that reached it); `extras`: the trace's graph extras
     when the caller read them already (Store.graph_extras_of)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from alloctrace.traces.errors import UserError
 
-from alloctrace.traces.regress.compare import MAX_TRACES, NOT_PAIRED_BY, trace_buffers
+from alloctrace.traces.regress.compare import BUFFER_KEYS, MAX_TRACES, NOT_PAIRED_BY, trace_buffers
 from alloctrace.traces.store.tags import KEY_RE, as_dict, parse_tag
 
 MAX_PAGE = 500
@@ -57,7 +57,7 @@ def history(store, tags=(), key: str = "commit", offset: int = 0, limit: int = 5
         raise UserError(f"{len(ids)} traces carry those tags on this page; at most {MAX_TRACES} (choose more tags "
                         "or a smaller limit)")
     found = store.summaries(ids)
-    extras = store.graph_extras_of([s["id"] for s in found if s["source"] == "recording"])
+    extras = store.graph_extras_of([s["id"] for s in found if s["source"] == "recording"], BUFFER_KEYS)
     fixed = {t.partition("=")[0] for t in wanted} | {key}
     lines: dict[tuple, dict] = {}
     for s in found:

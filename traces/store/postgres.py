@@ -190,6 +190,12 @@ class PostgresBackend:
                 db.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET STORAGE EXTERNAL")
             return ver
 
+    @staticmethod
+    def json_keys(column: str, keys) -> str:
+        """SQL for a JSON object of `keys` of the JSON text in `column`, parsed once per row."""
+        picks = ", ".join(f"'{k}', j -> '{k}'" for k in keys)
+        return f"(SELECT json_build_object({picks})::text FROM (SELECT {column}::json AS j) AS parsed)"
+
     def table_columns(self, db, table: str) -> set[str]:
         return {r[0] for r in db.execute("SELECT column_name FROM information_schema.columns WHERE "
                                          "table_schema = current_schema() AND table_name = ?", (table,))}

@@ -76,6 +76,11 @@ class SqliteBackend:
                 time.sleep(0.05)
         raise AssertionError("unreachable")
 
+    @staticmethod
+    def json_keys(column: str, keys) -> str:
+        """SQL for a JSON object of `keys` of the JSON object in `column` (missing ones null)."""
+        return "json_object(" + ", ".join(f"'{k}', {column} -> '$.{k}'" for k in keys) + ")"
+
     def table_columns(self, db, table: str) -> set[str]:
         return {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
 

@@ -42,6 +42,7 @@ INCOMPLETE = """instr(extra, '"incomplete": true') > 0"""  # a graph the log did
 TRACE_COLUMNS = "id, name, source, generation, profile, created, tags, " + TRUNCATED
 GRAPH_COLUMNS = "idx, role, n_events, max_size, buffer_size, oom, consistent, " + INCOMPLETE
 ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
+KEY_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a key graph_extras_of may take out in SQL
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
 
 class NotFound(KeyError, UserError):
@@ -366,8 +367,15 @@ class Store:
                     graphs.setdefault(r[0], []).append(r[1:])
         return [_summary(rows[t], graphs.get(t, [])) for t in ids if t in rows]
 
-    def graph_extras_of(self, ids: Iterable[str]) -> dict[str, dict[int, dict]]:
-        """`graph_extras` of several traces at once (id -> graph index -> extra)."""
+    def graph_extras_of(self, ids: Iterable[str], keys: tuple[str, ...] = ()) -> dict[str, dict[int, dict]]:
+        """`graph_extras` of several traces at once (id -> graph index -> extra); `keys`: only those keys,
+        taken out by the database (a recording's extra is mostly its shapes, which need not be parsed)."""
+        ids = list(ids)
+        if keys and all(KEY_NAME_RE.match(k) for k in keys):
+            try:
+                return self._graph_extra_keys(ids, keys)
+            except (*self._be.errors, ValueError):
+                pass  # some extra is not JSON: the whole values are read, and the damaged one named
         out: dict[str, dict[int, dict]] = {}
         with self._snapshot() as db:
             for part, marks in _chunks(list(dict.fromkeys(ids))):
@@ -380,6 +388,23 @@ class Store:
                     if not isinstance(value, dict):
                         value = _json(extra, tid, idx, "extra", dict)  # Damaged, naming it
                     out.setdefault(tid, {})[idx] = value
+        return out
+
+    def _graph_extra_keys(self, ids: list[str], keys: tuple[str, ...]) -> dict[str, dict[int, dict]]:
+        """Kept per process: a stored trace's graphs never change (only its tags do), so a page asked for
+        again reads none of them."""
+        cache = self.__dict__.setdefault("_picked", {})
+        if len(cache) > 100_000:
+            cache.clear()
+        out: dict[str, dict[int, dict]] = {tid: cache[tid, keys] for tid in ids if (tid, keys) in cache}
+        with self._snapshot() as db:
+            for part, marks in _chunks([tid for tid in dict.fromkeys(ids) if tid not in out]):
+                for tid, idx, picked in db.execute(f"SELECT trace_id, idx, {self._be.json_keys('extra', keys)} "
+                                                   f"FROM graphs WHERE trace_id IN ({marks})", part):
+                    out.setdefault(tid, {})[idx] = {k: v for k, v in _fast_json(picked).items() if v is not None}
+        for tid in ids:
+            if tid in out:
+                cache[tid, keys] = out[tid]
         return out
 
     @without_gc  # decoding a graph makes a million small objects, no cycles (also for events, graph)
