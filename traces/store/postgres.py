@@ -137,9 +137,10 @@ class PostgresBackend:
 
         # the pool's threads log each failed attempt; unconfigured, Python prints those to stderr beside the
         # one line the refusal below gives: keep them for whoever configures logging (the server), not the CLI
-        log = logging.getLogger("psycopg.pool")
-        if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
-            log.addHandler(logging.NullHandler())
+        # (and psycopg's own: a pipeline whose connection was cut says so, beside the one line too)
+        for log in (logging.getLogger("psycopg.pool"), logging.getLogger("psycopg")):
+            if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+                log.addHandler(logging.NullHandler())
 
         self.url, self.where = url, without_password(url)
         self._psycopg = psycopg
