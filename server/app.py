@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from alloctrace.traces.errors import UserError
 from alloctrace.server import paths
 from alloctrace.server.assets import IMMUTABLE, REVALIDATE, Assets, respond
-from alloctrace.server.api import TRACE_ID, router
+from alloctrace.server.api import ACCESS, TRACE_ID, router
 from alloctrace.server.context import Context
 from alloctrace.server.torch_api import is_torch_trace as torch_page_for, router as torch_router
 from alloctrace.server.guard import OriginGuard, one_line_loop_errors, os_error_response
@@ -102,8 +102,10 @@ class TokenGuard:
             cookie = _cookie(headers.get("cookie", ""), COOKIE)
             levels = {self._level(t) for t in (bearer, from_query, cookie)}
             if "write" in levels:
+                scope.setdefault("extensions", {})[ACCESS] = "write"
                 return await self.app(scope, receive, send)
             if "read" in levels and scope.get("method", "GET") in ("GET", "HEAD"):
+                scope.setdefault("extensions", {})[ACCESS] = "read"
                 return await self.app(scope, receive, send)
             if "read" in levels:
                 resp = JSONResponse({"detail": "this token may only read (list, view, diff); changes need a write "

@@ -205,6 +205,7 @@ def test_a_select_only_role_serves_the_store_read_only(pg_url, pg_admin, capsys)
         assert "read-only" in err and err.count("\n") == 1, err
         with TestClient(create_app(store_dir=reader)) as c:
             assert c.get("/api/traces").json()["traces"][0]["id"] == tid
+            assert c.get("/api/access").json() == {"can_write": False, "why": "read-only store"}  # no controls
             assert c.get(f"/api/traces/{tid}/graphs/1/state", params={"event": 3}).status_code == 200
             r = c.delete(f"/api/traces/{tid}")
             assert r.status_code == 403 and "read-only" in r.json()["detail"], r.text
