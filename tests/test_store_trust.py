@@ -219,3 +219,26 @@ def test_the_history_of_thousands_of_traces_reads_only_its_page(store_ref, monke
     assert all([p["commit"] for p in s["points"]] == [f"c{i:04d}" for i in range(990, 1000)] for s in h["series"])
     k1 = history(store, ["config=k1"], limit=5)
     assert k1["total"] == 1000 and [p["commit"] for p in k1["series"][0]["points"]] == [f"c{i:04d}" for i in range(5)]
+
+
+def test_a_postgresql_store_of_the_previous_format_upgrades(pg_url, capsys):
+    """The previous release's PostgreSQL layout (format 2: no checksum, no content hash, no indexes), with a
+    trace in it, opens upgraded: the trace reads as before and new graphs get checksums."""
+    old = imported(capsys, pg_url, str(GPT2))[0]["id"]
+    store = open_store(pg_url)
+    with store._be.write() as db:
+        for stmt in ("DROP INDEX traces_content_hash", "DROP INDEX traces_created",
+                     "ALTER TABLE graphs DROP COLUMN checksum", "ALTER TABLE traces DROP COLUMN content_hash",
+                     "UPDATE store_info SET value='2' WHERE key='format_version'"):
+            db.execute(stmt)
+    store.close()
+    store = open_store(pg_url)
+    with store._snapshot() as db:
+        assert db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()[0] == str(STORE_FORMAT)
+        assert db.execute("SELECT count(*), count(checksum) FROM graphs").fetchone() == (6, 0)
+    assert main(["peak", f"{old}:1", "--store", pg_url]) == 0 and "peak: 44.08 KiB" in capsys.readouterr().out
+    new = imported(capsys, pg_url, str(GPT2))[0]  # its content hash was not kept: stored again, with checksums
+    assert not new.get("stored_before")
+    with store._snapshot() as db:
+        assert db.execute("SELECT count(checksum) FROM graphs WHERE trace_id=?", (new["id"],)).fetchone() == (6,)
+    assert main(["doctor", "--store", pg_url]) == 0
