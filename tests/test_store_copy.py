@@ -215,3 +215,19 @@ def test_a_select_only_role_serves_the_store_read_only(pg_url, pg_admin, capsys)
             conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM reader')
             conn.execute(f'DROP OWNED BY reader')
             conn.execute("DROP ROLE reader")
+
+
+def test_an_export_imported_back_keeps_its_id(filled, pg_url, tmp_path, capsys):
+    tid = next(t["id"] for t in open_store(filled).list() if t["name"] == GPT2.name)
+    out = tmp_path / "t.jsonl"
+    assert main(["export", tid, "--format", "jsonl", "-o", str(out), "--store", filled]) == 0
+    capsys.readouterr()
+    assert [t["id"] for t in json.loads(_import(capsys, out, pg_url))["traces"]] == [tid]  # a store without it
+    assert open_store(pg_url).graph(tid, 1) == open_store(filled).graph(tid, 1)
+    again = json.loads(_import(capsys, out, filled, "--tag", "copy=2"))["traces"][0]["id"]
+    assert again != tid and open_store(filled).trace_ids() >= {tid, again}  # the id is taken there: a new one
+
+
+def _import(capsys, path, ref, *options) -> str:
+    assert main(["import", str(path), "--store", ref, "--json", *options]) == 0
+    return capsys.readouterr().out

@@ -42,6 +42,7 @@ INCOMPLETE = """instr(extra, '"incomplete": true') > 0"""  # a graph the log did
 TRACE_COLUMNS = "id, name, source, generation, profile, created, tags, " + TRUNCATED
 GRAPH_COLUMNS = "idx, role, n_events, max_size, buffer_size, oom, consistent, " + INCOMPLETE
 ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
+FULL_ID_RE = re.compile(r"^[0-9a-f]{8}$")
 KEY_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a key graph_extras_of may take out in SQL
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
 
@@ -145,7 +146,11 @@ class Store:
 
     def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None) -> str:
         created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
-        tid = self._new_id(db)
+        wanted = meta.id if isinstance(meta.id, str) and FULL_ID_RE.match(meta.id) else None
+        if wanted is None or db.execute("SELECT 1 FROM traces WHERE id=?", (wanted,)).fetchone():
+            tid = self._new_id(db)
+        else:
+            tid = wanted  # an export imported back keeps its id (links and scripts still name it)
         db.execute(
             "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version,"
             " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)",
