@@ -2,13 +2,16 @@
 
 Directory: an explicit path, else $ALLOCTRACE_STORE, else $XDG_DATA_HOME/alloctrace
 (~/.local/share/alloctrace); a `postgresql://user@host:port/db` URL in their place opens a
-PostgreSQL store (postgres.py) with the same tables, bytes and answers. Each
+PostgreSQL store (postgres.py) with the same tables, bytes and answers (so does a libpq `key=value`
+string). Each
 graph's events are stored column-wise (see columns.py): a few compressed numpy blobs and a string
 table per graph, so large graphs load fast. `add_trace` is one transaction: a failure or an
 interrupt leaves nothing behind. Concurrent imports and reads are safe on either backend.
 
 Its length: one class over a backend; its reads and writes share the backend's transactions (the tables
-and upgrades are in migrations.py, the column blobs in blobs.py, the derived data in derived.py).
+and upgrades are in migrations.py, the column blobs and their checksums in blobs.py, the derived data in
+derived.py, a copy between stores in copy.py); the batch reads a page of many traces needs (tagged,
+summaries, graph_extras_of) sit beside the one-trace reads they mirror.
 """
 from __future__ import annotations
 
