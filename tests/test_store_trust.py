@@ -242,3 +242,23 @@ def test_a_postgresql_store_of_the_previous_format_upgrades(pg_url, capsys):
     with store._snapshot() as db:
         assert db.execute("SELECT count(checksum) FROM graphs WHERE trace_id=?", (new["id"],)).fetchone() == (6,)
     assert main(["doctor", "--store", pg_url]) == 0
+
+
+def test_a_page_reads_the_small_extras_and_older_graphs_whole(store_ref, capsys):
+    """A recording's graph keeps its extra without the large values (its shapes) beside it; a page of many
+    graphs reads those, and a graph stored before (none kept) its whole extra: the same answer."""
+    from alloctrace.traces.regress.compare import BUFFER_KEYS
+
+    rec = DATA / "compare" / "tiny-llama-fa-off.atrec.gz"
+    tid = imported(capsys, store_ref, str(rec))[0]["id"]
+    store = open_store(store_ref)
+    with store._snapshot() as db:
+        small = [json.loads(r[0]) for r in db.execute("SELECT extra_small FROM graphs WHERE trace_id=?", (tid,))]
+    assert small and all("shapes" in s["_omitted"] and "shapes" not in s for s in small)
+    whole = {i: {k: e[k] for k in BUFFER_KEYS if k in e} for i, e in store.graph_extras(tid).items()}
+    assert store.graph_extras_of([tid], BUFFER_KEYS) == {tid: whole}
+    sql(store_ref, "UPDATE graphs SET extra_small=NULL WHERE trace_id=?", tid)  # as a graph stored before
+    assert open_store(store_ref).graph_extras_of([tid], BUFFER_KEYS) == {tid: whole}
+    sql(store_ref, "UPDATE graphs SET extra='{not json' WHERE trace_id=? AND idx=0", tid)
+    with pytest.raises(Damaged, match=f"trace {tid} graph 0 is damaged \\(extra"):
+        open_store(store_ref).graph_extras_of([tid], BUFFER_KEYS)

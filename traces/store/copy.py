@@ -20,7 +20,7 @@ from .damage import Damaged, verify_checksum
 TRACE_FIELDS = ("id", "name", "source", "generation", "profile", "created", "tags", "extra", "format_version",
                 "content_hash")
 GRAPH_FIELDS = ("trace_id", "idx", "role", "n_events", "max_size", "buffer_size", "oom", "consistent", "extra",
-                "strings", "packed", "checksum")
+                "strings", "packed", "checksum", "extra_small")
 DERIVED = {"state_checkpoints": ("trace_id", "graph_idx", "event", "data"),
            "memmap_lod": ("trace_id", "graph_idx", "data")}
 
@@ -54,7 +54,7 @@ def copy_store(src, dst, progress=None) -> CopyReport:
         if rows is None:
             continue  # deleted from the source meanwhile
         if tid in have:
-            same = _checksums(dst, tid) == {g[1]: g[-1] for g in rows["graphs"]}
+            same = _checksums(dst, tid) == {g[1]: g[11] for g in rows["graphs"]}
             (report.present if same else report.conflicts).append(tid)
             continue
         if _insert(dst, rows):

@@ -5,7 +5,8 @@ a graph in a row of `columns`; 2 keeps them in the graph's own row (`graphs.pack
 instead of ~20 (older graphs keep their rows and are read); 3 adds `graphs.checksum` (a content checksum of
 each graph's blobs, verified on read and by `doctor`; graphs stored before it have none and are checked by
 decoding) and `traces.content_hash` (the input a trace was read from, so a re-run of an import stores nothing
-twice), with the indexes the listing and the history read by.
+twice), `graphs.extra_small` (its extra without large values: what a page of many graphs reads), with the
+indexes the listing and the history read by.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ CREATE TABLE IF NOT EXISTS graphs (
     trace_id TEXT NOT NULL REFERENCES traces(id) ON DELETE CASCADE,
     idx INTEGER NOT NULL, role TEXT NOT NULL, n_events INTEGER NOT NULL,
     max_size INTEGER, buffer_size INTEGER, oom TEXT, consistent INTEGER, extra TEXT NOT NULL,
-    strings BLOB NOT NULL, packed BLOB, checksum TEXT,
+    strings BLOB NOT NULL, packed BLOB, checksum TEXT, extra_small TEXT,
     PRIMARY KEY (trace_id, idx));
 CREATE TABLE IF NOT EXISTS columns (
     trace_id TEXT NOT NULL, graph_idx INTEGER NOT NULL, name TEXT NOT NULL, dtype TEXT NOT NULL,
@@ -86,6 +87,8 @@ def _upgrade(db, ver: int, table_columns) -> str:
         db.execute("ALTER TABLE graphs ADD COLUMN packed BLOB")
     if "checksum" not in graphs:  # format 3: graphs stored before have none (checked by decoding)
         db.execute("ALTER TABLE graphs ADD COLUMN checksum TEXT")
+    if "extra_small" not in graphs:  # graphs stored before: read from their whole extra
+        db.execute("ALTER TABLE graphs ADD COLUMN extra_small TEXT")
     if "content_hash" not in traces:
         db.execute("ALTER TABLE traces ADD COLUMN content_hash TEXT")
     db.execute("UPDATE store_info SET value=? WHERE key='format_version'", (str(STORE_FORMAT),))

@@ -46,6 +46,7 @@ TRACE_COLUMNS = "id, name, source, generation, profile, created, tags, " + TRUNC
 GRAPH_COLUMNS = "idx, role, n_events, max_size, buffer_size, oom, consistent, " + INCOMPLETE
 ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
 FULL_ID_RE = re.compile(r"^[0-9a-f]{8}$")
+SMALL_VALUE = 1024  # an extra's value longer than this as JSON is left out of its small copy
 KEY_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a key graph_extras_of may take out in SQL
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
 
@@ -205,10 +206,11 @@ class Store:
         packed = pack_blobs(blobs)
         db.execute(
             "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings,"
-            " packed, checksum) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            " packed, checksum, extra_small) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (tid, g.index, g.role, n, g.max_size, g.buffer_size,
              None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
-             json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, packed, checksum(strings, packed)))
+             json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, packed, checksum(strings, packed),
+             _small_extra(g.extra)))
         if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
             self._add_derived_rows(db, tid, g, n, strings, blobs, encoded if isinstance(g, GraphRecord) else None)
 
@@ -405,8 +407,17 @@ class Store:
         if len(cache) > 100_000:
             cache.clear()
         out: dict[str, dict[int, dict]] = {tid: cache[tid, keys] for tid in ids if (tid, keys) in cache}
+        whole: list[str] = []  # traces with a graph whose small extra lacks a key (or that has none)
         with self._snapshot() as db:
             for part, marks in _chunks([tid for tid in dict.fromkeys(ids) if tid not in out]):
+                for tid, idx, small in db.execute(f"SELECT trace_id, idx, extra_small FROM graphs "
+                                                  f"WHERE trace_id IN ({marks})", part):
+                    small = None if small is None else _fast_json(small)
+                    if not isinstance(small, dict) or any(k in small.get("_omitted", ()) for k in keys):
+                        whole.append(tid)
+                        continue
+                    out.setdefault(tid, {})[idx] = {k: small[k] for k in keys if small.get(k) is not None}
+            for part, marks in _chunks(list(dict.fromkeys(whole))):
                 for tid, idx, picked in db.execute(f"SELECT trace_id, idx, {self._be.json_keys('extra', keys)} "
                                                    f"FROM graphs WHERE trace_id IN ({marks})", part):
                     out.setdefault(tid, {})[idx] = {k: v for k, v in _fast_json(picked).items() if v is not None}
@@ -574,6 +585,19 @@ class Store:
             raise NotFound(f"no trace {tid!r}")
         return TraceMeta(name=r[0], source=r[1], generation=r[2] or None, profile=r[3], created=r[4],
                          tags=_json(r[5], tid, None, "tags", list), extra=_json(r[6], tid, None, "extra", dict))
+
+
+def _small_extra(extra: dict | None) -> str:
+    """A graph's extra without its large values (a recording's shapes), their keys under `_omitted`: what a
+    page of many graphs reads (graph_extras_of) instead of parsing every graph's whole extra."""
+    small, omitted = {}, []
+    for k, v in (extra or {}).items():
+        text = json.dumps(v)
+        if len(text) <= SMALL_VALUE:
+            small[k] = v
+        else:
+            omitted.append(k)
+    return json.dumps({**small, "_omitted": omitted} if omitted else small, sort_keys=True)
 
 
 def _chunks(ids: list[str], size: int = 500):
