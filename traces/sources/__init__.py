@@ -3,8 +3,9 @@
 `import_file(store, src, name=..., filename=...)` is what every face calls (the
 CLI's `import`, the server's upload): it decompresses the input (logio), shows
 the first decompressed bytes to each registered source in turn, lets the first
-that recognises them read it, and stores what it read, one transaction per
-trace; if anything fails, nothing of the file stays stored.
+that recognises them read it, and stores what it read in one transaction;
+if anything fails, nothing of the file stays stored (`import_files`: nothing of
+any of the files).
 
 A source is a small object (see `Source`); register it with `register`. The
 ggml log reader is the fallback: it is asked last and refuses input without
