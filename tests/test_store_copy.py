@@ -231,3 +231,15 @@ def test_an_export_imported_back_keeps_its_id(filled, pg_url, tmp_path, capsys):
 def _import(capsys, path, ref, *options) -> str:
     assert main(["import", str(path), "--store", ref, "--json", *options]) == 0
     return capsys.readouterr().out
+
+
+def test_an_id_asked_for_twice_in_one_import_is_kept_once(store_ref):
+    from alloctrace.traces.store.schema import GraphRecord, TraceMeta
+    from test_store import _events
+
+    store = open_store(store_ref)
+    graphs = [GraphRecord(0, "eval", _events(5))]
+    ids = store.add_traces([(TraceMeta(f"t{i}", "test", id="abcdef01"), graphs, None) for i in range(3)])
+    assert ids[0] == "abcdef01" and len(set(ids)) == 3 and all(len(t) == 8 for t in ids)
+    assert store.add_traces([(TraceMeta("again", "test", id="abcdef01"), graphs, None)])[0] != "abcdef01"
+    assert len(store.trace_ids()) == 4

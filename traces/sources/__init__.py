@@ -146,9 +146,10 @@ def import_files(store, paths, *, name: str | None = None, progress: bool = Fals
     read: list[tuple[list, str]] = []
     order: list[tuple[str, list[str] | None]] = []  # per file: its hash, and its traces when stored before
     seen: set[str] = set()
-    for i, p in enumerate(paths):
-        key = input_hash(p, options)
-        before = store.stored_with(key)
+    keys = [input_hash(p, options) for p in paths]
+    stored = store.stored_with(keys)  # one read for all the files
+    for i, (p, key) in enumerate(zip(paths, keys)):
+        before = stored.get(key)
         order.append((key, before or None))
         if before or key in seen:
             continue  # stored before, or named twice in this command

@@ -143,18 +143,40 @@ class Store:
     def add_traces(self, traces: Iterable[tuple]) -> list[str]:
         """Store traces [(meta, graphs, content_hash)] in one transaction: all of them or, on any failure or
         interrupt, none. `content_hash` names the input they were read from (stored_with finds it again)."""
+        traces = list(traces)
         with self._be.write() as db:
-            tids = [self._insert_trace(db, meta, graphs, content_hash) for meta, graphs, content_hash in traces]
+            ids = self._ids_for(db, [meta for meta, _, _ in traces])
+            tids = [self._insert_trace(db, meta, graphs, content_hash, tid)
+                    for (meta, graphs, content_hash), tid in zip(traces, ids)]
             self._bump(db)  # last: on PostgreSQL the row stays locked until the commit
         return tids
 
-    def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None) -> str:
+    @staticmethod
+    def _ids_for(db, metas: list[TraceMeta]) -> list[str]:
+        """An unused id per trace, found with one query for all of them (a round trip each on PostgreSQL
+        otherwise): the id a trace had (an export imported back keeps it, so links and scripts still name
+        it) when the store has no trace by it, else a random one."""
+        wanted = [m.id if isinstance(m.id, str) and FULL_ID_RE.match(m.id) else None for m in metas]
+        while True:
+            spare = [os.urandom(4).hex() for _ in metas]  # as secrets.token_hex, without importing hashlib
+            asked = [t for t in wanted if t] + spare
+            taken = set()
+            for part, marks in _chunks(asked):
+                taken.update(r[0] for r in db.execute(f"SELECT id FROM traces WHERE id IN ({marks})", part))
+            free = [t for t in dict.fromkeys(spare) if t not in taken and t not in wanted]
+            out = []
+            for t in wanted:
+                if t and t not in taken and t not in out:
+                    out.append(t)
+                elif free:
+                    out.append(free.pop())
+                else:
+                    break  # this many random ids met used ones: draw again
+            else:
+                return out
+
+    def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None, tid: str) -> str:
         created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
-        wanted = meta.id if isinstance(meta.id, str) and FULL_ID_RE.match(meta.id) else None
-        if wanted is None or db.execute("SELECT 1 FROM traces WHERE id=?", (wanted,)).fetchone():
-            tid = self._new_id(db)
-        else:
-            tid = wanted  # an export imported back keeps its id (links and scripts still name it)
         db.execute(
             "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version,"
             " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -164,12 +186,16 @@ class Store:
             self._add_graph(db, tid, g)
         return tid
 
-    def stored_with(self, content_hash: str) -> list[str]:
-        """The ids of the traces read from an input of this content hash (sources.input_hash: its bytes, tags
-        and options), oldest first: a re-run of an import finds what it stored before."""
+    def stored_with(self, content_hashes: Iterable[str]) -> dict[str, list[str]]:
+        """Content hash -> the ids of the traces read from an input of that hash (sources.input_hash: its
+        bytes, tags and options), oldest first: a re-run of an import finds what it stored before."""
+        out: dict[str, list[str]] = {}
         with self._snapshot() as db:
-            return [r[0] for r in db.execute("SELECT id FROM traces WHERE content_hash=? ORDER BY seq",
-                                             (content_hash,))]
+            for part, marks in _chunks(list(dict.fromkeys(content_hashes))):
+                for tid, h in db.execute(f"SELECT id, content_hash FROM traces WHERE content_hash IN ({marks}) "
+                                         "ORDER BY seq", part):
+                    out.setdefault(h, []).append(tid)
+        return out
 
     @staticmethod
     def _bump(db):
@@ -188,13 +214,6 @@ class Store:
     def trace_ids(self) -> set[str]:
         with self._snapshot() as db:
             return {r[0] for r in db.execute("SELECT id FROM traces")}
-
-    @staticmethod
-    def _new_id(db) -> str:
-        while True:
-            tid = os.urandom(4).hex()  # as secrets.token_hex, without importing hashlib
-            if not db.execute("SELECT 1 FROM traces WHERE id=?", (tid,)).fetchone():
-                return tid
 
     def _add_graph(self, db, tid: str, g: GraphRecord | EncodedGraph):
         if isinstance(g, EncodedGraph):
