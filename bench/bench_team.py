@@ -6,9 +6,13 @@ initdb/pg_ctl, or $ALLOCTRACE_TEST_PG), then lists them; figures are PostgreSQL'
 in the same run. Then `alloctrace serve --workers N` over the PostgreSQL store, driven by --clients clients
 (fresh connections) asking for trace summaries, a tag's list and memory-map windows of 6 traces: --warmup
 seconds unmeasured (workers start, caches fill), then --seconds measured; figures are ratios to 1 worker.
+The history: --history-traces tagged traces (commit, config, model) stored on each backend, then the history
+API's answer (GET /api/history's function: a page of 50 commits first asked for, the first page asked for
+again, one tag's) against a summary of every trace (store.list(), which the history made before) in the same
+run, and against its goal (200 ms).
 
     python bench/bench_team.py [--copies 20] [--clients 50] [--seconds 10] [--warmup 5] [--workers 1,2,4]
-                               [--json PATH]
+                               [--history-traces 10000] [--parts import,history,serve] [--json PATH]
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
-from figures import Figure, add_option, write  # noqa: E402
+from figures import Figure, add_option, at_most, write  # noqa: E402
 FILES = [ROOT / "tests" / "data" / "explain" / "llama-tiny_c512_ub64.head.AT.log.gz",
          ROOT / "tests" / "data" / "compare" / "tiny-llama-fa-off.atrec.gz",
          ROOT / "tests" / "data" / "explain" / "gpt-2_tiny_long.2023-08-28.AT+DEBUG.log.gz"]
@@ -60,6 +64,34 @@ def import_and_list(ref: str, copies: int) -> dict:
     out["list_s"] = timed(lambda: store.list(), repeat=5)
     out["list_tag_s"] = timed(lambda: store.list(tags=["copy=3"]), repeat=5)
     out["traces"] = len(store.trace_ids())
+    store.close()
+    return out
+
+
+def history_at(ref: str, n: int) -> dict:
+    """History answers at `n` tagged traces (two real files' graphs, stored 500 traces a transaction)."""
+    from alloctrace.traces.regress.history import history
+    from alloctrace.traces.sources import read_file
+    from alloctrace.traces.store.schema import TraceMeta
+    from alloctrace.traces.store.store import open_store
+
+    store = open_store(ref)
+    read = [t for f in FILES[:2] for t in read_file(f)]
+    batch = []
+    for i in range(n):
+        t = read[i % len(read)]
+        tags = [f"commit=c{i // 4:05d}", f"config=k{i % 2}", f"model=m{i % 3}"]
+        batch.append((TraceMeta(**{**t.meta.__dict__, "tags": tags}), t.graphs, None))
+        if len(batch) == 500 or i == n - 1:
+            store.add_traces(batch)
+            batch = []
+    store.close()
+    store = open_store(ref)  # a fresh process's store: nothing of the page read yet
+    out = {"traces": len(store.trace_ids()),
+           "history_cold_s": timed(lambda: history(store, [], offset=100)),
+           "history_s": timed(lambda: history(store, []), repeat=5),
+           "history_tag_s": timed(lambda: history(store, ["model=m1"]), repeat=5),
+           "scan_s": timed(lambda: store.list(), repeat=2)}
     store.close()
     return out
 
@@ -111,6 +143,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=10, help="load time per worker count")
     ap.add_argument("--warmup", type=float, default=5, help="unmeasured load first, per worker count")
     ap.add_argument("--workers", default="1,2,4")
+    ap.add_argument("--history-traces", type=int, default=10000, help="traces stored for the history figures")
+    ap.add_argument("--parts", default="import,history,serve", help="which figures to measure")
     add_option(ap)
     args = ap.parse_args()
     from pgcluster import Cluster, drop_database, new_database, pg_bin
@@ -121,19 +155,39 @@ def main():
         cluster = Cluster(pg_bin())
         admin = cluster.start()
     results: dict = {"cores": os.cpu_count()}
+    parts = set(args.parts.split(","))
+    figures = []
     try:
         url = new_database(admin)
-        with tempfile.TemporaryDirectory() as tmp:
-            lite = import_and_list(str(Path(tmp) / "s"), args.copies)
-        pg = import_and_list(url, args.copies)
-        results["sqlite"], results["postgresql"] = lite, pg
-        for k in ("import_s", "list_s", "list_tag_s"):
-            results[f"{k} ratio pg/sqlite"] = round(pg[k] / lite[k], 2)
+        if "history" in parts:
+            hist = new_database(admin)
+            with tempfile.TemporaryDirectory() as tmp:
+                results["history"] = {"sqlite": history_at(str(Path(tmp) / "h"), args.history_traces),
+                                      "postgresql": history_at(hist, args.history_traces)}
+            drop_database(admin, hist)
+            for backend, h in results["history"].items():
+                figures += [at_most(f"{backend}: history API at {h['traces']} traces ({what}), ms", h[k] * 1000,
+                                    "ms", 200, baseline=f"a summary of every trace (store.list, what it read "
+                                                        f"before): {h['scan_s'] * 1000:.0f} ms, "
+                                                        f"{h[k] / h['scan_s']:.3f}x of it")
+                            for k, what in (("history_cold_s", "a page first asked for"),
+                                            ("history_s", "a page asked for again"), ("history_tag_s", "one tag"))]
+        if "import" in parts or "serve" in parts:
+            with tempfile.TemporaryDirectory() as tmp:
+                lite = import_and_list(str(Path(tmp) / "s"), args.copies)
+            pg = import_and_list(url, args.copies)
+            results["sqlite"], results["postgresql"] = lite, pg
+            for k in ("import_s", "list_s", "list_tag_s"):
+                results[f"{k} ratio pg/sqlite"] = round(pg[k] / lite[k], 2)
+            figures += [Figure(f"PostgreSQL store: {what}, ratio to SQLite", results[f"{k} ratio pg/sqlite"], "x",
+                               baseline=f"SQLite {lite[k]:.3f} s")
+                        for k, what in (("import_s", f"import {pg['traces']} traces"), ("list_s", "list"),
+                                        ("list_tag_s", "list by tag"))]
         from alloctrace.traces.store.store import open_store
         s = open_store(url)
         ids = sorted(s.trace_ids())[:6]  # a working set the per-worker caches hold (8 graphs)
         s.close()
-        for n in (int(w) for w in args.workers.split(",")):
+        for n in (int(w) for w in args.workers.split(",") if "serve" in parts):
             proc, base = serve(url, n)
             try:
                 asyncio.run(load(base, args.clients, args.warmup, ids))  # every worker started, its caches warm
@@ -141,7 +195,7 @@ def main():
             finally:
                 os.killpg(proc.pid, signal.SIGINT)
                 proc.wait(30)
-        w = [int(x) for x in args.workers.split(",")]
+        w = [int(x) for x in args.workers.split(",")] if "serve" in parts else []
         for n in w[1:]:
             ratio = results[f"rps {n} workers"] / results[f"rps {w[0]} workers"]
             results[f"rps ratio {n}/{w[0]} workers"] = round(ratio, 2)
@@ -150,12 +204,9 @@ def main():
         if cluster:
             cluster.stop()
     print(json.dumps(results, indent=1))
-    lite, pg = results["sqlite"], results["postgresql"]
-    figures = [Figure(f"PostgreSQL store: {what}, ratio to SQLite", results[f"{k} ratio pg/sqlite"], "x",
-                      baseline=f"SQLite {lite[k]:.3f} s")
-               for k, what in (("import_s", f"import {pg['traces']} traces"), ("list_s", "list"),
-                               ("list_tag_s", "list by tag"))]
-    w = [int(x) for x in args.workers.split(",")]
+    for fig in figures:
+        print(f"{fig.figure}: {fig.text()}" + (f" ({fig.baseline})" if fig.baseline else ""))
+    w = [int(x) for x in args.workers.split(",")] if "serve" in parts else []
     figures += [Figure(f"serve --workers {n} over PostgreSQL, {args.clients} clients: requests/s, ratio to {w[0]}",
                        results[f"rps ratio {n}/{w[0]} workers"], "x",
                        baseline=f"{results[f'rps {w[0]} workers']} requests/s with {w[0]}") for n in w[1:]]

@@ -50,6 +50,9 @@ UPLOAD_SCHEMA = {"requestBody": {"required": True, "content": {"multipart/form-d
                            "description": "key=value tags (repeat the field)"}}}}}}}
 
 
+ACCESS = "alloctrace.access"  # scope extension the token guard (app.py) sets on /api requests: "read" or "write"
+
+
 def ctx(request: Request) -> Context:
     c = request.app.state.ctx
     c.fresh()  # another server on this store may have deleted a trace we hold answers for
@@ -271,6 +274,16 @@ def post_replay(request: Request, body: Annotated[ReplayRequest, Body()]):
     ids = stored_ids(result)
     return JSONResponse({"traces": [c.call(lambda s, i=i: s.summary(i)) for i in ids], "replay": result,
                          "reused": reused}, status_code=201 if not reused else 200)
+
+
+@router.get("/access", summary="Whether this caller may change the store (upload, delete, replay)")
+def get_access(request: Request):
+    """The dashboard shows upload and delete controls only when `can_write`: false for a read-only token, and
+    for a store whose database role may only read."""
+    token_level = request.scope.get("extensions", {}).get(ACCESS, "write")
+    read_only_store = bool(getattr(ctx(request).store, "read_only", False))
+    return {"can_write": token_level == "write" and not read_only_store,
+            "why": "read-only token" if token_level != "write" else "read-only store" if read_only_store else None}
 
 
 @router.get("/presets", summary="Model presets and allocator profiles for replay")

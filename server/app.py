@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from alloctrace.traces.errors import UserError
 from alloctrace.server import paths
 from alloctrace.server.assets import IMMUTABLE, REVALIDATE, Assets, respond
-from alloctrace.server.api import TRACE_ID, router
+from alloctrace.server.api import ACCESS, TRACE_ID, router
 from alloctrace.server.context import Context
 from alloctrace.server.torch_api import is_torch_trace as torch_page_for, router as torch_router
 from alloctrace.server.guard import OriginGuard, one_line_loop_errors, os_error_response
@@ -102,8 +102,10 @@ class TokenGuard:
             cookie = _cookie(headers.get("cookie", ""), COOKIE)
             levels = {self._level(t) for t in (bearer, from_query, cookie)}
             if "write" in levels:
+                scope.setdefault("extensions", {})[ACCESS] = "write"
                 return await self.app(scope, receive, send)
             if "read" in levels and scope.get("method", "GET") in ("GET", "HEAD"):
+                scope.setdefault("extensions", {})[ACCESS] = "read"
                 return await self.app(scope, receive, send)
             if "read" in levels:
                 resp = JSONResponse({"detail": "this token may only read (list, view, diff); changes need a write "
@@ -188,7 +190,11 @@ def _errors(app: FastAPI):
     async def user_error(request: Request, exc: UserError):
         if isinstance(exc, not_found):
             return await missing(request, exc)
-        return JSONResponse({"detail": str(exc)}, status_code=getattr(exc, "status", 400))
+        public = getattr(exc, "public", None)  # a database's user and host are for the log, not the answer
+        if public:
+            import logging
+            logging.getLogger("alloctrace.server").warning("%s", exc)
+        return JSONResponse({"detail": public or str(exc)}, status_code=getattr(exc, "status", 400))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):

@@ -48,8 +48,8 @@ def get_history(request: Request, tag: Tag = [],
 def get_tags(request: Request):
     from alloctrace.traces.store.tags import as_dict
     counts: dict[str, dict[str, int]] = {}
-    for s in ctx(request).call(lambda st: st.list()):
-        for k, v in as_dict(s["tags"]).items():
+    for tags in ctx(request).call(lambda st: st.all_tags()):
+        for k, v in as_dict(tags).items():
             counts.setdefault(k, {})
             counts[k][v] = counts[k].get(v, 0) + 1
     return {"tags": {k: dict(sorted(v.items())) for k, v in sorted(counts.items())}}

@@ -19,8 +19,8 @@ GPT2 = ROOT / "tests" / "data" / "hostile" / "gpt-2_tiny_short.AT.log"
 TORCH = ROOT / "tests" / "data" / "torch" / "small_default.pickle.gz"
 
 
-def imported(capsys, store: Path, path: Path) -> str:
-    assert main(["import", str(path), "--store", str(store), "--json"]) == 0
+def imported(capsys, store: Path, path: Path, *options: str) -> str:
+    assert main(["import", str(path), "--store", str(store), "--json", *options]) == 0
     return json.loads(capsys.readouterr().out)["traces"][0]["id"]
 
 
@@ -28,7 +28,7 @@ def imported(capsys, store: Path, path: Path) -> str:
 def two(tmp_path, capsys):
     """A store of two ggml traces: `bad` gets damaged, `good` must stay usable. And a PyTorch trace."""
     store = tmp_path / "s"
-    bad, good = imported(capsys, store, GPT2), imported(capsys, store, GPT2)
+    bad, good = imported(capsys, store, GPT2), imported(capsys, store, GPT2, "--tag", "copy=2")  # not the same import
     torch = imported(capsys, store, TORCH)
     return store, bad, good, torch
 

@@ -62,3 +62,28 @@ def test_bad_token_settings_are_refused(tmp_path, capsys):
         create_app(tmp_path / "s", token="same", read_tokens=["same"])
     assert main(["serve", "--store", str(tmp_path / "s"), "--read-token", "bad token!", "--token", "x"]) == 2
     assert "token must be" in capsys.readouterr().err
+
+
+def test_the_access_answer_says_who_may_change_the_store(client):
+    assert client.get("/api/access", headers=bearer("writer")).json() == {"can_write": True, "why": None}
+    assert client.get("/api/access", headers=bearer("reader")).json() == {"can_write": False,
+                                                                          "why": "read-only token"}
+
+
+def test_a_read_token_never_sees_upload_or_delete_controls(tmp_path, page):
+    """The dashboard opened with a read token: no upload panel, no delete buttons, no drop hint; with the
+    write token all of them."""
+    from conftest import live_server
+
+    store = tmp_path / "s"
+    assert main(["import", str(LOG), "--store", str(store)]) == 0
+    with live_server(store, token="writer", read_tokens=["reader"]) as url:
+        page.goto(f"{url}/?token=reader")
+        page.wait_for_selector("tr[data-id] a.trace-name")
+        page.wait_for_load_state("networkidle")
+        assert page.locator("#drop").is_hidden() and page.locator(".drop-hint").is_hidden()
+        assert page.locator("button.danger").count() == 1 and page.locator("button.danger").is_hidden()
+        assert not page.evaluate("document.body.classList.contains('can-write')")
+        page.goto(f"{url}/?token=writer")
+        page.wait_for_selector("button.danger", state="visible")
+        assert page.locator("#drop").is_visible() and page.locator(".drop-hint").is_visible()

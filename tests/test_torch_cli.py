@@ -105,7 +105,8 @@ def test_the_caching_allocator_model_hook(capsys, tmp_path, monkeypatch):
         raise RuntimeError("model bug")
 
     monkeypatch.setattr(torch_whatif, "check_device", broken)
-    rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
+    # another tag: another import (the same file with the same tags is stored once)
+    rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--tag", "run=2", "--store", tmp_path)
     (d,) = json.loads(out)["traces"][0]["devices"]
     assert rc == 0 and d["consistent"] is None and "model bug" in d["model_error"]
 

@@ -30,6 +30,9 @@ async function call(path, init = {}) {
   return body;
 }
 
+/** {can_write, why}: whether this caller may upload, delete and replay (a read-only token may not). */
+export function access() { return call("/api/access"); }
+
 const post = (path, json) => call(path, { method: "POST", body: JSON.stringify(json),
   headers: { "Content-Type": "application/json" } });
 

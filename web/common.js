@@ -1,7 +1,7 @@
 // Shared by every page: DOM building that never turns data into markup, units, the op palette, the page
 // header and navigation, Plotly's config and theme, loading indicators, view state in the URL, and upload
 // by dropping a file anywhere. API calls live in api.js.
-import { uploadTrace } from "./api.js";
+import { access, uploadTrace } from "./api.js";
 import { COLORS, fnv1a, opColors, familyColors } from "./palette.js";
 
 /** Build an element; children that are strings become text nodes (never parsed as HTML). */
@@ -157,9 +157,14 @@ export function topNav(here, { onStored, uploadName } = {}) {
     el("a", { class: "brand", href: "/" }, "alloctrace"),
     el("nav", {}, NAV.map((n) => el("a", { href: n.href, class: here === n.key ? "here" : null,
       "aria-current": here === n.key ? "page" : null }, n.text))),
-    el("span", { class: "hint drop-hint" }, "drop a log anywhere to upload it"));
+    el("span", { class: "hint drop-hint write-only" }, "drop a log anywhere to upload it"));
   document.body.prepend(header);
-  installDropUpload(onStored, uploadName);
+  // upload and delete controls (class write-only) stay hidden unless this caller may change the store
+  access().then((a) => {
+    if (!a.can_write) return;
+    document.body.classList.add("can-write");
+    installDropUpload(onStored, uploadName);
+  }).catch(() => {});
 }
 
 export function showError(container, err) {

@@ -44,7 +44,7 @@ function traceRow(t) {
     const a = graphs[0].index, b = graphs[1].index;
     links.append(" · ", el("a", { href: `/diff?a=${enc(`${t.id}:${a}`)}&b=${enc(`${t.id}:${b}`)}`, class: "open-diff" }, `diff ${a} vs ${b}`));
   }
-  const del = el("button", { class: "danger", title: "Delete this trace", "aria-label": `Delete ${t.name}` }, "delete");
+  const del = el("button", { class: "danger write-only", title: "Delete this trace", "aria-label": `Delete ${t.name}` }, "delete");
   del.addEventListener("click", async () => {
     if (!confirm(`Delete trace "${t.name}"?`)) return;
     try { await deleteTrace(t.id); await load(); } catch (e) { alert(e.message); }

@@ -24,7 +24,9 @@ def register(subparsers):
                                           "generation (detected automatically), alloctrace JSON Lines exports, "
                                           "PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot "
                                           "pickles, read without running pickle code) (the source is recognised from the content). Each file becomes "
-                                          "its trace(s); if any file fails, nothing is stored.")
+                                          "its trace(s), all in one transaction: if any file fails (or the command is killed), "
+                                          "nothing is stored. A file stored before with the same tags (its content "
+                                          "hash) is not stored again: a re-run skips it and names its trace(s).")
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="files to import; a directory: its PyTorch snapshots, one per rank, as one trace")
     add_store_arg(p)
@@ -72,6 +74,9 @@ def run(args) -> int:
         summaries = import_files(store, args.paths, name=args.name, generation=args.generation,
                                  progress=sys.stderr.isatty(), limits=limits, tags=tags)
     for s in summaries:  # a log that fits more than one generation says which it was read as
+        if s.get("stored_before"):
+            print(f"alloctrace: {s['name']}: stored before as {s['id']} (not stored again)", file=sys.stderr)
+            continue
         note = store.meta(s["id"]).extra.get("generation_note")
         if note:
             print(f"alloctrace: {s['name']}: {note}", file=sys.stderr)
@@ -92,6 +97,8 @@ def import_json(summary: dict) -> dict:
     """A stored trace as `import --json` prints it: a source's own report (e.g. a snapshot's devices)
     stands in for the generic generation and graph rows."""
     out = {k: summary[k] for k in ("id", "name", "source")}
+    if summary.get("stored_before"):
+        out["stored_before"] = True
     if summary.get("report"):
         out.update(summary["report"])
     else:

@@ -123,10 +123,15 @@ def side_tags(texts) -> list[str]:
     return tags
 
 
-def trace_buffers(store, summary: dict) -> dict[str, tuple[int, int]]:
-    """buffer name -> (largest size, the first graph that reached it)."""
+BUFFER_KEYS = ("buffer_types", "real_sizes", "gallocr")  # what trace_buffers reads of a graph's extra
+
+
+def trace_buffers(store, summary: dict, extras: dict | None = None) -> dict[str, tuple[int, int]]:
+    """buffer name -> (largest size, the first graph that reached it); `extras`: the trace's graph extras
+    when the caller read them already (Store.graph_extras_of)."""
     out: dict[str, tuple[int, int]] = {}
-    extras = store.graph_extras(summary["id"]) if summary["source"] == "recording" else {}
+    if extras is None:
+        extras = store.graph_extras(summary["id"]) if summary["source"] == "recording" else {}
     for g in summary["graphs"]:
         ex = extras.get(g["index"]) or {}
         types, sizes = ex.get("buffer_types") or [], ex.get("real_sizes") or []

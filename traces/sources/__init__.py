@@ -3,8 +3,9 @@
 `import_file(store, src, name=..., filename=...)` is what every face calls (the
 CLI's `import`, the server's upload): it decompresses the input (logio), shows
 the first decompressed bytes to each registered source in turn, lets the first
-that recognises them read it, and stores what it read, one transaction per
-trace; if anything fails, nothing of the file stays stored.
+that recognises them read it, and stores what it read in one transaction;
+if anything fails, nothing of the file stays stored (`import_files`: nothing of
+any of the files).
 
 A source is a small object (see `Source`); register it with `register`. The
 ggml log reader is the fallback: it is asked last and refuses input without
@@ -100,44 +101,73 @@ def import_file(store, src, *, name: str | None = None, filename: str | None = N
     """Import one input (a path or a binary stream) as one or more traces; their summaries.
     Everything is read first (`read_file`), so the store's write lock is held only for the writes."""
     return store_traces(store, read_file(src, name=name, filename=filename, limits=limits, progress=progress,
-                                         **options))
+                                         **options))  # an upload: stored each time it is sent
 
 
-def store_traces(store, traces: list[ImportedTrace]) -> list[dict]:
-    """Store what `read_file` read, one transaction per trace; if anything fails, none stays stored.
+def store_traces(store, traces: list[ImportedTrace], content_hash: str | None = None) -> list[dict]:
+    """Store what `read_file` read in one transaction: all of it or, on any failure or interrupt, none.
     The summaries carry the source's `report` where it gave one."""
-    done: list[str] = []
-    try:
-        for t in traces:
-            done.append(store.add_trace(t.meta, t.graphs))
-    except BaseException:
-        for tid in done:
-            store.delete(tid)
-        raise
-    summaries = [store.summary(tid) for tid in done]
+    return _summaries(store, store.add_traces([(t.meta, t.graphs, content_hash) for t in traces]), traces)
+
+
+def _summaries(store, tids: list[str], traces: list[ImportedTrace]) -> list[dict]:
+    summaries = store.summaries(tids)  # one read for all (a round trip each on PostgreSQL otherwise)
     for s, t in zip(summaries, traces):
         if t.report:
             s["report"] = t.report
     return summaries
 
 
+def input_hash(path, options: dict) -> str:
+    """What names an import of a file: the SHA-256 of its bytes (as given: compressed or not) with the options
+    that change what is stored (tags, a generation, salvage), so a re-run finds what it stored before."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    limits = options.get("limits")
+    how = {"tags": sorted(options.get("tags") or ()), "generation": options.get("generation"),
+           "salvage": bool(getattr(limits, "salvage", False))}
+    return f"sha256:{h.hexdigest()}:" + hashlib.sha256(json.dumps(how, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def import_files(store, paths, *, name: str | None = None, progress: bool = False, **options) -> list[dict]:
-    """Import files, each as its trace(s); all or nothing across files. The new traces' summaries
-    (with the source's `report` where it gave one)."""
+    """Import files, each as its trace(s), in one transaction: all or nothing across files (a kill or a lost
+    database half way leaves none). A file stored before with the same tags and options (input_hash) is not
+    read or stored again: its traces' summaries come back marked `stored_before`, so a retry never duplicates."""
     from alloctrace.traces.sources.logio import check_path
 
     paths = [check_path(p) for p in paths]
     if not paths:
         raise UserError("no files to import")
+    read: list[tuple[list, str]] = []
+    order: list[tuple[str, list[str] | None]] = []  # per file: its hash, and its traces when stored before
+    seen: set[str] = set()
+    keys = [input_hash(p, options) for p in paths]
+    stored = store.stored_with(keys)  # one read for all the files
+    for i, (p, key) in enumerate(zip(paths, keys)):
+        before = stored.get(key)
+        order.append((key, before or None))
+        if before or key in seen:
+            continue  # stored before, or named twice in this command
+        seen.add(key)
+        label = name if name is None or len(paths) == 1 else f"{name} ({i + 1})"
+        read.append((read_file(p, name=label, progress=progress, **options), key))
+    tids = store.add_traces([(t.meta, t.graphs, key) for traces, key in read for t in traces]) if read else []
+    new: dict[str, list[dict]] = {}
+    at = 0
+    for traces, key in read:
+        new[key] = _summaries(store, tids[at:at + len(traces)], traces)
+        at += len(traces)
     done: list[dict] = []
-    try:
-        for i, p in enumerate(paths):
-            label = name if name is None or len(paths) == 1 else f"{name} ({i + 1})"
-            done += import_file(store, p, name=label, progress=progress, **options)
-    except BaseException:
-        for s in done:
-            store.delete(s["id"])
-        raise
+    for key, before in order:
+        if before:
+            done += [dict(store.summary(tid), stored_before=True) for tid in before]
+        elif key in new:
+            done += new.pop(key)
     return done
 
 

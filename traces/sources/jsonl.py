@@ -48,7 +48,7 @@ def read_jsonl(lines, filename: str = "input") -> tuple[TraceMeta, Iterator[Grap
                 raise UserError(f"{filename}:{n}: trace format {d['version']} is newer than {FORMAT_VERSION}")
             h = _valid(TraceLine, d, n, filename)
             meta = TraceMeta(name=h.name, source=h.source, generation=h.generation, profile=h.profile,
-                             created=h.created, tags=h.tags, extra=h.extra)
+                             created=h.created, tags=h.tags, extra=h.extra, id=h.id)
             return meta, _graphs(numbered, filename)
         break
     raise UserError(f"{filename}: not an alloctrace JSON Lines trace (no trace header)")

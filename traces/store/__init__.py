@@ -6,7 +6,8 @@ columns decompressed when first read), `store` (Store, open_store, NotFound, Sto
 file; `postgres`: a shared database), `tags` (key=value tags), `migrations` (the tables and how an older store is upgraded), `blobs` (a graph's columns as one
 value), `derived` (what the store keeps beside a long graph, described by the analyses that make it),
 `graph_info` (facts every view of a graph needs), `damage` (checked decoding: Damaged, DerivedDamaged),
-`doctor` (read every trace back, list and delete what is damaged), `torch` (a stored PyTorch trace read back: per-device
+`doctor` (read every trace back and check its checksums, list and delete what is damaged, keep what could
+not be checked), `copy` (one store's traces into another, ids and bytes kept: `store copy`), `torch` (a stored PyTorch trace read back: per-device
 columns, facts, the layout's action codes).
 
 Nothing here imports a source or an analysis (a contract in pyproject.toml).

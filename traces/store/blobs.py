@@ -44,6 +44,18 @@ def unpack_blobs(packed: bytes) -> list[tuple[str, str, memoryview]]:
     return out
 
 
+def checksum(strings, packed) -> str:
+    """A graph's content checksum (stored in `graphs.checksum`, verified on every read and by `doctor`): SHA-256
+    over its string table and its packed columns (a graph stored a row per column: pack_blobs of its rows in
+    name order), so a lost, cut or changed blob is damage, not an empty graph."""
+    import hashlib
+
+    h = hashlib.sha256(len(strings).to_bytes(8, "little"))
+    h.update(strings)
+    h.update(packed)
+    return h.hexdigest()
+
+
 def _decompress(data: bytes) -> bytes:
     """One frame, with a decompressor of its own (this runs in several threads at once)."""
     return zstandard.ZstdDecompressor().decompress(data)

@@ -12,30 +12,63 @@ import atexit
 import re
 import threading
 import weakref
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import lru_cache
 from urllib.parse import urlsplit, urlunsplit
 
 from alloctrace.traces.errors import UserError
 
 URL_RE = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
+# a libpq `key=value` connection string: its first keyword is one of libpq's (a folder is never taken for it)
+CONNINFO_RE = re.compile(r"^\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|sslrootcert|sslcert|"
+                         r"sslkey|application_name|connect_timeout|options|target_session_attrs|channel_binding|"
+                         r"gssencmode|keepalives\w*)\s*=", re.IGNORECASE)
+SECRET_RE = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", re.IGNORECASE)
 SETUP_LOCK = 0x616C6C6F  # pg_advisory_xact_lock key: one process creates or upgrades the tables at a time
 POOL_MAX = 8
+UNCOMPRESSED = (("graphs", "packed"), ("graphs", "strings"), ("state_checkpoints", "data"), ("memmap_lod", "data"))
 CONNECT_TIMEOUT_S = 10.0
 
 
 def is_url(text) -> bool:
-    return isinstance(text, str) and bool(URL_RE.match(text))
+    """A PostgreSQL URL or a libpq `key=value` connection string (both name a PostgreSQL store)."""
+    return isinstance(text, str) and bool(URL_RE.match(text) or CONNINFO_RE.match(text))
 
 
 def without_password(url: str) -> str:
-    """The URL as messages show it: no password."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """The URL (or `key=value` string) as messages show it: no password (left out of the user part, `***` in
+    the query or a `key=value` string)."""
+    url = SECRET_RE.sub(r"\1***", url)
+    if not URL_RE.match(url):
         return url
-    host = parts.hostname or ""
-    netloc = (f"{parts.username}@" if parts.username else "") + host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        at = parts.netloc.rindex("@")
+        user = parts.netloc[:at].split(":", 1)[0]
+        return urlunsplit((parts.scheme, f"{user}@{parts.netloc[at + 1:]}", parts.path, parts.query,
+                           parts.fragment))
+    except ValueError:  # not even a URL's shape: show only its scheme
+        return url.split("://", 1)[0] + "://..."
+
+
+def check_address(url: str) -> None:
+    """A URL or `key=value` string libpq would refuse, as one line (UserError) before any connection: the
+    reason without the address (libpq's message quotes it, password and all)."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(url)
+    except ProgrammingError as e:
+        why = str(e).strip().splitlines()[0] if str(e).strip() else "malformed"
+        why = without_password(why.split(' in URI: "', 1)[0])
+        raise UserError(f"not a valid PostgreSQL address {without_password(url)}: {why}") from None
+    port = str(params.get("port") or "5432")
+    if not all(p.strip().isdigit() for p in port.split(",")):
+        raise UserError(f"not a valid PostgreSQL address {without_password(url)}: the port {port[:20]!r} is not a "
+                        "number")
 
 
 _OPEN: "weakref.WeakSet[PostgresBackend]" = weakref.WeakSet()  # backends whose pool is open
@@ -53,6 +86,14 @@ class StoreUnavailable(UserError):
     """The database server cannot be reached (or went away in the middle of a request)."""
 
     status = 503
+    # what the server answers: the reason names the database's user and host, which only its log shows
+    public = "the trace store's database is unavailable; try again later (the server's log says why)"
+
+
+class StoreReadOnly(UserError):
+    """The database role may only read the store (SELECT): the store serves, nothing is written."""
+
+    status = 403
 
 
 @lru_cache(maxsize=256)
@@ -84,19 +125,22 @@ class _Connection:
 
 class PostgresBackend:
     kind = "postgresql"
+    read_only = False  # the role may only read (setup finds out)
     path = None  # no store directory: uploads in progress go to a temp folder
 
     def __init__(self, url: str):
         import logging
 
+        check_address(url)
         import psycopg
         from psycopg_pool import ConnectionPool
 
         # the pool's threads log each failed attempt; unconfigured, Python prints those to stderr beside the
         # one line the refusal below gives: keep them for whoever configures logging (the server), not the CLI
-        log = logging.getLogger("psycopg.pool")
-        if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
-            log.addHandler(logging.NullHandler())
+        # (and psycopg's own: a pipeline whose connection was cut says so, beside the one line too)
+        for log in (logging.getLogger("psycopg.pool"), logging.getLogger("psycopg")):
+            if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+                log.addHandler(logging.NullHandler())
 
         self.url, self.where = url, without_password(url)
         self._psycopg = psycopg
@@ -133,20 +177,37 @@ class PostgresBackend:
     def reopen(self) -> "PostgresBackend":
         return self  # the pool serves readers and writers alike
 
-    def setup(self, create):
+    def setup(self, create, current):
+        """The tables at the current format: a read when they are (a role that may only SELECT opens the store,
+        read-only), else `create` under a lock (one process creates or upgrades them at a time)."""
+        with self.read() as db:
+            if current(db):
+                self.read_only = not db.execute("SELECT has_table_privilege('traces', 'INSERT')").fetchone()[0]
+                return current.format
         with self.write() as db:
             db.execute(f"SELECT pg_advisory_xact_lock({SETUP_LOCK})")
-            return create(db)
+            ver = create(db)
+            for table, column in UNCOMPRESSED:  # zstd frames already: PostgreSQL's own compression only costs
+                db.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET STORAGE EXTERNAL")
+            return ver
+
+    @staticmethod
+    def json_keys(column: str, keys) -> str:
+        """SQL for a JSON object of `keys` of the JSON text in `column`, parsed once per row."""
+        picks = ", ".join(f"'{k}', j -> '{k}'" for k in keys)
+        return f"(SELECT json_build_object({picks})::text FROM (SELECT {column}::json AS j) AS parsed)"
 
     def table_columns(self, db, table: str) -> set[str]:
         return {r[0] for r in db.execute("SELECT column_name FROM information_schema.columns WHERE "
                                          "table_schema = current_schema() AND table_name = ?", (table,))}
 
     @contextmanager
-    def _transaction(self, begin: str):
+    def _transaction(self, begin: str, pipeline: bool = False):
+        """`pipeline`: statements are sent without waiting for each answer (psycopg's pipeline mode; a read
+        of a result waits for those before it): an import of many graphs is not a round trip per row."""
         psycopg = self._psycopg
         try:
-            with self.pool.connection(timeout=60) as conn:
+            with self.pool.connection(timeout=60) as conn, (conn.pipeline() if pipeline else nullcontext()):
                 conn.execute(begin)
                 try:
                     yield _Connection(conn)
@@ -158,6 +219,9 @@ class PostgresBackend:
                         except psycopg.Error:
                             pass
                     raise
+        except psycopg.errors.InsufficientPrivilege:
+            raise StoreReadOnly(f"store {self.where} is read-only: this database role may only read it (nothing "
+                                "was written)") from None
         except psycopg.errors.DiskFull:
             from .sqlite import StoreFull
             raise StoreFull(f"disk full: cannot write to the store {self.where} (nothing was stored)") from None
@@ -169,7 +233,7 @@ class PostgresBackend:
         return self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
     def write(self):
-        return self._transaction("BEGIN")
+        return self._transaction("BEGIN", pipeline=True)
 
     def generation(self, wait: bool, sql: str):
         """The generation row over a connection of its own (a quick read the event loop may make);

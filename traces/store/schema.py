@@ -49,6 +49,7 @@ class TraceMeta:
     created: str | None = None  # ISO 8601, set by the store when missing
     tags: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    id: str | None = None  # the id it had (a JSON Lines export's): kept when the store has no trace by it
 
 
 def oom_of(event: Event | None) -> dict | None:

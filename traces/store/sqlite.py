@@ -34,6 +34,7 @@ def is_full(e: BaseException) -> bool:
 
 class SqliteBackend:
     kind = "sqlite"
+    read_only = False
     errors = (sqlite3.DatabaseError,)
 
     def __init__(self, path: Path):
@@ -58,11 +59,15 @@ class SqliteBackend:
         """A second connection to the same file (a server writes through one, reads through the other)."""
         return SqliteBackend(self.path)
 
-    def setup(self, create):
-        """WAL mode, then `create(db)` in one transaction; other processes may be creating the store now."""
+    def setup(self, create, current):
+        """WAL mode, then `create(db)` in one transaction unless the tables are `current` already; other
+        processes may be creating the store now."""
         for attempt in range(200):
             try:
                 self.db.execute("PRAGMA journal_mode=WAL")
+                with self.read() as db:
+                    if current(db):
+                        return current.format
                 with self.write(busy_fails=False) as db:
                     return create(db)
             except sqlite3.OperationalError as e:
@@ -70,6 +75,11 @@ class SqliteBackend:
                     raise
                 time.sleep(0.05)
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def json_keys(column: str, keys) -> str:
+        """SQL for a JSON object of `keys` of the JSON object in `column` (missing ones null)."""
+        return "json_object(" + ", ".join(f"'{k}', {column} -> '$.{k}'" for k in keys) + ")"
 
     def table_columns(self, db, table: str) -> set[str]:
         return {r[1] for r in db.execute(f"PRAGMA table_info({table})")}

@@ -2,13 +2,16 @@
 
 Directory: an explicit path, else $ALLOCTRACE_STORE, else $XDG_DATA_HOME/alloctrace
 (~/.local/share/alloctrace); a `postgresql://user@host:port/db` URL in their place opens a
-PostgreSQL store (postgres.py) with the same tables, bytes and answers. Each
+PostgreSQL store (postgres.py) with the same tables, bytes and answers (so does a libpq `key=value`
+string). Each
 graph's events are stored column-wise (see columns.py): a few compressed numpy blobs and a string
 table per graph, so large graphs load fast. `add_trace` is one transaction: a failure or an
 interrupt leaves nothing behind. Concurrent imports and reads are safe on either backend.
 
 Its length: one class over a backend; its reads and writes share the backend's transactions (the tables
-and upgrades are in migrations.py, the column blobs in blobs.py, the derived data in derived.py).
+and upgrades are in migrations.py, the column blobs and their checksums in blobs.py, the derived data in
+derived.py, a copy between stores in copy.py); the batch reads a page of many traces needs (tagged,
+summaries, graph_extras_of) sit beside the one-trace reads they mirror.
 """
 from __future__ import annotations
 
@@ -26,11 +29,12 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.gcpause import without_gc
 
 from alloctrace.traces.store import derived, postgres
-from alloctrace.traces.store.blobs import _decompress, checkpoint_rows, pack_blobs, unpack_blobs  # noqa: F401
+from alloctrace.traces.store.blobs import _decompress, checkpoint_rows, checksum, pack_blobs, unpack_blobs  # noqa: F401
 from alloctrace.traces.store.columns import EncodedGraph, decode_events, encode, pack, public_columns
-from alloctrace.traces.store.damage import DECODE_ERRORS, Damaged, DerivedDamaged, _json, _why, check_rows  # noqa: F401
+from alloctrace.traces.store.damage import (DECODE_ERRORS, Damaged, DerivedDamaged, _json, _why, check_rows,  # noqa: F401
+                                            damaged, verify_checksum)
 from alloctrace.traces.store.derived import SAVED_MIN_EVENTS, Saved
-from alloctrace.traces.store.migrations import STORE_FORMAT, create
+from alloctrace.traces.store.migrations import STORE_FORMAT, create, current
 from alloctrace.traces.store.schema import FORMAT_VERSION, GraphRecord, TraceMeta
 from alloctrace.traces.store.sqlite import BUSY_TIMEOUT_S, SqliteBackend, StoreFull, is_full as _is_full  # noqa: F401
 
@@ -41,6 +45,9 @@ INCOMPLETE = """instr(extra, '"incomplete": true') > 0"""  # a graph the log did
 TRACE_COLUMNS = "id, name, source, generation, profile, created, tags, " + TRUNCATED
 GRAPH_COLUMNS = "idx, role, n_events, max_size, buffer_size, oom, consistent, " + INCOMPLETE
 ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
+FULL_ID_RE = re.compile(r"^[0-9a-f]{8}$")
+SMALL_VALUE = 1024  # an extra's value longer than this as JSON is left out of its small copy
+KEY_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a key graph_extras_of may take out in SQL
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
 
 class NotFound(KeyError, UserError):
@@ -97,7 +104,7 @@ class Store:
         self._zc = zstandard.ZstdCompressor(level=3, write_checksum=True)
         self._zd = zstandard.ZstdDecompressor()
         try:
-            ver = self._be.setup(lambda db: create(db, self._be.table_columns))
+            ver = self._be.setup(lambda db: create(db, self._be.table_columns), current)
         except self._be.errors as e:
             self._be.close()
             raise UserError(f"cannot open store {self._be.describe()}: {str(e).strip().splitlines()[0]}") from None
@@ -105,6 +112,7 @@ class Store:
             self._be.close()
             raise UserError(f"store {self._be.describe()} is damaged: its format_version is {str(ver)[:40]!r}, not a "
                             "number (restore it from a backup, or set it to the version the store was made with)")
+        self.read_only = self._be.read_only  # a PostgreSQL role that may only SELECT
         if int(ver) > STORE_FORMAT:
             self._be.close()
             raise UserError(f"store {self._be.describe()} has format {ver}; this alloctrace reads up to {STORE_FORMAT}")
@@ -126,21 +134,68 @@ class Store:
         self._be.close()
 
     # --- writing ------------------------------------------------------------------------
-    def add_trace(self, meta: TraceMeta, graphs: Iterable[GraphRecord | EncodedGraph]) -> str:
+    def add_trace(self, meta: TraceMeta, graphs: Iterable[GraphRecord | EncodedGraph],
+                  content_hash: str | None = None) -> str:
         """Store a trace in one transaction; `graphs` may be a generator (it is consumed inside).
         Items may be GraphRecords or graphs an importer encoded already (EncodedGraph)."""
-        created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        return self.add_traces([(meta, graphs, content_hash)])[0]
+
+    def add_traces(self, traces: Iterable[tuple]) -> list[str]:
+        """Store traces [(meta, graphs, content_hash)] in one transaction: all of them or, on any failure or
+        interrupt, none. `content_hash` names the input they were read from (stored_with finds it again)."""
+        traces = list(traces)
         with self._be.write() as db:
-            tid = self._new_id(db)
-            db.execute(
-                "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version)"
-                " VALUES (?,?,?,?,?,?,?,?,?)",
-                (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
-                 json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION))
-            for g in graphs:
-                self._add_graph(db, tid, g)
+            ids = self._ids_for(db, [meta for meta, _, _ in traces])
+            tids = [self._insert_trace(db, meta, graphs, content_hash, tid)
+                    for (meta, graphs, content_hash), tid in zip(traces, ids)]
             self._bump(db)  # last: on PostgreSQL the row stays locked until the commit
+        return tids
+
+    @staticmethod
+    def _ids_for(db, metas: list[TraceMeta]) -> list[str]:
+        """An unused id per trace, found with one query for all of them (a round trip each on PostgreSQL
+        otherwise): the id a trace had (an export imported back keeps it, so links and scripts still name
+        it) when the store has no trace by it, else a random one."""
+        wanted = [m.id if isinstance(m.id, str) and FULL_ID_RE.match(m.id) else None for m in metas]
+        while True:
+            spare = [os.urandom(4).hex() for _ in metas]  # as secrets.token_hex, without importing hashlib
+            asked = [t for t in wanted if t] + spare
+            taken = set()
+            for part, marks in _chunks(asked):
+                taken.update(r[0] for r in db.execute(f"SELECT id FROM traces WHERE id IN ({marks})", part))
+            free = [t for t in dict.fromkeys(spare) if t not in taken and t not in wanted]
+            out = []
+            for t in wanted:
+                if t and t not in taken and t not in out:
+                    out.append(t)
+                elif free:
+                    out.append(free.pop())
+                else:
+                    break  # this many random ids met used ones: draw again
+            else:
+                return out
+
+    def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None, tid: str) -> str:
+        created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        db.execute(
+            "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version,"
+            " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
+             json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION, content_hash))
+        for g in graphs:
+            self._add_graph(db, tid, g)
         return tid
+
+    def stored_with(self, content_hashes: Iterable[str]) -> dict[str, list[str]]:
+        """Content hash -> the ids of the traces read from an input of that hash (sources.input_hash: its
+        bytes, tags and options), oldest first: a re-run of an import finds what it stored before."""
+        out: dict[str, list[str]] = {}
+        with self._snapshot() as db:
+            for part, marks in _chunks(list(dict.fromkeys(content_hashes))):
+                for tid, h in db.execute(f"SELECT id, content_hash FROM traces WHERE content_hash IN ({marks}) "
+                                         "ORDER BY seq", part):
+                    out.setdefault(h, []).append(tid)
+        return out
 
     @staticmethod
     def _bump(db):
@@ -160,13 +215,6 @@ class Store:
         with self._snapshot() as db:
             return {r[0] for r in db.execute("SELECT id FROM traces")}
 
-    @staticmethod
-    def _new_id(db) -> str:
-        while True:
-            tid = os.urandom(4).hex()  # as secrets.token_hex, without importing hashlib
-            if not db.execute("SELECT 1 FROM traces WHERE id=?", (tid,)).fetchone():
-                return tid
-
     def _add_graph(self, db, tid: str, g: GraphRecord | EncodedGraph):
         if isinstance(g, EncodedGraph):
             strings, blobs, n = g.strings, g.blobs, g.n_events
@@ -174,12 +222,14 @@ class Store:
             encoded = encode(g.events)
             strings, blobs = pack(*encoded, self._zc.compress)
             n = len(g.events)
+        packed = pack_blobs(blobs)
         db.execute(
             "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings,"
-            " packed) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            " packed, checksum, extra_small) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (tid, g.index, g.role, n, g.max_size, g.buffer_size,
              None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
-             json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, pack_blobs(blobs)))
+             json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, packed, checksum(strings, packed),
+             _small_extra(g.extra)))
         if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
             self._add_derived_rows(db, tid, g, n, strings, blobs, encoded if isinstance(g, GraphRecord) else None)
 
@@ -312,13 +362,96 @@ class Store:
                     graphs.setdefault(r[0], []).append(r[1:])
         return [_summary(r, graphs.get(r[0], [])) for r in rows]
 
+    def tagged(self, tags: Iterable[str], key: str) -> list[tuple[str, list]]:
+        """(id, tags) of the traces that carry every one of `tags` and a `key=...` tag, oldest first: found by
+        the tags' stored text (no graph row is read), then checked exactly. What the history page groups."""
+        tags = list(tags)
+        needles = [json.dumps(t) for t in tags] + [json.dumps(key + "=")[:-1]]  # as stored: JSON strings
+        where = " AND ".join("instr(tags, ?) > 0" for _ in needles)
+        with self._snapshot() as db:
+            rows = db.execute(f"SELECT id, tags FROM traces WHERE {where} ORDER BY created, seq", needles).fetchall()
+        out, prefix = [], key + "="
+        for tid, text in rows:
+            have = _loose_tags(text, _fast_json)
+            if all(t in have for t in tags) and any(isinstance(t, str) and t.startswith(prefix) for t in have):
+                out.append((tid, have))
+        return out
+
+    def all_tags(self) -> list[list]:
+        """Every trace's tags (a damaged value: none), without reading a graph: what the tag lists count."""
+        with self._snapshot() as db:
+            return [_loose_tags(r[0]) for r in db.execute("SELECT tags FROM traces")]
+
+    def summaries(self, ids: Iterable[str]) -> list[dict]:
+        """The summaries of these traces (those still stored) in the order given, a query per 500 ids."""
+        ids = list(dict.fromkeys(ids))
+        rows: dict[str, tuple] = {}
+        graphs: dict[str, list] = {}
+        with self._snapshot() as db:
+            for part, marks in _chunks(ids):
+                rows.update((r[0], r) for r in db.execute(f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})",
+                                                          part))
+                for r in db.execute(f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN ({marks}) "
+                                    "ORDER BY trace_id, idx", part):
+                    graphs.setdefault(r[0], []).append(r[1:])
+        return [_summary(rows[t], graphs.get(t, [])) for t in ids if t in rows]
+
+    def graph_extras_of(self, ids: Iterable[str], keys: tuple[str, ...] = ()) -> dict[str, dict[int, dict]]:
+        """`graph_extras` of several traces at once (id -> graph index -> extra); `keys`: only those keys,
+        taken out by the database (a recording's extra is mostly its shapes, which need not be parsed)."""
+        ids = list(ids)
+        if keys and all(KEY_NAME_RE.match(k) for k in keys):
+            try:
+                return self._graph_extra_keys(ids, keys)
+            except (*self._be.errors, ValueError):
+                pass  # some extra is not JSON: the whole values are read, and the damaged one named
+        out: dict[str, dict[int, dict]] = {}
+        with self._snapshot() as db:
+            for part, marks in _chunks(list(dict.fromkeys(ids))):
+                for tid, idx, extra in db.execute(f"SELECT trace_id, idx, extra FROM graphs WHERE trace_id IN ({marks})",
+                                                  part):
+                    try:
+                        value = _fast_json(extra)
+                    except ValueError:  # or an integer past 64 bits: the checked reader tells
+                        value = _json(extra, tid, idx, "extra", dict)
+                    if not isinstance(value, dict):
+                        value = _json(extra, tid, idx, "extra", dict)  # Damaged, naming it
+                    out.setdefault(tid, {})[idx] = value
+        return out
+
+    def _graph_extra_keys(self, ids: list[str], keys: tuple[str, ...]) -> dict[str, dict[int, dict]]:
+        """Kept per process: a stored trace's graphs never change (only its tags do), so a page asked for
+        again reads none of them."""
+        cache = self.__dict__.setdefault("_picked", {})
+        if len(cache) > 100_000:
+            cache.clear()
+        out: dict[str, dict[int, dict]] = {tid: cache[tid, keys] for tid in ids if (tid, keys) in cache}
+        whole: list[str] = []  # traces with a graph whose small extra lacks a key (or that has none)
+        with self._snapshot() as db:
+            for part, marks in _chunks([tid for tid in dict.fromkeys(ids) if tid not in out]):
+                for tid, idx, small in db.execute(f"SELECT trace_id, idx, extra_small FROM graphs "
+                                                  f"WHERE trace_id IN ({marks})", part):
+                    small = None if small is None else _fast_json(small)
+                    if not isinstance(small, dict) or any(k in small.get("_omitted", ()) for k in keys):
+                        whole.append(tid)
+                        continue
+                    out.setdefault(tid, {})[idx] = {k: small[k] for k in keys if small.get(k) is not None}
+            for part, marks in _chunks(list(dict.fromkeys(whole))):
+                for tid, idx, picked in db.execute(f"SELECT trace_id, idx, {self._be.json_keys('extra', keys)} "
+                                                   f"FROM graphs WHERE trace_id IN ({marks})", part):
+                    out.setdefault(tid, {})[idx] = {k: v for k, v in _fast_json(picked).items() if v is not None}
+        for tid in ids:
+            if tid in out:
+                cache[tid, keys] = out[tid]
+        return out
+
     @without_gc  # decoding a graph makes a million small objects, no cycles (also for events, graph)
     def _decoded(self, tid: str, g: int, decode):
         row, cols, table = self._raw(tid, g)
         try:
             return row, decode(row[2], cols, table)
         except DECODE_ERRORS as e:  # columns that decompressed but hold impossible values
-            raise Damaged(self._id(tid), g, "columns", _why(e)) from None
+            raise damaged(e, self._id(tid), g, "columns") from None
 
     @staticmethod
     def _blobs(db, tid: str, g: int, row) -> list:
@@ -330,28 +463,35 @@ class Store:
             try:
                 return unpack_blobs(row[-1])
             except DECODE_ERRORS as e:
-                raise Damaged(tid, g, "packed columns", _why(e)) from None
-        return db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=?",
+                raise damaged(e, tid, g, "packed columns") from None
+        return db.execute("SELECT name, dtype, data FROM columns WHERE trace_id=? AND graph_idx=? ORDER BY name",
                           (tid, int(g))).fetchall()
+
+    @staticmethod
+    def _verify(tid: str, g: int, row, blobs) -> None:
+        """A graph's bytes against its stored checksum (its row ends with strings, checksum, packed)."""
+        packed = row[-1] if row[-1] is not None else pack_blobs(blobs)
+        verify_checksum(tid, g, row[-2], row[-3], packed)
 
     def _raw(self, tid: str, g: int):
         tid = self._id(tid)
         with self._snapshot() as db:
             row = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, "
-                             "packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
+                             "checksum, packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
             blobs = self._blobs(db, tid, g, row)
+        self._verify(tid, g, row, blobs)
         row = row[:9]
         try:
             table = json.loads(self._zd.decompress(row[8]))
         except DECODE_ERRORS as e:
-            raise Damaged(tid, g, "strings", _why(e)) from None
+            raise damaged(e, tid, g, "strings") from None
         check_rows(tid, g, row[2], blobs)
         import numpy as np
 
         try:
             cols = {name: np.frombuffer(self._zd.decompress(data), dtype=np.dtype(dt)) for name, dt, data in blobs}
         except DECODE_ERRORS as e:
-            raise Damaged(tid, g, "columns", _why(e)) from None
+            raise damaged(e, tid, g, "columns") from None
         return row, cols, table
 
     def lazy_columns(self, tid: str, graph_index: int):
@@ -360,21 +500,22 @@ class Store:
 
         tid = self._id(tid)
         with self._snapshot() as db:
-            row = db.execute("SELECT n_events, strings, packed FROM graphs WHERE trace_id=? AND idx=?",
+            row = db.execute("SELECT n_events, strings, checksum, packed FROM graphs WHERE trace_id=? AND idx=?",
                              (tid, int(graph_index))).fetchone()
             blobs = self._blobs(db, tid, graph_index, row)
+        self._verify(tid, graph_index, row, blobs)
         check_rows(tid, graph_index, row[0], blobs)
 
         def checked(data: bytes) -> bytes:
             try:
                 return _decompress(data)
             except DECODE_ERRORS as e:
-                raise Damaged(tid, graph_index, "columns", _why(e)) from None
+                raise damaged(e, tid, graph_index, "columns") from None
         try:
             cols = LazyColumns(row[0], {name: (dt, data) for name, dt, data in blobs}, checked)
             cols.table = StringTable(zstandard.ZstdDecompressor().decompress(row[1]))
         except DECODE_ERRORS as e:
-            raise Damaged(tid, graph_index, "strings", _why(e)) from None
+            raise damaged(e, tid, graph_index, "strings") from None
         return cols
 
     def events(self, tid: str, graph_index: int) -> list[Event]:
@@ -425,7 +566,7 @@ class Store:
             try:
                 state = json.loads(_decompress(row[0]))
             except DECODE_ERRORS as e:
-                raise DerivedDamaged(tid, graph_index, f"state checkpoint at event {event}", _why(e)) from None
+                raise damaged(e, tid, graph_index, f"state checkpoint at event {event}", cls=DerivedDamaged) from None
             if not isinstance(state, dict):
                 raise DerivedDamaged(tid, graph_index, f"state checkpoint at event {event}", "not an object")
             return state
@@ -444,7 +585,7 @@ class Store:
         try:
             return lifetimes.decode(row[0])
         except DECODE_ERRORS as e:
-            raise DerivedDamaged(tid, graph_index, "memory-map lifetimes", _why(e)) from None
+            raise damaged(e, tid, graph_index, "memory-map lifetimes", cls=DerivedDamaged) from None
 
     def drop_derived(self, tid: str, graph_index: int, table: str) -> None:
         """Forget a graph's derived rows (`state_checkpoints` or `memmap_lod`) that cannot be read, so they
@@ -465,10 +606,36 @@ class Store:
                          tags=_json(r[5], tid, None, "tags", list), extra=_json(r[6], tid, None, "extra", dict))
 
 
-def _loose_tags(text) -> list:
+def _small_extra(extra: dict | None) -> str:
+    """A graph's extra without its large values (a recording's shapes), their keys under `_omitted`: what a
+    page of many graphs reads (graph_extras_of) instead of parsing every graph's whole extra."""
+    small, omitted = {}, []
+    for k, v in (extra or {}).items():
+        text = json.dumps(v)
+        if len(text) <= SMALL_VALUE:
+            small[k] = v
+        else:
+            omitted.append(k)
+    return json.dumps({**small, "_omitted": omitted} if omitted else small, sort_keys=True)
+
+
+def _chunks(ids: list[str], size: int = 500):
+    """(ids, their placeholders) a few hundred at a time: a statement's parameters are bounded."""
+    for at in range(0, len(ids), size):
+        part = ids[at:at + size]
+        yield part, ",".join("?" * len(part))
+
+
+def _fast_json(text):
+    import orjson
+
+    return orjson.loads(text)
+
+
+def _loose_tags(text, loads=json.loads) -> list:
     """A listing shows a trace whose tags are damaged without them (`show` and `doctor` name the damage)."""
     try:
-        tags = json.loads(text)
+        tags = loads(text)
     except DECODE_ERRORS:
         return []
     return tags if isinstance(tags, list) and all(isinstance(t, str) for t in tags) else []
