@@ -122,3 +122,18 @@ def test_store_keeps_measure_and_eval_as_one_trace(tmp_path, capsys):
         assert len(store.list()) == 3 and copy["measure"]["trace_id"] in [t["id"] for t in store.list()]
     finally:
         store.close()
+
+
+def test_replay_stores_where_alloctrace_store_points(tmp_path, monkeypatch, capsys):
+    """Like every other command, `replay` takes its store from $ALLOCTRACE_STORE when --store is not given."""
+    from alloctrace.cli import main as cli_main
+    from alloctrace.traces.store.store import open_store
+
+    monkeypatch.setenv("ALLOCTRACE_STORE", str(tmp_path / "envstore"))
+    assert cli_main(["replay", "--preset", "gpt2-tiny", "--profile", "ggml-2023-08-28", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    store = open_store(tmp_path / "envstore", create=False)
+    try:
+        assert [t["id"] for t in store.list()] == [out["measure"]["trace_id"]]
+    finally:
+        store.close()

@@ -59,3 +59,15 @@ def test_seed_examples_fills_an_empty_store_once(tmp_path, fixtures):
     assert shipped == (fixtures / "v2023-08-16-legacy" / "harness_plain.AT.log").read_bytes()
     assert seed_examples(store) == []
     assert len(store.list()) == 3
+
+
+def test_a_store_with_traces_of_its_own_gets_the_examples_it_lacks(tmp_path, fixtures):
+    """The README's tour fills ./store; `serve --examples --store ./store` then shows the examples beside them."""
+    from alloctrace.traces.sources import import_paths
+
+    store = open_store(tmp_path)
+    [own] = import_paths(store, [fixtures / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log"], name="my run")
+    ids = seed_examples(store)
+    assert len(ids) == 3 and own not in ids
+    assert len(store.list()) == 4
+    assert seed_examples(store) == [] and len(store.list()) == 4

@@ -31,10 +31,11 @@ def tags_from(args) -> list[str]:
     return parse_tags(getattr(args, "tags", None))
 
 
-def open_store_from(args):
+def open_store_from(args, create: bool = False):
+    """The store `--store` names; only the commands that add traces (`create=True`) may make a new one."""
     from alloctrace.traces.store.store import open_store
 
-    return open_store(getattr(args, "store", None))
+    return open_store(getattr(args, "store", None), create=create)
 
 
 def _size(v) -> str:
@@ -56,11 +57,13 @@ def _yes_no(v, complete: bool = True) -> str:
 
 
 def table_lines(rows: list[list[str]]) -> list[str]:
-    """A text table, one string per row (for reports printed line by line through `safe_lines`)."""
+    """A text table, one string per row (for reports printed line by line through `safe_lines`), as wide as
+    the terminal at most (traces/util/fit_width.py; a pipe gets every character)."""
     from alloctrace.traces.explain.peak_types import text_table  # numpy-free: every listing prints one
+    from alloctrace.traces.util.fit_width import fit_rows, terminal_width
 
     # names are data: no escape sequences, no forged rows
-    return text_table([[safe(c) for c in r] for r in rows])
+    return text_table(fit_rows([[safe(c) for c in r] for r in rows], terminal_width()))
 
 
 def table(rows: list[list[str]]) -> str:

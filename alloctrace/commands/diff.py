@@ -45,6 +45,15 @@ def _file_ref(ref: str):
     return None
 
 
+def names_a_file(*refs: str) -> bool:
+    """Whether any ref names a file to import on the fly: the command may then make the store it imports into.
+    A ref that looks like a path but names no file is the user's error, said before any store is opened."""
+    for ref in refs:
+        if _file_ref(ref) is None and ("/" in ref or ref.endswith((".log", ".txt", ".gz", ".zst"))):
+            raise UserError(f"no such file: {ref}")
+    return any(_file_ref(r) is not None for r in refs)
+
+
 def resolve_ref(store, ref: str, imported: dict) -> str:
     """A stored ref for `ref`, importing a log file once per run."""
     found = _file_ref(ref)
@@ -64,7 +73,7 @@ def resolve_ref(store, ref: str, imported: dict) -> str:
 def run(args) -> int:
     from alloctrace.traces.diff.graphs import DiffResult, diff_refs
 
-    store = open_store_from(args)
+    store = open_store_from(args, create=names_a_file(args.a, args.b))
     imported: dict = {}
     ref_a, ref_b = resolve_ref(store, args.a, imported), resolve_ref(store, args.b, imported)
     from ._torch_report import diff_snapshots, is_torch

@@ -45,9 +45,9 @@ def run(args) -> int:
     from alloctrace.traces.explain.peak import peak_json
     from alloctrace.traces.store.kinds import TORCH, kind_of_source
 
-    from .diff import resolve_ref
+    from .diff import names_a_file, resolve_ref
 
-    store = open_store_from(args)
+    store = open_store_from(args, create=names_a_file(args.ref))
     ref = resolve_ref(store, args.ref, {})
     summary = store.summary(ref)
     if kind_of_source(summary["source"]) == TORCH:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from alloctrace.traces.replay.catalog import profile_names
 from alloctrace.traces.errors import UserError
@@ -34,8 +35,9 @@ def register(subparsers):
                    help="address-space layout (default: macos-metal with --metal-concurrency, else linux)")
     p.add_argument("--hparam", action="append", default=[], metavar="KEY=VALUE",
                    help="override a hyper-parameter (repeatable), e.g. --hparam n_layer=4")
-    p.add_argument("--store", metavar="DIR|URL",
-                   help="store both graphs as one trace in this store (a directory or a PostgreSQL URL)")
+    p.add_argument("--store", metavar="DIR|URL", default=os.environ.get("ALLOCTRACE_STORE") or None,
+                   help="store both graphs as one trace in this store (a directory or a PostgreSQL URL; default: "
+                        "$ALLOCTRACE_STORE when set, else nothing is stored)")
     p.add_argument("--keep-copies", action="store_true",
                    help="with --store: store the replay even when an identical one is stored already (by default "
                         "the earlier trace is kept and named, as the API does)")

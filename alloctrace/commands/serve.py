@@ -22,12 +22,12 @@ EXAMPLES = """examples:
   alloctrace serve                                    # the default store, http://127.0.0.1:8000/
   alloctrace serve --store postgresql://alloc@db:5432/traces --workers 4 --host 0.0.0.0 \\
       --token auto --read-token "$DASHBOARD_TOKEN"     # a shared server for a team and its CI
-  alloctrace serve --examples --open                  # seed an empty store with example traces"""
+  alloctrace serve --examples --open                  # the store gets the example traces it lacks"""
 
 
 EXAMPLES = examples(
     'alloctrace serve --store ./store --open   # http://127.0.0.1:8000',
-    'alloctrace serve --examples --port 8001   # an empty store gets example traces',
+    'alloctrace serve --examples --port 8001   # the store gets the example traces it lacks',
     'alloctrace serve --host 0.0.0.0 --token "$TOKEN"   # reachable from other machines, behind a token')
 
 
@@ -51,7 +51,7 @@ def register(subparsers):
                         f"(default: ${READ_TOKENS_ENV}, comma-separated); needs --token for writes")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="server processes (default 1); more than one needs a PostgreSQL store")
-    p.add_argument("--examples", action="store_true", help="seed an empty store with example traces")
+    p.add_argument("--examples", action="store_true", help="add the example traces the store lacks (never twice)")
     p.add_argument("--max-upload-mb", type=int, default=2048, metavar="MB", help="upload size cap (default 2048)")
     p.add_argument("--max-decompressed", metavar="BYTES",
                    help="refuse an upload that decompresses to more than this (default 2G, or "

@@ -43,7 +43,7 @@ def run_copy(args) -> int:
 
     if args.src == args.dst:
         raise UserError("SRC and DST are the same store")
-    src = open_store(args.src)
+    src = open_store(args.src, create=False)
     dst = open_store(args.dst)
     if src.path is not None and dst.path is not None and src.path.resolve() == dst.path.resolve():
         raise UserError("SRC and DST are the same store")

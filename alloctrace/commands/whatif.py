@@ -56,9 +56,9 @@ def load_device(args) -> tuple[str, int, dict, dict]:
     does with files), then read back from the store like any stored trace."""
     from alloctrace.traces.store.torch import device_columns, device_info
 
-    from .diff import resolve_ref
+    from .diff import names_a_file, resolve_ref
 
-    store = open_store_from(args)
+    store = open_store_from(args, create=names_a_file(args.trace))
     ref = resolve_ref(store, args.trace, {})
     tid, sep, dev = ref.partition(":")
     if sep and not dev.isdigit():

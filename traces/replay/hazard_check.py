@@ -65,7 +65,7 @@ def trace_plans(req: PlanRequest) -> list:
     from alloctrace.traces.replay.run import preset_plans as plans_of
     from alloctrace.traces.store.store import open_store
 
-    store = open_store(req.store)
+    store = open_store(req.store, create=False)
     try:
         tid, _ = store.resolve(req.trace_id)
         meta = store.meta(tid)

@@ -78,14 +78,26 @@ def store_dir(path=None) -> Path:
     return Path(base) / "alloctrace"
 
 
-def open_store(path=None) -> "Store":
-    """The store a directory or a PostgreSQL URL names (see store_dir and store_url)."""
+class NoStore(UserError):
+    """A command that only reads was pointed at a folder that holds no store (a mistyped --store, say): like a
+    trace that is not there, exit status 3."""
+
+    exit_code = 3
+
+
+def open_store(path=None, create: bool = True) -> "Store":
+    """The store a directory or a PostgreSQL URL names (see store_dir and store_url). A read that names a
+    folder with no store is refused (`create=False`): a typo must not make an empty store that answers
+    "no traces"."""
     url = store_url(path)
     if url is not None:
         return Store(backend=postgres.PostgresBackend(url))
     d = store_dir(path)
     if d.exists() and not d.is_dir():
         raise UserError(f"store {d} is not a directory")
+    if not create and not (d / DB_NAME).is_file():
+        raise NoStore(f"no store at {d} (import, record, sweep or fit makes one; check --store or "
+                      f"$ALLOCTRACE_STORE)")
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
