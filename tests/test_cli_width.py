@@ -49,30 +49,24 @@ def test_free_text_gives_way_first():
     assert fit_rows(rows, None) == rows
 
 
-def test_columns_fits_and_json_keeps_every_character(store):
-    r = cli("list", "--store", str(store), env={"COLUMNS": "80"})
-    assert r.returncode == 0
-    lines = r.stdout.splitlines()
-    assert len(lines) == 3 and max(map(len, lines)) <= 80
-    assert "…" in r.stdout and LONG not in r.stdout
+def test_a_pipe_gets_whole_names_whatever_columns_says(store):
+    """Scripts read tables through pipes (the README's tour does): $COLUMNS never cuts them."""
+    for env in ({"COLUMNS": "80"}, {}):
+        r = cli("list", "--store", str(store), env=env)
+        assert r.returncode == 0 and f"{LONG} 1" in r.stdout and "…" not in r.stdout
     full = cli("list", "--store", str(store), "--json")
     assert LONG in full.stdout and json.loads(full.stdout)
 
 
-def test_a_pipe_gets_whole_names(store):
+def on_a_terminal(store, columns: int, env_columns: str | None = None) -> list[str]:
+    """`alloctrace list` under a pseudo-terminal sized `columns` x 40, as a person's shell would run it."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    r = subprocess.run([sys.executable, "-m", "alloctrace", "list", "--store", str(store)], capture_output=True,
-                       text=True, env=env, timeout=120)
-    assert r.returncode == 0 and f"{LONG} 1" in r.stdout
-
-
-def test_a_real_terminal_of_90_columns(store):
-    """The command under a pseudo-terminal sized 90x40, as a person's shell would run it."""
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if env_columns:
+        env["COLUMNS"] = env_columns
     pid, fd = pty.fork()
     if pid == 0:  # the child: its stdout is the terminal
         os.execvpe(sys.executable, [sys.executable, "-m", "alloctrace", "list", "--store", str(store)], env)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 90, 0, 0))
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
     out = b""
     while True:
         try:
@@ -84,8 +78,18 @@ def test_a_real_terminal_of_90_columns(store):
         out += chunk
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    lines = [ln for ln in out.decode().replace("\r", "").splitlines() if ln.strip()]
+    return [ln for ln in out.decode().replace("\r", "").splitlines() if ln.strip()]
+
+
+def test_a_real_terminal_of_90_columns(store):
+    lines = on_a_terminal(store, 90)
     assert len(lines) == 3 and max(map(len, lines)) <= 90, lines
+    assert any("…" in ln for ln in lines)
+
+
+def test_columns_names_the_width_on_a_terminal(store):
+    lines = on_a_terminal(store, 200, env_columns="70")
+    assert len(lines) == 3 and max(map(len, lines)) <= 70, lines
 
 
 @pytest.mark.parametrize("command", [["list"], ["show", "deadbeef"], ["peak", "deadbeef"], ["rm", "deadbeef"],

@@ -1,7 +1,7 @@
 """A state request that is a graph's first reads only what it needs, and answers what the full path answers.
 
 The references are the paths a state request took before: `Store.columns` (every column decoded),
-the lifetimes of `memmap.extract` for the op of each live tensor (`server.api._name_live_ops`),
+the lifetimes of `memmap.extract` for the op of each live tensor (`traces/memmap/live_ops.py: name_live_ops_from_lifetimes`),
 and the HTTP answer of a server that drew the memory map first. Checked on every graph of the real
 logs, on multi-chunk head graphs, on random graphs (double frees, reuses by name only, free_extra,
 realloc) and on a long synthetic graph stored with its checkpoints.
@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import given, settings, strategies as st
 
-from alloctrace.server.api import _name_live_ops
+from alloctrace.traces.memmap.live_ops import name_live_ops_from_lifetimes
 from alloctrace.server.app import create_app
 from alloctrace.traces.memmap import live_ops
 from alloctrace.traces import memmap
@@ -77,7 +77,7 @@ def assert_same_ops(events, cols, capacity=None, lazy=None) -> int:
     for n in range(len(events) + 1):
         live = index.state(n)["live"]
         want = copy.deepcopy(live)
-        _name_live_ops(want, lt, n)
+        name_live_ops_from_lifetimes(want, lt, n)
         by_name = any(e.kind == "reuse" and e.offset is None for e in events[:n])
         for source, window in [(cols, 1), (cols, 3), (cols, 1 << 13)] + ([(lazy, 2)] if lazy is not None else []):
             got = copy.deepcopy(live)

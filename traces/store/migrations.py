@@ -10,6 +10,8 @@ indexes the listing and the history read by.
 """
 from __future__ import annotations
 
+import re
+
 STORE_FORMAT = 3
 
 # written for SQLite; the PostgreSQL backend reads INTEGER as BIGINT and BLOB as BYTEA
@@ -41,6 +43,7 @@ CREATE TABLE IF NOT EXISTS memmap_lod (
     PRIMARY KEY (trace_id, graph_idx),
     FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
 """
+TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA))
 # made after an upgrade added the columns they index
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS traces_content_hash ON traces (content_hash)",
@@ -53,9 +56,13 @@ def current(db) -> bool:
     may only SELECT opens it, and opening is one quick read)."""
     try:
         row = db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()
+        if row is None or str(row[0]) != str(STORE_FORMAT):
+            return False
+        for table in TABLES:  # a table missing at the current format (lost, or dropped by hand): made again
+            db.execute(f"SELECT 1 FROM {table} LIMIT 0")
     except Exception:  # noqa: BLE001 - no table yet (each backend's own error): create it
         return False
-    return row is not None and str(row[0]) == str(STORE_FORMAT)
+    return True
 
 
 current.format = str(STORE_FORMAT)

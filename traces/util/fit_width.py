@@ -1,6 +1,6 @@
 """Text tables that fit the terminal: the widest columns give way first, each long cell keeping its start and
-its end (`llama-comp…gguf`), since names differ at both. Only for people: output read by a program (a pipe with
-no COLUMNS) keeps every character."""
+its end (`llama-comp…gguf`), since names differ at both. Only for people: output read by a program (a pipe or
+a file) keeps every character."""
 from __future__ import annotations
 
 import os
@@ -17,16 +17,17 @@ FREE_TEXT = ("NAME", "TAGS", "TENSOR", "SITE", "CALL SITE", "FRAME", "PROGRAM", 
 
 
 def terminal_width(stream=None) -> int | None:
-    """The width to fit: $COLUMNS when set, else the terminal's when `stream` is one; None for a pipe."""
-    if os.environ.get("COLUMNS", "").isdigit():
-        return int(os.environ["COLUMNS"])
+    """The width to fit when `stream` (stdout) is a terminal: $COLUMNS when set, else the terminal's; None for
+    a pipe or a file, whatever $COLUMNS says (a script reading the table gets every character)."""
     stream = stream or sys.stdout
     try:
-        if stream.isatty():
-            return shutil.get_terminal_size().columns
+        if not stream.isatty():
+            return None
     except (AttributeError, ValueError, OSError):
-        pass
-    return None
+        return None
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    return shutil.get_terminal_size().columns
 
 
 def middle_cut(text: str, width: int) -> str:
