@@ -209,3 +209,22 @@ def bad_value_snapshots() -> dict[str, dict]:
         "entry size int64 max": _snapshot(entries=[dict(alloc, size=2 ** 63 - 1)]),
         "entry size negative": _snapshot(entries=[dict(alloc, size=-512)]),
     }
+
+
+def _pickled_str(text: str) -> bytes:
+    b = text.encode()
+    return b"X" + len(b).to_bytes(4, "little") + b  # BINUNICODE
+
+
+def deep_tuple_snapshot(path: Path, depth: int = 200_000, where: str = "filename") -> Path:
+    """A snapshot whose one entry's frame `filename` (or the entry's `size`) is a tuple nested `depth` deep,
+    written opcode by opcode (pickle.dumps would recurse): ~1 byte of pickle per level, and hashing or
+    converting the value recursed in C until the process died (SIGSEGV, exit 139)."""
+    nested = b")" + b"\x85" * depth  # EMPTY_TUPLE, then TUPLE1 around it `depth` times
+    s = _pickled_str
+    frame = b"}(" + s("filename") + (nested if where == "filename" else s("x.py")) + s("line") + b"K\x01" \
+        + s("name") + s("f") + b"u"
+    entry = b"}(" + s("action") + s("alloc") + s("addr") + b"K\x00" + s("size") \
+        + (nested if where == "size" else b"K\x10") + s("stream") + b"K\x00" + s("frames") + b"]" + frame + b"au"
+    path.write_bytes(b"\x80\x02}(" + s("segments") + b"]" + s("device_traces") + b"]]" + entry + b"aau.")
+    return path

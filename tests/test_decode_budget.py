@@ -1,0 +1,52 @@
+"""Untrusted bytes are decoded under a budget: a deeply nested pickle, a compression bomb under the old
+2 GiB cap, ... are refused in one line (CLI exit 2, HTTP 4xx) and the server keeps answering."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hostile_inputs import deep_tuple_snapshot
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """In a child: a crash (SIGSEGV) shows as its exit status instead of killing the test run."""
+    return subprocess.run([sys.executable, "-m", "alloctrace", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_line(p: subprocess.CompletedProcess) -> str:
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    assert p.stderr.startswith("alloctrace: error: ") and p.stderr.count("\n") == 1, p.stderr[-2000:]
+    return p.stderr
+
+
+@pytest.mark.parametrize("where,depth", [("filename", 200_000), ("size", 200_000), ("size", 1000)])
+def test_a_deeply_nested_pickle_is_one_line(where, depth, tmp_path):
+    """200 KB of nested tuples: exit 139 (SIGSEGV) before; 1,000 deep in a size: a numpy traceback."""
+    path = deep_tuple_snapshot(tmp_path / "deep.pickle", depth, where)
+    err = one_line(cli("import", str(path), "--store", str(tmp_path / "s")))
+    assert "deep.pickle" in err and ("nested too deep" in err or "expected integers" in err), err
+
+
+def test_the_server_refuses_a_deeply_nested_pickle_and_keeps_serving(tmp_path):
+    path = deep_tuple_snapshot(tmp_path / "deep.pickle")
+    prog = textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        from fastapi.testclient import TestClient
+        from alloctrace.server.app import create_app
+        with TestClient(create_app(store_dir=Path(sys.argv[2]))) as c:
+            r = c.post("/api/torch/traces", files={"file": ("deep.pickle", Path(sys.argv[1]).read_bytes())})
+            print(r.status_code, r.json()["detail"])
+            print(c.get("/api/traces").status_code, c.get("/api/traces").json()["traces"])
+    """)
+    p = subprocess.run([sys.executable, "-c", prog, str(path), str(tmp_path / "s")], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    first, second = p.stdout.splitlines()
+    assert first.startswith("422 ") and "nested too deep" in first, first
+    assert second == "200 []"
