@@ -228,3 +228,21 @@ def deep_tuple_snapshot(path: Path, depth: int = 200_000, where: str = "filename
         + (nested if where == "size" else b"K\x10") + s("stream") + b"K\x00" + s("frames") + b"]" + frame + b"au"
     path.write_bytes(b"\x80\x02}(" + s("segments") + b"]" + s("device_traces") + b"]]" + entry + b"aau.")
     return path
+
+
+def codec_log_bomb(path: Path, codec: str, size: int = 72 << 20) -> Path:
+    """`size` bytes of one ever-growing graph's allocation lines, compressed with `codec` (gzip, zstd, xz):
+    a few hundred KB at most that decompress past the 64 MiB default (before: 2 GiB, 10 s and 500 MB per
+    64 MiB of text)."""
+    import lzma
+
+    line = b"ggml_allocr_alloc: allocating t (32 bytes) - block 0\n"
+    chunk = line * ((1 << 20) // len(line))
+    opener = {"gzip": lambda f: gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6),
+              "xz": lambda f: lzma.LZMAFile(f, "wb", preset=1),
+              "zstd": lambda f: zstandard.ZstdCompressor(level=3).stream_writer(f, closefd=False)}[codec]
+    with open(path, "wb") as f, opener(f) as w:
+        w.write(HEADER.encode())
+        for _ in range(size // len(chunk) + 1):
+            w.write(chunk)
+    return path

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile_inputs import deep_tuple_snapshot
+from hostile_inputs import codec_log_bomb, deep_tuple_snapshot
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -50,3 +50,27 @@ def test_the_server_refuses_a_deeply_nested_pickle_and_keeps_serving(tmp_path):
     first, second = p.stdout.splitlines()
     assert first.startswith("422 ") and "nested too deep" in first, first
     assert second == "200 []"
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd", "xz"])
+def test_a_compressed_file_past_the_default_budget_is_refused_in_one_line(codec, tmp_path):
+    """72 MiB of log text in a few hundred KB: imported before (up to the old 2 GiB cap: a 37 KB zstd log
+    took 2.8 GB and 103 s); refused at the 64 MiB default now, and --max-bytes moves the line."""
+    path = codec_log_bomb(tmp_path / f"bomb.{codec}", codec)
+    assert path.stat().st_size < 1 << 20
+    err = one_line(cli("import", str(path), "--store", str(tmp_path / "s")))
+    assert f"decompresses to more than {64 << 20:,} bytes" in err and "--max-bytes" in err, err
+    err = one_line(cli("import", str(path), "--store", str(tmp_path / "s"), "--max-bytes", "1M"))
+    assert f"more than {1 << 20:,} bytes" in err, err
+
+
+def test_the_server_refuses_a_compressed_upload_past_the_budget_and_keeps_serving(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from alloctrace.server.app import create_app
+
+    path = codec_log_bomb(tmp_path / "bomb.zst", "zstd")
+    with TestClient(create_app(store_dir=tmp_path / "s")) as c:
+        r = c.post("/api/traces", files={"file": ("bomb.zst", path.read_bytes())})
+        assert r.status_code == 413 and "decompresses to more than" in r.json()["detail"], (r.status_code, r.text)
+        assert c.get("/api/traces").json()["traces"] == []

@@ -53,9 +53,9 @@ def register(subparsers):
                    help="server processes (default 1); more than one needs a PostgreSQL store")
     p.add_argument("--examples", action="store_true", help="seed an empty store with example traces")
     p.add_argument("--max-upload-mb", type=int, default=2048, metavar="MB", help="upload size cap (default 2048)")
-    p.add_argument("--max-decompressed", metavar="BYTES",
-                   help="refuse an upload that decompresses to more than this (default 2G, or "
-                        "$ALLOCTRACE_MAX_DECOMPRESSED)")
+    p.add_argument("--max-bytes", "--max-decompressed", dest="max_decompressed", metavar="BYTES",
+                   help="refuse an upload that decompresses to more than this (e.g. 512M; default 64M for a "
+                        "compressed file, none for a plain one; or $ALLOCTRACE_MAX_DECOMPRESSED)")
     p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
@@ -91,7 +91,7 @@ def run(args) -> int:
         raise UserError("--max-upload-mb must be positive")
     from alloctrace.traces.sources.bounded_io import Limits, parse_amount
     max_decompressed = None if args.max_decompressed is None else int(parse_amount(args.max_decompressed,
-                                                                                     "--max-decompressed"))
+                                                                                     "--max-bytes"))
     limits = Limits.from_env(max_decompressed=max_decompressed)
     sock = bind(args.host, args.port)
     import uvicorn
