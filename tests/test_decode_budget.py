@@ -11,6 +11,8 @@ import pytest
 
 from hostile_inputs import codec_log_bomb, deep_tuple_snapshot
 
+FIXTURE = Path(__file__).resolve().parent / "data" / "torch" / "gpt2_train_bs16.pickle.gz"
+
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """In a child: a crash (SIGSEGV) shows as its exit status instead of killing the test run."""
@@ -74,3 +76,20 @@ def test_the_server_refuses_a_compressed_upload_past_the_budget_and_keeps_servin
         r = c.post("/api/traces", files={"file": ("bomb.zst", path.read_bytes())})
         assert r.status_code == 413 and "decompresses to more than" in r.json()["detail"], (r.status_code, r.text)
         assert c.get("/api/traces").json()["traces"] == []
+
+
+def test_import_dir_passes_over_a_fifo_where_the_side_file_would_be(tmp_path):
+    """A FIFO named like the recorder's `.json` beside a snapshot: `import DIR` waited on it forever."""
+    import os
+    import shutil
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    shutil.copy(FIXTURE, folder / "rank3.pickle.gz")
+    os.mkfifo(folder / "rank3.json")
+    try:
+        p = cli("import", str(folder), "--store", str(tmp_path / "s"), "--json", timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("import DIR hung on a FIFO side file")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert '"rank": 3' in p.stdout or "rank3" in p.stdout, p.stdout[-2000:]
