@@ -93,3 +93,20 @@ def test_import_dir_passes_over_a_fifo_where_the_side_file_would_be(tmp_path):
         pytest.fail("import DIR hung on a FIFO side file")
     assert p.returncode == 0, p.stderr[-2000:]
     assert '"rank": 3' in p.stdout or "rank3" in p.stdout, p.stdout[-2000:]
+
+
+def test_control_characters_in_frame_names_never_reach_the_svg():
+    """A frame name from a snapshot with NUL, ESC or C1 characters made the flamegraph SVG unparsable."""
+    import xml.etree.ElementTree as ET
+
+    from alloctrace.traces.explain import torch_flame_svg
+
+    name = "evil\x00\x1b[31m\x85\ud800<b>"
+    leaf = {"name": name, "value": 4096, "count": 1, "children": []}
+    tree = {"name": "all", "value": 4096, "count": 1, "children": [leaf]}
+    f = {"tree": tree, "bytes": 4096, "trace_id": "t\x07", "device": 0, "event": 1, "n_events": 1,
+         "live_allocations": 1, "name": "n\x0b"}
+    svg = torch_flame_svg.svg(f)
+    root = ET.fromstring(svg.encode("utf-8"))  # encodes and parses: nothing XML cannot carry
+    texts = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}title"))
+    assert "evil\\x00\\x1b[31m\\x85\\xd800<b>" in texts, texts
