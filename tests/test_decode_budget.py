@@ -110,3 +110,21 @@ def test_control_characters_in_frame_names_never_reach_the_svg():
     root = ET.fromstring(svg.encode("utf-8"))  # encodes and parses: nothing XML cannot carry
     texts = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}title"))
     assert "evil\\x00\\x1b[31m\\x85\\xd800<b>" in texts, texts
+
+
+def test_ids_past_int64_are_one_line(tmp_path, capsys):
+    """`trace:2**64` or `--device 2**64` reached the database driver: OverflowError and a traceback."""
+    from alloctrace.cli import main
+
+    store = str(tmp_path / "s")
+    assert main(["import", str(FIXTURE), "--store", store]) == 0
+    capsys.readouterr()
+    from alloctrace.traces.store.store import open_store
+
+    [t] = open_store(store).list()
+    tid, big = t.id if hasattr(t, "id") else t["id"], str(1 << 64)
+    for args in (["state", f"{tid}:{big}"], ["flame", f"{tid}:{big}"], ["whatif", f"{tid}:{big}"],
+                 ["whatif", tid, "--device", big], ["diff", f"{tid}:{big}", tid]):
+        assert main([*args, "--store", store]) == 3, args  # as for any graph the trace does not have
+        err = capsys.readouterr().err
+        assert err.startswith("alloctrace: error: ") and err.count("\n") == 1 and f"no graph {big}" in err, err

@@ -43,6 +43,15 @@ GRAPH_COLUMNS = "idx, role, n_events, max_size, buffer_size, oom, consistent, " 
 ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
 
+def _graph_index(tid: str, g) -> int:
+    """`g` as a graph index the database can hold; past int64 (`trace:99999999999999999999`, `--device 2**64`)
+    no graph has it, said in one line (the driver raised OverflowError)."""
+    g = int(g)
+    if not -(1 << 63) <= g < 1 << 63:
+        raise NotFound(f"trace {tid} has no graph {g}")
+    return g
+
+
 class NotFound(KeyError, UserError):
     """No trace (or graph) with that id."""
 
@@ -274,7 +283,7 @@ class Store:
             return tid, None
         if not tail.isdigit():
             raise NotFound(f"bad graph index {tail!r} in {ref!r}")
-        g = int(tail)
+        g = _graph_index(tid, int(tail))
         with self._snapshot() as db:
             if not db.execute("SELECT 1 FROM graphs WHERE trace_id=? AND idx=?", (tid, g)).fetchone():
                 raise NotFound(f"trace {tid} has no graph {g}")
@@ -338,7 +347,7 @@ class Store:
         tid = self._id(tid)
         with self._snapshot() as db:
             row = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, "
-                             "packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
+                             "packed FROM graphs WHERE trace_id=? AND idx=?", (tid, _graph_index(tid, g))).fetchone()
             blobs = self._blobs(db, tid, g, row)
         row = row[:9]
         try:
@@ -384,7 +393,8 @@ class Store:
         """A graph's extra (a recording's buffer types and sizes, ...) without its columns."""
         tid = self._id(tid)
         with self._snapshot() as db:
-            row = db.execute("SELECT extra FROM graphs WHERE trace_id=? AND idx=?", (tid, int(graph_index))).fetchone()
+            row = db.execute("SELECT extra FROM graphs WHERE trace_id=? AND idx=?",
+                             (tid, _graph_index(tid, graph_index))).fetchone()
         if row is None:
             raise NotFound(f"trace {tid} has no graph {graph_index}")
         return _json(row[0], tid, graph_index, "extra", dict)
