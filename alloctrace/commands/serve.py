@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 import webbrowser
+from pathlib import Path
 
 from alloctrace.traces.errors import UserError
 
@@ -114,9 +115,12 @@ def run(args) -> int:
         store.close()  # each worker opens its own
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}/"
+    shown = url
     if token:
         url += f"?token={token}"
-    print(f"alloctrace: serving on {url}", flush=True)
+        where = save_url(url, args.port)
+        shown += f" (the address with its token is in {where}, readable by you only)"
+    print(f"alloctrace: serving on {shown}", flush=True)
     if args.open:
         if has_display():
             threading.Timer(1.0, open_browser, (url,)).start()
@@ -144,6 +148,26 @@ def run(args) -> int:
     finally:
         sock.close()
     return 0
+
+
+def save_url(url: str, port: int) -> Path:
+    """Write the address with its token to a file only this user can read, and return its path: a token
+    printed on the terminal ends up in scrollback, screen shares and CI logs."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("XDG_STATE_HOME") \
+        or os.path.join(os.path.expanduser("~"), ".local", "state")
+    folder = Path(base) / "alloctrace"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if folder.is_symlink() or folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
+            raise UserError(f"{folder}: not a private folder of this user's; the token is not written there")
+        path = folder / f"serve-{port}.url"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(fd, 0o600)
+            f.write(url + "\n")
+    except OSError as e:
+        raise UserError(f"cannot write the server's address to {folder}: {e.strerror or e}") from None
+    return path
 
 
 def has_display() -> bool:
