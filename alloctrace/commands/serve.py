@@ -123,9 +123,9 @@ def run(args) -> int:
     print(f"alloctrace: serving on {shown}", flush=True)
     if args.open:
         if has_display():
-            threading.Timer(1.0, open_browser, (url,)).start()
+            threading.Timer(1.0, open_browser, (url, shown)).start()
         else:
-            print(f"alloctrace: no display to open a browser on; open {url} in a browser", flush=True)
+            print(f"alloctrace: no display to open a browser on; open {shown} in a browser", flush=True)
     files = _raise_file_limit()
     limit_concurrency = max(8, files - 32)  # connections beyond what the file table holds get a 503, never a 500
     from alloctrace.server.workers import one_line_logging, run_workers
@@ -177,9 +177,9 @@ def has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def open_browser(url: str):
+def open_browser(url: str, shown: str):
     if not webbrowser.open(url):
-        print(f"alloctrace: found no browser to start; open {url} in a browser", flush=True)
+        print(f"alloctrace: found no browser to start; open {shown} in a browser", flush=True)
 
 
 def _raise_file_limit() -> int:
