@@ -246,3 +246,17 @@ def codec_log_bomb(path: Path, codec: str, size: int = 72 << 20) -> Path:
         for _ in range(size // len(chunk) + 1):
             w.write(chunk)
     return path
+
+
+def dense_snapshot_zstd(path: Path, n_entries: int = 2_000_000) -> Path:
+    """A snapshot of `n_entries` alike entries, each a dict of its own with a one-frame stack, zstd-compressed:
+    the densest memory per decompressed byte (about 15 bytes per byte unpickled; 2 million: 108 MB of pickle
+    in 6 MB, 1.75 GB and 21 s to import under the old 2 GiB cap)."""
+    import pickle
+
+    entries = [{"action": "alloc", "addr": 0, "size": 512, "stream": 0,
+                "frames": [{"filename": "x.py", "line": 1, "name": "f"}]} for _ in range(n_entries)]
+    data = pickle.dumps({"segments": [], "device_traces": [entries]}, protocol=2)
+    del entries
+    path.write_bytes(zstandard.ZstdCompressor(level=19).compress(data))
+    return path
