@@ -128,3 +128,25 @@ def test_ids_past_int64_are_one_line(tmp_path, capsys):
         assert main([*args, "--store", store]) == 3, args  # as for any graph the trace does not have
         err = capsys.readouterr().err
         assert err.startswith("alloctrace: error: ") and err.count("\n") == 1 and f"no graph {big}" in err, err
+
+
+@pytest.mark.parametrize("damage,commands", [("extra='[]'", ("state", "flame", "whatif")), ("oom='[1]'", ("whatif",)),
+                                              ("extra='not json'", ("state", "flame", "whatif"))])
+def test_a_damaged_pytorch_graph_is_one_line_in_state_flame_and_whatif(damage, commands, tmp_path, capsys):
+    """A device row whose extra or oom is not the JSON dict it was stored as: AttributeError tracebacks before."""
+    import sqlite3
+
+    from alloctrace.cli import main
+
+    store = tmp_path / "s"
+    assert main(["import", str(FIXTURE), "--store", str(store)]) == 0
+    capsys.readouterr()
+    db = sqlite3.connect(store / "alloctrace.db")
+    db.execute(f"UPDATE graphs SET {damage}")
+    db.commit()
+    db.close()
+    [tid] = [row.split()[0] for row in cli("list", "--store", str(store)).stdout.splitlines()[1:2]]
+    for command in commands:
+        assert main([command, tid, "--store", str(store)]) == 2, command
+        err = capsys.readouterr().err
+        assert err.startswith("alloctrace: error: ") and err.count("\n") == 1 and "is damaged" in err, (command, err)
