@@ -5,7 +5,8 @@ other trace intact (same summary, same events, `PRAGMA integrity_check` ok).
     python bench/bench_hostile.py [--quick] [--work DIR] [--only disk]
 
 --only disk runs only the rows of bench/hostile_disk.py (planted libraries, amplified and impossible
-PyTorch snapshots, damaged stores, the smaller refusals), each with its wall time.
+PyTorch snapshots, damaged stores, the smaller refusals), each with its wall time; --only decode the rows
+of bench/hostile_decode.py (compression bombs of each codec, the densest snapshot, a nested pickle).
 
 --quick shrinks the slowest inputs (the 5 GB gzip text bomb becomes 1 GB, the 10^6-event
 /state graph 600k). Every attack runs in a fresh child process; peak RSS is its ru_maxrss.
@@ -97,9 +98,13 @@ def battery(work: Path, quick: bool, only: str | None = None):
         rows.append((name, result, peak, st_intact or st.intact(), wall))
         print(f"  {name}: {result}", file=sys.stderr, flush=True)
 
+    from hostile_decode import battery as decode_battery
     from hostile_disk import battery as disk_battery
     if only == "disk":
         disk_battery(work, st, row)
+        return rows
+    if only == "decode":
+        decode_battery(work, st, row, serve_code, outcome)
         return rows
 
     # 1: decompression bombs
@@ -114,7 +119,7 @@ def battery(work: Path, quick: bool, only: str | None = None):
     cap = ["--max-decompressed", "512M"] if quick else []  # quick: a 1 GiB bomb against a 512 MiB cap
     p, peak = cli_peak_rss(["import", str(text), "--store", str(st.path), *cap], timeout=1800)
     row(f"1 import: gzip of {size >> 30} GiB text ({text.stat().st_size // MB} MB), cap "
-        f"{'512 MiB' if quick else '2 GiB (default)'}", outcome(p), peak)
+        f"{'512 MiB' if quick else '64 MiB (default)'}", outcome(p), peak)
     p, peak = peak_rss_of(serve_code(st.path, f"""
         r = up({str(bomb)!r}); print(r.status_code, r.json()["detail"])
         t = time.perf_counter(); c.get("/api/traces"); print("list", round(time.perf_counter() - t, 2))
@@ -251,6 +256,7 @@ def battery(work: Path, quick: bool, only: str | None = None):
         row("14 import --salvage: gzip cut in half",
             f"exit 0, truncated={s['truncated']}, last graph complete={s['graphs'][-1]['complete']}")
         cli("rm", tid, "--store", st.path)
+    decode_battery(work, st, row, serve_code, outcome)
     disk_battery(work, st, row)
     return rows
 
@@ -259,7 +265,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller slow inputs")
     ap.add_argument("--work", type=Path, help="folder for the generated inputs (kept between runs)")
-    ap.add_argument("--only", choices=["disk"], help="only the rows of bench/hostile_disk.py")
+    ap.add_argument("--only", choices=["disk", "decode"], help="only the rows of bench/hostile_disk.py, "
+                    "or of bench/hostile_decode.py (the decoding budget)")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="hostile-"))
     work.mkdir(parents=True, exist_ok=True)

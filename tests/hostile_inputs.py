@@ -209,3 +209,54 @@ def bad_value_snapshots() -> dict[str, dict]:
         "entry size int64 max": _snapshot(entries=[dict(alloc, size=2 ** 63 - 1)]),
         "entry size negative": _snapshot(entries=[dict(alloc, size=-512)]),
     }
+
+
+def _pickled_str(text: str) -> bytes:
+    b = text.encode()
+    return b"X" + len(b).to_bytes(4, "little") + b  # BINUNICODE
+
+
+def deep_tuple_snapshot(path: Path, depth: int = 200_000, where: str = "filename") -> Path:
+    """A snapshot whose one entry's frame `filename` (or the entry's `size`) is a tuple nested `depth` deep,
+    written opcode by opcode (pickle.dumps would recurse): ~1 byte of pickle per level, and hashing or
+    converting the value recursed in C until the process died (SIGSEGV, exit 139)."""
+    nested = b")" + b"\x85" * depth  # EMPTY_TUPLE, then TUPLE1 around it `depth` times
+    s = _pickled_str
+    frame = b"}(" + s("filename") + (nested if where == "filename" else s("x.py")) + s("line") + b"K\x01" \
+        + s("name") + s("f") + b"u"
+    entry = b"}(" + s("action") + s("alloc") + s("addr") + b"K\x00" + s("size") \
+        + (nested if where == "size" else b"K\x10") + s("stream") + b"K\x00" + s("frames") + b"]" + frame + b"au"
+    path.write_bytes(b"\x80\x02}(" + s("segments") + b"]" + s("device_traces") + b"]]" + entry + b"aau.")
+    return path
+
+
+def codec_log_bomb(path: Path, codec: str, size: int = 72 << 20) -> Path:
+    """`size` bytes of one ever-growing graph's allocation lines, compressed with `codec` (gzip, zstd, xz):
+    a few hundred KB at most that decompress past the 64 MiB default (before: 2 GiB, 10 s and 500 MB per
+    64 MiB of text)."""
+    import lzma
+
+    line = b"ggml_allocr_alloc: allocating t (32 bytes) - block 0\n"
+    chunk = line * ((1 << 20) // len(line))
+    opener = {"gzip": lambda f: gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6),
+              "xz": lambda f: lzma.LZMAFile(f, "wb", preset=1),
+              "zstd": lambda f: zstandard.ZstdCompressor(level=3).stream_writer(f, closefd=False)}[codec]
+    with open(path, "wb") as f, opener(f) as w:
+        w.write(HEADER.encode())
+        for _ in range(size // len(chunk) + 1):
+            w.write(chunk)
+    return path
+
+
+def dense_snapshot_zstd(path: Path, n_entries: int = 2_000_000) -> Path:
+    """A snapshot of `n_entries` alike entries, each a dict of its own with a one-frame stack, zstd-compressed:
+    the densest memory per decompressed byte (about 15 bytes per byte unpickled; 2 million: 108 MB of pickle
+    in 6 MB, 1.75 GB and 21 s to import under the old 2 GiB cap)."""
+    import pickle
+
+    entries = [{"action": "alloc", "addr": 0, "size": 512, "stream": 0,
+                "frames": [{"filename": "x.py", "line": 1, "name": "f"}]} for _ in range(n_entries)]
+    data = pickle.dumps({"segments": [], "device_traces": [entries]}, protocol=2)
+    del entries
+    path.write_bytes(zstandard.ZstdCompressor(level=19).compress(data))
+    return path

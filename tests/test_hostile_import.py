@@ -64,7 +64,7 @@ def test_text_bomb_stops_at_the_decompressed_cap(bombs, tmp_path):
     p, peak = cli_peak_rss(["import", str(bombs["gzip-text"]), "--store", str(tmp_path / "s"),
                             "--max-decompressed", "32M"])
     line = one_error_line(p)
-    assert "more than 33,554,432 bytes" in line and "--max-decompressed" in line
+    assert "more than 33,554,432 bytes" in line and "--max-bytes" in line
     assert peak < 200 * MB, peak
     # the same cap from the environment, on a zstd stream of text
     z = tmp_path / "t.zst"

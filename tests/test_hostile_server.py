@@ -293,9 +293,12 @@ def test_tokens_that_are_not_url_safe_are_refused_at_start(tmp_path, token):
 
 
 def test_generated_tokens_are_url_safe_and_work(tmp_path):
-    proc, port, first = _serve(tmp_path / "s", "--token", "auto")
+    proc, port, first = _serve(tmp_path / "s", "--token", "auto", env={"XDG_RUNTIME_DIR": str(tmp_path / "run")})
     try:
-        token = re.search(r"\?token=(\S+)", first).group(1)
+        assert "token=" not in first  # never on the terminal: in a file only this user can read
+        saved = Path(re.search(r"is in (\S+),", first).group(1))
+        assert saved.parent == tmp_path / "run" / "alloctrace" and saved.stat().st_mode & 0o777 == 0o600
+        token = re.search(r"\?token=(\S+)", saved.read_text()).group(1)
         assert re.fullmatch(r"[A-Za-z0-9_-]{32}", token)
         assert _get(port)[0] == 401
         status, data = _get(port, f"/?token={token}")

@@ -35,9 +35,9 @@ def register(subparsers):
                    help=f"allocator generation of a ggml log, overriding detection: {profile_names()}")
     add_tag_arg(p)
     p.add_argument("--json", action="store_true", help="print the imported traces as JSON")
-    p.add_argument("--max-decompressed", metavar="BYTES",
-                   help="refuse a file that decompresses to more than this (e.g. 512M; default 2G, "
-                        "or $ALLOCTRACE_MAX_DECOMPRESSED)")
+    p.add_argument("--max-bytes", "--max-decompressed", dest="max_decompressed", metavar="BYTES",
+                   help="refuse a file that decompresses to more than this (e.g. 512M; default 64M for a "
+                        "compressed file, none for a plain one; or $ALLOCTRACE_MAX_DECOMPRESSED)")
     p.add_argument("--max-cpu", metavar="SECONDS",
                    help="CPU time allowed per file (default 900, or $ALLOCTRACE_MAX_IMPORT_CPU)")
     p.add_argument("--ranks", action="store_true",
@@ -62,7 +62,7 @@ def run(args) -> int:
     tags = tags_from(args)
     limits = Limits.from_env(
         max_decompressed=None if args.max_decompressed is None else int(parse_amount(args.max_decompressed,
-                                                                                      "--max-decompressed")),
+                                                                                      "--max-bytes")),
         max_cpu_s=None if args.max_cpu is None else parse_amount(args.max_cpu, "--max-cpu"),
         salvage=args.salvage or None)
     store = open_store_from(args, create=True)

@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 import webbrowser
+from pathlib import Path
 
 from alloctrace.traces.errors import UserError
 
@@ -53,9 +54,9 @@ def register(subparsers):
                    help="server processes (default 1); more than one needs a PostgreSQL store")
     p.add_argument("--examples", action="store_true", help="add the example traces the store lacks (never twice)")
     p.add_argument("--max-upload-mb", type=int, default=2048, metavar="MB", help="upload size cap (default 2048)")
-    p.add_argument("--max-decompressed", metavar="BYTES",
-                   help="refuse an upload that decompresses to more than this (default 2G, or "
-                        "$ALLOCTRACE_MAX_DECOMPRESSED)")
+    p.add_argument("--max-bytes", "--max-decompressed", dest="max_decompressed", metavar="BYTES",
+                   help="refuse an upload that decompresses to more than this (e.g. 512M; default 64M for a "
+                        "compressed file, none for a plain one; or $ALLOCTRACE_MAX_DECOMPRESSED)")
     p.epilog = EXAMPLES
     p.set_defaults(func=run)
 
@@ -91,7 +92,7 @@ def run(args) -> int:
         raise UserError("--max-upload-mb must be positive")
     from alloctrace.traces.sources.bounded_io import Limits, parse_amount
     max_decompressed = None if args.max_decompressed is None else int(parse_amount(args.max_decompressed,
-                                                                                     "--max-decompressed"))
+                                                                                     "--max-bytes"))
     limits = Limits.from_env(max_decompressed=max_decompressed)
     sock = bind(args.host, args.port)
     import uvicorn
@@ -114,14 +115,17 @@ def run(args) -> int:
         store.close()  # each worker opens its own
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}/"
+    shown = url
     if token:
         url += f"?token={token}"
-    print(f"alloctrace: serving on {url}", flush=True)
+        where = save_url(url, args.port)
+        shown += f" (the address with its token is in {where}, readable by you only)"
+    print(f"alloctrace: serving on {shown}", flush=True)
     if args.open:
         if has_display():
-            threading.Timer(1.0, open_browser, (url,)).start()
+            threading.Timer(1.0, open_browser, (url, shown)).start()
         else:
-            print(f"alloctrace: no display to open a browser on; open {url} in a browser", flush=True)
+            print(f"alloctrace: no display to open a browser on; open {shown} in a browser", flush=True)
     files = _raise_file_limit()
     limit_concurrency = max(8, files - 32)  # connections beyond what the file table holds get a 503, never a 500
     from alloctrace.server.workers import one_line_logging, run_workers
@@ -146,6 +150,26 @@ def run(args) -> int:
     return 0
 
 
+def save_url(url: str, port: int) -> Path:
+    """Write the address with its token to a file only this user can read, and return its path: a token
+    printed on the terminal ends up in scrollback, screen shares and CI logs."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("XDG_STATE_HOME") \
+        or os.path.join(os.path.expanduser("~"), ".local", "state")
+    folder = Path(base) / "alloctrace"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if folder.is_symlink() or folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
+            raise UserError(f"{folder}: not a private folder of this user's; the token is not written there")
+        path = folder / f"serve-{port}.url"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(fd, 0o600)
+            f.write(url + "\n")
+    except OSError as e:
+        raise UserError(f"cannot write the server's address to {folder}: {e.strerror or e}") from None
+    return path
+
+
 def has_display() -> bool:
     """Linux and BSD need an X or Wayland display for a browser window; macOS and Windows always have one."""
     if sys.platform in ("darwin", "win32"):
@@ -153,9 +177,9 @@ def has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def open_browser(url: str):
+def open_browser(url: str, shown: str):
     if not webbrowser.open(url):
-        print(f"alloctrace: found no browser to start; open {url} in a browser", flush=True)
+        print(f"alloctrace: found no browser to start; open {shown} in a browser", flush=True)
 
 
 def _raise_file_limit() -> int:

@@ -3,10 +3,21 @@ box as wide as its bytes, its callees above it; a tooltip (<title>) on every box
 from __future__ import annotations
 
 import hashlib
-from xml.sax.saxutils import escape
+import re
+from xml.sax.saxutils import escape as _escape
 
 WIDTH, ROW, PAD, TOP = 1200, 17, 10, 46
 CHAR = 6.6  # px per character of the 11px label font, for fitting labels
+
+
+# characters XML 1.0 does not allow (C0 controls but tab and line breaks, surrogates, U+FFFE/F) and C1 controls:
+# a frame name from a snapshot may hold any of them, and one makes the whole SVG unreadable
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def escape(text: str) -> str:
+    """`text` for SVG text and attributes: markup escaped, characters XML cannot carry shown as \\xNN."""
+    return _escape(_NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
 
 
 def fmt_bytes(n: int) -> str:
@@ -18,7 +29,7 @@ def fmt_bytes(n: int) -> str:
 
 def color(name: str) -> str:
     """A warm colour from the name: the same frame has the same colour in every graph."""
-    h = hashlib.blake2s(name.encode(), digest_size=3).digest()
+    h = hashlib.blake2s(name.encode("utf-8", "surrogatepass"), digest_size=3).digest()
     return f"rgb({205 + h[0] % 50},{80 + h[1] % 120},{h[2] % 60})"
 
 

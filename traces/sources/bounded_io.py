@@ -36,6 +36,11 @@ READ_IN = 1 << 16  # compressed bytes read from the file at a time
 WINDOW = 1 << 20  # decompressed bytes produced at a time (gzip, xz)
 ZSTD_FEED = 512  # zstd input fed at a time: one zstd block of 4 bytes may stand for 128 KiB
 
+# What a compressed file may decompress to unless raised (--max-bytes, ALLOCTRACE_MAX_DECOMPRESSED): the
+# densest inputs cost about 15 bytes of memory per decompressed byte (a pickle of small dicts) and a log
+# 0.15 s per MB, so 64 MiB keeps any file to about 1 GB and 20 s. A plain file is bounded by its own size.
+DEFAULT_MAX_DECOMPRESSED = 64 << 20
+
 ENV = {"max_decompressed": "ALLOCTRACE_MAX_DECOMPRESSED", "max_cpu_s": "ALLOCTRACE_MAX_IMPORT_CPU",
        "max_graphs": "ALLOCTRACE_MAX_GRAPHS", "max_amplification": "ALLOCTRACE_MAX_AMPLIFICATION"}
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -59,7 +64,7 @@ class Cancelled(UserError):
 
 @dataclass(frozen=True)
 class Limits:
-    max_decompressed: int = 2 << 30  # bytes of decompressed text per file
+    max_decompressed: int | None = None  # bytes read per file; None: DEFAULT_MAX_DECOMPRESSED of a compressed one
     max_cpu_s: float = 900.0  # CPU seconds (of the importing thread) per file
     max_graphs: int = 100_000  # graphs stored per file
     graphs_per_kib: float = 64.0  # graphs per KiB of input (above 1,000): real logs have a few per KiB
@@ -78,6 +83,12 @@ class Limits:
                 values[field_name] = parse_amount(raw, var)
         values.update({k: v for k, v in given.items() if v is not None})
         return cls(**values)
+
+    def bytes_cap(self, compressed: bool) -> int | None:
+        """Bytes a file may yield: the cap given, else the default for a compressed file, else none."""
+        if self.max_decompressed is not None:
+            return self.max_decompressed
+        return DEFAULT_MAX_DECOMPRESSED if compressed else None
 
     def with_(self, **changes) -> "Limits":
         return replace(self, **changes)
@@ -220,11 +231,11 @@ class BoundedRaw(io.RawIOBase):
 
     def _count(self, n: int):
         self.produced += n
-        cap = self.limits.max_decompressed
-        if self.produced > cap:
+        cap = self.limits.bytes_cap(self.decoder is not None)
+        if cap is not None and self.produced > cap:
             what = "decompresses to" if self.decoder is not None else "is"
             raise LimitExceeded(f"{self.name}: {what} more than {cap:,} bytes (cap: {ENV['max_decompressed']} "
-                                f"or --max-decompressed)")
+                                f"or --max-bytes)")
 
     def _fill(self):
         d = self.decoder

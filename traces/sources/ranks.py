@@ -9,7 +9,9 @@ entries is kept (a rank on cuda:1 writes an empty trace for cuda:0 too).
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,15 +36,27 @@ def snapshot_files(directory: Path) -> list[Path]:
 def rank_of(path: Path, position: int) -> int:
     """The recorder's sidecar `rank`, else `rank<N>` in the name, else the file's position."""
     stem = path.name.split(".pickle")[0].split(".pkl")[0]
-    try:
-        with open(path.with_name(stem + ".json"), "rb") as f:
-            facts = json.loads(f.read(SIDECAR_MAX))  # the recorder's is ~200 bytes; anything longer is not it
-        if isinstance(facts, dict) and isinstance(facts.get("rank"), int):
-            return facts["rank"]
-    except (OSError, ValueError, UnicodeDecodeError):
-        pass
+    facts = _sidecar(path.with_name(stem + ".json"))
+    if isinstance(facts, dict) and isinstance(facts.get("rank"), int):
+        return facts["rank"]
     m = RANK_IN_NAME.search(path.name)
     return int(m.group(1)) if m else position
+
+
+def _sidecar(path: Path):
+    """The recorder's `.json` beside a pickle, or None. Opened without blocking and read only when it is a
+    regular file: a FIFO of that name (another user's, in a shared folder) hung `import DIR` forever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            return json.loads(f.read(SIDECAR_MAX))  # the recorder's is ~200 bytes; anything longer is not it
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
 
 
 def read_ranks(paths: list[Path], *, name: str | None = None, limits=None):

@@ -50,6 +50,15 @@ SMALL_VALUE = 1024  # an extra's value longer than this as JSON is left out of i
 KEY_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a key graph_extras_of may take out in SQL
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
 
+def _graph_index(tid: str, g) -> int:
+    """`g` as a graph index the database can hold; past int64 (`trace:99999999999999999999`, `--device 2**64`)
+    no graph has it, said in one line (the driver raised OverflowError)."""
+    g = int(g)
+    if not -(1 << 63) <= g < 1 << 63:
+        raise NotFound(f"trace {tid} has no graph {g}")
+    return g
+
+
 class NotFound(KeyError, UserError):
     """No trace (or graph) with that id."""
 
@@ -336,7 +345,7 @@ class Store:
             return tid, None
         if not tail.isdigit():
             raise NotFound(f"bad graph index {tail!r} in {ref!r}")
-        g = int(tail)
+        g = _graph_index(tid, int(tail))
         with self._snapshot() as db:
             if not db.execute("SELECT 1 FROM graphs WHERE trace_id=? AND idx=?", (tid, g)).fetchone():
                 raise NotFound(f"trace {tid} has no graph {g}")
@@ -489,7 +498,8 @@ class Store:
         tid = self._id(tid)
         with self._snapshot() as db:
             row = db.execute("SELECT idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, "
-                             "checksum, packed FROM graphs WHERE trace_id=? AND idx=?", (tid, int(g))).fetchone()
+                             "checksum, packed FROM graphs WHERE trace_id=? AND idx=?",
+                             (tid, _graph_index(tid, g))).fetchone()
             blobs = self._blobs(db, tid, g, row)
         self._verify(tid, g, row, blobs)
         row = row[:9]
@@ -537,7 +547,8 @@ class Store:
         """A graph's extra (a recording's buffer types and sizes, ...) without its columns."""
         tid = self._id(tid)
         with self._snapshot() as db:
-            row = db.execute("SELECT extra FROM graphs WHERE trace_id=? AND idx=?", (tid, int(graph_index))).fetchone()
+            row = db.execute("SELECT extra FROM graphs WHERE trace_id=? AND idx=?",
+                             (tid, _graph_index(tid, graph_index))).fetchone()
         if row is None:
             raise NotFound(f"trace {tid} has no graph {graph_index}")
         return _json(row[0], tid, graph_index, "extra", dict)

@@ -5,10 +5,9 @@ into ACTIONS, a block's state an index into BLOCK_STATES.
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
+from alloctrace.traces.store.damage import _json
 from alloctrace.traces.store.kinds import TORCH, require_kind
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
@@ -42,10 +41,10 @@ def device_columns(store, trace_id: str, device: int) -> dict[str, np.ndarray]:
 
 def device_info(store, trace_id: str, device: int) -> dict:
     """Everything about a device but its entries: settings, peaks, OOM, strings, stacks, segments at snapshot."""
-    _, row, cols, table = _load(store, trace_id, device)
-    info = info_from(json.loads(row[7]), cols, table)
+    tid, row, cols, table = _load(store, trace_id, device)
+    info = info_from(_json(row[7], tid, device, "extra", dict), cols, table)  # a damaged row: one line
     info["n_events"] = row[2]
-    info["oom"] = None if row[5] is None else json.loads(row[5])
+    info["oom"] = None if row[5] is None else _json(row[5], tid, device, "oom", dict)
     info["consistent"] = None if row[6] is None else bool(row[6])
     return info
 
@@ -84,8 +83,8 @@ def segments_at_snapshot(tables: dict[str, np.ndarray]) -> list[dict]:
 
 def device_tables(store, trace_id: str, device: int) -> tuple[dict[str, np.ndarray], list[str], dict]:
     """All blobs of the device row, its string table and its extra (for the views)."""
-    _, row, cols, table = _load(store, trace_id, device)
-    return cols, table, json.loads(row[7])
+    tid, row, cols, table = _load(store, trace_id, device)
+    return cols, table, _json(row[7], tid, device, "extra", dict)
 
 
 def torch_summary(store, trace_id: str) -> dict:

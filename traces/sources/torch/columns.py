@@ -123,7 +123,10 @@ def _ints(name: str, values: list, dtype=np.int64) -> np.ndarray:
     """A list of Python ints as an array; anything that is not an int is an error."""
     if not values:
         return np.zeros(0, dtype=dtype)
-    arr = np.array(values)
+    try:
+        arr = np.array(values)
+    except ValueError:  # lists or tuples among the values (nested past numpy's 64 dimensions, or ragged)
+        raise SnapshotError(f"{name}: expected integers, found containers") from None
     if arr.dtype.kind not in "ib":
         what = "integers out of range" if arr.dtype.kind in "uO" else f"integers, found {arr.dtype.kind!r} values"
         raise SnapshotError(f"{name}: expected {what}")
