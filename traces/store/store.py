@@ -50,6 +50,7 @@ SMALL_VALUE = 1024  # an extra's value longer than this as JSON is left out of i
 KEY_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a key graph_extras_of may take out in SQL
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
 
+
 def _graph_index(tid: str, g) -> int:
     """`g` as a graph index the database can hold; past int64 (`trace:99999999999999999999`, `--device 2**64`)
     no graph has it, said in one line (the driver raised OverflowError)."""
