@@ -79,7 +79,8 @@ def test_text_bomb_stops_at_the_decompressed_cap(bombs, tmp_path):
 
 
 def test_cpu_time_per_import_is_capped(bombs, tmp_path):
-    env = {**os.environ, "ALLOCTRACE_MAX_IMPORT_CPU": "0.3"}
+    # the decompression cap raised out of the way: the CPU cap alone must stop it
+    env = {**os.environ, "ALLOCTRACE_MAX_IMPORT_CPU": "0.3", "ALLOCTRACE_MAX_DECOMPRESSED": str(8 << 30)}
     line = one_error_line(cli("import", bombs["gzip-text"], "--store", tmp_path / "s", env=env, timeout=60))
     assert "CPU time" in line and "ALLOCTRACE_MAX_IMPORT_CPU" in line
 
