@@ -1,7 +1,7 @@
 """Helpers shared by the store commands: the --store option and readable tables."""
 from __future__ import annotations
 
-from alloctrace.traces.util.textsafe import safe
+from alloctrace.traces.util.textsafe import safe, text_table
 
 
 def examples(*lines: str) -> str:
@@ -57,8 +57,6 @@ def _yes_no(v, complete: bool = True) -> str:
 
 def table_lines(rows: list[list[str]]) -> list[str]:
     """A text table, one string per row (for reports printed line by line through `safe_lines`)."""
-    from alloctrace.traces.explain.peak_types import text_table  # numpy-free: every listing prints one
-
     # names are data: no escape sequences, no forged rows
     return text_table([[safe(c) for c in r] for r in rows])
 
