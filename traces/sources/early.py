@@ -5,14 +5,16 @@ Python's start and the command's imports (argparse, the store, the recording's r
 about as long as a dry run of a small model, and nothing in them changes how the program runs. So the
 `alloctrace` entry point calls `begin(argv)` first: a record command line it reads in full (only --store,
 --name, --tag and --ggml before `--`, the program after it; not a Python program, which gets the PyTorch hook)
-has its program started under the recorder at once, as `run_recorded` would start it (same process group,
-stdio untouched, SIGINT ignored by this process while it runs, other open descriptors closed); the command then
+has its program started under the recorder at once, as `run_recorded` would start it (subprocess.Popen: same
+process group, stdio untouched, SIGINT ignored by this process while it runs); the command then
 parses its arguments as usual and `take`s it, checking that it is the program it would have started. Anything
 else (another command line, ALLOCTRACE_PRESTART=0 or ALLOCTRACE_PURE_PYTHON=1, a check that fails: the command
 then says what is wrong before anything runs) and nothing is started. A difference at `take`, or a command that
 ends before it takes it, and the program is killed and its folder removed (`abandon`, also at exit).
 
-It imports only what starting the program needs: no argparse, no dataclasses, no subprocess (os.posix_spawn).
+It imports only what starting the program needs: no argparse, no store, no reader. (subprocess costs 4 ms;
+os.posix_spawn would save them but starts a program with glibc's internal signals ignored, and passes it the
+descriptors this process inherited.)
 """
 from __future__ import annotations
 
@@ -20,39 +22,33 @@ import os
 import sys
 
 VALUE_OPTIONS = ("--store", "--name", "--tag")
-RESTORED = (13, 25)  # SIGPIPE, SIGXFSZ: Python ignores them; the program gets their defaults, as subprocess does
 
 
 class Started:
-    """A program `begin` started: its pid, the command it runs, the resolved program, the recorder, the
+    """A program `begin` started: its process, the command it runs, the resolved program, the recorder, the
     environment it started from, its private folder (removed by whoever ends up owning it) and the SIGINT
     handler to put back once it is reaped."""
 
-    def __init__(self, pid: int, command: list[str], prog: str, library, environ: dict, folder: str, old_int):
-        self.pid, self.command, self.prog, self.library = pid, command, prog, library
+    def __init__(self, proc, command: list[str], prog: str, library, environ: dict, folder: str, old_int):
+        self.proc, self.command, self.prog, self.library = proc, command, prog, library
         self.environ, self.folder, self.old_int = environ, folder, old_int
-        self.returncode = None
+
+    @property
+    def returncode(self):
+        return self.proc.returncode
 
     def wait(self) -> int:
         """The program's exit code as subprocess gives it (-N: killed by signal N); SIGINT's handler back."""
-        if self.returncode is None:
-            import signal
+        import signal
 
-            try:
-                _, status = os.waitpid(self.pid, 0)
-                self.returncode = os.waitstatus_to_exitcode(status)
-            except ChildProcessError:
-                self.returncode = 0
-            finally:
-                signal.signal(signal.SIGINT, self.old_int)
-        return self.returncode
+        try:
+            return self.proc.wait()
+        finally:
+            signal.signal(signal.SIGINT, self.old_int)
 
     def stop(self) -> None:
-        if self.returncode is None:
-            try:
-                os.kill(self.pid, 9)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if self.proc.returncode is None:
+            self.proc.kill()
             self.wait()
         import shutil
 
@@ -82,24 +78,6 @@ def record_argv(argv: list[str]):
             return None  # -o, --torch, help, a misspelling: the command does it the ordinary way
         i += 1
     return (tags, program, "--ggml" in opts) if program else None
-
-
-def open_descriptors() -> list[int]:
-    """This process's open descriptors above stderr: closed in the program, as subprocess's close_fds does."""
-    out = []
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return out
-    for name in names:
-        fd = int(name)
-        if fd > 2:
-            try:
-                os.fstat(fd)
-            except OSError:
-                continue  # the listing's own descriptor, closed by now
-            out.append(fd)
-    return out
 
 
 def begin(argv: list[str]) -> None:
@@ -132,13 +110,14 @@ def begin(argv: list[str]) -> None:
         return  # the command says what is wrong, when it parses the same arguments
     import signal
 
+    import subprocess
+
     try:
         environ = dict(os.environ)
         env = recorder_env(library, folder)
-        closing = [(os.POSIX_SPAWN_CLOSE, fd) for fd in open_descriptors()]
         old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as run_recorded: Ctrl-C is the program's
         try:
-            pid = os.posix_spawn(prog, [prog, *program[1:]], env, file_actions=closing, setsigdef=RESTORED)
+            proc = subprocess.Popen([prog, *program[1:]], env=env)
         except OSError:
             signal.signal(signal.SIGINT, old_int)
             raise
@@ -147,7 +126,7 @@ def begin(argv: list[str]) -> None:
 
         shutil.rmtree(folder, ignore_errors=True)
         return  # the command starts it itself and reports what fails
-    _started = Started(pid, list(program), prog, library, environ, folder, old_int)
+    _started = Started(proc, list(program), prog, library, environ, folder, old_int)
     import atexit
 
     atexit.register(abandon)
