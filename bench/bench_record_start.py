@@ -3,9 +3,10 @@
     python bench/bench_record_start.py [--llama-bin DIR] [--model PATH] [--runs N] [--against PYTHON ...] [--json PATH]
 
 Runs, alternating so that a change of load hits all of them: llama.cpp's weightless dry run
-(`llama-fit-params -m MODEL -v`) plain; `alloctrace record --store FRESH -- ` the same; a shell loop of the 14
-dry runs a sweep makes; `alloctrace sweep` of those 14 points. Prints record's time beyond the plain program (ms,
-and the ratio of the two medians) and a sweep's time beyond the loop, per point. `--against PYTHON` also runs
+(`llama-fit-params -m MODEL -v`) plain; `alloctrace record --store STORE -- ` the same (into a store an earlier record made, and into a new one); a shell loop of the 14
+dry runs a sweep makes; `alloctrace sweep` of those 14 points; the same for 4 points. Prints record's time beyond
+the plain program (ms, and the ratio of the two medians), a sweep's time beyond its loop, and what each point
+past the 4th costs beyond its program ((14-point sweep - its loop) - (4-point sweep - its loop), over 10). `--against PYTHON` also runs
 the alloctrace installed into that interpreter (an older build, say) in the same rounds, for a before/after.
 Run it with the Python alloctrace is installed into (`pip install .`): an editable install's import hook adds
 its own start-up time to every run. Python keeps its compiled modules here, as an installed package has them.
@@ -54,50 +55,73 @@ def main():
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env = dict(env, LD_LIBRARY_PATH=":".join(p for p in (str(bindir), os.environ.get("LD_LIBRARY_PATH")) if p))
     cmd = [str(fit), "-m", str(model), "-v"]
-    loop = "set -e; " + " ; ".join(f"{shlex.join(cmd)} -c {c} -fa {fa} >/dev/null 2>&1" for c in CONTEXTS for fa in FA)
+    def shell_loop(contexts, fas):
+        return "set -e; " + " ; ".join(f"{shlex.join(cmd)} -c {c} -fa {fa} >/dev/null 2>&1" for c in contexts for fa in fas)
+
+    def sweep(p, store, contexts, fas):
+        return [p, "-m", "alloctrace", "sweep", "--store", store, "--vary=-c=" + ",".join(map(str, contexts)),
+                "--vary=-fa=" + ",".join(fas), "--", *cmd]
+
+    small = (CONTEXTS[:4], FA[:1])  # 4 points: the sweep's fixed cost, for the cost of one more point
+    loop, small_loop = shell_loop(CONTEXTS, FA), shell_loop(*small)
     pythons = [sys.executable, *a.against]
     names = ["this"] + [f"against {p}" for p in a.against]
     plain, loops = [], []
-    rec = {p: [] for p in pythons}
+    rec = {p: [] for p in pythons}  # into a store made by an earlier record (the usual case)
+    new = {p: [] for p in pythons}  # into a new store (its schema made too)
     swp = {p: [] for p in pythons}
+    few = {p: [] for p in pythons}
+    small_loops = []
     with tempfile.TemporaryDirectory() as tmp:
-        for p in pythons:  # compiled modules written, the recorder built, caches warm
-            timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/warm", "--", *cmd], env)
+        for i, p in enumerate(pythons):  # compiled modules written, the recorder built, caches warm
+            timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/warm{i}", "--", *cmd], env)
         for k in range(a.runs):
             plain.append(timed(cmd, env))
             for i, p in enumerate(pythons):
-                rec[p].append(timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/r{k}-{i}", "--", *cmd], env))
+                rec[p].append(timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/warm{i}", "--", *cmd], env))
             plain.append(timed(cmd, env))
+            for i, p in enumerate(pythons):
+                new[p].append(timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/r{k}-{i}", "--", *cmd], env))
             if a.no_sweep:
                 continue
             loops.append(timed(loop, env, shell=True))
             for i, p in enumerate(pythons):
-                swp[p].append(timed([p, "-m", "alloctrace", "sweep", "--store", f"{tmp}/s{k}-{i}",
-                                     "--vary=-c=" + ",".join(map(str, CONTEXTS)), "--vary=-fa=" + ",".join(FA),
-                                     "--", *cmd], env))
+                swp[p].append(timed(sweep(p, f"{tmp}/s{k}-{i}", CONTEXTS, FA), env))
+            small_loops.append(timed(small_loop, env, shell=True))
+            for i, p in enumerate(pythons):
+                few[p].append(timed(sweep(p, f"{tmp}/f{k}-{i}", *small), env))
     pm = statistics.median(plain)
     print(f"plain program        median {pm * 1000:6.1f} ms  (min {min(plain) * 1000:.1f}; {len(plain)} runs)")
     figures = []
     for name, p in zip(names, pythons):
-        rm = statistics.median(rec[p])
-        print(f"record ({name:>5})    median {rm * 1000:6.1f} ms  (min {min(rec[p]) * 1000:.1f})  beyond the program "
-              f"{(rm - pm) * 1000:+.1f} ms, ratio {rm / pm:.2f}x")
+        rm, nm = statistics.median(rec[p]), statistics.median(new[p])
+        print(f"record ({name})  median {rm * 1000:6.1f} ms  (min {min(rec[p]) * 1000:.1f})  beyond the program "
+              f"{(rm - pm) * 1000:+.1f} ms, ratio {rm / pm:.2f}x;  into a new store: median {nm * 1000:.1f} ms, "
+              f"beyond {(nm - pm) * 1000:+.1f} ms, {nm / pm:.2f}x")
         if p == sys.executable:
             figures += [at_most("record: wall time beyond the plain program (llama-fit-params, tiny model)",
                                 (rm - pm) * 1000, "ms", GOAL_MS, f"the plain program: {pm * 1000:.1f} ms"),
                         Figure("record vs the plain program (wall)", round(rm / pm, 2), "x",
-                               baseline=f"the plain program: {pm * 1000:.1f} ms")]
+                               baseline=f"the plain program: {pm * 1000:.1f} ms"),
+                        Figure("record into a new store: wall time beyond the plain program", round(
+                            (nm - pm) * 1000, 1), "ms", baseline=f"the plain program: {pm * 1000:.1f} ms")]
     if not a.no_sweep:
-        n = len(CONTEXTS) * len(FA)
-        lm = statistics.median(loops)
-        print(f"loop of {n} plain runs median {lm * 1000:6.1f} ms")
+        n, n_few = len(CONTEXTS) * len(FA), len(small[0]) * len(small[1])
+        lm, lf = statistics.median(loops), statistics.median(small_loops)
+        print(f"loop of {n} plain runs median {lm * 1000:6.1f} ms; of {n_few}: {lf * 1000:.1f} ms")
         for name, p in zip(names, pythons):
-            sm = statistics.median(swp[p])
-            print(f"sweep ({name:>5})     median {sm * 1000:6.1f} ms  beyond the loop {(sm - lm) * 1000:+.1f} ms, "
-                  f"{(sm - lm) * 1000 / n:+.1f} ms a point; ratio {sm / lm:.2f}x")
+            sm, fm = statistics.median(swp[p]), statistics.median(few[p])
+            beyond, beyond_few = sm - lm, fm - lf
+            per_point = (beyond - beyond_few) / (n - n_few)
+            print(f"sweep ({name})  {n} points: median {sm * 1000:6.1f} ms, beyond the loop {beyond * 1000:+.1f} ms "
+                  f"({sm / lm:.2f}x); {n_few} points: {fm * 1000:.1f} ms, beyond {beyond_few * 1000:+.1f} ms; "
+                  f"each point past the {n_few}th {per_point * 1000:+.1f} ms")
             if p == sys.executable:
-                figures.append(Figure("sweep: wall time beyond the loop of plain runs, per point", round(
-                    (sm - lm) * 1000 / n, 1), "ms", baseline=f"the loop of {n} plain runs: {lm * 1000:.0f} ms"))
+                figures += [Figure(f"sweep of {n} points: wall time beyond the loop of plain runs", round(
+                                beyond * 1000, 1), "ms", baseline=f"the loop of {n} plain runs: {lm * 1000:.0f} ms"),
+                            Figure("sweep: wall time beyond the plain run, for each point past the first "
+                                   f"{n_few}", round(per_point * 1000, 1), "ms",
+                                   baseline=f"loops of {n} and {n_few} plain runs: {lm * 1000:.0f}, {lf * 1000:.0f} ms")]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     write(a.json, figures)
 
