@@ -66,7 +66,7 @@ def main():
     loop, small_loop = shell_loop(CONTEXTS, FA), shell_loop(*small)
     pythons = [sys.executable, *a.against]
     names = ["this"] + [f"against {p}" for p in a.against]
-    plain, loops = [], []
+    plain, loops, bare = [], [], []
     rec = {p: [] for p in pythons}  # into a store made by an earlier record (the usual case)
     new = {p: [] for p in pythons}  # into a new store (its schema made too)
     swp = {p: [] for p in pythons}
@@ -77,6 +77,7 @@ def main():
             timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/warm{i}", "--", *cmd], env)
         for k in range(a.runs):
             plain.append(timed(cmd, env))
+            bare.append(timed([sys.executable, "-c", "pass"], env))  # the interpreter's own start (site included)
             for i, p in enumerate(pythons):
                 rec[p].append(timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/warm{i}", "--", *cmd], env))
             plain.append(timed(cmd, env))
@@ -91,7 +92,10 @@ def main():
             for i, p in enumerate(pythons):
                 few[p].append(timed(sweep(p, f"{tmp}/f{k}-{i}", *small), env))
     pm = statistics.median(plain)
+    bm = statistics.median(bare)
     print(f"plain program        median {pm * 1000:6.1f} ms  (min {min(plain) * 1000:.1f}; {len(plain)} runs)")
+    print(f"python -c pass       median {bm * 1000:6.1f} ms  (min {min(bare) * 1000:.1f}): the part of any Python "
+          "command's time no change to alloctrace removes")
     figures = []
     for name, p in zip(names, pythons):
         rm, nm = statistics.median(rec[p]), statistics.median(new[p])
@@ -104,7 +108,8 @@ def main():
                         Figure("record vs the plain program (wall)", round(rm / pm, 2), "x",
                                baseline=f"the plain program: {pm * 1000:.1f} ms"),
                         Figure("record into a new store: wall time beyond the plain program", round(
-                            (nm - pm) * 1000, 1), "ms", baseline=f"the plain program: {pm * 1000:.1f} ms")]
+                            (nm - pm) * 1000, 1), "ms", baseline=f"the plain program: {pm * 1000:.1f} ms"),
+                        Figure("Python's own start (python -c pass)", round(bm * 1000, 1), "ms")]
     if not a.no_sweep:
         n, n_few = len(CONTEXTS) * len(FA), len(small[0]) * len(small[1])
         lm, lf = statistics.median(loops), statistics.median(small_loops)
