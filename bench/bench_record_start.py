@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -30,11 +31,24 @@ FA = ("on", "off")
 GOAL_MS = 50
 
 
-def timed(argv, env, shell=False) -> float:
-    t0 = time.perf_counter()
+CPU: dict[int, list[float]] = {}  # id of a list of wall times -> the CPU seconds of the same runs
+
+
+def timed(argv, env, shell=False, into: list | None = None) -> float:
+    """Wall seconds of one run; with `into`, appended there, and its CPU seconds (the command and everything it
+    started) kept beside them (CPU time holds up better than wall time on a loaded machine)."""
+    r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     subprocess.run(argv, env=env, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - t0
+    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    if into is not None:
+        into.append(wall)
+        CPU.setdefault(id(into), []).append((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
+    return wall
+
+
+def cpu(runs: list) -> float:
+    return statistics.median(CPU[id(runs)])
 
 
 def main():
@@ -76,13 +90,13 @@ def main():
         for i, p in enumerate(pythons):  # compiled modules written, the recorder built, caches warm
             timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/warm{i}", "--", *cmd], env)
         for k in range(a.runs):
-            plain.append(timed(cmd, env))
-            bare.append(timed([sys.executable, "-c", "pass"], env))  # the interpreter's own start (site included)
+            timed(cmd, env, into=plain)
+            timed([sys.executable, "-c", "pass"], env, into=bare)  # the interpreter's own start (site included)
             for i, p in enumerate(pythons):
-                rec[p].append(timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/warm{i}", "--", *cmd], env))
-            plain.append(timed(cmd, env))
+                timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/warm{i}", "--", *cmd], env, into=rec[p])
+            timed(cmd, env, into=plain)
             for i, p in enumerate(pythons):
-                new[p].append(timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/r{k}-{i}", "--", *cmd], env))
+                timed([p, "-m", "alloctrace", "record", "--store", f"{tmp}/r{k}-{i}", "--", *cmd], env, into=new[p])
             if a.no_sweep:
                 continue
             loops.append(timed(loop, env, shell=True))
@@ -93,15 +107,18 @@ def main():
                 few[p].append(timed(sweep(p, f"{tmp}/f{k}-{i}", *small), env))
     pm = statistics.median(plain)
     bm = statistics.median(bare)
-    print(f"plain program        median {pm * 1000:6.1f} ms  (min {min(plain) * 1000:.1f}; {len(plain)} runs)")
-    print(f"python -c pass       median {bm * 1000:6.1f} ms  (min {min(bare) * 1000:.1f}): the part of any Python "
-          "command's time no change to alloctrace removes")
+    print(f"plain program        median {pm * 1000:6.1f} ms  (min {min(plain) * 1000:.1f}; {len(plain)} runs), "
+          f"CPU {cpu(plain) * 1000:.1f} ms")
+    print(f"python -c pass       median {bm * 1000:6.1f} ms  (min {min(bare) * 1000:.1f}), CPU {cpu(bare) * 1000:.1f} ms: "
+          "the part of any Python command's time no change to alloctrace removes")
     figures = []
     for name, p in zip(names, pythons):
         rm, nm = statistics.median(rec[p]), statistics.median(new[p])
         print(f"record ({name})  median {rm * 1000:6.1f} ms  (min {min(rec[p]) * 1000:.1f})  beyond the program "
               f"{(rm - pm) * 1000:+.1f} ms, ratio {rm / pm:.2f}x;  into a new store: median {nm * 1000:.1f} ms, "
               f"beyond {(nm - pm) * 1000:+.1f} ms, {nm / pm:.2f}x")
+        print(f"    CPU: {cpu(rec[p]) * 1000:.1f} ms, beyond the program's {(cpu(rec[p]) - cpu(plain)) * 1000:+.1f} ms; "
+              f"into a new store {cpu(new[p]) * 1000:.1f} ms")
         if p == sys.executable:
             figures += [at_most("record: wall time beyond the plain program (llama-fit-params, tiny model)",
                                 (rm - pm) * 1000, "ms", GOAL_MS, f"the plain program: {pm * 1000:.1f} ms"),
