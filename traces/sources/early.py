@@ -59,7 +59,8 @@ _started: Started | None = None
 
 
 def record_argv(argv: list[str]):
-    """(the --tag values, the program's argv) of a record command line read in full, else None."""
+    """(the --tag values, the program's argv, whether --ggml was given) of a record command line read in full,
+    else None."""
     if argv[:1] != ["record"] or "--" not in argv:
         return None
     cut = argv.index("--")
