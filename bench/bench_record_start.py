@@ -3,11 +3,12 @@
     python bench/bench_record_start.py [--llama-bin DIR] [--model PATH] [--runs N] [--against PYTHON ...] [--json PATH]
 
 Runs, alternating so that a change of load hits all of them: llama.cpp's weightless dry run
-(`llama-fit-params -m MODEL -v`) plain; `alloctrace record --store STORE -- ` the same (into a store an earlier record made, and into a new one); a shell loop of the 14
-dry runs a sweep makes; `alloctrace sweep` of those 14 points; the same for 4 points. Prints record's time beyond
-the plain program (ms, and the ratio of the two medians), a sweep's time beyond its loop, and what each point
-past the 4th costs beyond its program ((14-point sweep - its loop) - (4-point sweep - its loop), over 10). `--against PYTHON` also runs
-the alloctrace installed into that interpreter (an older build, say) in the same rounds, for a before/after.
+(`llama-fit-params -m MODEL -v`) plain; `python -c pass`; `alloctrace record --store STORE -- ` the same (into a
+store an earlier record made, and into a new one); a shell loop of the 14 dry runs a sweep makes; `alloctrace
+sweep` of those 14 points; the same for 4 points. Prints record's time beyond the plain program (ms, and the
+ratio of the medians; CPU time too), a sweep's time beyond its loop, and what each point past the 4th costs
+beyond its program ((14-point sweep - its loop) - (4-point sweep - its loop), over 10). `--against PYTHON`
+also runs the alloctrace installed into that interpreter (an older build, say) in the same rounds.
 Run it with the Python alloctrace is installed into (`pip install .`): an editable install's import hook adds
 its own start-up time to every run. Python keeps its compiled modules here, as an installed package has them.
 """
@@ -70,7 +71,8 @@ def main():
     env = dict(env, LD_LIBRARY_PATH=":".join(p for p in (str(bindir), os.environ.get("LD_LIBRARY_PATH")) if p))
     cmd = [str(fit), "-m", str(model), "-v"]
     def shell_loop(contexts, fas):
-        return "set -e; " + " ; ".join(f"{shlex.join(cmd)} -c {c} -fa {fa} >/dev/null 2>&1" for c in contexts for fa in fas)
+        runs = [f"{shlex.join(cmd)} -c {c} -fa {fa} >/dev/null 2>&1" for c in contexts for fa in fas]
+        return "set -e; " + " ; ".join(runs)
 
     def sweep(p, store, contexts, fas):
         return [p, "-m", "alloctrace", "sweep", "--store", store, "--vary=-c=" + ",".join(map(str, contexts)),
@@ -109,15 +111,16 @@ def main():
     bm = statistics.median(bare)
     print(f"plain program        median {pm * 1000:6.1f} ms  (min {min(plain) * 1000:.1f}; {len(plain)} runs), "
           f"CPU {cpu(plain) * 1000:.1f} ms")
-    print(f"python -c pass       median {bm * 1000:6.1f} ms  (min {min(bare) * 1000:.1f}), CPU {cpu(bare) * 1000:.1f} ms: "
-          "the part of any Python command's time no change to alloctrace removes")
+    print(f"python -c pass       median {bm * 1000:6.1f} ms  (min {min(bare) * 1000:.1f}), "
+          f"CPU {cpu(bare) * 1000:.1f} ms: the part of any Python command's time no change to alloctrace removes")
     figures = []
     for name, p in zip(names, pythons):
         rm, nm = statistics.median(rec[p]), statistics.median(new[p])
         print(f"record ({name})  median {rm * 1000:6.1f} ms  (min {min(rec[p]) * 1000:.1f})  beyond the program "
               f"{(rm - pm) * 1000:+.1f} ms, ratio {rm / pm:.2f}x;  into a new store: median {nm * 1000:.1f} ms, "
               f"beyond {(nm - pm) * 1000:+.1f} ms, {nm / pm:.2f}x")
-        print(f"    CPU: {cpu(rec[p]) * 1000:.1f} ms, beyond the program's {(cpu(rec[p]) - cpu(plain)) * 1000:+.1f} ms; "
+        print(f"    CPU: {cpu(rec[p]) * 1000:.1f} ms, "
+              f"beyond the program's {(cpu(rec[p]) - cpu(plain)) * 1000:+.1f} ms; "
               f"into a new store {cpu(new[p]) * 1000:.1f} ms")
         if p == sys.executable:
             figures += [at_most("record: wall time beyond the plain program (llama-fit-params, tiny model)",
@@ -143,7 +146,8 @@ def main():
                                 beyond * 1000, 1), "ms", baseline=f"the loop of {n} plain runs: {lm * 1000:.0f} ms"),
                             Figure("sweep: wall time beyond the plain run, for each point past the first "
                                    f"{n_few}", round(per_point * 1000, 1), "ms",
-                                   baseline=f"loops of {n} and {n_few} plain runs: {lm * 1000:.0f}, {lf * 1000:.0f} ms")]
+                                   baseline=f"loops of {n} and {n_few} plain runs: "
+                                            f"{lm * 1000:.0f}, {lf * 1000:.0f} ms")]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     write(a.json, figures)
 
