@@ -1,15 +1,20 @@
 """The `alloctrace` command's entry point (the console script and `python -m alloctrace`).
 
-A sweep's first programs start here, before the command imports its parser and the rest of itself
-(traces/preflight/prestart.py: Python's imports cost a small machine as long as several dry runs of a small
-model); then `cli.console` runs the command."""
+A sweep's first programs, and a recording's program, start here, before the command imports its parser and
+the rest of itself (traces/preflight/prestart.py, traces/sources/early.py: Python's imports cost a small machine
+as long as several dry runs of a small model); then `cli.console` runs the command."""
 import sys
 
 
 def console() -> None:
-    from alloctrace.traces.preflight import prestart
+    if sys.argv[1:2] == ["record"]:
+        from alloctrace.traces.sources import early
 
-    prestart.begin(sys.argv[1:])  # starts nothing unless this is a sweep it reads in full; stopped at exit
+        early.begin(sys.argv[1:])  # starts nothing unless it reads the command line in full; stopped at exit
+    else:
+        from alloctrace.traces.preflight import prestart
+
+        prestart.begin(sys.argv[1:])  # starts nothing unless this is a sweep it reads in full; stopped at exit
     from alloctrace.cli import console as run
 
     run()

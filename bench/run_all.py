@@ -40,7 +40,7 @@ def runs_of(name: str, quick: bool, real_log: str | None) -> list[list[str]]:
     if quick:
         return [{"bench_server": ["--requests", "500", "--seconds", "30", "--upload-mb", "0"],
                  "bench_diff": ["300000"], "bench_web": ["--runs", "1"], "bench_model": ["80", "512", "2"],
-                 "bench_hazards": ["--repeat", "1"]}.get(name, [])]
+                 "bench_hazards": ["--repeat", "1"], "bench_record_start": ["--runs", "3"]}.get(name, [])]
     return [[]]
 
 

@@ -1,7 +1,7 @@
 """Helpers shared by the store commands: the --store option and readable tables."""
 from __future__ import annotations
 
-from alloctrace.traces.util.textsafe import safe
+from alloctrace.traces.util.textsafe import safe, text_table
 
 
 def examples(*lines: str) -> str:
@@ -59,7 +59,7 @@ def _yes_no(v, complete: bool = True) -> str:
 def table_lines(rows: list[list[str]]) -> list[str]:
     """A text table, one string per row (for reports printed line by line through `safe_lines`), as wide as
     the terminal at most (traces/util/fit_width.py; a pipe gets every character)."""
-    from alloctrace.traces.explain.peak_types import text_table  # numpy-free: every listing prints one
+    from alloctrace.traces.util.textsafe import text_table
     from alloctrace.traces.util.fit_width import fit_rows, terminal_width
 
     # names are data: no escape sequences, no forged rows

@@ -65,6 +65,7 @@ def register(subparsers):
 
 
 def run(args) -> int:
+    from alloctrace.traces.sources import early
     from alloctrace.traces.sources.record.build import find_ggml_header, recorder_library
     from alloctrace.traces.sources.record.run import run_recorded
     from alloctrace.traces.sources.record.source import NO_GGML
@@ -89,11 +90,14 @@ def run(args) -> int:
         except UserError:
             if not torch:
                 raise
-    with tempfile.TemporaryDirectory(prefix="alloctrace-rec-") as tmp:
+    started = early.take(command, library, torch) if not args.output else None
+    if started is None:
+        early.abandon()
+    with _folder(started) as tmp:
         snap_dir = Path(tmp) / "torch"
         snap_dir.mkdir()
         env = hook_env(snap_dir, args.stacks, args.max_entries) if torch else None
-        result = run_recorded(command, library, Path(tmp), env)
+        result = run_recorded(command, library, Path(tmp), env, started)
         snaps = snapshots_in(snap_dir) if torch else []
         if not result.recordings and not snaps:
             print(f"alloctrace: error: {NO_TORCH if torch and not ggml else NO_GGML}", file=sys.stderr)
@@ -111,11 +115,27 @@ def run(args) -> int:
             return result.exit_status
         name = args.name or program_name(command)
         store = open_store_from(args, create=True)
-        ids = import_into_store(store, result.recordings, name, tags) if result.recordings else []
+        stored = import_into_store(store, result.recordings, name, tags) if result.recordings else []
         if snaps:
-            ids += import_snapshots(store, [s.path for s in snaps], name, tags)
-    print(traces_table([store.summary(t) for t in ids]), file=sys.stderr)
+            stored += import_snapshots(store, [s.path for s in snaps], name, tags)
+    print(traces_table(stored), file=sys.stderr)  # the summaries the import answered: not read again
     return result.exit_status
+
+
+def _folder(started):
+    """The run's private folder: the one the early-started program writes into (removed at the end), else a
+    new one."""
+    if started is None:
+        return tempfile.TemporaryDirectory(prefix="alloctrace-rec-")
+    import contextlib
+
+    @contextlib.contextmanager
+    def owned():
+        try:
+            yield started.folder
+        finally:
+            shutil.rmtree(started.folder, ignore_errors=True)
+    return owned()
 
 
 def program_name(command: list[str]) -> str:
@@ -126,20 +146,21 @@ def program_name(command: list[str]) -> str:
     return os.path.basename(words[0])
 
 
-def import_into_store(store, recordings: list[Path], name: str, tags=()) -> list[str]:
-    """Each recording file into the store, through the one import entry point (all or nothing)."""
+def import_into_store(store, recordings: list[Path], name: str, tags=()) -> list[dict]:
+    """Each recording file into the store, through the one import entry point (all or nothing): the new
+    traces' summaries."""
     from alloctrace.traces.sources import import_files
 
-    return [s["id"] for s in import_files(store, recordings, name=name, progress=sys.stderr.isatty(), tags=tags)]
+    return import_files(store, recordings, name=name, progress=sys.stderr.isatty(), tags=tags)
 
 
-def import_snapshots(store, paths: list[Path], name: str, tags=()) -> list[str]:
+def import_snapshots(store, paths: list[Path], name: str, tags=()) -> list[dict]:
     """One process's snapshot as a trace; several (ranks, workers) as one trace with a device each."""
     from alloctrace.traces.sources.ranks import import_ranks
 
     if len(paths) == 1:
         return import_into_store(store, paths, name, tags)
-    return [s["id"] for s in import_ranks(store, paths, name=name, tags=tags)]
+    return import_ranks(store, paths, name=name, tags=tags)
 
 
 def _write_snapshots(paths: list[Path], out: Path):

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from alloctrace.traces.util.sizes import fmt_bytes
+from alloctrace.traces.util.textsafe import text_table
 
 TOP_TENSORS = 2000  # tensors listed in a peak's JSON (families always count all of them)
 
@@ -206,11 +207,6 @@ def attribution_lines(att: dict, top: int = 12) -> list[str]:
                  _signed(att["fragmentation_delta"]), ""])
     rows.append(["high-water mark", _bin(att["a_bytes"]), _bin(att["b_bytes"]), _signed(att["delta"]), ""])
     return ["  " + line for line in text_table(rows)]
-
-
-def text_table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
 def _bin(n: int) -> str:

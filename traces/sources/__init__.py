@@ -49,9 +49,17 @@ def registered() -> list[Source]:
 
 
 def source_for(head: bytes) -> Source:
-    for s in registered():
+    """The first source that recognises `head`; the ggml log fallback is imported only when none other does
+    (a recording's import never loads the log reader)."""
+    if not _builtins_registered:
+        _register_builtins()
+    for s in _SOURCES:
         if s.sniff(head):
             return s.load() if hasattr(s, "load") else s
+    from alloctrace.traces.sources.ggml_log import SOURCE as ggml_log
+
+    if ggml_log.sniff(head):
+        return ggml_log.load() if hasattr(ggml_log, "load") else ggml_log
     raise UserError("no trace source recognises this input")  # unreachable: the fallback reads any text
 
 

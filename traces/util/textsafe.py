@@ -28,3 +28,10 @@ def safe(text) -> str:
 def safe_lines(lines) -> str:
     """Lines joined for printing, each made safe (a line break inside one cannot forge another)."""
     return "\n".join(safe(line) for line in lines)
+
+
+def text_table(rows: list[list[str]]) -> list[str]:
+    """Rows as left-aligned columns, one string per row (here, not with the peak's types: a listing that
+    prints one imports nothing else)."""
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]

@@ -21,9 +21,13 @@ class RunResult:
     recordings: list[Path]  # one per process that used ggml's allocator, in pid order
 
 
-def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict | None = None) -> RunResult:
+def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict | None = None,
+                 started=None) -> RunResult:
     """Start `argv` with the recorder preloaded (none: `library` None), writing into `out_dir`, its
-    environment plus `env`; wait for it."""
+    environment plus `env`; wait for it. `started`: the program already started so (traces/sources/early.py),
+    writing into `out_dir`: only waited for."""
+    if started is not None:
+        return collect(argv, started.wait(), out_dir)
     prog = checked_program(argv, library is not None)
     env = recorder_env(library, out_dir, env)
     # Ctrl-C reaches the program (same process group); we wait for it and import what it left

@@ -1,0 +1,154 @@
+"""The program of `alloctrace record --store DIR -- PROGRAM ...`, started before the command has imported the
+rest of itself.
+
+Python's start and the command's imports (argparse, the store, the recording's reader) cost a small machine
+about as long as a dry run of a small model, and nothing in them changes how the program runs. So the
+`alloctrace` entry point calls `begin(argv)` first: a record command line it reads in full (only --store,
+--name, --tag and --ggml before `--`, the program after it; not a Python program, which gets the PyTorch hook)
+has its program started under the recorder at once, as `run_recorded` would start it (subprocess.Popen: same
+process group, stdio untouched, SIGINT ignored by this process while it runs); the command then
+parses its arguments as usual and `take`s it, checking that it is the program it would have started. Anything
+else (another command line, ALLOCTRACE_PRESTART=0 or ALLOCTRACE_PURE_PYTHON=1, a check that fails: the command
+then says what is wrong before anything runs) and nothing is started. A difference at `take`, or a command that
+ends before it takes it, and the program is killed and its folder removed (`abandon`, also at exit).
+
+It imports only what starting the program needs: no argparse, no store, no reader. (subprocess costs 4 ms;
+os.posix_spawn would save them but starts a program with glibc's internal signals ignored, and passes it the
+descriptors this process inherited.)
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+VALUE_OPTIONS = ("--store", "--name", "--tag")
+
+
+class Started:
+    """A program `begin` started: its process, the command it runs, the resolved program, the recorder, the
+    environment it started from, its private folder (removed by whoever ends up owning it) and the SIGINT
+    handler to put back once it is reaped."""
+
+    def __init__(self, proc, command: list[str], prog: str, library, environ: dict, folder: str, old_int):
+        self.proc, self.command, self.prog, self.library = proc, command, prog, library
+        self.environ, self.folder, self.old_int = environ, folder, old_int
+
+    @property
+    def returncode(self):
+        return self.proc.returncode
+
+    def wait(self) -> int:
+        """The program's exit code as subprocess gives it (-N: killed by signal N); SIGINT's handler back."""
+        import signal
+
+        try:
+            return self.proc.wait()
+        finally:
+            signal.signal(signal.SIGINT, self.old_int)
+
+    def stop(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.kill()
+            self.wait()
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_started: Started | None = None
+
+
+def record_argv(argv: list[str]):
+    """(the --tag values, the program's argv, whether --ggml was given) of a record command line read in full,
+    else None."""
+    if argv[:1] != ["record"] or "--" not in argv:
+        return None
+    cut = argv.index("--")
+    opts, program = argv[1:cut], argv[cut + 1:]
+    tags, i = [], 0
+    while i < len(opts):
+        w = opts[i]
+        if w in VALUE_OPTIONS and i + 1 < len(opts) and not opts[i + 1].startswith("-"):
+            if w == "--tag":
+                tags.append(opts[i + 1])
+            i += 1
+        elif w.startswith(tuple(o + "=" for o in VALUE_OPTIONS)):
+            if w.startswith("--tag="):
+                tags.append(w[len("--tag="):])
+        elif w != "--ggml":
+            return None  # -o, --torch, help, a misspelling: the command does it the ordinary way
+        i += 1
+    return (tags, program, "--ggml" in opts) if program else None
+
+
+def begin(argv: list[str]) -> None:
+    """Start the program of `argv` now, if it is a record command line read in full (see the module)."""
+    global _started
+    if _started is not None or os.environ.get("ALLOCTRACE_PRESTART") == "0" or \
+            os.environ.get("ALLOCTRACE_PURE_PYTHON") == "1" or not sys.platform.startswith("linux"):
+        return
+    got = record_argv(argv)
+    if got is None:
+        return
+    tags, program, ggml_only = got
+    from alloctrace.traces.errors import UserError
+
+    try:
+        from alloctrace.traces.sources.record.build import recorder_library
+        from alloctrace.traces.sources.record.program import checked_program, recorder_env
+        from alloctrace.traces.sources.torch.recorder import is_python_program
+        from alloctrace.traces.store.tags import parse_tags
+
+        parse_tags(tags)  # a bad tag is refused before anything runs
+        if not ggml_only and is_python_program(program):
+            return  # the PyTorch hook too: the command starts it
+        library = recorder_library()
+        prog = checked_program(program)
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="alloctrace-rec-")
+    except (UserError, OSError):
+        return  # the command says what is wrong, when it parses the same arguments
+    import signal
+
+    import subprocess
+
+    try:
+        environ = dict(os.environ)
+        env = recorder_env(library, folder)
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as run_recorded: Ctrl-C is the program's
+        try:
+            proc = subprocess.Popen([prog, *program[1:]], env=env)
+        except OSError:
+            signal.signal(signal.SIGINT, old_int)
+            raise
+    except (UserError, OSError):
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        return  # the command starts it itself and reports what fails
+    _started = Started(proc, list(program), prog, library, environ, folder, old_int)
+    import atexit
+
+    atexit.register(abandon)
+
+
+def take(command: list[str], library, torch: bool) -> Started | None:
+    """The program `begin` started, when it is the one the command would start now (same argv, program,
+    recorder and environment, no PyTorch hook); else None (and whatever was started is stopped)."""
+    global _started
+    got, _started = _started, None
+    if got is None:
+        return None
+    if torch or got.command != command or str(got.library) != str(library) or got.environ != dict(os.environ):
+        got.stop()
+        return None
+    return got
+
+
+def abandon() -> None:
+    """Stop what `begin` started and nobody took (the command ended first, or could not use it)."""
+    global _started
+    got, _started = _started, None
+    if got is not None:
+        got.stop()
