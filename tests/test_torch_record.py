@@ -144,9 +144,14 @@ def test_nothing_recorded_is_one_line_and_the_status(tmp_path, fake_torch, capfd
     prog = program(tmp_path, "print('no torch here')\n")
     assert record(tmp_path, prog, "--torch") == 2
     err = capfd.readouterr().err
-    assert "alloctrace: error: no CUDA memory was recorded" in err and "Traceback" not in err
+    assert "alloctrace: error: no CUDA memory was recorded: the program never imported torch\n" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert record(tmp_path, prog) == 2  # both recorders: it says torch was never imported, not only ggml
+    err = capfd.readouterr().err
+    assert "never imported torch; nor did it use ggml's graph allocator" in err, err
     prog = program(tmp_path, "import torch\nraise SystemExit(4)\n")  # imported, allocated nothing
     assert record(tmp_path, prog, "--torch") == 4
+    assert "imported torch but CUDA was not available to it or it allocated nothing" in capfd.readouterr().err
 
 
 def test_output_file_is_the_snapshot_pickle(tmp_path, fake_torch, capfd):

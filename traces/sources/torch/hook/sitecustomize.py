@@ -177,6 +177,8 @@ def install(env=None) -> "Recorder | None":
 
     def started(torch):
         try:
+            # a note for `record`: this process did import torch (so "nothing recorded" can say which part failed)
+            open(os.path.join(out_dir, f"torch-imported-pid{os.getpid()}"), "w").close()
             rec.start(torch)
         except Exception as e:  # never break the program being recorded
             print(f"alloctrace: could not record CUDA memory history: {type(e).__name__}: {e}", file=sys.stderr)
