@@ -246,7 +246,12 @@ def get_recorded_sweep(request: Request, sweep_id: Annotated[str, Path(pattern=r
 @router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")
 def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotated[str, Query(pattern=REF)]):
     from alloctrace.traces.diff.graphs import diff_refs
-    return JSONResponse(ctx(request).call(lambda s: diff_refs(s, a, b).to_json()))
+    from alloctrace.traces.diff.torch import diff_stored
+    from alloctrace.traces.store.kinds import TORCH, require_same_kind
+
+    def answer(s):  # two PyTorch snapshots: the aligned call-site diff; a mixed pair: one refusal
+        return diff_stored(s, a, b) if require_same_kind(s, a, b) == TORCH else diff_refs(s, a, b).to_json()
+    return JSONResponse(ctx(request).call(answer))
 
 
 class ReplayRequest(BaseModel):

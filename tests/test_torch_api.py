@@ -116,3 +116,21 @@ def test_views_answer_and_bad_requests_are_4xx(app):
     r = app.get(f"/traces/{tid}", follow_redirects=False)  # the generic trace page sends snapshots here
     assert r.status_code == 307 and r.headers["location"] == f"/torch?id={tid}"
     assert app.get(f"/traces/{app.ggml}", follow_redirects=False).status_code == 200
+
+
+def test_the_generic_diff_of_two_snapshots_is_the_torch_diff_and_a_mixed_pair_is_refused(app):
+    a, b = app.ids["gpt2_train_bs8"], app.ids["oom"]
+    generic = app.get(f"/api/diff?a={a}&b={b}")
+    assert generic.status_code == 200, generic.text
+    d = generic.json()
+    torch_route = app.get(f"/api/torch/diff?a={a}&b={b}").json()
+    assert d["kind"] == "torch" and d["delta_requested"] == torch_route["delta_requested"] != 0
+    assert d["a"]["peak_requested"] == sidecar("gpt2_train_bs8")["memory_stats_subset"]["requested_bytes.all.peak"]
+    assert d["alignment"]["n_a"] > 0 and d["alignment"]["n_b"] > 0
+    first = d["first_difference"]
+    assert first["differs_in"] == "stack" and first["a"]["index"] == d["alignment"]["first_divergence"]
+    assert first["a"]["size"] > 0 and first["a"]["site"]
+    same = app.get(f"/api/diff?a={a}&b={a}:0").json()
+    assert same["delta_requested"] == 0 and same["first_difference"] is None
+    mixed = app.get(f"/api/diff?a={a}&b={app.ggml}")
+    assert mixed.status_code == 400 and "same kind" in mixed.text and "\n" not in mixed.json()["detail"]

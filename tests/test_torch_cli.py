@@ -31,6 +31,9 @@ def test_diff_of_two_snapshot_files(capsys, tmp_path):
     assert d["delta_requested"] == delta == sum(r["delta"] for r in d["by_call_site"])
     rc, out, err = cli(capsys, "diff", a, b, "--store", tmp_path)
     assert rc == 1 and f"({delta:+,})" in out and "same call-site sequence" in out
+    assert d["first_difference"]["differs_in"] == "size"  # same sequence, batch 16's tensors are larger
+    assert d["first_difference"]["b"]["size"] > d["first_difference"]["a"]["size"]
+    assert f"first allocation that differs (size): a #{d['first_difference']['a']['index']:,} " in out
     rc, out, err = cli(capsys, "diff", ids[0], f"{ids[0]}:0", "--store", tmp_path)
     assert rc == 0 and "(+0)" in out
 
@@ -129,3 +132,19 @@ def test_state_at_the_oom(capsys, tmp_path):
     assert json.loads(out)["segments"] == []
     rc, out, err = cli(capsys, "state", tid, "--event", "x", "--store", tmp_path)
     assert rc == 2 and err.startswith("alloctrace: error: --event")
+
+
+def test_diff_refuses_a_snapshot_against_a_ggml_trace_in_one_line(capsys, tmp_path):
+    from alloctrace.allocator.events import Event
+    from alloctrace.traces.store.schema import GraphRecord, TraceMeta
+    from alloctrace.traces.store.store import open_store
+
+    s = open_store(tmp_path)
+    ggml = s.add_trace(TraceMeta(name="ggml", source="test", generation="ggml-2023-08-16"),
+                       [GraphRecord(0, "eval", [Event("graph")])])
+    s.close()
+    rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
+    tid = json.loads(out)["traces"][0]["id"]
+    for a, b in ((tid, ggml), (ggml, tid)):
+        rc, out, err = cli(capsys, "diff", a, b, "--store", tmp_path)
+        assert rc == 2 and out == "" and err.count("\n") == 1 and "same kind" in err, err

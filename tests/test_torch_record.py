@@ -42,11 +42,15 @@ def only_trace(tmp_path):
 
 
 TRAIN = textwrap.dedent("""\
-    import torch
+    import os, torch
     calls = torch.ALLOCATOR.calls
-    assert len(calls) == 1 and calls[0]["entries_before"] == 0, calls   # on before anything was allocated
-    print("stacks", calls[0]["stacks"], "max", calls[0]["max_entries"])
+    # importing torch touches no CUDA: no history call, no device query, the hook gone from the environment
+    assert calls == [] and torch.is_available_calls == [] and not torch.cuda.is_initialized(), calls
+    assert not [k for k in os.environ if k.startswith("ALLOCTRACE_TORCH")], os.environ
+    assert "sources/torch/hook" not in os.environ.get("PYTHONPATH", ""), os.environ["PYTHONPATH"]
     a = torch.empty(3 << 20)
+    assert len(calls) == 1 and calls[0]["entries_before"] == 0, calls   # on before the first allocation
+    print("stacks", calls[0]["stacks"], "max", calls[0]["max_entries"])
     b = torch.empty(1000)
     a.free()
     print("trained")
@@ -93,10 +97,11 @@ def test_the_programs_own_sigterm_handler_still_runs(tmp_path, fake_torch, capfd
         torch.empty(4096)
         os.kill(os.getpid(), signal.SIGTERM)
     """)
-    # the program replaced the hook's handler after import torch: its own runs; the dump comes at exit
+    # the program set its handler after import torch, before its first CUDA use, where the hook arms its own:
+    # the hook dumps, then hands the signal on to the program's handler
     assert record(tmp_path, prog, "--torch") == 7
     out, err = capfd.readouterr()
-    assert "own handler" in out and "dumped at exit" in err
+    assert "own handler" in out and "dumped at sigterm" in err
 
 
 def test_processes_with_ranks_make_one_trace_with_a_device_per_rank(tmp_path, fake_torch, capfd):
@@ -105,7 +110,8 @@ def test_processes_with_ranks_make_one_trace_with_a_device_per_rank(tmp_path, fa
         rank = int(os.environ["RANK"])
         torch.empty((rank + 1) << 20)
     """)
-    launcher = tmp_path / "launch.py"
+    (tmp_path / "distributed").mkdir()
+    launcher = tmp_path / "distributed" / "run.py"  # named like torch's launcher: it hands the hook on
     launcher.write_text(textwrap.dedent(f"""
         import os, subprocess, sys
         import torch  # a launcher that imports torch but allocates nothing writes no snapshot
@@ -138,9 +144,14 @@ def test_nothing_recorded_is_one_line_and_the_status(tmp_path, fake_torch, capfd
     prog = program(tmp_path, "print('no torch here')\n")
     assert record(tmp_path, prog, "--torch") == 2
     err = capfd.readouterr().err
-    assert "alloctrace: error: no CUDA memory was recorded" in err and "Traceback" not in err
+    assert "alloctrace: error: no CUDA memory was recorded: the program never imported torch\n" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert record(tmp_path, prog) == 2  # both recorders: it says torch was never imported, not only ggml
+    err = capfd.readouterr().err
+    assert "never imported torch; nor did it use ggml's graph allocator" in err, err
     prog = program(tmp_path, "import torch\nraise SystemExit(4)\n")  # imported, allocated nothing
     assert record(tmp_path, prog, "--torch") == 4
+    assert "imported torch but CUDA was not available to it or it allocated nothing" in capfd.readouterr().err
 
 
 def test_output_file_is_the_snapshot_pickle(tmp_path, fake_torch, capfd):

@@ -227,3 +227,25 @@ def test_the_timeline_is_drawn_before_plotly_and_the_chart_takes_its_place(serve
     assert page.locator("#timeline canvas.figure-sketch").count() == 0
     assert page.get_attribute("#timeline", "data-bands") == str(len(api["bands"]))
     page.wait_for_selector("body[data-loaded='1']", timeout=30000)  # the state view drew with Plotly too
+
+
+def test_the_diff_page_shows_two_snapshots_peak_delta_and_first_difference(server, page):
+    a, b = server["gpt2_train_bs8"], server["gpt2_train_bs16"]
+    page.goto(f"{server['base']}/diff?a={a}:0&b={b}:0")  # the diff page's links name a graph: a device here
+    delta = page.locator("#torch-diff-peak-delta")
+    try:
+        delta.wait_for(timeout=30000)
+    except Exception:
+        raise AssertionError((page.errors, page.inner_text("body")[:800]))
+    d = httpx.get(f"{server['base']}/api/diff?a={a}&b={b}", timeout=60).json()
+    want = (sidecar("gpt2_train_bs16")["memory_stats_subset"]["requested_bytes.all.peak"]
+            - sidecar("gpt2_train_bs8")["memory_stats_subset"]["requested_bytes.all.peak"])
+    assert d["delta_requested"] == want > 0
+    assert delta.get_attribute("title") == f"{want:,} B" and delta.inner_text().startswith("+")
+    assert "same call-site sequence" in page.locator("#torch-diff-aligned").inner_text()
+    first = page.locator("#torch-diff-first").inner_text()
+    assert first.startswith("First allocation that differs (size)") and f"#{d['first_difference']['a']['index']:,}" in first
+    assert page.locator("#torch-diff-sites tbody tr").count() == len(d["by_call_site"]) > 1
+    assert page.locator("#maps").is_hidden() and "No divergence" not in page.inner_text("body")
+    shot(page, "diff")
+    assert page.errors == []

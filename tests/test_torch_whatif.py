@@ -375,3 +375,13 @@ def test_a_gc_threshold_without_a_memory_cap_is_said_to_change_nothing(tmp_path)
     capped = _cli(str(DATA / "small_default.pickle.gz"), "--set", "garbage_collection_threshold=0.5", "--cap",
                   "6GiB", "--json", "--store", str(tmp_path))
     assert "notes" not in json.loads(capped.stdout)
+
+
+def test_a_per_size_roundup_list_is_refused_with_the_syntax_that_works():
+    base = AllocatorSettings()
+    for value in ("[256:1,512:2,>:4]", "[1:8,>:2]"):
+        with pytest.raises(ValueError, match=r"per-size form .*\[256:1,512:2,>:4\].*one value .*\(4\) or 16 values"):
+            apply_overrides(base, {"roundup_power2_divisions": value})
+    with pytest.raises(ValueError, match="give one value"):
+        apply_overrides(base, {"roundup_power2_divisions": "four"})
+    assert apply_overrides(base, {"roundup_power2_divisions": "[4]"}).roundup_power2_divisions == (4,) * 16

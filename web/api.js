@@ -177,6 +177,7 @@ export async function state(id, g, applied) {
  */
 export async function diff(a, b) {
   const d = await call(url.diff(a, b));
+  if (d.kind === "torch") return { torch: d };  // two PyTorch snapshots: the aligned call-site diff as is
   const choice = (c) => (c ? { ...c, freeBlocks: (c.free_blocks || []).map(freeBlock) } : {});
   const side = (s) => ({ ...(s || {}), oom: oom(s && s.oom) });
   const fd = d.first_divergence;

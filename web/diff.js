@@ -63,6 +63,30 @@ function defaultRange(nA, nB, shiftB, ea) {
   return [lo, hi];
 }
 
+/** Two PyTorch snapshots: the peak delta, the first allocation that differs, the call sites side by side. */
+function torchDiff(d, ta, tb) {
+  for (const id of ["maps", "ooms", "summary", "decisions", "attribution"]) {
+    const node = $(id).closest("section") || $(id);
+    node.hidden = true;
+  }
+  const sign = (v) => `${v > 0 ? "+" : v < 0 ? "−" : ""}${fmtBytes(Math.abs(v))}`;
+  $("refs").append(el("strong", {}, "a"), ` ${ta.name} · device ${d.a.device}  vs  `, el("strong", {}, "b"), ` ${tb.name} · device ${d.b.device}`);
+  const al = d.alignment, first = d.first_difference;
+  const side = (x) => (x ? `#${fmtInt(x.index)} ${fmtBytes(x.size)} at ${x.site}` : "none");
+  const rows = d.by_call_site.map((r) => el("tr", {}, el("td", { class: "num" }, fmtBytes(r.a_bytes)), el("td", { class: "num" }, fmtBytes(r.b_bytes)),
+    el("td", { class: "num", title: exactBytes(r.delta) }, sign(r.delta)), el("td", { class: "tensor" }, r.site)));
+  $("divergence").append(el("section", { class: "panel", id: "torch-diff" },
+    el("h2", {}, "Peak requested"),
+    el("p", {}, `${fmtBytes(d.a.peak_requested)} → ${fmtBytes(d.b.peak_requested)}: `,
+      el("strong", { id: "torch-diff-peak-delta", title: exactBytes(d.delta_requested) }, sign(d.delta_requested)),
+      ` (reserved ${sign(d.reserved.delta_peak_reserved)})`),
+    el("p", { id: "torch-diff-aligned" }, `${fmtInt(al.paired)} allocations aligned${al.same_sequence ? " (same call-site sequence)" : ""}, ${fmtInt(al.only_a)} only in a, ${fmtInt(al.only_b)} only in b; ${fmtInt(al.grew)} grew, ${fmtInt(al.shrank)} shrank`),
+    el("p", { id: "torch-diff-first" }, first ? `First allocation that differs (${first.differs_in}): a ${side(first.a)}; b ${side(first.b)}` : "Both runs allocated the same sizes from the same stacks, in order."),
+    el("div", { class: "table-scroll" }, el("table", { class: "data plain-head", id: "torch-diff-sites" },
+      el("thead", {}, el("tr", {}, el("th", { class: "num" }, "a"), el("th", { class: "num" }, "b"), el("th", { class: "num" }, "b − a"), el("th", {}, "call site"))),
+      el("tbody", {}, rows)))));
+}
+
 async function main() {
   const asked = `a=${(urlParam("a") || "").slice(0, 30)}, b=${(urlParam("b") || "").slice(0, 30)}`;
   if (!refA || !refB || !isTraceId(refA.id) || !isTraceId(refB.id)) {
@@ -83,7 +107,12 @@ async function main() {
   }
   loaded($("divergence"));
   clear($("divergence"));
+  loaded($("attribution"));
   tb = tb || ta;
+  if (diff.torch) {
+    torchDiff(diff.torch, ta, tb);
+    return;
+  }
   const ga = ta.graphs.find((g) => g.index === refA.g) || {}, gb = tb.graphs.find((g) => g.index === refB.g) || {};
   const A = diff.a, B = diff.b;
   const la = `a (${ga.role ?? `graph ${refA.g}`})`, lb = `b (${gb.role ?? `graph ${refB.g}`})`;

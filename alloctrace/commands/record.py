@@ -24,9 +24,6 @@ EXAMPLES = examples(
     'alloctrace record -o snap.pickle -- python train.py   # keep the snapshot, store nothing',
     'alloctrace record --tag commit=abc123 --tag config=fa-off -- llama-completion -m m.gguf -fa off -n 1')
 
-NO_TORCH = ("no CUDA memory was recorded: the program never imported torch, CUDA was not available to it, or it "
-            "allocated nothing on the GPU")
-
 
 def register(subparsers):
     p = subparsers.add_parser(
@@ -69,7 +66,7 @@ def run(args) -> int:
     from alloctrace.traces.sources.record.build import find_ggml_header, recorder_library
     from alloctrace.traces.sources.record.run import run_recorded
     from alloctrace.traces.sources.record.source import NO_GGML
-    from alloctrace.traces.sources.torch.recorder import hook_env, is_python_program, snapshots_in
+    from alloctrace.traces.sources.torch.recorder import hook_env, is_python_program, nothing_recorded, snapshots_in
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:
@@ -100,7 +97,8 @@ def run(args) -> int:
         result = run_recorded(command, library, Path(tmp), env, started)
         snaps = snapshots_in(snap_dir) if torch else []
         if not result.recordings and not snaps:
-            print(f"alloctrace: error: {NO_TORCH if torch and not ggml else NO_GGML}", file=sys.stderr)
+            why = nothing_recorded(snap_dir, ggml) if torch else NO_GGML
+            print(f"alloctrace: error: {why}", file=sys.stderr)
             return result.exit_status or 2
         for s in snaps:
             who = f"rank {s.rank}" if s.rank is not None else f"process {s.facts.get('pid', '?')}"

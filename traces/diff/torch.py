@@ -163,3 +163,40 @@ def _alignment_summary(a: Device, b: Device, al: dict, max_points: int) -> dict:
                              "min": float(ratio.min()) if len(ratio) else None,
                              "max": float(ratio.max()) if len(ratio) else None}
     return out
+
+
+def first_difference(a: Device, b: Device, al: dict, skip=DEFAULT_SKIP) -> dict | None:
+    """The first allocation where the runs part: the first position whose full stack differs, else the first
+    aligned pair whose size differs; None when both allocated the same sizes from the same sites in order."""
+    za, zb = a.allocations(), b.allocations()
+    k = al["first_divergence"]
+    if k is None:
+        changed = np.flatnonzero(za.size[al["a_rows"]] != zb.size[al["b_rows"]])
+        if not len(changed):
+            return None
+        ia, ib, why = int(al["a_rows"][changed[0]]), int(al["b_rows"][changed[0]]), "size"
+    else:
+        ia, ib, why = k, k, "stack"  # the full stacks differ (the labels may still read alike)
+
+    def one(dev, rows, i):
+        if i >= len(rows.size):
+            return None
+        return {"index": i, "size": int(rows.size[i]), "site": dev.label(int(rows.stack[i]), int(rows.start[i]), skip)}
+    return {"differs_in": why, "a": one(a, za, ia), "b": one(b, zb, ib)}
+
+
+def diff_stored(store, ref_a: str, ref_b: str, skip=DEFAULT_SKIP, top: int = 40) -> dict:
+    """The diff of two stored PyTorch snapshots ("ID" or "ID:DEVICE"), for every diff entry point: the
+    peak by call site, the decomposition, the alignment and the first allocation that differs."""
+    from alloctrace.traces.state.torch_device import load_device
+    from alloctrace.traces.store.kinds import TORCH, require_same_kind
+
+    require_same_kind(store, ref_a, ref_b, TORCH)
+    devs = []
+    for ref in (ref_a, ref_b):
+        tid, g = store.resolve(ref)
+        devs.append(load_device(store, tid, 0 if g is None else g))
+    d = diff(*devs, skip=skip, top=top)
+    d["kind"] = TORCH
+    d["first_difference"] = first_difference(*devs, align(*devs, skip), skip)
+    return d

@@ -34,3 +34,14 @@ def require_kind(store, ref: str, kind: str, hint: str = "") -> tuple[str, int |
     if kind_of_source(source) != kind:
         raise WrongKind(f"trace {tid} is not a {LABEL[kind]} (source {source!r})" + (f"; {hint}" if hint else ""))
     return tid, g
+
+
+def require_same_kind(store, ref_a: str, ref_b: str, kind: str | None = None) -> str:
+    """The kind both traces share (and `kind`, when given); WrongKind, in one line, for a mixed pair."""
+    ka, kb = trace_kind(store, ref_a), trace_kind(store, ref_b)
+    if ka != kb:
+        raise WrongKind(f"cannot diff {ref_a} (a {LABEL[ka]}) against {ref_b} (a {LABEL[kb]}): "
+                        "diff two traces of the same kind")
+    if kind is not None and ka != kind:
+        raise WrongKind(f"{ref_a} and {ref_b} are not {LABEL[kind]}s")
+    return ka

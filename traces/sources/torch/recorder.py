@@ -66,3 +66,12 @@ def snapshots_in(out_dir: Path) -> list[Snapshot]:
             facts = {}
         found.append(Snapshot(p, facts if isinstance(facts, dict) else {}))
     return sorted(found, key=lambda s: (s.rank is None, s.rank or 0, s.facts.get("pid") or 0, s.path.name))
+
+
+def nothing_recorded(out_dir: Path, ggml_too: bool) -> str:
+    """Why a Python program left no snapshot, from the hook's notes: it never imported torch, or it did and
+    then never used CUDA (and, when ggml was recorded as well, that it used no ggml graph allocator either)."""
+    imported = any(out_dir.glob("torch-imported-pid*"))
+    why = ("the program imported torch but CUDA was not available to it or it allocated nothing on the GPU"
+           if imported else "the program never imported torch")
+    return f"no CUDA memory was recorded: {why}" + ("; nor did it use ggml's graph allocator" if ggml_too else "")

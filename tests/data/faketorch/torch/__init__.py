@@ -67,8 +67,36 @@ class Tensor:
         ALLOCATOR.free(self)
 
 
+_queued_calls = []
+_initialized = False
+is_available_calls = []
+
+
+def _lazy_call(callable):
+    """Like torch's: now when CUDA is initialised, else at its first initialisation."""
+    if _initialized:
+        callable()
+    else:
+        _queued_calls.append(callable)
+
+
+def _lazy_init():
+    """Like torch's: the first CUDA use initialises it, then runs the queued calls."""
+    global _initialized
+    if not _initialized:
+        _initialized = True
+        for call in _queued_calls:
+            call()
+
+
+def _is_available():
+    is_available_calls.append(1)
+    return True
+
+
 def empty(nbytes):
-    """Allocate `nbytes` on the fake GPU."""
+    """Allocate `nbytes` on the fake GPU (the first one initialises CUDA)."""
+    _lazy_init()
     return ALLOCATOR.alloc(nbytes)
 
 
@@ -79,4 +107,5 @@ def _dump(path):
 
 memory = types.SimpleNamespace(_record_memory_history=ALLOCATOR.record, _snapshot=ALLOCATOR.snapshot,
                                _dump_snapshot=_dump)
-cuda = types.SimpleNamespace(is_available=lambda: True, memory=memory, OutOfMemoryError=OutOfMemoryError)
+cuda = types.SimpleNamespace(is_available=_is_available, memory=memory, OutOfMemoryError=OutOfMemoryError,
+                             _lazy_call=_lazy_call, is_initialized=lambda: _initialized, init=_lazy_init)

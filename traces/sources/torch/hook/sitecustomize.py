@@ -2,8 +2,10 @@
 
 `alloctrace record` puts this file's directory first on the program's PYTHONPATH, so Python's
 `site` imports it at startup. It imports nothing heavy: it waits for the program's own
-`import torch`, switches the history on right after torch's import finishes (before any
-tensor can exist), and dumps the snapshot once: at exit, on an uncaught OutOfMemoryError
+`import torch`, then asks torch to call it back when the program itself first initialises CUDA
+(torch's lazy-init queue), and switches the history on there, before the first CUDA tensor. So
+the hook never initialises CUDA itself: settings and devices the program chooses after
+`import torch` still apply, and forked DataLoader workers behave as without it. It dumps the snapshot once: at exit, on an uncaught OutOfMemoryError
 and on SIGTERM. Then it runs the `sitecustomize` this one shadows, if there is one.
 
 The environment says what to do: ALLOCTRACE_TORCH_DIR (where snapshots go; unset: nothing
@@ -40,18 +42,36 @@ class Recorder:
         self.previous_excepthook = None
 
     def start(self, torch) -> bool:
-        """Switch the history on (not in a launcher such as torchrun, nor without CUDA) and arm the dumps."""
-        if is_launcher(sys.argv) or not torch.cuda.is_available():
+        """Arm the recording for the program's first CUDA initialisation (not in a launcher such as torchrun).
+
+        Nothing touches CUDA here: torch runs the queued call inside its own lazy init, which its first
+        CUDA tensor, `torch.cuda.init()` or any device query triggers. So the program's later
+        PYTORCH_CUDA_ALLOC_CONF and CUDA_VISIBLE_DEVICES still count, and forked workers of a program
+        that has not used CUDA yet may use it themselves."""
+        if is_launcher(sys.argv):
             return False
-        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=self.stacks,
-                                                 max_entries=self.max_entries)
+        lazy_call = getattr(torch.cuda, "_lazy_call", None)
+        if lazy_call is None:  # a torch without lazy init: nothing to wait for
+            self.on_cuda_init(torch)
+        else:
+            lazy_call(lambda: self.on_cuda_init(torch))
+        return True
+
+    def on_cuda_init(self, torch):
+        """Switch the history on, right after CUDA initialised and before the first allocation; never raise
+        (an exception here would fail the program's own CUDA init)."""
+        try:
+            torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=self.stacks,
+                                                     max_entries=self.max_entries)
+        except Exception as e:
+            print(f"alloctrace: could not record CUDA memory history: {type(e).__name__}: {e}", file=sys.stderr)
+            return
         self.torch, self.pid = torch, os.getpid()
         atexit.register(self.dump, "exit")
         self.previous_excepthook = sys.excepthook
         sys.excepthook = self.excepthook
         if threading.current_thread() is threading.main_thread():
             self.previous_term = signal.signal(signal.SIGTERM, self.on_sigterm)
-        return True
 
     def excepthook(self, kind, value, tb):
         if isinstance(value, oom_errors(self.torch)):
@@ -157,14 +177,31 @@ def install(env=None) -> "Recorder | None":
 
     def started(torch):
         try:
+            # a note for `record`: this process did import torch (so "nothing recorded" can say which part failed)
+            open(os.path.join(out_dir, f"torch-imported-pid{os.getpid()}"), "w").close()
             rec.start(torch)
         except Exception as e:  # never break the program being recorded
             print(f"alloctrace: could not record CUDA memory history: {type(e).__name__}: {e}", file=sys.stderr)
+    if env is os.environ and not is_launcher(sys.argv):
+        forget_hook_env(env)
     if "torch" in sys.modules:
         started(sys.modules["torch"])
     else:
         sys.meta_path.insert(0, WatchImport("torch", started))
     return rec
+
+
+def forget_hook_env(env) -> None:
+    """Take the hook out of the program's environment once it has loaded, so that no process the program
+    starts (above all one it leaves running after its exit) records into the folder later. A launcher
+    (torchrun) keeps it: its workers are the processes to record."""
+    for name in [k for k in env if k.startswith("ALLOCTRACE_TORCH_")]:
+        del env[name]
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != HERE]
+    if rest:
+        env["PYTHONPATH"] = os.pathsep.join(rest)
+    else:
+        env.pop("PYTHONPATH", None)
 
 
 def _run_shadowed_sitecustomize():
