@@ -1,0 +1,111 @@
+"""The dashboard lands on the answer (a failed run opens on its failure card), bad links answer the friendly page,
+and /docs is the dashboard's own page: it works with the network off and needs the API's token. Real Chromium
+against a real server."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from alloctrace.traces import import_paths
+from alloctrace.traces.store.store import open_store
+from conftest import live_server
+
+pytest.importorskip("playwright.sync_api")
+
+DATA = Path(__file__).resolve().parent / "data"
+LEGACY = DATA / "ggml-real" / "v2023-08-16-legacy" / "harness_plain.AT.log"  # graph 0 measures, graph 1 fails
+TORCH_OOM = DATA / "torch" / "oom.pickle.gz"
+TOKEN = "answers-token_1"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    store_dir = tmp_path_factory.mktemp("answers-store")
+    store = open_store(store_dir)
+    [legacy] = import_paths(store, [LEGACY], name="legacy harness")
+    [torch] = import_paths(store, [TORCH_OOM], name="torch oom")
+    store.close()
+    with live_server(store_dir) as base:
+        yield {"base": base, "legacy": legacy, "torch": torch, "store": store_dir}
+
+
+def in_viewport(page, selector) -> bool:
+    return page.eval_on_selector(selector, """e => { const r = e.getBoundingClientRect();
+        return r.height > 0 && r.top >= 0 && r.top < window.innerHeight && r.bottom > 0; }""")
+
+
+def test_a_failed_ggml_run_opens_on_the_failing_graph_with_its_card_first(site, page):
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.goto(f"{site['base']}/traces/{site['legacy']}")
+    page.wait_for_selector("#map[data-ready='1']", timeout=60000)
+    page.wait_for_selector("#oom-card h2:has-text('at event')")  # the full card, after the failing event is selected
+    page.wait_for_selector("#event-table tr.selected")
+    assert "g=1" in page.url
+    card = page.inner_text("#oom-card")
+    assert "Graph 1 ran out of space" in card and "needed" in card and "largest free block" in card
+    assert in_viewport(page, "#oom-card-body"), "the out-of-space card must be on the first screen"
+    assert page.evaluate("window.scrollY") == 0  # selecting the failing row scrolled only the table's own box
+    # a link that names a graph still opens that graph
+    page.goto(f"{site['base']}/traces/{site['legacy']}?g=0")
+    page.wait_for_selector("#map[data-ready='1']", timeout=60000)
+    assert page.locator("#oom-card-body").count() == 0
+
+
+def test_a_pytorch_oom_page_keeps_its_card_on_the_first_screen(site, page):
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.goto(f"{site['base']}/torch?id={site['torch']}&view=oom")
+    page.wait_for_selector("#oom h2", timeout=60000)
+    page.wait_for_function("() => !document.querySelector('[aria-busy=\"true\"]')", timeout=60000)
+    page.wait_for_timeout(300)
+    assert in_viewport(page, "#oom h2")
+
+
+@pytest.mark.parametrize("path,words", [
+    ("/sweep?id=nope", "not valid"),
+    ("/sweep?id=0123abcd", "not in the store"),
+])
+def test_a_bad_sweep_link_answers_the_friendly_page(site, page, path, words):
+    page.goto(site["base"] + path)
+    card = page.locator("#error-page")
+    card.wait_for()
+    text = card.inner_text()
+    assert words in text and "sweep" in text
+    assert "pattern" not in text and "String should match" not in text
+    assert card.locator("a[href='/']").count() == 1
+
+
+def test_the_api_docs_render_with_the_network_off(site, page):
+    outside = []
+
+    def only_loopback(route):
+        if route.request.url.startswith(site["base"]):
+            return route.continue_()
+        outside.append(route.request.url)
+        return route.abort("internetdisconnected")
+
+    page.route("**/*", only_loopback)
+    page.goto(site["base"] + "/docs")
+    page.wait_for_selector("body[data-loaded='1']")
+    assert outside == []  # nothing was asked of another site
+    count = int(page.inner_text("#endpoint-count").split()[0])
+    assert count >= 20
+    assert page.locator("section.endpoint[data-path='/api/traces'][data-method='get']").count() == 1
+    assert "Diff two graphs" in page.inner_text("section.endpoint[data-path='/api/diff']")
+
+
+def test_the_api_docs_need_the_token_as_the_api_does(site, browser):
+    with live_server(site["store"], token=TOKEN) as base:
+        for path in ("/docs", "/openapi.json", "/api/traces"):
+            assert httpx.get(base + path).status_code == 401, path
+            assert httpx.get(base + path, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200, path
+        assert httpx.get(base + "/docs?token=wrong").status_code == 401
+        ctx = browser.new_context()
+        try:
+            page = ctx.new_page()
+            page.goto(f"{base}/docs?token={TOKEN}")  # the cookie it sets lets the page read /openapi.json
+            page.wait_for_selector("body[data-loaded='1']")
+            assert page.locator("section.endpoint").count() >= 20
+        finally:
+            ctx.close()
