@@ -36,6 +36,7 @@ def console(script: str, *args) -> subprocess.CompletedProcess:
 def test_exit_statuses_and_one_line_errors_are_those_of_main(tmp_path):
     ok = alloctrace("--version")
     assert (ok.returncode, ok.stdout.strip()) == (0, f"alloctrace {__version__}")
+    assert alloctrace("import", str(LOG), "--store", str(tmp_path / "s")).returncode == 0
     gone = alloctrace("rm", "nosuch", "--store", str(tmp_path / "s"))
     assert (gone.returncode, gone.stderr) == (3, "alloctrace: error: no trace 'nosuch'\n")
     bad = alloctrace("sweep", "--store", str(tmp_path / "s"))
@@ -78,7 +79,7 @@ def test_a_thread_still_running_ends_as_with_the_ordinary_exit(tmp_path):
     script = ("import threading, time\n"
               "threading.Thread(target=lambda: (time.sleep(0.5), print('thread done', flush=True))).start()")
     run = console(script, "rm", "nosuch", "--store", str(tmp_path / "s"))
-    assert run.returncode == 3
+    assert run.returncode == 2  # no store there: a one-line error
     assert run.stdout == "thread done\n"  # the ordinary exit waits for it; os._exit would not
 
 

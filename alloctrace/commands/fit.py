@@ -47,7 +47,7 @@ def run(args) -> int:
         raise UserError("fit: name the program to run, after --")
     budget = parse_budget(args.budget)
     flag, lo, hi = parse_range(args.vary)
-    store = open_store_from(args)
+    store = open_store_from(args, create=True)
 
     def progress(pr):
         print(safe(f"{flag} {pr.value}: {pr.total:,} B {'fits' if pr.total <= budget else 'does not fit'}"),

@@ -60,7 +60,7 @@ def run(args) -> int:
                                                                                       "--max-decompressed")),
         max_cpu_s=None if args.max_cpu is None else parse_amount(args.max_cpu, "--max-cpu"),
         salvage=args.salvage or None)
-    store = open_store_from(args)
+    store = open_store_from(args, create=True)
     if args.ranks or any(os.path.isdir(p) for p in args.paths):
         from alloctrace.traces.sources.ranks import import_ranks
 

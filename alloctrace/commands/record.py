@@ -110,7 +110,7 @@ def run(args) -> int:
             print(f"alloctrace: recording written to {args.output}", file=sys.stderr)
             return result.exit_status
         name = args.name or program_name(command)
-        store = open_store_from(args)
+        store = open_store_from(args, create=True)
         ids = import_into_store(store, result.recordings, name, tags) if result.recordings else []
         if snaps:
             ids += import_snapshots(store, [s.path for s in snaps], name, tags)

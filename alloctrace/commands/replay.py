@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from alloctrace.allocator.profiles import names as profile_names
 from alloctrace.traces.errors import UserError
@@ -35,7 +36,7 @@ def register(subparsers):
     p.add_argument("--hparam", action="append", default=[], metavar="KEY=VALUE",
                    help="override a hyper-parameter (repeatable), e.g. --hparam n_layer=4")
     p.add_argument("--store", metavar="DIR|URL",
-                   help="store both graphs as one trace in this store (a directory or a PostgreSQL URL)")
+                   help="store both graphs as one trace in this store (a directory or a PostgreSQL URL; default: $ALLOCTRACE_STORE when set, else not stored)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.epilog = EXAMPLES
     p.set_defaults(func=run)
@@ -91,8 +92,9 @@ def run(args) -> int:
     r = replay(args.preset, args.profile, n_ctx=args.n_ctx, n_batch=args.n_batch, eval_tokens=args.eval_tokens,
                n_past=args.n_past, metal_concurrency=args.metal_concurrency, layout=args.layout,
                hparams=_hparams(args.hparam))
-    if args.store:
-        store_result(r, args.store)
+    store = args.store or os.environ.get("ALLOCTRACE_STORE")  # the store every other command reads
+    if store:
+        store_result(r, store)
     if args.json:
         print(json.dumps(r.to_json(), indent=2))
     else:

@@ -95,7 +95,7 @@ def store_points(out: dict, args, tags: list[str]):
 
     from ._common import open_store_from
 
-    store, done = open_store_from(args), []
+    store, done = open_store_from(args, create=True), []
     try:
         for q in out["points"]:
             if q["error"]:
@@ -130,7 +130,7 @@ def run_program(args, command: list[str]) -> int:
     tags = parse_tags(args.tags)
     varies = [parse_vary(v) for v in args.vary]
     total = len(combinations(varies))
-    store = functools.cache(lambda: open_store_from(args))  # opened once the workers run programs
+    store = functools.cache(lambda: open_store_from(args, create=True))  # opened once the workers run programs
     library = recorder_library()
     with _progress("recording points") as advance:
         sid, points = run_points(store, command, varies, library, jobs=args.jobs, name=args.name,
