@@ -35,11 +35,12 @@ def open_store_from(args, create: bool = False):
     """The store --store names. Only commands that add traces (import, record, sweep, fit) pass `create`: a
     mistyped path given to a command that reads must not quietly answer from a new, empty store."""
     from alloctrace.traces.errors import UserError
-    from alloctrace.traces.store.store import DB_NAME, open_store, store_dir, store_url
+    from alloctrace.traces.store.store import open_store, store_dir, store_url
 
     path = getattr(args, "store", None)
-    if not create and store_url(path) is None and not (store_dir(path) / DB_NAME).exists():
-        raise UserError(f"no store at {store_dir(path)} (check --store or $ALLOCTRACE_STORE; "
+    d = store_dir(path)
+    if not create and store_url(path) is None and not d.exists():
+        raise UserError(f"no store at {d} (check --store or $ALLOCTRACE_STORE; "
                         "`alloctrace import LOG` makes one)")
     return open_store(path)
 
