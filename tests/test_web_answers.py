@@ -3,6 +3,9 @@ and /docs is the dashboard's own page: it works with the network off and needs t
 against a real server."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -16,6 +19,7 @@ pytest.importorskip("playwright.sync_api")
 
 DATA = Path(__file__).resolve().parent / "data"
 LEGACY = DATA / "ggml-real" / "v2023-08-16-legacy" / "harness_plain.AT.log"  # graph 0 measures, graph 1 fails
+EXPLAIN = DATA / "explain"
 TORCH_OOM = DATA / "torch" / "oom.pickle.gz"
 TOKEN = "answers-token_1"
 
@@ -26,9 +30,17 @@ def site(tmp_path_factory):
     store = open_store(store_dir)
     [legacy] = import_paths(store, [LEGACY], name="legacy harness")
     [torch] = import_paths(store, [TORCH_OOM], name="torch oom")
+    [torch2] = import_paths(store, [TORCH_OOM], name="torch oom again")
     store.close()
+    tagged = []
+    for ub in (8, 64):  # two runs of one program with different flags, tagged
+        out = subprocess.run([sys.executable, "-m", "alloctrace", "import", str(EXPLAIN / f"llama-tiny_c512_ub{ub}.head.AT.log.gz"),
+                              "--store", str(store_dir), "--name", f"llama ub {ub}", "--tag", "model=llama", "--json"],
+                             capture_output=True, text=True, timeout=120, check=True)
+        tagged.append(json.loads(out.stdout)["traces"][0]["id"])
     with live_server(store_dir) as base:
-        yield {"base": base, "legacy": legacy, "torch": torch, "store": store_dir}
+        yield {"base": base, "legacy": legacy, "torch": torch, "torch2": torch2, "ub8": tagged[0], "ub64": tagged[1],
+               "store": store_dir}
 
 
 def in_viewport(page, selector) -> bool:
@@ -109,3 +121,37 @@ def test_the_api_docs_need_the_token_as_the_api_does(site, browser):
             assert page.locator("section.endpoint").count() >= 20
         finally:
             ctx.close()
+
+
+def test_two_traces_ticked_on_the_home_list_open_their_diff(site, page):
+    page.goto(site["base"] + "/")
+    page.wait_for_selector("#trace-table")
+    assert page.locator("#diff-selected").is_hidden()
+    # the tag filter leaves the two tagged runs
+    page.select_option("#tag-filter", "model=llama")
+    ids = page.eval_on_selector_all("#trace-table tbody tr", "rs => rs.map(r => r.dataset.id)")
+    assert sorted(ids) == sorted([site["ub8"], site["ub64"]])
+    page.check(f"tr[data-id='{site['ub64']}'] input.pick")
+    page.check(f"tr[data-id='{site['ub8']}'] input.pick")
+    link = page.locator("#diff-selected")
+    assert link.is_visible()
+    assert link.get_attribute("href") == f"/diff?a={site['ub64']}%3A0&b={site['ub8']}%3A0"  # a: ticked first
+    link.click()
+    page.wait_for_selector("#summary-table", timeout=60000)
+    assert page.url.endswith(f"/diff?a={site['ub64']}%3A0&b={site['ub8']}%3A0")
+
+
+def test_a_third_tick_replaces_the_oldest_and_pytorch_pairs_link_to_the_same_page(site, page):
+    page.goto(site["base"] + "/")
+    page.wait_for_selector("#trace-table")
+    for key in ("legacy", "torch", "torch2"):
+        page.check(f"tr[data-id='{site[key]}'] input.pick")
+    assert not page.is_checked(f"tr[data-id='{site['legacy']}'] input.pick")
+    href = page.get_attribute("#diff-selected", "href")
+    assert href == f"/diff?a={site['torch']}%3A0&b={site['torch2']}%3A0"
+    # a failed ggml run is diffed from its failing graph
+    page.uncheck(f"tr[data-id='{site['torch2']}'] input.pick")
+    page.uncheck(f"tr[data-id='{site['torch']}'] input.pick")
+    page.check(f"tr[data-id='{site['legacy']}'] input.pick")
+    page.check(f"tr[data-id='{site['ub8']}'] input.pick")
+    assert page.get_attribute("#diff-selected", "href").startswith(f"/diff?a={site['legacy']}%3A1&b={site['ub8']}%3A")
