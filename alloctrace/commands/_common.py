@@ -1,6 +1,8 @@
 """Helpers shared by the store commands: the --store option and readable tables."""
 from __future__ import annotations
 
+import re
+
 from alloctrace.traces.util.textsafe import safe
 
 
@@ -63,12 +65,56 @@ def _yes_no(v, complete: bool = True) -> str:
     return "-" if v is None else ("yes" if v else "NO")
 
 
+def terminal_width() -> int | None:
+    """The width a table must fit: $COLUMNS, else the terminal's; None when printing into a pipe or file
+    (a script reads whole cells)."""
+    import os
+    import shutil
+    import sys
+
+    if os.environ.get("COLUMNS", "").isdigit():
+        return max(20, int(os.environ["COLUMNS"]))
+    try:
+        return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    except (OSError, ValueError):
+        return None
+
+
+def cut_middle(text: str, width: int) -> str:
+    """`text` in `width` characters, its middle replaced by an ellipsis (a name's start and end both tell)."""
+    if len(text) <= width:
+        return text
+    if width < 3:
+        return text[:width]
+    head = width // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def fit_columns(rows: list[list[str]], width: int | None, floor: int = 6) -> list[list[str]]:
+    """Narrow the widest columns (never below `floor` or their heading) until the table fits `width`, cutting
+    the middle of the cells that no longer fit."""
+    if width is None or not rows:
+        return rows
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    numeric = [all(re.fullmatch(r"[-+]?[0-9][0-9,.]*|-", r[i]) for r in rows[1:]) for i in range(len(widths))]
+    # numbers are never cut (their heading may be); text columns keep `floor` characters
+    data = [max([len(r[i]) for r in rows[1:]] or [0]) for i in range(len(widths))]
+    least = [max(data[i], 3) if numeric[i] else min(floor, widths[i]) for i in range(len(widths))]
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        shrinkable = [i for i, w in enumerate(widths) if w > least[i]]
+        if not shrinkable:
+            break
+        widths[max(shrinkable, key=lambda i: widths[i])] -= 1
+    return [[cut_middle(c, w) for c, w in zip(r, widths)] for r in rows]
+
+
 def table_lines(rows: list[list[str]]) -> list[str]:
-    """A text table, one string per row (for reports printed line by line through `safe_lines`)."""
+    """A text table, one string per row (for reports printed line by line through `safe_lines`), no wider
+    than the terminal."""
     from alloctrace.traces.explain.peak import text_table
 
     # names are data: no escape sequences, no forged rows
-    return text_table([[safe(c) for c in r] for r in rows])
+    return text_table(fit_columns([[safe(str(c)) for c in r] for r in rows], terminal_width()))
 
 
 def table(rows: list[list[str]]) -> str:
