@@ -189,3 +189,20 @@ def test_no_page_overflows_a_phone_even_with_long_trace_names(site, browser):
     finally:
         ctx.close()
     assert wide == {}, f"wider than 390 px: {wide}"
+
+
+def test_the_graph_pairing_of_two_runs_is_shown_and_can_be_changed(site, page):
+    page.goto(site["base"] + "/")
+    page.wait_for_selector("#trace-table")
+    page.check(f"tr[data-id='{site['legacy']}'] input.pick")
+    page.check(f"tr[data-id='{site['ub8']}'] input.pick")
+    # the pairing chosen: a's failing eval graph; b (a llama.cpp run of reserve graphs) has no eval graph: its graph 0
+    assert page.input_value("#pair-a") == "1" and page.input_value("#pair-b") == "0"
+    b_graphs = page.eval_on_selector_all("#pair-b option", "os => os.map(o => o.textContent)")
+    assert len(b_graphs) >= 2 and all("eval" not in g for g in b_graphs)
+    assert page.get_attribute("#diff-selected", "href") == f"/diff?a={site['legacy']}%3A1&b={site['ub8']}%3A0"
+    page.select_option("#pair-a", "0")
+    page.select_option("#pair-b", "1")
+    assert page.get_attribute("#diff-selected", "href") == f"/diff?a={site['legacy']}%3A0&b={site['ub8']}%3A1"
+    page.click("#diff-selected")
+    page.wait_for_selector("#summary-table", timeout=60000)

@@ -43,20 +43,39 @@ function pairedGraph(ta, ga, tb) {
   return tb.graphs.filter((g) => g.role === ga.role)[Math.max(0, nth)] || tb.graphs[0] || { index: 0 };
 }
 
-/** The diff page's address for two traces (ggml graphs or PyTorch devices, ID:N either way). */
-function diffHref(ta, tb) {
-  const ga = startGraph(ta), gb = pairedGraph(ta, ga, tb);
-  return `/diff?a=${enc(`${ta.id}:${ga.index}`)}&b=${enc(`${tb.id}:${gb.index}`)}`;
+/** The diff page's address for graph (or device) ga of trace a and gb of trace b. */
+const diffHref = (ta, ga, tb, gb) => `/diff?a=${enc(`${ta.id}:${ga}`)}&b=${enc(`${tb.id}:${gb}`)}`;
+
+let pairing = null;  // {key, a, b}: the graphs paired for the ticked two; the user may change either
+
+/** A graph picker for one side of the pairing. */
+function graphSelect(id, t, chosen, onChange) {
+  const sel = el("select", { id, "aria-label": `graph of ${t.name}` }, t.graphs.slice(0, 500).map((g) =>
+    el("option", { value: String(g.index) }, `graph ${g.index}${g.role ? ` · ${g.role}` : ""}${g.oom ? " · OOM" : ""}`)));
+  sel.value = String(chosen);
+  sel.addEventListener("change", () => onChange(Number(sel.value)));
+  return sel;
 }
 
 function showPicked() {
   const [a, b] = picked.map((id) => traces.find((t) => t.id === id));
-  const link = $("diff-selected");
+  const link = $("diff-selected"), status = clear($("pick-status"));
   link.hidden = !(a && b);
-  if (a && b) link.href = diffHref(a, b);
-  $("pick-status").textContent = a && b ? `a: ${a.name} · b: ${b.name}` : a ? `a: ${a.name}; tick a second trace to diff against it`
-    : "Tick two traces to diff them.";
   for (const box of listBox.querySelectorAll("input.pick")) box.checked = picked.includes(box.dataset.id);
+  if (!(a && b)) {
+    pairing = null;
+    status.append(a ? `a: ${a.name}; tick a second trace to diff against it` : "Tick two traces to diff them.");
+    return;
+  }
+  const key = `${a.id} ${b.id}`;
+  if (!pairing || pairing.key !== key) {
+    const ga = startGraph(a);
+    pairing = { key, a: ga.index, b: pairedGraph(a, ga, b).index };
+  }
+  const update = () => { link.href = diffHref(a, pairing.a, b, pairing.b); };
+  status.append("a: ", el("strong", {}, a.name), " ", graphSelect("pair-a", a, pairing.a, (g) => { pairing.a = g; update(); }),
+    " against b: ", el("strong", {}, b.name), " ", graphSelect("pair-b", b, pairing.b, (g) => { pairing.b = g; update(); }));
+  update();
 }
 
 function pick(id, on) {
