@@ -48,7 +48,7 @@ def pages(ids: dict) -> dict[str, str]:
     """Page name -> path: every page of the dashboard with real data, and a stale link's error page."""
     from alloctrace.server.app import PAGES
 
-    shown = {"home": "/", "trace": f"/traces/{ids['legacy']}?g=1", "trace-long": f"/traces/{ids['long']}?g=5",
+    shown = {"home": "/", "trace": f"/traces/{ids['legacy']}", "trace-graph0": f"/traces/{ids['legacy']}?g=0", "trace-long": f"/traces/{ids['long']}?g=5",
             "diff": f"/diff?a={ids['legacy']}:0&b={ids['legacy']}:1", "torch-list": "/torch",
             "torch": f"/torch?id={ids['torch']}", "whatif": f"/whatif?trace={ids['torch']}&device=0",
             "sweep": "/sweep", "replay": "/replay", "not-found": "/traces/0000dead"}

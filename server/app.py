@@ -59,7 +59,8 @@ def check_read_tokens(token: str | None, read_tokens) -> tuple[str, ...]:
 
 
 PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html",
-         "/torch": "torch.html", "/whatif": "whatif.html", "/history": "history.html"}
+         "/torch": "torch.html", "/whatif": "whatif.html", "/history": "history.html", "/docs": "apidocs.html"}
+GUARDED = ("/api", "/openapi.json", "/docs")  # the API and its description need the token; other pages do not
 
 
 def _not_found_type():
@@ -96,16 +97,15 @@ class TokenGuard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         from_query = (query.get("token") or [None])[0]
-        if scope["path"].startswith("/api"):
+        if scope["path"].startswith(GUARDED):
             auth = headers.get("authorization", "")
             bearer = auth[7:] if auth.lower().startswith("bearer ") else None
             cookie = _cookie(headers.get("cookie", ""), COOKIE)
             levels = {self._level(t) for t in (bearer, from_query, cookie)}
-            if "write" in levels:
-                scope.setdefault("extensions", {})[ACCESS] = "write"
-                return await self.app(scope, receive, send)
-            if "read" in levels and scope.get("method", "GET") in ("GET", "HEAD"):
-                scope.setdefault("extensions", {})[ACCESS] = "read"
+            if "write" in levels or ("read" in levels and scope.get("method", "GET") in ("GET", "HEAD")):
+                scope.setdefault("extensions", {})[ACCESS] = "write" if "write" in levels else "read"
+                if not scope["path"].startswith("/api") and from_query is not None and self._level(from_query):
+                    send = _setting_cookie(send, from_query)  # /docs?token=T: its page then reads /openapi.json
                 return await self.app(scope, receive, send)
             if "read" in levels:
                 resp = JSONResponse({"detail": "this token may only read (list, view, diff); changes need a write "
@@ -118,14 +118,18 @@ class TokenGuard:
         # a page answers a caller without a token as it answers any trace id (no telling which exist)
         scope.setdefault("extensions", {})[AUTHENTICATED] = bool(self._level(from_query) or self._level(cookie))
         if from_query is not None and self._level(from_query):
-            async def send_with_cookie(message):
-                if message["type"] == "http.response.start":
-                    cookie = f"{COOKIE}={from_query}; Path=/; HttpOnly; SameSite=Strict"
-                    message = {**message, "headers": list(message.get("headers", [])) +
-                               [(b"set-cookie", cookie.encode("latin-1"))]}
-                await send(message)
-            return await self.app(scope, receive, send_with_cookie)
+            return await self.app(scope, receive, _setting_cookie(send, from_query))
         return await self.app(scope, receive, send)
+
+
+def _setting_cookie(send, token: str):
+    """`send` that adds the token's cookie to the response, so the page's own API calls carry it."""
+    async def send_with_cookie(message):
+        if message["type"] == "http.response.start":
+            cookie = f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+            message = {**message, "headers": list(message.get("headers", [])) + [(b"set-cookie", cookie.encode("latin-1"))]}
+        await send(message)
+    return send_with_cookie
 
 
 def _cookie(header: str, name: str) -> str | None:
@@ -157,7 +161,8 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
         yield
         ctx.close()
 
-    app = FastAPI(title="alloctrace", version="1", lifespan=lifespan,
+    # /docs is the dashboard's own page over /openapi.json (no assets from another site: it works offline)
+    app = FastAPI(title="alloctrace", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Stored ggml graph-allocator traces: upload, browse, memory maps, diff, replay.")
     app.state.ctx = ctx
     app.state.web_dir = web

@@ -134,3 +134,29 @@ def test_bad_requests_are_one_line(stored, capsys):
     assert main(["report", ids["oom"], "--store", s, "-o", str(root / "r.html"), "--device", "x"]) == 2
     err = capsys.readouterr().err
     assert err.count("alloctrace: error:") == 3 and "Traceback" not in err and not (root / "r.html").exists()
+
+
+def test_the_ggml_map_in_a_report_names_its_axes_and_has_a_legend(stored, fixtures, browser):
+    root, store, _ = stored
+    tid = import_paths(store, [fixtures / "v2023-08-16-legacy" / "harness_plain.AT.log"])[0]
+    out = report(stored, tid, "ggml")
+    page = browser.new_page()
+    try:
+        page.goto(out.as_uri())
+        page.wait_for_selector("body[data-drawn='1']", timeout=30000)
+        for c in page.eval_on_selector_all("canvas.map", "cs => cs.map(c => ({id: c.id, axes: c.dataset.axes}))"):
+            assert c["axes"] == "event|offset in the buffer (bytes)"
+            entries = page.eval_on_selector_all(f"#{c['id']}-legend span", "ss => ss.map(s => s.textContent)")
+            assert entries[0].startswith("buffer (") and len(entries) >= 3  # the buffer line, then tensors
+            names = set(page.evaluate(f"""JSON.parse(document.getElementById('report-data').textContent)
+                .find(d => d.id === '{c['id']}').shapes.tensor"""))
+            assert set(entries[1:]) <= names
+            # tick labels left of the plot area: ink in the margin beside several heights, not one corner label
+            inked = page.evaluate(f"""(() => {{ const c = document.getElementById('{c['id']}'), g = c.getContext('2d');
+                const rows = []; for (let y = 0; y < c.height - 42; y += 4) {{
+                  const px = g.getImageData(30, y, 44, 1).data; let ink = 0;
+                  for (let i = 0; i < px.length; i += 4) if (px[i] < 150) ink++; rows.push(ink > 0); }}
+                return rows.filter(Boolean).length; }})()""")
+            assert inked >= 6
+    finally:
+        page.close()

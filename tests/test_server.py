@@ -327,7 +327,9 @@ def test_token_guards_the_api(tmp_path):
         assert c.get("/api/traces", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert c.get("/api/traces", headers={"Authorization": "Bearer s3cret"}).status_code == 200
         assert c.get("/api/traces", params={"token": "s3cret"}).status_code == 200
-        assert c.get("/openapi.json").status_code == 200
+        # the API's description and its page need the token too
+        assert c.get("/openapi.json").status_code == 401 and c.get("/docs").status_code == 401
+        assert c.get("/openapi.json", headers={"Authorization": "Bearer s3cret"}).status_code == 200
         page = c.get("/", params={"token": "s3cret"})
         assert "alloctrace_token=s3cret" in page.headers.get("set-cookie", "")
         assert c.get("/api/traces").status_code == 200  # the page's cookie now carries the token

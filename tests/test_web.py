@@ -177,6 +177,7 @@ def test_event_table_and_map_are_linked_both_ways(server, page):
     assert selected_event(page) == 10
     page.wait_for_function(f"{marker}.includes(10)")
     # a click on the map selects the event under the pointer and scrolls the table to it
+    page.eval_on_selector("#map", "m => m.scrollIntoView({block: 'start'})")
     x, y = page.evaluate("""() => { const gd = document.getElementById('map'), L = gd._fullLayout, b = gd.getBoundingClientRect();
         return [b.left + L.xaxis._offset + L.xaxis.l2p(60), b.top + L.yaxis._offset + L.yaxis._length / 2]; }""")
     page.mouse.click(x, y)

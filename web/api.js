@@ -401,3 +401,6 @@ export function torchWhatIf(id, d, { settings = [], cap = "", points = 600 } = {
   q.set("points", points);
   return call(`${torchDevice(id, d)}/whatif?${q}`);
 }
+
+/** The server's OpenAPI description (what /docs renders): {paths: {path: {method: {summary, description, parameters}}}}. */
+export const apiSchema = () => call("/openapi.json");

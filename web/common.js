@@ -58,7 +58,15 @@ export const pct = (share) => `${(share * 100).toFixed(1)}%`;
 /** Text that wraps only between words: each word is kept whole (names like ggml-2023-08-16 never split). */
 export function words(text) {
   const parts = String(text ?? "").split(/(\s+)/);
-  return parts.map((w) => (/^\s+$/.test(w) || w === "" ? w : el("span", { class: "word" }, w)));
+  return parts.map((w) => (/^\s+$/.test(w) || w === "" ? w : w.length <= 24 ? el("span", { class: "word" }, w)
+    : pieces(w).flatMap((p, k) => [k ? el("wbr") : null, el("span", { class: "word" }, p)])));
+}
+
+/** A word too long for a phone's line, cut after its punctuation (_ - . = / :), else every 24 characters. */
+function pieces(word) {
+  const out = [];
+  for (const p of word.split(/(?<=[_\-.=/:,])/)) for (let i = 0; i < p.length; i += 24) out.push(p.slice(i, i + 24));
+  return out;
 }
 
 /** A tensor's name for people: unnamed tensors (ggml allows "") get their op and offset instead. */

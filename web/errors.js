@@ -33,6 +33,7 @@ export function problem(err, what = "trace", ref = "") {
 
 function howTo(what) {
   if (what === "diff") return "a diff link reads /diff?a=ID:GRAPH&b=ID:GRAPH, with an 8-digit trace id and a graph number (e.g. a=3bbd1c36:0&b=3bbd1c36:1).";
+  if (what === "sweep") return "a recorded sweep's link reads /sweep?id=ID, with the id that `alloctrace sweep` printed (the list on /sweep has every one).";
   if (what === "snapshot") return "a PyTorch link reads /torch?id=ID, with an 8-digit trace id (e.g. /torch?id=60e70dbe).";
   return "a trace link reads /traces/ID, with the 8-digit trace id that `alloctrace list` shows (e.g. /traces/3bbd1c36).";
 }

@@ -105,7 +105,12 @@ export class EventTable {
     const tr = this.tbody.querySelector(`tr[data-i="${Number(i)}"]`);
     if (tr) {
       tr.classList.add("selected");
-      tr.scrollIntoView({ block: "nearest" });
+      // the row comes into view inside the table's own box; only a user's move may scroll the page to it
+      // (a page that opens on a selected row keeps its first screen, e.g. the out-of-space card)
+      const box = this.scroll.getBoundingClientRect(), r = tr.getBoundingClientRect(), head = 34;
+      if (r.top < box.top + head) this.scroll.scrollTop -= box.top + head - r.top;
+      else if (r.bottom > box.bottom) this.scroll.scrollTop += r.bottom - box.bottom;
+      if (fromUser) tr.scrollIntoView({ block: "nearest" });
     }
     if (fromUser && this.opts.onSelect) this.opts.onSelect(i, row || null);
     return row;

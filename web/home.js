@@ -7,7 +7,9 @@ topNav("home", { onStored: (stored) => { $("upload-status").textContent = stored
   uploadName: () => $("upload-name").value.trim() || null });
 const listBox = $("traces");
 const filter = $("filter");
+const tagFilter = $("tag-filter");
 let traces = [];
+let picked = [];  // the ids ticked to diff, in the order they were ticked (a, then b)
 
 function maxSize(t) {
   const sizes = t.graphs.map((g) => g.max_size).filter((v) => v !== null && v !== undefined);
@@ -32,6 +34,56 @@ function statusBadge(t) {
     `OOM in graph ${g.index}`)]), more);
 }
 
+/** The graph of `t` a diff starts from: its first failing graph, else graph 0 (the measure pass). */
+const startGraph = (t) => (t.graphs.find((g) => g.oom) || t.graphs[0] || { index: 0 });
+
+/** b's graph that pairs with a's: the same role, the same place among that role's graphs; else b's graph 0. */
+function pairedGraph(ta, ga, tb) {
+  const nth = ta.graphs.filter((g) => g.role === ga.role).indexOf(ga);
+  return tb.graphs.filter((g) => g.role === ga.role)[Math.max(0, nth)] || tb.graphs[0] || { index: 0 };
+}
+
+/** The diff page's address for graph (or device) ga of trace a and gb of trace b. */
+const diffHref = (ta, ga, tb, gb) => `/diff?a=${enc(`${ta.id}:${ga}`)}&b=${enc(`${tb.id}:${gb}`)}`;
+
+let pairing = null;  // {key, a, b}: the graphs paired for the ticked two; the user may change either
+
+/** A graph picker for one side of the pairing. */
+function graphSelect(id, t, chosen, onChange) {
+  const sel = el("select", { id, "aria-label": `graph of ${t.name}` }, t.graphs.slice(0, 500).map((g) =>
+    el("option", { value: String(g.index) }, `graph ${g.index}${g.role ? ` · ${g.role}` : ""}${g.oom ? " · OOM" : ""}`)));
+  sel.value = String(chosen);
+  sel.addEventListener("change", () => onChange(Number(sel.value)));
+  return sel;
+}
+
+function showPicked() {
+  const [a, b] = picked.map((id) => traces.find((t) => t.id === id));
+  const link = $("diff-selected"), status = clear($("pick-status"));
+  link.hidden = !(a && b);
+  for (const box of listBox.querySelectorAll("input.pick")) box.checked = picked.includes(box.dataset.id);
+  if (!(a && b)) {
+    pairing = null;
+    status.append(a ? `a: ${a.name}; tick a second trace to diff against it` : "Tick two traces to diff them.");
+    return;
+  }
+  const key = `${a.id} ${b.id}`;
+  if (!pairing || pairing.key !== key) {
+    const ga = startGraph(a);
+    pairing = { key, a: ga.index, b: pairedGraph(a, ga, b).index };
+  }
+  const update = () => { link.href = diffHref(a, pairing.a, b, pairing.b); };
+  status.append("a: ", el("strong", {}, a.name), " ", graphSelect("pair-a", a, pairing.a, (g) => { pairing.a = g; update(); }),
+    " against b: ", el("strong", {}, b.name), " ", graphSelect("pair-b", b, pairing.b, (g) => { pairing.b = g; update(); }));
+  update();
+}
+
+function pick(id, on) {
+  picked = picked.filter((x) => x !== id);
+  if (on) picked = [...picked, id].slice(-2);  // a third tick replaces the oldest
+  showPicked();
+}
+
 function traceRow(t) {
   const graphs = t.graphs;
   const cut = graphs.filter((g) => g.complete === false);
@@ -49,9 +101,14 @@ function traceRow(t) {
     if (!confirm(`Delete trace "${t.name}"?`)) return;
     try { await deleteTrace(t.id); await load(); } catch (e) { alert(e.message); }
   });
+  const box = el("input", { type: "checkbox", class: "pick", dataset: { id: t.id }, "aria-label": `Pick ${t.name} to diff` });
+  box.checked = picked.includes(t.id);
+  box.addEventListener("change", () => pick(t.id, box.checked));
   return el("tr", { dataset: { id: t.id } },
+    el("td", {}, box),
     el("td", { class: "wrap" }, el("a", { href: `/traces/${enc(t.id)}`, class: "tensor trace-name" }, words(t.name)),
-      el("div", { class: "hint source", title: t.source ?? "" }, t.source ?? "")),
+      el("div", { class: "hint source", title: t.source ?? "" }, t.source ?? ""),
+      (t.tags || []).length ? el("div", { class: "tags" }, t.tags.map((g) => el("span", { class: "badge tag" }, g))) : null),
     el("td", {}, el("code", {}, t.generation ?? "–")),
     el("td", { class: "num graphs" }, fmtInt(graphs.length), el("div", { class: "hint" }, roleCounts(graphs))),
     el("td", { class: "num" }, bytesEl(maxSize(t))),
@@ -62,21 +119,34 @@ function traceRow(t) {
     el("td", {}, del));
 }
 
+/** The tag choices: every key=value a stored trace carries. */
+function fillTags() {
+  const known = [...new Set(traces.flatMap((t) => t.tags || []))].sort();
+  const keep = tagFilter.value;
+  clear(tagFilter).append(el("option", { value: "" }, "every tag"), ...known.map((g) => el("option", { value: g }, g)));
+  tagFilter.value = known.includes(keep) ? keep : "";
+  tagFilter.hidden = !known.length;
+}
+
 function render() {
-  const q = filter.value.trim().toLowerCase();
-  const shown = traces.filter((t) => !q || t.name.toLowerCase().includes(q));
+  const q = filter.value.trim().toLowerCase(), tag = tagFilter.value;
+  const shown = traces.filter((t) => (!q || t.name.toLowerCase().includes(q) || t.id.startsWith(q)) &&
+    (!tag || (t.tags || []).includes(tag)));
+  picked = picked.filter((id) => traces.some((t) => t.id === id));
   clear(listBox);
   if (!traces.length) { listBox.append(el("p", { class: "empty" }, "No traces yet. Upload a ggml log above, or run a replay.")); return; }
-  const head = el("tr", {}, ...["Name", "Generation", "Graphs", "Max size", "Consistent", "Status", "Created", "Open", ""].map((h, i) =>
+  const head = el("tr", {}, el("th", {}, el("span", { class: "visually-hidden" }, "diff")), ...["Name", "Generation", "Graphs", "Max size", "Consistent", "Status", "Created", "Open", ""].map((h, i) =>
     el("th", { class: i === 2 || i === 3 ? "num" : null }, h)));
   listBox.append(el("div", { class: "table-wide" }, el("table", { class: "data", id: "trace-table" }, el("thead", {}, head), el("tbody", {}, shown.map(traceRow)))));
+  showPicked();
 }
 
 async function load() {
   if (!traces.length) loading(listBox, "Loading traces…");
-  try { traces = await listTraces(); render(); } catch (e) { showError(listBox, e); } finally { loaded(listBox); }
+  try { traces = await listTraces(); fillTags(); render(); } catch (e) { showError(listBox, e); } finally { loaded(listBox); }
 }
 filter.addEventListener("input", render);
+tagFilter.addEventListener("change", render);
 
 // --- upload with the page's own drop zone and picker --------------------------------------------------
 const drop = $("drop"), picker = $("file"), bar = $("upload-progress"), status = $("upload-status"), nameInput = $("upload-name");

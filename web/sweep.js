@@ -6,6 +6,7 @@ import { $, el, clear, bytesEl, fmtBytes, exactBytes, fmtInt, topNav, opColor, p
   setUrlParams, tensorLabel } from "./common.js";
 import { plotText, byteTicks } from "./memmap.js";
 import { listRecorded, showRecorded } from "./sweep-recorded.js";
+import { errorPage, problem } from "./errors.js";
 
 const FIELDS = [["preset", "preset"], ["profile", "profiles"], ["n_ctx", "n_ctx"], ["n_batch", "n_batch"], ["metal_concurrency", "metal"]];
 const famText = (p) => p.top_families.slice(0, 3).map((f) => `${f.family} ${fmtBytes(f.bytes)}`).join(", ");
@@ -102,7 +103,11 @@ async function run() {
 }
 
 async function recorded(id) {
-  try { await showRecorded(id); } catch (e) { $("rec-status").className = "status error"; $("rec-status").textContent = `Sweep ${id}: ${e.message}`; }
+  try { await showRecorded(id); } catch (e) {
+    // a stale or mistyped link: the friendly page, not the server's validation message
+    if ([400, 404, 422].includes(e.status)) { errorPage(problem(e, "sweep", String(id).slice(0, 40))); return; }
+    $("rec-status").className = "status error"; $("rec-status").textContent = `Sweep ${id}: ${e.message}`;
+  }
 }
 
 async function main() {

@@ -33,9 +33,8 @@ function selectionPanel(i, e, hit) {
   if (rows.length) box.append(el("dl", { class: "facts" }, rows));
 }
 
-/** The out-of-space card, then the same card with the free list the failing allocation searched. */
+/** The out-of-space card (drawn first, see main) again with the free list the failing allocation searched. */
 async function showOom(gs, ref, event) {
-  $("oom-card").append(oomCard(gs.oom, `Graph ${gs.index} ran out of space`));
   if (event === null || event === undefined) return;
   try {
     const st = await state(ref.id, ref.g, event);
@@ -87,10 +86,13 @@ async function main() {
     return;
   }
   const gParam = numberParam("g");
-  const gs = t.graphs.find((x) => x.index === gParam) || t.graphs[0] || { index: 0, oom: null };
+  // a run that failed opens on the graph that failed (not the measure pass before it), unless the link names one
+  const gs = t.graphs.find((x) => x.index === gParam) || (gParam === null && t.graphs.find((x) => x.oom)) ||
+    t.graphs[0] || { index: 0, oom: null };
   const ref = { id: t.id, g: gs.index };
   if (gParam !== gs.index) setUrlParams({ g: gs.index });
   header(t, gs);
+  if (gs.oom) clear($("oom-card")).append(oomCard(gs.oom, `Graph ${gs.index} ran out of space`));  // the answer, first
   showMismatches($("mismatches"), ref, gs);
 
   let map = null;

@@ -26,19 +26,55 @@
       .then(() => { div.dataset.ready = "1"; div.dataset.bands = String(t.bands.length); });
   }
 
+  /** About n round tick values from lo to hi (powers of two for bytes, 1-2-5 steps otherwise). */
+  function ticks(lo, hi, n, binary = false) {
+    const raw = Math.max(1e-9, (hi - lo) / n), p = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = binary ? Math.pow(2, Math.ceil(Math.log2(raw))) : [1, 2, 5, 10].map((m) => m * p).find((v) => v >= raw);
+    const out = [];
+    for (let v = Math.ceil(lo / step) * step; v <= hi; v += step) out.push(v);
+    return out;
+  }
+
+  // The memory map as the dashboard draws it: axes named and ticked (events across, offset in the buffer up),
+  // and a legend: the largest tensors' colours and the buffer's red line.
   function ggmlMap(d) {
     const c = document.getElementById(d.id), g = c.getContext("2d"), s = d.shapes;
-    const [x0, x1, y0, y1] = d.window, W = c.width - 60, H = c.height - 30;
-    const X = (v) => 50 + ((v - x0) / Math.max(1, x1 - x0)) * W, Y = (v) => 10 + H - ((v - y0) / Math.max(1, y1 - y0)) * H;
+    const L = 78, B = 42, T = 10, R = 12;
+    const [x0, x1, y0, y1] = d.window, W = c.width - L - R, H = c.height - T - B;
+    const X = (v) => L + ((v - x0) / Math.max(1, x1 - x0)) * W, Y = (v) => T + H - ((v - y0) / Math.max(1, y1 - y0)) * H;
     g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
     for (let i = 0; i < s.x0.length; i++) {
       g.fillStyle = hue(s.tensor[i] || "?");
       g.fillRect(X(s.x0[i]), Y(s.y1[i]), Math.max(1, X(s.x1[i]) - X(s.x0[i])), Math.max(1, Y(s.y0[i]) - Y(s.y1[i])));
     }
     const top = d.buffer_size || d.max_size;
-    if (top) { g.strokeStyle = "#c0392b"; g.beginPath(); g.moveTo(50, Y(top)); g.lineTo(50 + W, Y(top)); g.stroke(); }
+    const line = top && top <= y1;
+    if (line) { g.strokeStyle = "#c0392b"; g.lineWidth = 2; g.beginPath(); g.moveTo(L, Y(top)); g.lineTo(L + W, Y(top)); g.stroke(); }
+    g.strokeStyle = "#556"; g.lineWidth = 1; g.beginPath(); g.moveTo(L, T); g.lineTo(L, T + H); g.lineTo(L + W, T + H); g.stroke();
     g.fillStyle = "#334"; g.font = "11px sans-serif";
-    g.fillText(fmt(y1), 2, 14); g.fillText("0", 2, 10 + H); g.fillText(`events ${x0}–${x1}`, 50, c.height - 6);
+    g.textAlign = "right"; g.textBaseline = "middle";
+    for (const v of ticks(y0, y1, 5, true)) { g.fillText(fmt(v), L - 6, Y(v)); g.fillRect(L - 3, Y(v), 3, 1); }
+    g.textAlign = "center"; g.textBaseline = "top";
+    for (const v of ticks(x0, x1, 8)) { g.fillText(Math.round(v).toLocaleString("en-US"), X(v), T + H + 5); g.fillRect(X(v), T + H, 1, 3); }
+    g.font = "12px sans-serif"; g.fillText("event", L + W / 2, T + H + 24);
+    g.save(); g.translate(12, T + H / 2); g.rotate(-Math.PI / 2); g.textBaseline = "middle";
+    g.fillText("offset in the buffer (bytes)", 0, 0); g.restore();
+    c.dataset.axes = "event|offset in the buffer (bytes)";
+    // the legend: the largest tensors by their colour, and the buffer line
+    const biggest = new Map();
+    for (let i = 0; i < s.x0.length; i++) {
+      const name = s.tensor[i] || "?";
+      biggest.set(name, Math.max(biggest.get(name) || 0, s.size ? s.size[i] || 0 : s.y1[i] - s.y0[i]));
+    }
+    const legend = document.createElement("div");
+    legend.className = "legend"; legend.id = `${d.id}-legend`;
+    const item = (swatch, text) => {
+      const span = document.createElement("span"), sw = document.createElement("i");
+      sw.style.cssText = swatch; span.append(sw, text); legend.append(span);
+    };
+    if (line) item("background:none;border-top:2px solid #c0392b;height:0;margin-top:6px", `buffer (${fmt(top)})`);
+    for (const [name] of [...biggest].sort((a, b) => b[1] - a[1]).slice(0, 10)) item(`background:${hue(name)}`, name);
+    c.after(legend);
     c.dataset.ready = "1"; c.dataset.boxes = String(s.x0.length);
   }
 

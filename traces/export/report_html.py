@@ -185,7 +185,7 @@ def ggml_sections(store, tid: str, graphs: list[int] | None) -> tuple[list[str],
                "<h3>Memory map</h3>", f'<canvas class="map" id="map-{g}" width="1100" height="420"></canvas>',
                f'<p class="note">Each tensor a box from its allocation to its free (x: events), at its offset '
                f'(y: bytes); {len(shapes["x0"]):,} boxes for {total:,} tensors'
-               f'{" (merged per grid cell)" if merged else ""}. Red line: the buffer.</p>']
+               f'{" (merged per grid cell)" if merged else ""}. The legend names the largest tensors.</p>']
         fail = p.get("failure")
         if fail:
             sec.append(f'<div class="oom"><h3>Out of space at event {fail["event"]}</h3>' + facts([
@@ -211,7 +211,9 @@ text-align:left;vertical-align:top}.num{text-align:right;font-variant-numeric:ta
 .facts{display:flex;flex-wrap:wrap;gap:6px 22px;margin:8px 0}.facts dt{font-size:11px;color:#667}.facts dd{margin:0;
 font-weight:600}.chart{height:440px}.note{font-size:12px;color:#556}.oom{border-left:4px solid #c0392b;
 background:#fdf0ee;padding:4px 12px;margin:12px 0}.flame svg,canvas.map{max-width:100%;height:auto}
-canvas.map{border:1px solid #dde;background:#fff}code{font-size:12px}"""
+canvas.map{border:1px solid #dde;background:#fff}code{font-size:12px}
+.legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;margin:4px 0}.legend i{display:inline-block;width:12px;
+height:12px;margin-right:4px;vertical-align:-2px}"""
 
 
 def build(store, ref: str, *, devices: list[int] | None = None, skip=None) -> str:

@@ -4,12 +4,14 @@ a file) keeps every character."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 
 ELLIPSIS = "…"
 MIN_COLUMN = 8  # free text is squeezed to this many characters first (or its header's length, when longer)
 MIN_ANY = 5  # then any column, down to this
+NUMBER = re.compile(r"[-+]?[0-9][0-9,.]*|-")
 GAP = 2  # spaces between columns (peak_types.text_table)
 # free text gives way before the structured columns (ids, sizes, dates, generations)
 FREE_TEXT = ("NAME", "TAGS", "TENSOR", "SITE", "CALL SITE", "FRAME", "PROGRAM", "OP", "FAMILY", "DESCRIPTION",
@@ -47,9 +49,13 @@ def fit_rows(rows: list[list[str]], width: int | None) -> list[list[str]]:
         return rows
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     free = [str(h).strip().upper() in FREE_TEXT for h in rows[0]]
+    # a column of numbers is never cut below its longest number (its heading may be)
+    numeric = [all(NUMBER.fullmatch(str(r[i])) for r in rows[1:]) for i in range(len(widths))]
+    least = [max([len(str(r[i])) for r in rows[1:]] or [0]) if numeric[i] else 0 for i in range(len(widths))]
     excess = sum(widths) + GAP * (len(widths) - 1) - width
     for only_free in (True, False):
-        floor = [min(w, max(MIN_COLUMN, len(str(rows[0][i]))) if only_free else MIN_ANY) for i, w in enumerate(widths)]
+        floor = [max(least[i], min(w, max(MIN_COLUMN, len(str(rows[0][i]))) if only_free else MIN_ANY))
+                 for i, w in enumerate(widths)]
         while excess > 0:
             room = [i for i, (w, f) in enumerate(zip(widths, floor)) if w > f and (free[i] or not only_free)]
             if not room:
