@@ -40,7 +40,7 @@ def test_exit_statuses_and_one_line_errors_are_those_of_main(tmp_path):
     gone = alloctrace("rm", "nosuch", "--store", str(tmp_path / "s"))
     assert (gone.returncode, gone.stderr) == (3, "alloctrace: error: no trace 'nosuch'\n")
     typo = alloctrace("rm", "nosuch", "--store", str(tmp_path / "typo"))
-    assert typo.returncode == 3 and typo.stderr.startswith(f"alloctrace: error: no store at {tmp_path / 'typo'} ")
+    assert typo.returncode == 2 and typo.stderr.startswith(f"alloctrace: error: no store at {tmp_path / 'typo'} ")
     bad = alloctrace("sweep", "--store", str(tmp_path / "s"))
     assert bad.returncode == 2 and bad.stderr.startswith("alloctrace: error: sweep: ") and bad.stderr.count("\n") == 1
     usage = alloctrace("presets", "--no-such-option")
@@ -82,7 +82,7 @@ def test_a_thread_still_running_ends_as_with_the_ordinary_exit(tmp_path):
               "threading.Thread(target=lambda: (time.sleep(0.5), print('thread done', flush=True))).start()")
     open_store(tmp_path / "s").close()
     run = console(script, "rm", "nosuch", "--store", str(tmp_path / "s"))
-    assert run.returncode == 2  # no store there: a one-line error
+    assert run.returncode == 3  # no such trace: a one-line error
     assert run.stdout == "thread done\n"  # the ordinary exit waits for it; os._exit would not
 
 

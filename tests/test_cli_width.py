@@ -85,6 +85,9 @@ def test_a_real_terminal_of_90_columns(store):
     lines = on_a_terminal(store, 90)
     assert len(lines) == 3 and max(map(len, lines)) <= 90, lines
     assert any("…" in ln for ln in lines)
+    assert all("12,320" in ln for ln in lines[1:])  # numbers are never cut
+    tid = json.loads(cli("list", "--store", str(store), "--json").stdout)["traces"][0]["id"]
+    assert any(ln.startswith(tid + " ") for ln in lines)  # nor ids
 
 
 def test_columns_names_the_width_on_a_terminal(store):
@@ -97,7 +100,7 @@ def test_columns_names_the_width_on_a_terminal(store):
 def test_read_commands_never_make_a_store(tmp_path, command):
     typo = tmp_path / "sotre"
     r = cli(*command, "--store", str(typo))
-    assert r.returncode == 3, r.stderr  # as a trace that is not there
+    assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == f"alloctrace: error: no store at {typo} (import, record, sweep or fit makes one; " \
                                f"check --store or $ALLOCTRACE_STORE)"
     assert not typo.exists()

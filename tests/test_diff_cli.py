@@ -65,6 +65,9 @@ def test_whole_trace_report(fixtures, tmp_path):
 @pytest.mark.parametrize("refs,code", [(["nosuch/file.log", "abc"], 2), (["ffffffff", "ffffffff:0"], 3),
                                         (["notanid!", "x"], 3)])
 def test_bad_refs_are_one_line_errors(tmp_path, refs, code):
+    from alloctrace.traces.store.store import open_store
+
+    open_store(tmp_path).close()  # an empty store: the refs name nothing in it
     r = run_cli("diff", *refs, "--store", tmp_path)
     assert r.returncode == code
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr

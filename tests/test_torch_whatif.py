@@ -271,7 +271,7 @@ def _cli(*args):
 def _stored(store) -> list[str]:
     p = subprocess.run([sys.executable, "-m", "alloctrace", "list", "--json", "--store", str(store)],
                        capture_output=True, text=True)
-    if p.returncode == 3 and "no store at" in p.stderr:
+    if p.returncode == 2 and "no store at" in p.stderr:
         return []  # nothing was ever stored: the command refused before making the store
     return [t["id"] for t in json.loads(p.stdout)["traces"]]
 

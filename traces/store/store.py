@@ -89,10 +89,8 @@ def store_dir(path=None) -> Path:
 
 
 class NoStore(UserError):
-    """A command that only reads was pointed at a folder that holds no store (a mistyped --store, say): like a
-    trace that is not there, exit status 3."""
-
-    exit_code = 3
+    """A command that only reads was pointed at a folder that holds no store (a mistyped --store, say): the
+    user's error, exit status 2."""
 
 
 def open_store(path=None, create: bool = True) -> "Store":
