@@ -392,6 +392,10 @@ def test_ctypes_mirrors_have_the_size_of_their_c_structs():
 
 def test_import_verbose_says_which_path_read(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
+    # what earlier tests in this process loaded (or faked) is not what this command finds
+    monkeypatch.setattr(cbuild, "_OPENED", {})
+    monkeypatch.setattr(cbuild, "LOADED", {})
+    monkeypatch.setattr(fastlog, "_LIB", [])
     assert main(["import", "--verbose", str(LOG), "--store", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
     lib = os.path.realpath(cbuild.installed_path(fastlog.SOURCE, "fastlog", cbuild.SHARED_FLAGS))

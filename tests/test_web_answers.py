@@ -144,11 +144,14 @@ def test_two_traces_ticked_on_the_home_list_open_their_diff(site, page):
 def test_a_third_tick_replaces_the_oldest_and_pytorch_pairs_link_to_the_same_page(site, page):
     page.goto(site["base"] + "/")
     page.wait_for_selector("#trace-table")
+    from playwright.sync_api import expect
+
     for key in ("legacy", "torch", "torch2"):
         page.check(f"tr[data-id='{site[key]}'] input.pick")
-    assert not page.is_checked(f"tr[data-id='{site['legacy']}'] input.pick")
-    href = page.get_attribute("#diff-selected", "href")
-    assert href == f"/diff?a={site['torch']}%3A0&b={site['torch2']}%3A0"
+    # the page may redraw its list meanwhile (a busy machine): wait for the state, never sample it once
+    expect(page.locator(f"tr[data-id='{site['legacy']}'] input.pick")).not_to_be_checked()
+    expect(page.locator("#diff-selected")).to_have_attribute(
+        "href", f"/diff?a={site['torch']}%3A0&b={site['torch2']}%3A0")
     # a failed ggml run is diffed from its failing graph
     page.uncheck(f"tr[data-id='{site['torch2']}'] input.pick")
     page.uncheck(f"tr[data-id='{site['torch']}'] input.pick")

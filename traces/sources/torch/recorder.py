@@ -74,4 +74,6 @@ def nothing_recorded(out_dir: Path, ggml_too: bool) -> str:
     imported = any(out_dir.glob("torch-imported-pid*"))
     why = ("the program imported torch but CUDA was not available to it or it allocated nothing on the GPU"
            if imported else "the program never imported torch")
-    return f"no CUDA memory was recorded: {why}" + ("; nor did it use ggml's graph allocator" if ggml_too else "")
+    return f"no CUDA memory was recorded: {why}" + (
+        "; nor did it use ggml's graph allocator (a ggml it links statically is not seen: build ggml with "
+        "-DBUILD_SHARED_LIBS=ON)" if ggml_too else "")
