@@ -30,7 +30,8 @@ def site(tmp_path_factory):
     store = open_store(store_dir)
     [legacy] = import_paths(store, [LEGACY], name="legacy harness")
     [torch] = import_paths(store, [TORCH_OOM], name="torch oom")
-    [torch2] = import_paths(store, [TORCH_OOM], name="torch oom again")
+    # a second copy: same bytes, another tag (the same bytes and tags are stored once)
+    [torch2] = import_paths(store, [TORCH_OOM], name="torch oom again", tags=["copy=2"])
     store.close()
     tagged = []
     for ub in (8, 64):  # two runs of one program with different flags, tagged
