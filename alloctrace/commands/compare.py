@@ -13,7 +13,7 @@ EXAMPLES = """examples:
   alloctrace compare --base commit=abc123 --head commit=def456
   alloctrace compare --base commit=abc123 --head commit=def456 --threshold 1% --markdown > comment.md
   alloctrace compare --base branch=main --head commit=def456 --threshold 1MiB --json
-  alloctrace compare --base-ref origin/main --head commit=def456   # base: the nearest recorded ancestor of the merge base
+  alloctrace compare --base-ref origin/main --head commit=def456 --allow-unpaired
 
 exit status: 0 no buffer grew past the threshold, 1 one did, 2 bad input (or no trace has a side's tags),
 3 unpaired: nothing paired, or a side has traces that pair with nothing (unless --allow-unpaired)"""
