@@ -6,6 +6,7 @@ real llama.cpp ones of tests/data/compare (with ALLOCTRACE_LLAMA_BIN set, a real
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,7 @@ def run_pr(tmp_path, head_fa: str, **env) -> subprocess.CompletedProcess:
 def check_grew(tmp_path, done):
     assert done.returncode == 1, done.stdout + done.stderr
     posted = (tmp_path / "posted.md").read_text()
-    assert posted.startswith("### Memory: commit=base111 → commit=head222 (grew")
+    assert posted.startswith("<!-- alloctrace-memory-check -->\n### Memory: commit=base111 → commit=head222 (grew")
     row = next(line for line in posted.splitlines() if line.startswith("| config=tiny-c256"))
     assert "**+143.50 KiB (+17.5%)**" in row and "kq +512.00 KiB" in row
 
@@ -70,6 +71,37 @@ def test_no_growth_passes(tmp_path):
         done = run_pr(tmp_path, "on", ALLOCTRACE_SERVER=url, ALLOCTRACE_TOKEN="ci-write")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "(no growth" in (tmp_path / "posted.md").read_text()
+
+
+@pytest.mark.parametrize("where", ["server", "store"])
+def test_all_fails_when_an_upload_fails(tmp_path, where):
+    """`all` runs the steps in one shell: the first of two files refused (not a recording), the second
+    stored, still stops it before compare with exit 2 and the file named (it used to go on)."""
+    record = f'if [ "${{flags// /}}" = broken ]; then echo "not a recording" > "$out"; else {FROM_FIXTURES}; fi'
+    env = dict(ALLOCTRACE_CONFIGS="a-first: broken\ntiny-c256: on", ALLOCTRACE_RECORD=record, PR="5")
+    if where == "server":
+        with live_server(tmp_path / "store", token="ci-write") as url:
+            done = job(tmp_path, "all", "head222", "on", ALLOCTRACE_SERVER=url, ALLOCTRACE_TOKEN="ci-write", **env)
+    else:
+        done = job(tmp_path, "all", "head222", "on", ALLOCTRACE_STORE=str(tmp_path / "store"), **env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert re.search(r"memory-check: (uploading|storing) \S*a-first.atrec", done.stderr), done.stderr
+    assert not (tmp_path / "head222" / "memory.md").exists() and not (tmp_path / "posted.md").exists()
+
+
+def test_unpaired_traces_fail_the_job(tmp_path):
+    """The head records a config the base never had: compare exits 3 and the comment says which trace."""
+    with live_server(tmp_path / "store", token="ci-write") as url:
+        for commit, configs in (("base111", "tiny-c256: on"), ("head222", "tiny-c256: on\nrenamed: on")):
+            for step in ("build", "record", "upload"):
+                r = job(tmp_path, step, commit, "on", ALLOCTRACE_SERVER=url, ALLOCTRACE_TOKEN="ci-write",
+                        ALLOCTRACE_CONFIGS=configs)
+                assert r.returncode == 0, r.stdout + r.stderr
+        r = job(tmp_path, "compare", "head222", "on", ALLOCTRACE_SERVER=url, ALLOCTRACE_TOKEN="ci-write")
+        done = job(tmp_path, "comment", "head222", "on")
+    assert done.returncode == 3, r.stdout + r.stderr + done.stdout + done.stderr
+    posted = (tmp_path / "posted.md").read_text()
+    assert "unpaired traces" in posted.splitlines()[1] and "- only in head: renamed head222" in posted
 
 
 @pytest.mark.skipif(not os.environ.get("ALLOCTRACE_LLAMA_BIN"), reason="ALLOCTRACE_LLAMA_BIN is not set")

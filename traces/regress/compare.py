@@ -98,6 +98,9 @@ class Pair:
                 "buffers": [b.to_json() for b in self.buffers]}
 
 
+GREW, UNPAIRED = 1, 3  # exit statuses (2 is bad input): a CI job fails on either
+
+
 @dataclass
 class Comparison:
     base: list[str]
@@ -106,13 +109,29 @@ class Comparison:
     pairs: list[Pair]
     only_base: list[dict]
     only_head: list[dict]
+    baseline: dict | None = None  # how --base-ref chose the base (traces.regress.baseline.Baseline.to_json)
 
     @property
     def failed(self) -> bool:
         return any(p.grew for p in self.pairs)
 
+    @property
+    def unpaired(self) -> bool:
+        """Nothing paired, or a side has traces without a partner: a renamed tag or a config that stopped
+        being recorded, which would otherwise pass as "no growth"."""
+        return not self.pairs or bool(self.only_base or self.only_head)
+
+    def status(self, allow_unpaired: bool = False) -> int:
+        """0, GREW, or UNPAIRED (unless allowed; nothing paired at all is never allowed); growth comes first."""
+        if self.failed:
+            return GREW
+        if not self.pairs or (self.unpaired and not allow_unpaired):
+            return UNPAIRED
+        return 0
+
     def to_json(self) -> dict:
         return {"base": self.base, "head": self.head, "threshold": str(self.threshold), "failed": self.failed,
+                "unpaired": self.unpaired, "baseline": self.baseline,
                 "pairs": [p.to_json() for p in self.pairs], "only_base": self.only_base, "only_head": self.only_head}
 
 

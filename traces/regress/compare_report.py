@@ -26,6 +26,8 @@ def _key(tags: dict) -> str:
 
 def text_lines(cmp: Comparison) -> list[str]:
     lines = [f"compare {' '.join(cmp.base)} -> {' '.join(cmp.head)} (a buffer may grow {cmp.threshold})"]
+    if cmp.baseline:
+        lines.append(cmp.baseline["text"])
     for p in cmp.pairs:
         lines.append(f"{_key(p.key)}: base {p.base_id}, head {p.head_id}" + ("  GREW" if p.grew else ""))
         rows = [["buffer", "base", "head", "delta", "cause"]]
@@ -39,11 +41,24 @@ def text_lines(cmp: Comparison) -> list[str]:
                 lines += ["  " + line for line in attribution_lines(c.attribution, top=8)]
     for label, rows in (("only in base", cmp.only_base), ("only in head", cmp.only_head)):
         for s in rows:
-            lines.append(f"{label}: {s['id']} {s['name']} ({' '.join(t for t in s['tags'] if '=' in t)})")
+            lines.append(f"{label}: {s['id']} {s['name']} ({_tags(s)})")
     grew = sum(p.grew for p in cmp.pairs)
     lines.append(f"{grew} of {len(cmp.pairs)} pair(s) grew past the threshold" if grew else
                  f"no buffer grew past the threshold in {len(cmp.pairs)} pair(s)")
+    if cmp.unpaired:
+        lines.append(_unpaired_sentence(cmp))
     return lines
+
+
+def _unpaired_sentence(cmp: Comparison) -> str:
+    if not cmp.pairs:
+        return "UNPAIRED: no trace of one side pairs with a trace of the other (tags differ?)"
+    return (f"UNPAIRED: {len(cmp.only_base)} base and {len(cmp.only_head)} head trace(s) pair with nothing "
+            "(a renamed tag, or a config recorded on one side only)")
+
+
+def _tags(s: dict) -> str:
+    return " ".join(t for t in s["tags"] if "=" in t) or "no tags"
 
 
 def _md(text) -> str:
@@ -55,10 +70,12 @@ def _md(text) -> str:
 
 
 def markdown(cmp: Comparison) -> str:
-    status = "grew" if cmp.failed else "no growth"
+    status = ("grew" if cmp.failed else "no growth") + (", unpaired traces" if cmp.unpaired else "")
     lines = [f"### Memory: {_md(' '.join(cmp.base))} → {_md(' '.join(cmp.head))} ({status}, threshold "
-             f"{_md(cmp.threshold)})", "",
-             "| run | buffer | base | head | delta | cause |", "|---|---|---|---:|---:|---|"]
+             f"{_md(cmp.threshold)})", ""]
+    if cmp.baseline:
+        lines += [_md(cmp.baseline["text"]), ""]
+    lines += ["| run | buffer | base | head | delta | cause |", "|---|---|---|---:|---:|---|"]
     for p in cmp.pairs:
         for c in p.buffers:
             delta = _md(_signed(c.delta) + _percent(c))
@@ -80,8 +97,10 @@ def markdown(cmp: Comparison) -> str:
                          f"{_md(fmt_bytes(c.attribution['b_fragmentation']))} | "
                          f"{_md(_signed(c.attribution['fragmentation_delta']))} |")
             lines += ["", "</details>"]
+    if cmp.unpaired:
+        lines += ["", f"**{_md(_unpaired_sentence(cmp))}**"]
     if cmp.only_base or cmp.only_head:
         lines.append("")
-        lines += [f"- only in base: {_md(s['name'])} ({_md(s['id'])})" for s in cmp.only_base]
-        lines += [f"- only in head: {_md(s['name'])} ({_md(s['id'])})" for s in cmp.only_head]
+        lines += [f"- only in base: {_md(s['name'])} ({_md(s['id'])}; {_md(_tags(s))})" for s in cmp.only_base]
+        lines += [f"- only in head: {_md(s['name'])} ({_md(s['id'])}; {_md(_tags(s))})" for s in cmp.only_head]
     return "\n".join(lines) + "\n"

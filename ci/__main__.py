@@ -1,0 +1,3 @@
+from alloctrace.ci import SCRIPT
+
+print(SCRIPT)
