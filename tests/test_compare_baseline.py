@@ -113,6 +113,9 @@ def test_the_walk_is_bounded_then_the_branch_stands_in(repo, tmp_path, capsys):
 
 @pytest.mark.parametrize("ref,message", [("no-such-ref", "git merge-base"), ("--output=x", "not a git revision")])
 def test_a_bad_ref_is_one_line(repo, tmp_path, capsys, ref, message):
+    from alloctrace.traces.store.store import open_store
+
+    open_store(tmp_path / "s").close()  # a store, empty: the ref is what is wrong
     code, _, err = run(capsys, "compare", "--store", str(tmp_path / "s"), "--repo", str(repo["path"]),
                        f"--base-ref={ref}", "--head", "commit=abc")
     assert code == 2 and message in err and err.count("\n") == 1
