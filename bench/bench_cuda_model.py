@@ -23,8 +23,8 @@ from alloctrace.allocator.cuda_caching import (
     ALLOC, FREE_COMPLETED, FREE_REQUESTED, AllocatorSettings, CachingAllocator)
 from alloctrace.traces import import_paths
 from alloctrace.traces.store.store import open_store
-from alloctrace.traces.store.torch import device_columns
-from alloctrace.traces.whatif.torch import SimulatedDevice, replay_check, what_if
+from alloctrace.traces.store.torch_stored import device_columns
+from alloctrace.traces.whatif.torch_model import SimulatedDevice, replay_check, what_if
 
 ROOT = Path(__file__).resolve().parent.parent
 

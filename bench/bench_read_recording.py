@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from alloctrace.traces.sources.record import replay_fast
+from alloctrace.traces.sources.record import plans_fast
 from alloctrace.traces.sources.record.source import RecordingSource
 from figures import add_option, at_most, write
 
@@ -45,10 +45,10 @@ def main():
     raw = Path(a.recording).read_bytes()
     data = lzma.decompress(raw) if a.recording.endswith(".xz") else gzip.decompress(raw) \
         if a.recording.endswith(".gz") else raw
-    if replay_fast.library() is None:
+    if plans_fast.library() is None:
         sys.exit("the compiled replay is not built (no C compiler, or ALLOCTRACE_PURE_PYTHON=1)")
     fast = reads(data, a.reads)
-    replay_fast._LIB[:] = [None]  # the Python path alone, as without a compiler
+    plans_fast._LIB[:] = [None]  # the Python path alone, as without a compiler
     pure = reads(data, a.reads)
     assert fast[2] == pure[2]
     print(f"{Path(a.recording).name}: {pure[2]:,} events")

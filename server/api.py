@@ -246,7 +246,7 @@ def get_recorded_sweep(request: Request, sweep_id: Annotated[str, Path(pattern=r
 @router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")
 def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotated[str, Query(pattern=REF)]):
     from alloctrace.traces.diff.graphs import diff_refs
-    from alloctrace.traces.diff.torch import diff_stored
+    from alloctrace.traces.diff.torch_snapshots import diff_stored
     from alloctrace.traces.store.kinds import TORCH, require_same_kind
 
     def answer(s):  # two PyTorch snapshots: the aligned call-site diff; a mixed pair: one refusal

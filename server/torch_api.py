@@ -94,7 +94,7 @@ def _device(request: Request, tid: str, d: int):
 
 @router.post("/api/torch/traces", status_code=201, summary="Upload a PyTorch memory snapshot (.pickle[.gz|.zst])")
 async def upload_snapshot(request: Request):
-    from alloctrace.traces.store.torch import torch_summary
+    from alloctrace.traces.store.torch_stored import torch_summary
     c = request.app.state.ctx
     up = await upload.receive_upload(request, c.upload_dir, c.max_upload_bytes)
     try:
@@ -123,7 +123,7 @@ def _label(filename: str | None) -> str | None:
 @router.get("/api/torch/traces/{trace_id}", summary="A torch trace: devices, peaks, OOM, settings")
 def get_summary(request: Request, trace_id: TraceId):
     from alloctrace.traces.state.torch_device import device_summary
-    from alloctrace.traces.store.torch import torch_summary
+    from alloctrace.traces.store.torch_stored import torch_summary
     store = _store(request)
     _check_id(trace_id)
     require_kind(store, trace_id, TORCH)
@@ -190,7 +190,7 @@ def get_entries(request: Request, trace_id: TraceId, d: Device, start: Annotated
 @router.get("/api/torch/diff", summary="Diff two snapshots (ID or ID:DEVICE)")
 def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotated[str, Query(pattern=REF)],
              skip: Skip = None, top: Annotated[int, Query(ge=1, le=500)] = 40):
-    from alloctrace.traces.diff.torch import diff
+    from alloctrace.traces.diff.torch_snapshots import diff
     da, db = (_device(request, *_ref(r)) for r in (a, b))
     return JSONResponse(diff(da, db, _skip(skip), top))
 

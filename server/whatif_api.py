@@ -29,7 +29,7 @@ def _answers(request: Request) -> LRU:
 
 def _load(request: Request, trace_id: str, device: int) -> tuple[dict, dict]:
     """(columns, info) of a stored torch trace's device."""
-    from alloctrace.traces.store.torch import device_columns, device_info
+    from alloctrace.traces.store.torch_stored import device_columns, device_info
 
     return request.app.state.ctx.call(
         lambda store: (device_columns(store, trace_id, device), device_info(store, trace_id, device)))

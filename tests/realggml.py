@@ -248,8 +248,8 @@ def _addr(p) -> int:
 
 def read_graph(gf):
     """The model's Graph for a built ggml graph, read tensor by tensor as the recorder reads one
-    (traces.sources.record.replay.build_graph), and `by_addr`: tensor address -> model Tensor."""
-    from alloctrace.traces.sources.record.replay import build_graph
+    (traces/sources/record/plans.py: build_graph), and `by_addr`: tensor address -> model Tensor."""
+    from alloctrace.traces.sources.record.plans import build_graph
     from alloctrace.traces.sources.record.stream import Call, TensorRec
 
     g = gf.contents

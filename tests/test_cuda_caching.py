@@ -181,7 +181,7 @@ from hypothesis import event, given, settings as hsettings, strategies as st  # 
 
 import numpy as np  # noqa: E402
 
-from alloctrace.traces.whatif.torch import SimulatedDevice, replay_check  # noqa: E402
+from alloctrace.traces.whatif.torch_model import SimulatedDevice, replay_check  # noqa: E402
 
 SIZES = st.one_of(st.integers(1, 1 << 20), st.integers(1 << 20, 12 << 20), st.integers(12 << 20, 90 << 20))
 OPS = st.lists(st.tuples(st.sampled_from(["alloc", "alloc", "alloc", "free", "free", "defer", "complete",

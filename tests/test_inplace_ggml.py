@@ -225,7 +225,7 @@ LLAMA = os.environ.get("ALLOCTRACE_LLAMA_BIN")
 def test_clamp_takes_its_parents_memory_in_llama_cpps_ggml(tmp_path, monkeypatch):
     """CLAMP first: ggml 0.25.3 (llama.cpp's) makes it a node of its own and reuses its parent; the recorded
     graph replays consistent through ggml-head and not through ggml-2026-08-21 (CLAMP off the list)."""
-    import alloctrace.traces.sources.record.replay as replay
+    import alloctrace.traces.sources.record.plans as replay
     from alloctrace.traces.sources.record.source import RecordingSource
 
     out = tmp_path / "clamp.atrec"

@@ -189,16 +189,16 @@ def test_the_installed_log_import_runs_compiled(installed, tmp_path):
 
 
 def test_the_installed_recording_replay_runs_compiled(installed, tmp_path):
-    """`pip install .` ships replay_fast.c and compiles it into the package: a recorded dry run's reserve is
+    """`pip install .` ships plans_fast.c and compiles it into the package: a recorded dry run's reserve is
     replayed by the compiled path, loaded from the package, nothing built on first use."""
     src, env = installed
-    probe = ("import io, lzma, sys; from alloctrace.traces.sources.record import replay_fast; "
+    probe = ("import io, lzma, sys; from alloctrace.traces.sources.record import plans_fast; "
              "from alloctrace.traces.sources.record.source import SOURCE; "
-             "data = lzma.decompress(open(sys.argv[1], 'rb').read()); taken = []; real = replay_fast.reserve; "
-             "replay_fast.reserve = lambda *a, **k: taken.append(real(*a, **k)) or taken[-1]; "
+             "data = lzma.decompress(open(sys.argv[1], 'rb').read()); taken = []; real = plans_fast.reserve; "
+             "plans_fast.reserve = lambda *a, **k: taken.append(real(*a, **k)) or taken[-1]; "
              "(t,) = SOURCE.read(io.BytesIO(data), filename='x', name=None); "
              "from alloctrace.traces.util import cbuild; "
-             "print(len(taken), taken[0] is not None, t.graphs[0].consistent, cbuild.LOADED['replay_fast'])")
+             "print(len(taken), taken[0] is not None, t.graphs[0].consistent, cbuild.LOADED['plans_fast'])")
     rec = ROOT / "tests" / "data" / "record" / "fit" / "tiny-llama-c4096-faoff.atrec.xz"
     cache = tmp_path / "cache"
     res = run(["python", "-c", probe, str(rec)], tmp_path, {**env, "XDG_CACHE_HOME": str(cache)})
@@ -206,7 +206,7 @@ def test_the_installed_recording_replay_runs_compiled(installed, tmp_path):
     n, took, consistent, lib = res.stdout.split()
     assert (n, took, consistent) == ("1", "True", "True")
     where = Path(lib)
-    assert where.parent.name == "record" and "site-packages" in where.parts and where.name.startswith("replay_fast-")
+    assert where.parent.name == "record" and "site-packages" in where.parts and where.name.startswith("plans_fast-")
     assert not (cache / "alloctrace").exists()
 
 

@@ -376,12 +376,12 @@ def test_ctypes_mirrors_have_the_size_of_their_c_structs():
     """Both C sides export their structs' sizes; a mirror that differs fails loudly when loaded."""
     import ctypes
 
-    from alloctrace.traces.sources.record import replay_fast
+    from alloctrace.traces.sources.record import plans_fast
 
     lib = fastlog.library()
-    assert lib is not None and replay_fast.library() is not None
+    assert lib is not None and plans_fast.library() is not None
     cbuild.check_sizes(lib, "fl_sizeof", {"GraphOut": fastlog.GraphOut})
-    cbuild.check_sizes(replay_fast.library()[0], "rf_sizeof", {"RfIn": replay_fast.RfIn, "RfOut": replay_fast.RfOut})
+    cbuild.check_sizes(plans_fast.library()[0], "rf_sizeof", {"RfIn": plans_fast.RfIn, "RfOut": plans_fast.RfOut})
 
     class Shorter(ctypes.Structure):
         _fields_ = fastlog.GraphOut._fields_[:-1]

@@ -18,7 +18,7 @@ from alloctrace.traces.memmap import view as memmap_view
 from alloctrace.traces.util.lru import LRU
 from alloctrace.traces.store.columns import encode, public_columns
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.state.replay import state_at, states_at
+from alloctrace.traces.state.free_list import state_at, states_at
 from alloctrace.traces.store.store import open_store
 
 

@@ -220,7 +220,7 @@ def test_a_point_sums_up_the_same_from_kept_events_decoded_columns_or_the_store(
     from alloctrace.traces.preflight.points import Point
     from alloctrace.traces.preflight.summary import summarise, summarise_imported
     from alloctrace.traces.sources import store_traces
-    from alloctrace.traces.sources.record import replay
+    from alloctrace.traces.sources.record import plans
     from alloctrace.traces.sources.record.source import SOURCE
 
     if keep is not None:

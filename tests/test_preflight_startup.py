@@ -21,7 +21,7 @@ NOT_BEFORE_FORK = {"hashlib", "_hashlib", "sqlite3", "pkgutil", "alloctrace.trac
                    "alloctrace.traces.preflight.laws", "alloctrace.allocator.legacy"}
 # what a worker starts its program with and reads the recording with: imported once, before the fork
 SHARED = {"subprocess", "alloctrace.traces.sources.record.run", "alloctrace.traces.util.cbuild",
-          "alloctrace.traces.sources.record.source", "alloctrace.traces.sources.record.replay",
+          "alloctrace.traces.sources.record.source", "alloctrace.traces.sources.record.plans",
           "alloctrace.traces.explain.peak_fast"}
 
 AT_FORK = """

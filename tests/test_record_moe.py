@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import alloctrace.traces.sources.record.replay as replay
+import alloctrace.traces.sources.record.plans as replay
 from alloctrace.traces.sources.record.source import RecordingSource
 
 DATA = Path(__file__).with_name("data") / "record" / "moe"

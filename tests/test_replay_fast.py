@@ -1,4 +1,4 @@
-"""The compiled replay of a recorded reserve (traces/sources/record/replay_fast.c) against the Python path it
+"""The compiled replay of a recorded reserve (traces/sources/record/plans_fast.c) against the Python path it
 stands in for: build_graph + Gallocr.reserve + encode_arrays + shapes. Both must store the same bytes, leave the
 model in the same state (the plan a later alloc_graph reuses, the buffers, the allocators' free lists), and fail
 the same way; where the C side declines, the Python path answers alone."""
@@ -17,8 +17,8 @@ import zstandard
 
 from alloctrace.allocator import get_profile
 from alloctrace.allocator.gallocr import BufferType, Gallocr
-from alloctrace.traces.sources.record import replay_fast
-from alloctrace.traces.sources.record.replay import build_graph, shapes
+from alloctrace.traces.sources.record import plans_fast
+from alloctrace.traces.sources.record.plans import build_graph, shapes
 from alloctrace.traces.sources.record.source import RecordingSource
 from alloctrace.traces.sources.record.stream import Call, RecordingError, tensor_records
 from alloctrace.traces.store.columns import encode_arrays, pack_arrays
@@ -27,13 +27,13 @@ DATA = Path(__file__).with_name("data")
 RECORDINGS = sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.atrec*"))
 decompress = zstandard.ZstdDecompressor().decompress
 
-pytestmark = pytest.mark.skipif(replay_fast.library() is None, reason="no C compiler: the fast replay is not built")
+pytestmark = pytest.mark.skipif(plans_fast.library() is None, reason="no C compiler: the fast replay is not built")
 
 
 @pytest.fixture
 def pure_python(monkeypatch):
     """The Python path alone (as without a compiler)."""
-    monkeypatch.setattr(replay_fast, "_LIB", [None])
+    monkeypatch.setattr(plans_fast, "_LIB", [None])
 
 
 def read_bytes(name: str) -> bytes:
@@ -57,19 +57,19 @@ def stored(data: bytes) -> list:
 def test_a_committed_recording_stores_the_same_bytes_on_both_paths(name, monkeypatch):
     data = read_bytes(name)
     taken = []
-    real = replay_fast.reserve
-    monkeypatch.setattr(replay_fast, "reserve", lambda *a, **k: taken.append(real(*a, **k)) or taken[-1])
+    real = plans_fast.reserve
+    monkeypatch.setattr(plans_fast, "reserve", lambda *a, **k: taken.append(real(*a, **k)) or taken[-1])
     fast = stored(data)
     took = list(taken)
-    monkeypatch.setattr(replay_fast, "_LIB", [None])
+    monkeypatch.setattr(plans_fast, "_LIB", [None])
     assert stored(data) == fast
     assert all(t is not None for t in took)  # every reserve the recorder wrote is one the compiled path covers
 
 
 def test_the_fast_path_takes_the_reserves_of_a_real_dry_run(monkeypatch):
     taken = []
-    real = replay_fast.reserve
-    monkeypatch.setattr(replay_fast, "reserve", lambda *a, **k: taken.append(real(*a, **k)) or taken[-1])
+    real = plans_fast.reserve
+    monkeypatch.setattr(plans_fast, "reserve", lambda *a, **k: taken.append(real(*a, **k)) or taken[-1])
     stored(read_bytes("record/fit/tiny-llama-c4096-faoff.atrec.xz"))
     assert len(taken) == 1 and taken[0] is not None and taken[0].n_events > 500
 
@@ -172,8 +172,8 @@ def test_a_generated_graph_plans_the_same_on_both_paths(seed):
         lines, n_nodes, n_leafs, node_ids, leaf_ids = random_graph(rng, n_bufs)
         no_alloc = rng.random() < 0.3
         want = python_reserve(gs[0], lines, n_nodes, n_leafs, node_ids, leaf_ids, index, no_alloc)
-        fast = replay_fast.reserve(gs[1], lines, n_nodes, n_leafs, node_ids, leaf_ids, index, no_alloc, True, 8192)
-        assert fast is not None, replay_fast.library()[0].rf_reason(replay_fast.library()[1])
+        fast = plans_fast.reserve(gs[1], lines, n_nodes, n_leafs, node_ids, leaf_ids, index, no_alloc, True, 8192)
+        assert fast is not None, plans_fast.library()[0].rf_reason(plans_fast.library()[1])
         ok, failed, n, strings, blobs, shape = want
         assert (fast.ok, fast.failed, fast.n_events) == (ok, failed, n)
         assert fast.table_json == strings
@@ -192,9 +192,9 @@ def test_generated_graphs_reach_every_outcome():
         g = new_galloc(random.Random(seed), n_bufs, max_free_blocks)
         for index in range(rng.randint(1, 3)):
             lines, n_nodes, n_leafs, node_ids, leaf_ids = random_graph(rng, n_bufs)
-            got = replay_fast.reserve(g, lines, n_nodes, n_leafs, node_ids, leaf_ids, index, rng.random() < 0.3,
+            got = plans_fast.reserve(g, lines, n_nodes, n_leafs, node_ids, leaf_ids, index, rng.random() < 0.3,
                                       False, 0)
-            cols = replay_fast.event_columns(got.n_events, got.columns, got.table_json)
+            cols = plans_fast.event_columns(got.n_events, got.columns, got.table_json)
             kinds |= set(cols.field("kind"))
             kinds |= {r for r in cols.field("reason") if r in ("external", "output", "layout")}
             if got.failed:
@@ -211,8 +211,8 @@ def test_generated_graphs_reach_every_outcome():
 def test_a_name_that_is_not_ascii_is_left_to_the_python_path(pure_python):
     lines = [tensor_line("n", 0x10, "f32", "ADD", "ADD", 2, (4, 1, 1, 1), 16, 0, 0, 0, [], [], "größe")]
     g = Gallocr(get_profile("ggml-head"))
-    replay_fast._LIB.clear()
-    assert replay_fast.reserve(g, lines, 1, 0, None, None, 0, False, True, 10) is None
+    plans_fast._LIB.clear()
+    assert plans_fast.reserve(g, lines, 1, 0, None, None, 0, False, True, 10) is None
     assert g.buffer_chunk_sizes == [None]  # a declined call leaves the model alone
 
 
@@ -225,7 +225,7 @@ def test_a_line_it_does_not_read_gives_the_python_answer(line):
     call = lambda: Call(seq=0, kind="reserve_n", obj=0, graph=0, parent=0, n_nodes=1, n_leafs=0,  # noqa: E731
                         lines=[line], line_nos=[7])
     g = Gallocr(get_profile("ggml-head"))
-    assert replay_fast.reserve(g, [line], 1, 0, None, None, 0, False, True, 10) is None
+    assert plans_fast.reserve(g, [line], 1, 0, None, None, 0, False, True, 10) is None
     try:
         graph, _ = build_graph(call())
     except (ValueError, RecordingError) as e:

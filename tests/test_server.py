@@ -18,7 +18,7 @@ from alloctrace.traces.replay.run import run_replay
 from alloctrace.server.app import create_app
 from alloctrace.server.api import with_ggml_lines
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.state.replay import state_at
+from alloctrace.traces.state.free_list import state_at
 from alloctrace.traces.store.store import open_store
 
 LEGACY_HARNESS = "v2023-08-16-legacy/harness_plain.AT.log"

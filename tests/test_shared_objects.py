@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from alloctrace.traces.sources.ggml_log import fastlog
-from alloctrace.traces.sources.record import build, replay_fast
+from alloctrace.traces.sources.record import build, plans_fast
 from alloctrace.traces.util import cbuild
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def installed() -> dict[str, str]:
     """Each C part's library as setup.py names it, beside its source in the package."""
     return {stem: os.path.realpath(src.parent / cbuild.library_name(src, stem, flags))
             for src, stem, flags in ((fastlog.SOURCE, "fastlog", cbuild.SHARED_FLAGS),
-                                     (replay_fast.SOURCE, "replay_fast", cbuild.SHARED_FLAGS),
+                                     (plans_fast.SOURCE, "plans_fast", cbuild.SHARED_FLAGS),
                                      (build.SOURCE, "recorder", cbuild.SHARED_FLAGS + ["-D_GNU_SOURCE"]))}
 
 
@@ -82,7 +82,7 @@ def test_sweep_opens_only_the_packages_and_the_systems_libraries(tmp_path):
     opened = shared_objects(["sweep", "--store", str(tmp_path / "s"), "--vary=-c=128,256", "-j", "2", "--",
                              sys.executable, str(SWEEP_PROGRAM), "-nh", "2"], tmp_path, 0)
     assert_trusted_places(opened, tmp_path)
-    assert {installed()["recorder"], installed()["replay_fast"]} <= opened  # preloaded and loaded from the package
+    assert {installed()["recorder"], installed()["plans_fast"]} <= opened  # preloaded and loaded from the package
 
 
 def test_record_opens_only_the_packages_and_the_systems_libraries(tmp_path):

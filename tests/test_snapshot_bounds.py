@@ -73,7 +73,7 @@ def test_a_frames_list_shared_by_every_entry_costs_once(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     s = open_store(tmp_path / "s")
-    from alloctrace.traces.store.torch import device_info
+    from alloctrace.traces.store.torch_stored import device_info
     stacks = device_info(s, s.list()[0]["id"], 0)["stacks"]
     assert len(stacks["offsets"]) == 2 and len(stacks["frames"]) == 1_000_000  # one stack of 10^6 frames
 

@@ -6,7 +6,7 @@ import pytest
 from alloctrace.allocator import LAYOUTS, Event, Gallocr, LegacyAllocator, get_profile
 from alloctrace.allocator.harness import graph_from_json
 from conftest import load_harness
-from alloctrace.traces.state.replay import Replay, free_summary, state_at, states_at, stranding
+from alloctrace.traces.state.free_list import Replay, free_summary, state_at, states_at, stranding
 
 LEGACY = [("v2023-08-16-legacy", "ggml-2023-08-16"), ("v2023-08-28-parseseq", "ggml-2023-08-28")]
 

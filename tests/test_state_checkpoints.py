@@ -24,7 +24,7 @@ from alloctrace.traces.state import index as state_index_mod
 from alloctrace.traces.store import store as store_mod
 from alloctrace.traces.store.graph_info import graph_info
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.state.replay import states_at
+from alloctrace.traces.state.free_list import states_at
 from alloctrace.traces.state.index import Saved, StateIndex, saved_checkpoints
 from alloctrace.traces.store.store import open_store
 from conftest import load_harness

@@ -7,7 +7,7 @@ import pytest
 
 from alloctrace.traces.state.index import StateIndex, column_changes
 from alloctrace.traces.sources import import_paths
-from alloctrace.traces.state.replay import states_at
+from alloctrace.traces.state.free_list import states_at
 from alloctrace.traces.store.store import open_store
 from test_memmap import columns_of, synthetic_events
 

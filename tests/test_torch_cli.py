@@ -63,7 +63,7 @@ def test_every_fixture_imports_consistent(capsys, tmp_path, name):
         assert d["consistent"] is True, d
         assert "first_mismatch" not in d and "model_error" not in d
     from alloctrace.traces.store.store import open_store
-    from alloctrace.traces.store.torch import device_columns, device_info
+    from alloctrace.traces.store.torch_stored import device_columns, device_info
     from alloctrace.traces.whatif.torch_request import infer_memory_limit
     s = open_store(tmp_path)
     cols, info = device_columns(s, trace["id"], 0), device_info(s, trace["id"], 0)
@@ -94,7 +94,7 @@ def test_the_caching_allocator_model_hook(capsys, tmp_path, monkeypatch):
     (d,) = json.loads(out)["traces"][0]["devices"]
     assert d["consistent"] is False and d["first_mismatch"] == {"event": 7, "model": 1, "trace": 2}
     from alloctrace.traces.store.store import open_store
-    from alloctrace.traces.store.torch import device_columns, device_info
+    from alloctrace.traces.store.torch_stored import device_columns, device_info
     s = open_store(tmp_path)
     tid = json.loads(out)["traces"][0]["id"]
     stored = device_columns(s, tid, 0)

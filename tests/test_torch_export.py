@@ -8,7 +8,7 @@ import pytest
 
 from alloctrace.cli import main
 from alloctrace.traces.store.store import open_store
-from alloctrace.traces.store.torch import device_columns
+from alloctrace.traces.store.torch_stored import device_columns
 from torchsnap import DATA, sidecar
 from trace_event_format import violations
 

@@ -5,7 +5,7 @@ import pickle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from alloctrace.traces.store.torch import ACTIONS
+from alloctrace.traces.store.torch_stored import ACTIONS
 
 from alloctrace.traces.sources.torch.columns import split_devices
 from alloctrace.traces.sources.torch.source import device_facts

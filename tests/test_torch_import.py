@@ -14,7 +14,7 @@ import zstandard
 
 from alloctrace.cli import main
 from alloctrace.traces.store.store import open_store
-from alloctrace.traces.store.torch import ACTIONS
+from alloctrace.traces.store.torch_stored import ACTIONS
 from alloctrace.traces.sources import import_paths
 
 
@@ -22,7 +22,7 @@ def import_snapshot(store, path):
     [tid] = import_paths(store, [path])
     return tid
 from alloctrace.traces.state.torch_blocks import compare_with_snapshot, state_at
-from alloctrace.traces.store.torch import device_columns, device_info
+from alloctrace.traces.store.torch_stored import device_columns, device_info
 from alloctrace.traces.sources.torch.unpickle import SnapshotError, load_plain
 
 DATA = Path(__file__).resolve().parent / "data" / "torch"
@@ -124,7 +124,7 @@ def test_state_rebuilt_from_the_trace_matches_the_snapshot(tmp_path, name):
     store = open_store(tmp_path)
     tid = import_snapshot(store, DATA / f"{name}.pickle.gz")
     cols = device_columns(store, tid, 0)
-    from alloctrace.traces.store.torch import device_tables
+    from alloctrace.traces.store.torch_stored import device_tables
     tables, _, extra = device_tables(store, tid, 0)
     state = state_at(cols, len(cols["action"]))
     assert state.mismatches == []

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings
-from alloctrace.traces.whatif.torch import replay_check, what_if
+from alloctrace.traces.whatif.torch_model import replay_check, what_if
 from alloctrace.traces.whatif.torch_request import infer_memory_limit
 
 from torchsnap import columns

@@ -11,7 +11,7 @@ from alloctrace.cli import main
 from alloctrace.traces.store.store import open_store
 from alloctrace.traces.diff.torch_ranks import compare
 from alloctrace.traces.sources.ranks import rank_of
-from alloctrace.traces.store.torch import device_info
+from alloctrace.traces.store.torch_stored import device_info
 from torchsnap import DATA, sidecar
 
 

@@ -13,7 +13,7 @@ import pytest
 from alloctrace.cli import main
 from alloctrace.traces.store.store import open_store
 from alloctrace.traces.sources.torch.recorder import is_python_program
-from alloctrace.traces.store.torch import device_columns, device_info
+from alloctrace.traces.store.torch_stored import device_columns, device_info
 
 FAKE = Path(__file__).parent / "data" / "faketorch"
 

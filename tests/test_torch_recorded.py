@@ -13,7 +13,7 @@ from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store.store import open_store
 from alloctrace.traces.diff.torch_ranks import compare
 from alloctrace.traces.sources.ranks import import_ranks
-from alloctrace.traces.store.torch import device_info
+from alloctrace.traces.store.torch_stored import device_info
 
 REC = Path(__file__).parent / "data" / "torch" / "recorded"
 

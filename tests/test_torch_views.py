@@ -11,14 +11,14 @@ from alloctrace.traces.store.store import open_store
 from alloctrace.traces.explain import torch_peak
 from alloctrace.traces.memmap import torch_timeline
 from alloctrace.traces.state import torch_device as views
-from alloctrace.traces.diff.torch import diff
+from alloctrace.traces.diff.torch_snapshots import diff
 from alloctrace.traces.sources import import_paths
 
 
 def import_snapshot(store, path):
     [tid] = import_paths(store, [path])
     return tid
-from alloctrace.traces.store.torch import device_columns, device_info
+from alloctrace.traces.store.torch_stored import device_columns, device_info
 
 DATA = Path(__file__).resolve().parent / "data" / "torch"
 

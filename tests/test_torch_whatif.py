@@ -13,7 +13,7 @@ import pytest
 
 from alloctrace.allocator.cuda_caching import (
     ALLOC, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, AllocatorSettings)
-from alloctrace.traces.whatif.torch import compare_settings, replay_check, trace_peaks, what_if
+from alloctrace.traces.whatif.torch_model import compare_settings, replay_check, trace_peaks, what_if
 from alloctrace.traces.whatif.torch_request import apply_overrides, check_device, infer_memory_limit, parse_size
 
 from torchsnap import DATA, columns, load, sidecar

@@ -14,9 +14,9 @@ from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store.store import open_store
 from alloctrace.traces.explain import torch_peak
 from alloctrace.traces.state import torch_device as views
-from alloctrace.traces.store.torch import device_columns, device_info
+from alloctrace.traces.store.torch_stored import device_columns, device_info
 from alloctrace.traces.whatif.torch_request import PartialTrace, whatif_request
-from alloctrace.traces.whatif.torch import replay_check
+from alloctrace.traces.whatif.torch_model import replay_check
 from alloctrace.allocator.cuda_caching import AllocatorSettings
 
 DATA = Path(__file__).parent / "data" / "torch"

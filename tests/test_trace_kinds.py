@@ -12,7 +12,7 @@ from alloctrace.traces.sources import import_paths
 from alloctrace.traces.store.kinds import GGML, TORCH, WrongKind, require_kind, trace_kind
 from alloctrace.traces.store.schema import GraphRecord, TraceMeta
 from alloctrace.traces.store.store import NotFound, open_store
-from alloctrace.traces.store.torch import device_columns
+from alloctrace.traces.store.torch_stored import device_columns
 
 SNAPSHOT = Path(__file__).resolve().parent / "data" / "torch" / "oom.pickle.gz"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-import alloctrace.traces.sources.record.replay as replay
+import alloctrace.traces.sources.record.plans as replay
 from alloctrace.traces.sources.record.source import RecordingSource
 from alloctrace.traces.store.store import open_store
 from conftest import live_server

@@ -14,7 +14,7 @@ def is_torch(store, ref: str) -> bool:
 def diff_snapshots(store, ref_a: str, ref_b: str, as_json: bool, skip=None, top: int = 20) -> int:
     """`alloctrace diff` of two snapshots: peak by call site side by side, the exact decomposition, alignment.
     Exit status as diff(1): 0 when both runs allocated the same sizes in the same order, else 1."""
-    from alloctrace.traces.diff.torch import diff_stored
+    from alloctrace.traces.diff.torch_snapshots import diff_stored
     from alloctrace.traces.state.torch_device import DEFAULT_SKIP, load_device
     from alloctrace.traces.state.torch_wrapped import note as partial_note
 

@@ -42,7 +42,7 @@ def run(args) -> int:
     store = open_store_from(args)
     tid = store.resolve(args.id.partition(":")[0])[0]
     if trace_kind(store, tid) == TORCH:
-        from alloctrace.traces.export import torch as torch_export
+        from alloctrace.traces.export import torch_formats as torch_export
 
         if args.format not in torch_export.FORMATS:
             raise UserError(f"a PyTorch trace exports as {' or '.join(torch_export.FORMATS)}, not {args.format}")

@@ -82,9 +82,9 @@ def run(args) -> int:
             print(f"alloctrace: {s['name']}: {note}", file=sys.stderr)
     if args.verbose:
         from alloctrace.traces.sources.ggml_log import fastlog
-        from alloctrace.traces.sources.record import replay_fast
+        from alloctrace.traces.sources.record import plans_fast
 
-        for line in (fastlog.path_line(), replay_fast.path_line()):
+        for line in (fastlog.path_line(), plans_fast.path_line()):
             print(f"alloctrace: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps({"traces": [import_json(s) for s in summaries]}, indent=1))

@@ -40,7 +40,7 @@ def register(subparsers):
 
 def check_settings(args) -> None:
     """Bad settings fail before anything is imported."""
-    from alloctrace.traces.whatif.torch import AllocatorSettings
+    from alloctrace.traces.whatif.torch_model import AllocatorSettings
     from alloctrace.traces.whatif.torch_request import apply_overrides, parse_pairs, parse_size
 
     try:
@@ -54,7 +54,7 @@ def check_settings(args) -> None:
 def load_device(args) -> tuple[str, int, dict, dict]:
     """(trace id, device, columns, info) of the trace's device; a snapshot file is imported first (as `diff`
     does with files), then read back from the store like any stored trace."""
-    from alloctrace.traces.store.torch import device_columns, device_info
+    from alloctrace.traces.store.torch_stored import device_columns, device_info
 
     from .diff import names_a_file, resolve_ref
 

@@ -16,7 +16,7 @@ from alloctrace.allocator.render import ggml_oom_message
 from alloctrace.traces.diff.align import KIND_NAMES, NONE, align
 from alloctrace.traces.util.gcpause import without_gc
 from alloctrace.traces.diff.side import Cursor, Side, make_side, summary
-from alloctrace.traces.state.replay import free_summary, stranding
+from alloctrace.traces.state.free_list import free_summary, stranding
 
 TOP = 10  # rows in the per-tensor delta tables
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from alloctrace.traces.diff.align import NONE, SCANNED, Placements, placements
-from alloctrace.traces.state.replay_fast import apply_changes
-from alloctrace.traces.state.replay import CHANGE_KINDS, Replay, as_events
+from alloctrace.traces.state.free_list_fast import apply_changes
+from alloctrace.traces.state.free_list import CHANGE_KINDS, Replay, as_events
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from alloctrace.traces.diff.torch import diff
+from alloctrace.traces.diff.torch_snapshots import diff
 from alloctrace.traces.state.torch_device import DEFAULT_SKIP, load_device
 from alloctrace.traces.store.kinds import TORCH, require_kind
 

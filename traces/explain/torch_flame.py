@@ -15,7 +15,7 @@ import numpy as np
 
 from alloctrace.traces.errors import UserError
 
-from alloctrace.traces.store.torch import OOM
+from alloctrace.traces.store.torch_stored import OOM
 from alloctrace.traces.state.torch_frames import DEFAULT_SKIP, is_python, short
 from alloctrace.traces.state.torch_device import PREEXISTING, Device, live_at
 from alloctrace.traces.state.torch_wrapped import note as partial_note

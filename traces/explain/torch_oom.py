@@ -14,7 +14,7 @@ import numpy as np
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings, allocation_size
 
-from alloctrace.traces.store.torch import ALLOC, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP, SNAPSHOT
+from alloctrace.traces.store.torch_stored import ALLOC, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP, SNAPSHOT
 
 
 def _roundest(lo: int, hi: int) -> int | None:

@@ -9,7 +9,7 @@ import numpy as np
 from alloctrace.allocator.cuda_caching import allocation_size
 from alloctrace.traces.explain.torch_oom import cap_bounds, cause
 from alloctrace.traces.state.torch_device import DEFAULT_SKIP, PREEXISTING, Device, StateIndex, live_at, noted
-from alloctrace.traces.store.torch import ACTIONS, OOM, SEGMENT_FREE
+from alloctrace.traces.store.torch_stored import ACTIONS, OOM, SEGMENT_FREE
 
 
 def by_call_site(dev: Device, rows: np.ndarray, event: int, skip=DEFAULT_SKIP, top: int = 50) -> list[dict]:

@@ -239,9 +239,9 @@ def reads_are_cheap() -> bool:
     so reading a dry run's point costs a few ms against its program's tens (docs/performance.md). Without
     it (no C compiler, ALLOCTRACE_PURE_PYTHON=1) a point's Python replay can cost as much as its program,
     and forked workers read on every core."""
-    from alloctrace.traces.sources.record import replay_fast
+    from alloctrace.traces.sources.record import plans_fast
 
-    return replay_fast.library() is not None
+    return plans_fast.library() is not None
 
 
 @contextmanager
@@ -319,7 +319,7 @@ def wait_any(running: dict) -> None:
 # what a worker reads, replays and sums a point up with (import_readers), in the order they import
 READERS = ("alloctrace.traces.store.columns", "alloctrace.traces.store.schema", "alloctrace.traces.sources.base",
            "alloctrace.allocator.gallocr", "alloctrace.traces.sources.record.stream",
-           "alloctrace.traces.sources.record.replay_fast", "alloctrace.traces.sources.record.replay",
+           "alloctrace.traces.sources.record.plans_fast", "alloctrace.traces.sources.record.plans",
            "alloctrace.traces.sources.record.source", "alloctrace.traces.explain.peak_types",
            "alloctrace.traces.explain.peak_fast", "alloctrace.traces.explain.peak_shapes")
 
@@ -370,9 +370,9 @@ def import_readers(between=lambda: None) -> None:
     for name in READERS:
         importlib.import_module(name)
         between()
-    from alloctrace.traces.sources.record import replay_fast
+    from alloctrace.traces.sources.record import plans_fast
 
-    replay_fast.library()  # loaded (or found missing) once, for every worker
+    plans_fast.library()  # loaded (or found missing) once, for every worker
     between()
 
 

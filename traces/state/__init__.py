@@ -1,7 +1,7 @@
 """The allocator's state at any event of a trace, rebuilt from the events alone.
 
-Owns: `replay` (FreeList, Replay, state_at, free_summary, stranding: ggml's free list, the reference),
-`replay_fast` (apply_changes: the same changes with the work inlined, for scrubbing), `index` (StateIndex,
+Owns: `free_list` (FreeList, Replay, state_at, free_summary, stranding: ggml's free list, the reference),
+`free_list_fast` (apply_changes: the same changes with the work inlined, for scrubbing), `index` (StateIndex,
 state_json, the checkpoints the store keeps: scrubbing a million-event graph), `torch_blocks`
 (AllocatorState: a PyTorch device's segments and blocks), `torch_device` (Device, load_device, StateIndex,
 state, entry: a stored PyTorch device as the views read it), `torch_frames` (call_site, site_label, parse_skip,

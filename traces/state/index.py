@@ -2,7 +2,7 @@
 
 Only the events that change the free list or the live tensors (alloc, free,
 free_extra, reuse, realloc) are replayed, selected from the store's columns in
-one vectorised pass and fed to `replay_fast.apply_changes` (the loop the diff's
+one vectorised pass and fed to `free_list_fast.apply_changes` (the loop the diff's
 cursors use too). Replay checkpoints bound the work of any request to the
 distance between two of them. A checkpoint is a copy of the state, so the next
 one comes at least as many events later as the state is large (live tensors,
@@ -30,8 +30,8 @@ from typing import Iterator
 
 import numpy as np
 
-from alloctrace.traces.state.replay_fast import apply_changes
-from alloctrace.traces.state.replay import CHANGE_KINDS, MISSING, ColumnEvents, Replay, free_summary, infer_alignment
+from alloctrace.traces.state.free_list_fast import apply_changes
+from alloctrace.traces.state.free_list import CHANGE_KINDS, MISSING, ColumnEvents, Replay, free_summary, infer_alignment
 
 from alloctrace.traces.store.blobs import checkpoint_rows
 from alloctrace.traces.store.derived import SAVED_MIN_EVENTS, Derived, Saved  # noqa: F401 (Saved: the type of saved)

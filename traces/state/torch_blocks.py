@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import numpy as np
 
-from alloctrace.traces.store.torch import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
+from alloctrace.traces.store.torch_stored import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
                       SEGMENT_UNMAP)
 
 MIN_BLOCK = 512

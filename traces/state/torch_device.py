@@ -1,7 +1,7 @@
 """One device of a stored torch trace as the views read it (`Device`), and its allocator state at any entry.
 
 The other views of a device build on this: the timeline (memmap/torch_timeline.py), the peak by call site
-and the OOM card (explain/torch_peak.py), the diff (diff/torch.py). Every answer is bounded whatever the
+and the OOM card (explain/torch_peak.py), the diff (diff/torch_snapshots.py). Every answer is bounded whatever the
 snapshot's size: the state view caps blocks. Call sites are the first Python frame outside `skip` (torch
 internals by default), innermost first, as the snapshot records frames; C++ frames only name stacks without
 Python frames (torch_frames.py).
@@ -15,7 +15,7 @@ import numpy as np
 from alloctrace.traces.state.torch_blocks import AllocatorState
 from alloctrace.traces.state.torch_frames import DEFAULT_SKIP, site_label  # noqa: F401 (DEFAULT_SKIP: the views' default)
 from alloctrace.traces.state.torch_wrapped import note as partial_note
-from alloctrace.traces.store.torch import ACTIONS, ALLOC, FREE_REQUESTED, OOM, curves, device_tables
+from alloctrace.traces.store.torch_stored import ACTIONS, ALLOC, FREE_REQUESTED, OOM, curves, device_tables
 
 NO_STACK = "(no Python stack)"
 PREEXISTING = "(allocated before the trace began)"

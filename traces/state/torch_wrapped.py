@@ -27,7 +27,7 @@ from sortedcontainers import SortedList
 
 from alloctrace.allocator.cuda_caching import NO_LIMIT, AllocatorSettings, round_size
 
-from alloctrace.traces.store.torch import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
+from alloctrace.traces.store.torch_stored import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
                                            SEGMENT_MAP, SEGMENT_UNMAP)
 
 ALLOCATED, PENDING, FREE = "allocated", "pending_free", "free"
@@ -211,7 +211,7 @@ def check_seed(cols: dict, tables: dict, seed: Seed, settings: AllocatorSettings
     if problem is None:
         return None
     from alloctrace.traces.whatif.torch_request import infer_memory_limit
-    from alloctrace.traces.whatif.torch import replay_check, seed_reserved
+    from alloctrace.traces.whatif.torch_model import replay_check, seed_reserved
     limit = infer_memory_limit(cols, settings, seed_reserved(seed.segments))
     r = replay_check(cols, replace(settings, memory_limit=limit), seed=seed.segments)
     return None if r.consistent else problem

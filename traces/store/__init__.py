@@ -7,7 +7,7 @@ file; `postgres`: a shared database), `tags` (key=value tags), `migrations` (the
 value), `derived` (what the store keeps beside a long graph, described by the analyses that make it),
 `graph_info` (facts every view of a graph needs), `damage` (checked decoding: Damaged, DerivedDamaged),
 `doctor` (read every trace back and check its checksums, list and delete what is damaged, keep what could
-not be checked), `copy` (one store's traces into another, ids and bytes kept: `store copy`), `torch` (a stored PyTorch trace read back: per-device
+not be checked), `copy` (one store's traces into another, ids and bytes kept: `store copy`), `torch_stored` (a stored PyTorch trace read back: per-device
 columns, facts, the layout's action codes).
 
 Nothing here imports a source or an analysis (a contract in pyproject.toml).

@@ -28,7 +28,7 @@ RECORDER_LIBS = ("-ldl", "-lpthread")
 # (source in the tree, stem, flags, libraries): built by setup.py beside the source; the recorder without
 # --ggml-include needs no header of the program, so its default build is one of them
 INSTALL_TIME = [("traces/sources/ggml_log/fastlog.c", "fastlog", SHARED_FLAGS, ()),
-                ("traces/sources/record/replay_fast.c", "replay_fast", SHARED_FLAGS, ()),
+                ("traces/sources/record/plans_fast.c", "plans_fast", SHARED_FLAGS, ()),
                 ("traces/sources/record/recorder.c", "recorder", RECORDER_FLAGS, RECORDER_LIBS)]
 PRELOAD_UNSAFE = " :\t\n"  # the dynamic loader splits LD_PRELOAD at spaces and colons
 REINSTALL = "reinstall alloctrace with a C compiler present (e.g. apt install gcc, then pip install .)"

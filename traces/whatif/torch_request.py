@@ -13,7 +13,7 @@ from alloctrace.allocator.cuda_caching import (ALLOC, N_ROUNDUP_INTERVALS, NO_LI
                                                SEGMENT_MAP, SEGMENT_UNMAP, SNAPSHOT, AllocatorSettings, allocation_size,
                                                round_size)
 from alloctrace.traces.util.sizes import parse_size  # noqa: F401 (the faces' size parser, also from here)
-from alloctrace.traces.whatif.torch import compare_settings, replay_check, seed_reserved, settings_dict
+from alloctrace.traces.whatif.torch_model import compare_settings, replay_check, seed_reserved, settings_dict
 
 
 def _bool(v: str) -> bool:

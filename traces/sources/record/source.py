@@ -11,7 +11,7 @@ from typing import BinaryIO
 from alloctrace.traces.store.schema import TraceMeta
 from alloctrace.traces.sources.base import ImportedTrace
 
-from alloctrace.traces.sources.record.replay import Replayer
+from alloctrace.traces.sources.record.plans import Replayer
 from alloctrace.traces.sources.record.stream import MAGIC, RecordingError, read_processes
 
 NO_GGML = ("no ggml allocator calls were seen: is the program statically linked? build it with shared "

@@ -5,6 +5,6 @@ Owns: `unpickle` (load_plain, SnapshotError: a pickle read without torch and wit
 stored graph row, checked against the caching-allocator model), `recorder` + `hook/` (`alloctrace record` of a
 Python program: the environment that switches PyTorch's memory history on). Many ranks' files as one trace:
 traces/sources/ranks.py. Reading the stored form back is
-traces/store/torch.py; the views are in the analysis rooms (state/torch_device.py, memmap/torch_timeline.py,
-explain/torch_peak.py, diff/torch.py, whatif/torch.py); the exporter is traces/export/torch.py.
+traces/store/torch_stored.py; the views are in the analysis rooms (state/torch_device.py, memmap/torch_timeline.py,
+explain/torch_peak.py, diff/torch_snapshots.py, whatif/torch_model.py); the exporter is traces/export/torch_formats.py.
 """

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from alloctrace.traces.sources.torch.unpickle import SnapshotError
-from alloctrace.traces.store.torch import (  # noqa: F401 (the stored layout's codes, named here for the source)
+from alloctrace.traces.store.torch_stored import (  # noqa: F401 (the stored layout's codes, named here for the source)
     ACTION_CODE, ACTIONS, ALLOC, BLOCK_STATES, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
     SEGMENT_MAP, SEGMENT_UNMAP, SNAPSHOT)
 

@@ -24,7 +24,7 @@ from alloctrace.traces.sources.sniffers import torch_snapshot
 
 from alloctrace.traces.sources.torch.columns import OOM, DeviceData, split_devices
 from alloctrace.traces.state.torch_blocks import AllocatorState, compare_with_snapshot
-from alloctrace.traces.store.torch import curves
+from alloctrace.traces.store.torch_stored import curves
 from alloctrace.traces.sources.torch.bounds import Budget, check_work
 from alloctrace.traces.sources.torch.unpickle import DEFAULT_MAX_BYTES, SnapshotError, load_plain_sized
 from alloctrace.traces.state import torch_wrapped as wrapped
@@ -178,7 +178,7 @@ def cuda_model_check(dev: DeviceData, strings: list[str] | None = None, tick=Non
     (`model_error`), never an import failure."""
     from alloctrace.traces.whatif import torch_request as torch_whatif  # lazy: sniffing loads this module too; only reading needs the model
 
-    from alloctrace.traces.store.torch import info_from
+    from alloctrace.traces.store.torch_stored import info_from
     cols = dict(dev.cols)
     cols.setdefault("device_free", np.full(dev.n_events, -1, dtype=np.int64))
     info = info_from(dev.extra, dev.tables, strings)

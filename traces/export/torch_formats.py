@@ -18,7 +18,7 @@ from typing import IO
 
 import numpy as np
 
-from alloctrace.traces.store.torch import ACTIONS, ALLOC, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP
+from alloctrace.traces.store.torch_stored import ACTIONS, ALLOC, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP
 from alloctrace.traces.state.torch_device import DEFAULT_SKIP, Device, load_device
 
 FORMATS = ("chrome", "jsonl")

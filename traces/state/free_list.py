@@ -18,7 +18,7 @@ import numpy as np
 ENDLESS = 1 << 62  # stands for the open end of a measure buffer or an unsized chunk
 
 MUTATIONS = frozenset({"alloc", "free", "free_extra", "reuse", "realloc"})
-CHANGE_KINDS = ("alloc", "free", "free_extra", "reuse", "realloc")  # the codes of replay_fast.apply_changes
+CHANGE_KINDS = ("alloc", "free", "free_extra", "reuse", "realloc")  # the codes of free_list_fast.apply_changes
 MISSING = -1  # a missing chunk, offset or size in column form
 
 

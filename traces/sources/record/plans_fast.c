@@ -6,7 +6,7 @@
  * range, a tensor it cannot find) makes it decline: rf_reserve returns -1 and rf_reason says why, and the
  * caller replays the call on the Python path. tests/test_replay_fast.py compares both paths.
  *
- * Built by traces/util/cbuild.py with the system C compiler; loaded through ctypes (replay_fast.py).
+ * Built by traces/util/cbuild.py with the system C compiler; loaded through ctypes (plans_fast.py).
  *
  * Its length: it is one pipeline over one call's state (St): the tensor lines parsed, the walk and the dynamic
  * allocator it calls, the column encoder and the shapes, each section mirroring one Python module, in the order
@@ -844,7 +844,7 @@ typedef struct {
     const int64_t *state; int64_t state_len;
 } RfOut;
 
-/* the sizes of the structs ctypes mirrors (replay_fast.py checks them at load: one changed without the other
+/* the sizes of the structs ctypes mirrors (plans_fast.py checks them at load: one changed without the other
    fails there, not in a call) */
 EXPORT int64_t rf_sizeof(const char *name) {
     return !strcmp(name, "RfIn") ? (int64_t)sizeof(RfIn) : !strcmp(name, "RfOut") ? (int64_t)sizeof(RfOut) : -1;

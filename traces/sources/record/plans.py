@@ -33,7 +33,7 @@ from alloctrace.allocator.tensor import Graph, Tensor
 from alloctrace.traces.store.columns import EncodedGraph, encode_arrays, pack_arrays
 from alloctrace.traces.store.schema import GraphRecord, oom_of
 
-from alloctrace.traces.sources.record import replay_fast
+from alloctrace.traces.sources.record import plans_fast
 from alloctrace.traces.sources.record.placed import placement_events
 from alloctrace.traces.sources.record.stream import (GALLOC_CALLS, INPUT, OUTPUT, PARAM, Call, Process, RecordingError,
                                                      tensor_records)
@@ -177,7 +177,7 @@ class Replayer:
         if self.events is not None and self._kept + n_events <= MAX_KEPT_EVENTS:
             # the gallocr starts a new list per call: this one stays
             self.events[graph.index] = record.events if fast is None else \
-                replay_fast.event_columns(n_events, fast.columns, fast.table_json)
+                plans_fast.event_columns(n_events, fast.columns, fast.table_json)
             self._kept += n_events
         self._check_plan(m, graph, plan_problems)
 
@@ -220,7 +220,7 @@ class Replayer:
         new_shapes = graph_key is not self._shapes_of
         fast = None
         if not problems and call.kind != "alloc_graph" and call.rc is not None and call.lines:
-            fast = replay_fast.reserve(g, call.lines, call.n_nodes, call.n_leafs, call.node_ids, call.leaf_ids,
+            fast = plans_fast.reserve(g, call.lines, call.n_nodes, call.n_leafs, call.node_ids, call.leaf_ids,
                                        index, call.kind == "reserve_n_size", new_shapes, MAX_SHAPES)
         if fast is None:
             graph, by_ptr = build_graph(call)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-from alloctrace.traces.state.replay import CHANGE_KINDS, MISSING, Replay, pad
+from alloctrace.traces.state.free_list import CHANGE_KINDS, MISSING, Replay, pad
 
 
 def apply_changes(replay: Replay, codes, chunks, offsets, sizes, names, links=None):

@@ -1,4 +1,4 @@
-"""The compiled replay of a recorded reserve (replay_fast.c): the call's tensor lines in, the model's plan and
+"""The compiled replay of a recorded reserve (plans_fast.c): the call's tensor lines in, the model's plan and
 its events in the store's columns out, byte for byte what the Python path (build_graph, Gallocr.reserve,
 encode_arrays, shapes) gives. A sweep of a small model's dry runs spends most of its Python time there.
 
@@ -24,8 +24,8 @@ from alloctrace.allocator.gallocr import INVALID, NO_ALLOC
 from alloctrace.traces.store.columns import INT_FIELDS, INT_TYPES, STR_FIELDS, EventColumns
 from alloctrace.traces.util.cbuild import Untrusted, check_sizes, load_installed
 
-SOURCE = Path(__file__).with_name("replay_fast.c")
-COLUMNS = INT_FIELDS + STR_FIELDS + ("srcs", "extra")  # replay_fast.c's column order (encode_arrays')
+SOURCE = Path(__file__).with_name("plans_fast.c")
+COLUMNS = INT_FIELDS + STR_FIELDS + ("srcs", "extra")  # plans_fast.c's column order (encode_arrays')
 SYMBOLS = ("rf_sizeof", "rf_new", "rf_free", "rf_reason", "rf_reserve")
 _TYPES = {size: (dt, code) for size, (dt, code, _, _) in zip((1, 2, 4, 8), INT_TYPES)}
 _CODES = {dt: (code, lo) for dt, code, lo, _ in INT_TYPES}
@@ -66,7 +66,7 @@ def path_line() -> str:
 
     why = unavailable()
     if why is None:
-        return f"recordings: the compiled path, loaded from {LOADED.get('replay_fast', 'the package')}"
+        return f"recordings: the compiled path, loaded from {LOADED.get('plans_fast', 'the package')}"
     return f"recordings: the pure Python path ({why})"
 
 
@@ -77,7 +77,7 @@ def library():
         return None
     if not _LIB:
         try:
-            lib = load_installed(SOURCE, "replay_fast", SYMBOLS)
+            lib = load_installed(SOURCE, "plans_fast", SYMBOLS)
         except Untrusted as e:
             _WHY[:] = [str(e)]
             lib = None
