@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 # ggml_op_can_inplace over time: (op, first ggml commit listing it, first commit without it or "").
 # Read from ggml-alloc.c's history (ggml repository; CLAMP from llama.cpp's vendored ggml). A profile row
-# takes the ops listed on its date (`inplace_on`); the in-place tests in tests/test_inplace_ggml.py run each
+# takes the ops listed on its date (`inplace_on`); the in-place tests in tests/allocator/test_inplace_ggml.py run each
 # op through the real allocator.
 INPLACE_HISTORY = (
     ("SCALE", "854e4530", ""), ("DIAG_MASK_ZERO", "854e4530", ""), ("DIAG_MASK_INF", "854e4530", ""),

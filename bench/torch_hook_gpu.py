@@ -1,7 +1,7 @@
 """Run one PyTorch program plainly and under the record hook on a GPU machine, and write what each saw:
 allocator settings chosen after `import torch`, visible devices, fork DataLoader workers, memory_stats.
 Usage: python bench/torch_hook_gpu.py HOOK_DIR OUT.json (HOOK_DIR: traces/sources/torch/hook).
-tests/test_torch_hook_plain.py checks the committed result, tests/data/torch_hook_gpu.json."""
+tests/torch/test_torch_hook_plain.py checks the committed result, tests/data/torch_hook_gpu.json."""
 import json
 import os
 import subprocess

@@ -5,7 +5,7 @@ row and running the generic JSON encoder over them cost more than cutting and
 reducing the window itself. Rows are formatted from column lists with one
 template; strings (tensor and op names) go through the C string encoder json.dumps
 uses, a column at a time. The document parses to exactly the dict of the generic
-reductions (tests/test_server_mapjson.py builds that reference and compares).
+reductions (tests/server/test_server_mapjson.py builds that reference and compares).
 
 With the graph's tile pyramid (traces/memmap/lod.py) built, a reduced window is
 rows of pyramid tiles: each tile's row and each series bucket's row is formatted

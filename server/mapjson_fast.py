@@ -15,7 +15,7 @@ Everything else (a bad or repeated parameter, a window that is empty, a graph no
 loaded, any error) goes on to the FastAPI route unchanged, so validation errors,
 404s and 400s stay exactly its answers. The answer itself is the same cached
 bytes the route returns (context.map_cache) with the same headers;
-tests/test_server_mapjson_fast.py compares both paths.
+tests/server/test_server_mapjson_fast.py compares both paths.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -9,6 +10,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# tests sit in folders by room (docs/testing.md); a test may import another room's test module for its helpers
+for _room in sorted(p for p in Path(__file__).resolve().parent.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    if str(_room) not in sys.path:
+        sys.path.append(str(_room))
 # real logs of ggml's allocator, generation by generation (README.md there lists their sizes)
 FIXTURES = Path(__file__).resolve().parent / "data" / "ggml-real"
 

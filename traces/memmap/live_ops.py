@@ -9,7 +9,7 @@ bytes are sorted here (extract sorts all of them), and only the last events
 before `applied`: 8,192 first, eight times more each time some live bytes were
 not sized among them. A state late in a million-event graph whose live tensors
 are recent reads a few thousand rows of four integer columns, then the tensor
-and op of a handful of events. `tests/test_state_cold.py` compares it with the
+and op of a handful of events. `tests/state/test_state_cold.py` compares it with the
 lifetimes at every event of the real fixture logs and of synthetic graphs.
 """
 from __future__ import annotations

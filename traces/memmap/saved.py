@@ -6,7 +6,7 @@ The value is zstd-compressed: a length-prefixed JSON head (event count, chunks, 
 that order. Names are stored once each (once per distinct object) with an int32 code per lifetime. The free-list series levels
 are not stored: they are rebuilt from the per-event series (a few tens of ms), which halves the value.
 Loading gives the same Lifetimes and Pyramid `with_lod(extract(cols))` builds: every
-array with the same values and dtype (tests/test_memmap_saved.py compares the server's answers).
+array with the same values and dtype (tests/memmap/test_memmap_saved.py compares the server's answers).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 `Replay.change` (replay.py, the reference) applies one event through `FreeList.take` / `give`;
 this loop does the same for changes in column form with the common cases (an
 alloc from a block's start, a free that fits) written out, since it is the whole
-cost of scrubbing a million-event graph. tests/test_state_index.py compares it
+cost of scrubbing a million-event graph. tests/state/test_state_index.py compares it
 with the per-event path.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`encode` with the per-event loops moved into C (numpy, dict and map builtins).
 
 Gives exactly what `columns.encode` gives (same dtypes, same string table in
-the same order; tests/test_columns_fast.py compares them): the importer calls
+the same order; tests/store/test_columns_fast.py compares them): the importer calls
 it once per distinct graph, where the plain version's Python loops over
 ~2,000 events x 22 fields were a third of an import.
 """

@@ -6,7 +6,7 @@ events. A state answer reads one slice of a few columns (the events after the
 nearest checkpoint), one row (the next event) and a few masks, so `LazyColumns`
 keeps the columns compressed as stored, decompresses a column the first time it
 is touched and decodes only the rows asked for, with the values
-`public_columns` gives for them (tests/test_state_cold.py compares both).
+`public_columns` gives for them (tests/state/test_state_cold.py compares both).
 The columns start decompressing side by side in background threads as soon as
 the graph is opened (zstd lets go of the interpreter lock meanwhile), while the
 caller parses the string table; a read waits for its column only.

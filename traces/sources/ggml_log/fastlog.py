@@ -4,7 +4,7 @@
 legacy ggml_allocr logs (the "block" log style of Aug 2023); for anything else the C side
 DECLINES and `Declined` is raised, possibly after some graphs were handed out: the caller then
 imports the input again on the Python path (`rewound()` gives the input back from its start) and
-skips the graphs already handed out. tests/test_fastlog.py checks both paths store the same bytes.
+skips the graphs already handed out. tests/sources/test_fastlog.py checks both paths store the same bytes.
 
 The library is built with the system C compiler at install time and loaded only from the package
 (traces/util/cbuild.py); without it, or with ALLOCTRACE_PURE_PYTHON=1, the Python path runs alone.

@@ -4,7 +4,7 @@
  *
  * Anything outside what it covers (a line it does not read exactly as the Python reader would, a value out of
  * range, a tensor it cannot find) makes it decline: rf_reserve returns -1 and rf_reason says why, and the
- * caller replays the call on the Python path. tests/test_replay_fast.py compares both paths.
+ * caller replays the call on the Python path. tests/record/test_replay_fast.py compares both paths.
  *
  * Built by traces/util/cbuild.py with the system C compiler; loaded through ctypes (plans_fast.py).
  *

@@ -4,7 +4,7 @@ encode_arrays, shapes) gives. A sweep of a small model's dry runs spends most of
 
 `reserve(...)` returns a `FastReserve`, or None where the C side declines (a line it does not read exactly as
 the Python reader would, a value out of range, a tensor it cannot find): the caller then replays the call on
-the Python path, which also says what is wrong with it. tests/test_replay_fast.py compares the two paths on
+the Python path, which also says what is wrong with it. tests/record/test_replay_fast.py compares the two paths on
 every committed recording and on generated graphs.
 
 The library is built with the system C compiler at install time and loaded only from the package

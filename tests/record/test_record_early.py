@@ -1,0 +1,130 @@
+"""`alloctrace record`'s program, started by the entry point before the command imports itself
+(traces/sources/early.py): which command lines it reads, that the command takes over exactly the program it
+would have started, that anything else stops it, and that the program runs and is recorded as when the
+command starts it itself (same answer, exit status, output, descriptors, signal dispositions)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alloctrace.traces.sources import early
+from alloctrace.traces.sources.record.build import recorder_library
+from alloctrace.traces.store.store import open_store
+from sweep_program import expected_bytes
+
+HERE = Path(__file__).resolve().parents[1]
+PROGRAM = [sys.executable, str(HERE / "sweep_program.py"), "-nh", "2"]
+# a shell that notes whether the command had loaded ctypes when it started (the compiled replay's loader, which
+# the command loads before it starts the program itself: absent means the entry point started it), the
+# descriptors it was given and the signals it ignores; then runs the program it is given and exits with EXIT
+NOTING = ('if grep -q _ctypes /proc/$PPID/maps; then echo late; else echo early; fi > "$NOTES/when"; '
+          'ls /proc/$$/fd > "$NOTES/fds"; grep SigIgn /proc/$$/status > "$NOTES/ignored"; '
+          '"$@"; exit ${EXIT:-$?}')
+
+
+@pytest.mark.parametrize("argv", [
+    ["record", "--", "prog"],
+    ["record", "--store", "s", "--name=n", "--tag", "a=b", "--tag=c=d", "--ggml", "--", "prog", "-v", "--", "x"],
+])
+def test_a_record_command_line_it_reads_in_full(argv):
+    tags, program, _ggml = early.record_argv(argv)
+    assert program[0] == "prog" and program[1:] == argv[argv.index("--") + 2:]
+    assert tags == (["a=b", "c=d"] if "--tag" in argv else [])
+
+
+@pytest.mark.parametrize("argv", [
+    ["record", "prog"],  # no --: argparse decides where the program starts
+    ["record", "-o", "out.rec", "--", "prog"],  # nothing stored: the ordinary way
+    ["record", "--torch", "--", "prog"],
+    ["record", "--help", "--", "prog"],
+    ["record", "--stor", "s", "--", "prog"],  # an abbreviation argparse takes: left to argparse
+    ["record", "--store", "--", "prog"],  # a missing value
+    ["record", "--"],  # no program
+    ["sweep", "--vary=-c=1", "--", "prog"],
+])
+def test_anything_else_starts_nothing(argv):
+    assert early.record_argv(argv) is None
+
+
+def test_pure_python_or_asked_not_to_or_a_bad_tag_starts_nothing(monkeypatch, tmp_path):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    for var, value in (("ALLOCTRACE_PRESTART", "0"), ("ALLOCTRACE_PURE_PYTHON", "1")):
+        monkeypatch.setenv(var, value)
+        early.begin(["record", "--", "/bin/true"])
+        assert early._started is None
+        monkeypatch.delenv(var)
+    early.begin(["record", "--tag", "not a tag", "--", "/bin/true"])
+    assert early._started is None
+    early.begin(["record", "--", *PROGRAM])  # a Python program: the command adds the PyTorch hook
+    assert early._started is None
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_command_takes_over_the_program_it_would_have_started(monkeypatch, tmp_path):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    early.begin(["record", "--ggml", "--", *PROGRAM])
+    started = early._started
+    try:
+        assert started is not None
+        taken = early.take(PROGRAM, recorder_library(), torch=False)
+        assert taken is started and early._started is None
+        assert taken.wait() == 0
+        assert list((Path(taken.folder) / "rec").glob("rec-*.atrec"))  # recorded, into its own folder
+    finally:
+        started.stop()
+    assert not Path(started.folder).exists()
+
+
+@pytest.mark.parametrize("other", ["argv", "torch", "environment"])
+def test_a_different_program_stops_what_was_started(monkeypatch, tmp_path, other):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    early.begin(["record", "--", "/bin/sleep", "30"])
+    started = early._started
+    assert started is not None and started.returncode is None
+    if other == "environment":
+        monkeypatch.setenv("ALLOCTRACE_SOMETHING_NEW", "1")
+    argv = ["/bin/sleep", "31" if other == "argv" else "30"]
+    assert early.take(argv, recorder_library(), torch=other == "torch") is None
+    assert started.returncode == -9 and not Path(started.folder).exists()
+
+
+def command(args: list[str], tmp_path: Path, inherited=(), **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "alloctrace", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TMPDIR": str(tmp_path), **env}, cwd=tmp_path, pass_fds=inherited)
+
+
+def test_a_program_started_early_runs_and_is_recorded_as_one_started_late(tmp_path):
+    answers = {}
+    spare = os.open(os.devnull, os.O_RDONLY)  # a descriptor alloctrace inherits: the program never gets it
+    try:
+        for mode in ("1", "0"):
+            notes = tmp_path / f"notes{mode}"
+            notes.mkdir()
+            run = command(["record", "--store", str(tmp_path / f"s{mode}"), "--tag", "k=v", "--", "/bin/sh", "-c",
+                           NOTING, "sh", *PROGRAM], tmp_path, NOTES=str(notes), EXIT="3",
+                          ALLOCTRACE_PRESTART=mode, inherited=(spare,))
+            assert run.returncode == 3, run.stderr  # the program's exit status
+            assert "CPU compute buffer size" in run.stdout  # its output passes through
+            (trace,) = open_store(str(tmp_path / f"s{mode}")).list()
+            answers[mode] = (trace["name"], trace["tags"], [(g["role"], g["buffer_size"], g["consistent"])
+                                                            for g in trace["graphs"]],
+                             (notes / "fds").read_text(), (notes / "ignored").read_text())
+            assert (notes / "when").read_text().strip() == ("early" if mode == "1" else "late")
+            assert run.stderr.splitlines()[-1].split()[1] == "sh"  # the table of what was stored
+    finally:
+        os.close(spare)
+    assert answers["1"] == answers["0"]
+    assert answers["1"][2][0][1] == expected_bytes(256, 64, 2)
+    assert not list(tmp_path.glob("alloctrace-rec-*"))  # the folder went with the command
+
+
+def test_a_program_that_records_nothing_is_reported_the_same(tmp_path):
+    for mode in ("1", "0"):
+        run = command(["record", "--store", str(tmp_path / "s"), "--", "/bin/true"], tmp_path,
+                      ALLOCTRACE_PRESTART=mode)
+        assert run.returncode == 2 and run.stderr.startswith("alloctrace: error: no ggml allocator calls")
+    assert not list(tmp_path.glob("alloctrace-rec-*"))

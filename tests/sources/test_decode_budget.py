@@ -1,0 +1,152 @@
+"""Untrusted bytes are decoded under a budget: a deeply nested pickle, a compression bomb under the old
+2 GiB cap, ... are refused in one line (CLI exit 2, HTTP 4xx) and the server keeps answering."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hostile_inputs import codec_log_bomb, deep_tuple_snapshot
+
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "torch" / "gpt2_train_bs16.pickle.gz"
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """In a child: a crash (SIGSEGV) shows as its exit status instead of killing the test run."""
+    return subprocess.run([sys.executable, "-m", "alloctrace", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_line(p: subprocess.CompletedProcess) -> str:
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    assert p.stderr.startswith("alloctrace: error: ") and p.stderr.count("\n") == 1, p.stderr[-2000:]
+    return p.stderr
+
+
+@pytest.mark.parametrize("where,depth", [("filename", 200_000), ("size", 200_000), ("size", 1000)])
+def test_a_deeply_nested_pickle_is_one_line(where, depth, tmp_path):
+    """200 KB of nested tuples: exit 139 (SIGSEGV) before; 1,000 deep in a size: a numpy traceback."""
+    path = deep_tuple_snapshot(tmp_path / "deep.pickle", depth, where)
+    err = one_line(cli("import", str(path), "--store", str(tmp_path / "s")))
+    assert "deep.pickle" in err and ("nested too deep" in err or "expected integers" in err), err
+
+
+def test_the_server_refuses_a_deeply_nested_pickle_and_keeps_serving(tmp_path):
+    path = deep_tuple_snapshot(tmp_path / "deep.pickle")
+    prog = textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        from fastapi.testclient import TestClient
+        from alloctrace.server.app import create_app
+        with TestClient(create_app(store_dir=Path(sys.argv[2]))) as c:
+            r = c.post("/api/torch/traces", files={"file": ("deep.pickle", Path(sys.argv[1]).read_bytes())})
+            print(r.status_code, r.json()["detail"])
+            print(c.get("/api/traces").status_code, c.get("/api/traces").json()["traces"])
+    """)
+    p = subprocess.run([sys.executable, "-c", prog, str(path), str(tmp_path / "s")], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    first, second = p.stdout.splitlines()
+    assert first.startswith("422 ") and "nested too deep" in first, first
+    assert second == "200 []"
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd", "xz"])
+def test_a_compressed_file_past_the_default_budget_is_refused_in_one_line(codec, tmp_path):
+    """72 MiB of log text in a few hundred KB: imported before (up to the old 2 GiB cap: a 37 KB zstd log
+    took 2.8 GB and 103 s); refused at the 64 MiB default now, and --max-bytes moves the line."""
+    path = codec_log_bomb(tmp_path / f"bomb.{codec}", codec)
+    assert path.stat().st_size < 1 << 20
+    err = one_line(cli("import", str(path), "--store", str(tmp_path / "s")))
+    assert f"decompresses to more than {64 << 20:,} bytes" in err and "--max-bytes" in err, err
+    err = one_line(cli("import", str(path), "--store", str(tmp_path / "s"), "--max-bytes", "1M"))
+    assert f"more than {1 << 20:,} bytes" in err, err
+
+
+def test_the_server_refuses_a_compressed_upload_past_the_budget_and_keeps_serving(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from alloctrace.server.app import create_app
+
+    path = codec_log_bomb(tmp_path / "bomb.zst", "zstd")
+    with TestClient(create_app(store_dir=tmp_path / "s")) as c:
+        r = c.post("/api/traces", files={"file": ("bomb.zst", path.read_bytes())})
+        assert r.status_code == 413 and "decompresses to more than" in r.json()["detail"], (r.status_code, r.text)
+        assert c.get("/api/traces").json()["traces"] == []
+
+
+def test_import_dir_passes_over_a_fifo_where_the_side_file_would_be(tmp_path):
+    """A FIFO named like the recorder's `.json` beside a snapshot: `import DIR` waited on it forever."""
+    import os
+    import shutil
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    shutil.copy(FIXTURE, folder / "rank3.pickle.gz")
+    os.mkfifo(folder / "rank3.json")
+    try:
+        p = cli("import", str(folder), "--store", str(tmp_path / "s"), "--json", timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("import DIR hung on a FIFO side file")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert '"rank": 3' in p.stdout or "rank3" in p.stdout, p.stdout[-2000:]
+
+
+def test_control_characters_in_frame_names_never_reach_the_svg():
+    """A frame name from a snapshot with NUL, ESC or C1 characters made the flamegraph SVG unparsable."""
+    import xml.etree.ElementTree as ET
+
+    from alloctrace.traces.explain import torch_flame_svg
+
+    name = "evil\x00\x1b[31m\x85\ud800<b>"
+    leaf = {"name": name, "value": 4096, "count": 1, "children": []}
+    tree = {"name": "all", "value": 4096, "count": 1, "children": [leaf]}
+    f = {"tree": tree, "bytes": 4096, "trace_id": "t\x07", "device": 0, "event": 1, "n_events": 1,
+         "live_allocations": 1, "name": "n\x0b"}
+    svg = torch_flame_svg.svg(f)
+    root = ET.fromstring(svg.encode("utf-8"))  # encodes and parses: nothing XML cannot carry
+    texts = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}title"))
+    assert "evil\\x00\\x1b[31m\\x85\\xd800<b>" in texts, texts
+
+
+def test_ids_past_int64_are_one_line(tmp_path, capsys):
+    """`trace:2**64` or `--device 2**64` reached the database driver: OverflowError and a traceback."""
+    from alloctrace.cli import main
+
+    store = str(tmp_path / "s")
+    assert main(["import", str(FIXTURE), "--store", store]) == 0
+    capsys.readouterr()
+    from alloctrace.traces.store.store import open_store
+
+    [t] = open_store(store).list()
+    tid, big = t.id if hasattr(t, "id") else t["id"], str(1 << 64)
+    for args in (["state", f"{tid}:{big}"], ["flame", f"{tid}:{big}"], ["whatif", f"{tid}:{big}"],
+                 ["whatif", tid, "--device", big], ["diff", f"{tid}:{big}", tid]):
+        assert main([*args, "--store", store]) == 3, args  # as for any graph the trace does not have
+        err = capsys.readouterr().err
+        assert err.startswith("alloctrace: error: ") and err.count("\n") == 1 and f"no graph {big}" in err, err
+
+
+@pytest.mark.parametrize("damage,commands", [("extra='[]'", ("state", "flame", "whatif")), ("oom='[1]'", ("whatif",)),
+                                              ("extra='not json'", ("state", "flame", "whatif"))])
+def test_a_damaged_pytorch_graph_is_one_line_in_state_flame_and_whatif(damage, commands, tmp_path, capsys):
+    """A device row whose extra or oom is not the JSON dict it was stored as: AttributeError tracebacks before."""
+    import sqlite3
+
+    from alloctrace.cli import main
+
+    store = tmp_path / "s"
+    assert main(["import", str(FIXTURE), "--store", str(store)]) == 0
+    capsys.readouterr()
+    db = sqlite3.connect(store / "alloctrace.db")
+    db.execute(f"UPDATE graphs SET {damage}")
+    db.commit()
+    db.close()
+    [tid] = [row.split()[0] for row in cli("list", "--store", str(store)).stdout.splitlines()[1:2]]
+    for command in commands:
+        assert main([command, tid, "--store", str(store)]) == 2, command
+        err = capsys.readouterr().err
+        assert err.startswith("alloctrace: error: ") and err.count("\n") == 1 and "is damaged" in err, (command, err)
