@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 MAPPED = {"allocator": "allocator", "traces": "traces", "server": "server", "metal_exec": "metal_exec"}
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 TOP = ("allocator/", "alloctrace/", "bench/", "docs/", "metal_exec/", "server/", "tests/", "traces/", "web/")
 FILES = ("pyproject.toml", "README.md", "setup.py")

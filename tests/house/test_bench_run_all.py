@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]s[2] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 WITH_JSON = '''import argparse
 from figures import Figure, add_option, at_most, write

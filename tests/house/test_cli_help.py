@@ -10,7 +10,7 @@ import pytest
 
 from alloctrace.cli import build_parser
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:

@@ -16,7 +16,7 @@ import pytest
 
 from alloctrace.traces.util.fit_width import fit_rows, middle_cut
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 LOG = ROOT / "server" / "examples" / "harness_plain-ggml-2023-08-16.AT.log"
 LONG = "a trace name long enough to overflow any sensible terminal all by itself, and then some more"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ("allocator", "alloctrace", "metal_exec", "server", "traces")
 LIMIT = 420  # "~400"
 

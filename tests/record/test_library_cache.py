@@ -24,7 +24,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.sources.record import build, run
 from alloctrace.traces.sources.ggml_log import fastlog
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "tests" / "data" / "record" / "exit3.py"  # allocates one graph, exits 3
 LOG = ROOT / "tests" / "data" / "ggml-real" / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log"
 NOBODY = 65534

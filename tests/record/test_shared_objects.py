@@ -17,7 +17,7 @@ from alloctrace.traces.sources.ggml_log import fastlog
 from alloctrace.traces.sources.record import build, plans_fast
 from alloctrace.traces.util import cbuild
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 LOG = ROOT / "tests" / "data" / "ggml-real" / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log"
 PROGRAM = ROOT / "tests" / "data" / "record" / "exit3.py"
 SWEEP_PROGRAM = ROOT / "tests" / "sweep_program.py"

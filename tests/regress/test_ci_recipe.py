@@ -15,7 +15,7 @@ import pytest
 
 from conftest import live_server
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "ci" / "memory-check.sh"
 DATA = Path(__file__).resolve().parents[1] / "data" / "compare"
 # the record step, with recordings made before: "$flags" is the config's flag value (on / off)

@@ -17,7 +17,7 @@ import yaml
 
 from actions_runner import Event, FakeGitHub, run_job
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW_FILE = ROOT / "ci" / "github-actions.yml"
 DATA = Path(__file__).resolve().parents[1] / "data" / "compare"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

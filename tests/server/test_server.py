@@ -345,7 +345,7 @@ def test_serve_refuses_a_public_address_without_token(capsys, monkeypatch):
 
 def test_pages_static_and_plotly(client, live, legacy):
     import plotly
-    web = Path(__file__).resolve().parents[1]s[2] / "web"
+    web = Path(__file__).resolve().parents[2] / "web"
     for route, file in [("/", "index.html"), (f"/traces/{legacy['id']}", "trace.html"), ("/diff", "diff.html"),
                         ("/replay", "replay.html")]:
         r = client.get(route)

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from alloctrace.server.app import create_app
 
-WEB = Path(__file__).resolve().parents[1]s[2] / "web"
+WEB = Path(__file__).resolve().parents[2] / "web"
 
 
 @pytest.fixture(scope="module")

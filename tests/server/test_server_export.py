@@ -18,7 +18,7 @@ def client(tmp_path_factory):
 
 def test_export_downloads_every_format(client):
     store = client.app.state.ctx.store
-    log = Path(__file__).resolve().parents[1]s[2] / "server" / "examples" / "harness_plain-ggml-2023-08-16.AT.log"
+    log = Path(__file__).resolve().parents[2] / "server" / "examples" / "harness_plain-ggml-2023-08-16.AT.log"
     with open(log, "rb") as f:
         tid = client.post("/api/traces", files={"file": (log.name, f)}).json()["traces"][0]["id"]
     chrome = client.get(f"/api/traces/{tid}/export", params={"format": "chrome"})

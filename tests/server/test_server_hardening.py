@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from alloctrace.server.app import create_app
 from conftest import free_port
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 GPT2 = ROOT / "tests" / "data" / "hostile" / "gpt-2_tiny_short.AT.log"
 TORCH = ROOT / "tests" / "data" / "torch" / "small_default.pickle.gz"
 

@@ -12,7 +12,7 @@ from alloctrace.server import paths
 from alloctrace.server.examples import example_logs, seed_examples
 from alloctrace.traces.store.store import open_store
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 PROBE = ("import json; from alloctrace.server import paths, examples; "
          "print(json.dumps({'web': str(paths.find_web_dir()), 'logs': [str(p) for p in examples.example_logs()]}))")
 

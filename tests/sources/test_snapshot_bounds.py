@@ -16,7 +16,7 @@ from alloctrace.traces.sources.bounded_io import Limits
 from alloctrace.traces.store.store import open_store
 from hostile_inputs import bad_value_snapshots, shared_blocks_snapshot, shared_frames_snapshot, write_pickle
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "data" / "torch" / "gpt2_train_bs16.pickle.gz"
 BAD = bad_value_snapshots()
 

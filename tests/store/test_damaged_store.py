@@ -14,7 +14,7 @@ from alloctrace.cli import main
 from alloctrace.server.app import create_app
 from alloctrace.traces.store.store import open_store
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 GPT2 = ROOT / "tests" / "data" / "hostile" / "gpt-2_tiny_short.AT.log"
 TORCH = ROOT / "tests" / "data" / "torch" / "small_default.pickle.gz"
 

@@ -27,7 +27,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 UB8 = DATA / "explain" / "llama-tiny_c512_ub8.head.AT.log.gz"
 UB64 = DATA / "explain" / "llama-tiny_c512_ub64.head.AT.log.gz"
 SNAPSHOT = DATA / "torch" / "fragmentation.pickle.gz"
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _count(store, sql: str) -> int:

@@ -25,7 +25,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 GPT2 = DATA / "hostile" / "gpt-2_tiny_short.AT.log"
 TORCH = DATA / "torch" / "small_default.pickle.gz"
 FORMAT2 = DATA / "store" / "format2.db"  # made by the release before checksums: two traces, tag commit=abc
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def imported(capsys, ref: str, *argv: str) -> list[dict]:

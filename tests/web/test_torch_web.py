@@ -10,7 +10,7 @@ from conftest import live_server
 
 pytest.importorskip("playwright.sync_api")
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[1] / "data" / "torch"
 ARTIFACTS = ROOT / "test-artifacts"
 

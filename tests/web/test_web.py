@@ -15,7 +15,7 @@ from conftest import live_server
 
 pytest.importorskip("playwright.sync_api")
 
-ROOT = Path(__file__).resolve().parents[1]s[2]
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 HOSTILE = "<img src=x onerror=alert(1)>"
 

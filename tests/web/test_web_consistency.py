@@ -19,7 +19,7 @@ from conftest import live_server
 
 pytest.importorskip("playwright.sync_api")
 
-ARTIFACTS = Path(__file__).resolve().parents[1]s[2] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 MOE = Path(__file__).parents[1].joinpath("data") / "record" / "moe" / "qwen3moe-fa-on-c512.atrec.xz"
 
 

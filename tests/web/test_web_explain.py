@@ -17,7 +17,7 @@ from conftest import live_server
 pytest.importorskip("playwright.sync_api")
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "explain"
-ARTIFACTS = Path(__file__).resolve().parents[1]s[2] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 MLP = 4 * 128 * 64 * 4
 
 

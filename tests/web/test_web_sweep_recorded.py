@@ -19,7 +19,7 @@ from sweep_program import expected_bytes
 pytest.importorskip("playwright.sync_api")
 
 PROGRAM = [sys.executable, str(Path(__file__).parents[1].joinpath("sweep_program.py"))]
-ARTIFACTS = Path(__file__).resolve().parents[1]s[2] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ LONG = DATA / "ggml-real" / "many-graphs" / "gpt-2_117M_many.2023-08-28.AT.log.x
 LEGACY = DATA / "ggml-real" / "v2023-08-16-legacy" / "harness_plain.AT.log"
 EXPLAIN = DATA / "explain"
 TORCH = DATA / "torch" / "oom.pickle.gz"
-ARTIFACTS = Path(__file__).resolve().parents[1]s[2] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 # Okabe & Ito's colour-blind-safe set and Tol's muted set (web/palette.js), and the same lightened
 SAFE = {c.lower() for c in ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#332288",
                             "#882255", "#44AA99", "#999933", "#DDCC77", "#AA4499", "#117733")}
