@@ -224,7 +224,7 @@ def test_a_point_sums_up_the_same_from_kept_events_decoded_columns_or_the_store(
     from alloctrace.traces.sources.record.source import SOURCE
 
     if keep is not None:
-        monkeypatch.setattr(replay, "MAX_KEPT_EVENTS", keep)
+        monkeypatch.setattr(plans, "MAX_KEPT_EVENTS", keep)
     for path in sorted((Path(__file__).parents[1] / "data" / "record").rglob("*.atrec*")):
         raw = path.read_bytes()
         raw = lzma.decompress(raw) if path.suffix == ".xz" else raw

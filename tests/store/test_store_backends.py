@@ -235,7 +235,7 @@ else:
 
 def _importer(ref, tmp_path, *argv):
     script = tmp_path / "importer.py"
-    script.write_text(IMPORTER.format(tests=str(ROOT / "tests"), ref=str(ref), marker=str(tmp_path / "marker")))
+    script.write_text(IMPORTER.format(tests=str(ROOT / "tests" / "store"), ref=str(ref), marker=str(tmp_path / "marker")))
     return subprocess.Popen([sys.executable, str(script), *argv], cwd=str(ROOT))
 
 
