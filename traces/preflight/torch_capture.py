@@ -22,6 +22,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.preflight import torch_scratch
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "inputs", "temporaries",
               "workspace", "other")
@@ -106,6 +107,8 @@ class _Recorder:
         from torch.utils._pytree import tree_leaves
         name = func.__name__.split(".")[0] if hasattr(func, "__name__") else str(func)
         frames = None
+        before, after = torch_scratch.scratch(name, args, out) if self.workspace else ([], [])
+        temps = [self._temp(size, name, "before") for size in before]
         for t in tree_leaves(out):
             if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
                 continue
@@ -136,6 +139,18 @@ class _Recorder:
             self.cap.category[key] = "workspace"
             self.cap.events.append(Event("alloc", key, self.lt_workspace, 0, "cublaslt_workspace", "uint8",
                                          (self.lt_workspace,), frames or _frames(), self.phase))
+
+        temps += [self._temp(size, name, "after") for size in after]
+        for key in reversed(temps):
+            self.cap.events.append(Event("free", key, 0))
+
+    def _temp(self, size: int, op: str, where: str) -> int:
+        key = self.next_key
+        self.next_key += 1
+        self.cap.category[key] = "temporaries"
+        self.cap.events.append(Event("alloc", key, size, 0, f"{op} (kernel scratch)", "uint8", (size,),
+                                     _frames(), self.phase))
+        return key
 
     def _freed(self, cdata, key):
         if self.live.get(cdata) == key:
@@ -229,6 +244,13 @@ def capture(*, workspace: int | None = None):
                     rec.mark(v, "optimizer_state", overwrite=True)
 
     fake = FakeTensorMode(allow_non_fake_inputs=True)
+    # torch.optim picks its foreach (multi-tensor) path only for plain tensors; on a GPU it would take it
+    from torch._subclasses.fake_tensor import FakeTensor
+    import torch.optim.optimizer as optim_mod
+    import torch.utils._foreach_utils as foreach_mod
+    type_lists = [optim_mod._foreach_supported_types, foreach_mod._foreach_supported_types]
+    for lst in type_lists:
+        lst.append(FakeTensor)
     old = (torch.autograd.backward, torch.Tensor.backward)
     h1 = register_optimizer_step_pre_hook(pre_step)
     h2 = register_optimizer_step_post_hook(post_step)
@@ -245,6 +267,8 @@ def capture(*, workspace: int | None = None):
                     cap.error = _failure_line(exc)
     finally:
         torch.autograd.backward, torch.Tensor.backward = old
+        for lst in type_lists:
+            lst.remove(FakeTensor)
         h1.remove()
         h2.remove()
         _categorise(cap, rec)

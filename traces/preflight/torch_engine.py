@@ -170,14 +170,15 @@ def _run_node(saved: SavedTensors, node, buffers: dict, deps: dict, retain_graph
         result = node(*inputs)
     finally:
         used, saved.unpacked = saved.unpacked, None
+    # validate_outputs runs inside the call, before the inputs and saved tensors go
+    outputs = [None if nxt is None else _validated(nxt, pos, grad)
+               for (nxt, pos), grad in zip(node.next_functions, _outputs_of(result))]
+    del result
     inputs.clear()
     if not retain_graph:
         for holder in used:
             holder.tensor = None
     used.clear()
-    outputs = [None if nxt is None else _validated(nxt, pos, grad)
-               for (nxt, pos), grad in zip(node.next_functions, _outputs_of(result))]
-    del result
     ready = []
     for i, (nxt, pos) in enumerate(node.next_functions):
         if nxt is None:
