@@ -31,7 +31,17 @@ MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "_addmm_activation", "addb
 HIDDEN = (os.sep + "torch" + os.sep + "_subclasses", os.sep + "torch" + os.sep + "utils" + os.sep + "_python_dispatch",
           os.sep + "torch" + os.sep + "_ops.py", os.sep + "torch" + os.sep + "utils" + os.sep + "_stats.py",
           os.sep + "torch" + os.sep + "_decomp", os.sep + "torch" + os.sep + "_refs",
-          os.sep + "torch" + os.sep + "_prims", os.sep + "alloctrace" + os.sep)
+          os.sep + "torch" + os.sep + "_prims", os.sep + "torch" + os.sep + "_dynamo", os.sep + "alloctrace" + os.sep,
+          os.sep + "contextlib.py", os.sep + "runpy.py")
+TORCH_DIR = os.sep + "torch" + os.sep
+
+
+def user_site(frames: list) -> str:
+    """The innermost frame outside torch: where the program asked for the memory."""
+    for filename, line, name in frames:
+        if TORCH_DIR not in filename:
+            return f"{filename}:{line} ({name})"
+    return f"{frames[0][0]}:{frames[0][1]} ({frames[0][2]})" if frames else ""
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

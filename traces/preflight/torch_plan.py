@@ -88,7 +88,7 @@ def replay(cap: torch_capture.Capture, settings: AllocatorSettings, total: int |
             block = model.malloc(e.size, e.stream)
         except OutOfMemory as oom:
             plan.oom = {"event": i, "request": e.size, "op": e.op,
-                        "site": f"{e.frames[0][0]}:{e.frames[0][1]}" if e.frames else "",
+                        "site": torch_capture.user_site(e.frames),
                         "largest_free": _largest_free(model), "reserved": model.reserved,
                         "allocated": model.allocated, "cap": settings.memory_limit,
                         "total": total if total else settings.device_total, "alloc_size": oom.alloc_size}
@@ -128,9 +128,11 @@ def plan(*, device: str = "cuda:0", total: str | int | None = None, alloc_conf: 
     run.result = replay(c, run.settings, total_b)
 
 
-def plan_callable(fn, *args, settings: AllocatorSettings | None = None, total: int | None = None) -> Plan:
+def plan_callable(fn, *args, settings: AllocatorSettings | None = None, total: int | None = None, **kwargs) \
+        -> Plan:
+    """`fn(*args, **kwargs)` captured on fake CUDA tensors and replayed under `settings` (a card of `total`)."""
     with torch_capture.capture() as c:
-        fn(*args)
+        fn(*args, **kwargs)
     if not any(e.kind == "alloc" for e in c.events) and not c.partial:
         raise UserError("the program never allocated on a CUDA device (build the model and inputs on 'cuda')")
     return replay(c, settings or AllocatorSettings(), total)
@@ -194,3 +196,41 @@ def growth_laws(points: list[dict]) -> dict:
         exact = all(abs(a + b * x - y) <= max(1.0, 0.01 * y) for x, y in xs)
         out[cat] = {"a": round(a), "b_per_unit": round(b), "linear": exact}
     return out
+
+
+def script_argv(program: list[str]) -> list[str]:
+    """`python train.py ARGS` or `train.py ARGS` -> [train.py, ARGS...]; the script runs in this process."""
+    words = list(program)
+    if words[:1] == ["--"]:
+        words = words[1:]
+    if words and (words[0].rsplit("/", 1)[-1].startswith("python")):
+        words = words[1:]
+    if not words or not words[0].endswith(".py"):
+        raise UserError("plan runs a Python training script: alloctrace plan -- python train.py ARGS")
+    return words
+
+
+def run_script(argv: list[str], settings: AllocatorSettings, total: int | None = None) -> Plan:
+    """Run the script (as `python argv...` would, `__name__ == "__main__"`) on fake CUDA tensors, replayed."""
+    import os
+    import runpy
+    import sys
+
+    if not os.path.isfile(argv[0]):
+        raise UserError(f"no such script: {argv[0]}")
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+    try:
+        return plan_callable(runpy.run_path, argv[0], settings=settings, total=total, run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def vary_script(argv: list[str], name: str, lo: int, hi: int, budget: int, settings: AllocatorSettings) -> dict:
+    """`largest_fitting` over the script with `{name}` in its arguments replaced by each value tried."""
+    marker = "{" + name + "}"
+    if not any(marker in a for a in argv):
+        raise UserError(f"--vary {name}: the program's arguments have no {marker} to replace")
+    return largest_fitting(lambda v, s: run_script([a.replace(marker, str(v)) for a in argv], s),
+                           lo, hi, budget, settings)
