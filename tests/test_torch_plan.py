@@ -97,7 +97,7 @@ def _sequence_alignment(name, dtype, batch) -> float:
 @pytest.mark.parametrize("snapshot", ["mlp_fp32_b256", "gpt_fp32_b8", "gpt_bf16_b8", "vit_bf16_b32"])
 def test_allocation_sequence_follows_the_real_snapshot(snapshot):
     name, dtype, batch = snapshot.split("_")
-    assert _sequence_alignment(name, dtype, int(batch[1:])) >= 0.95
+    assert _sequence_alignment(name, dtype, int(batch[1:])) >= 0.99      # the issue asks for 95 %
 
 
 def test_capture_categories_and_call_sites():
@@ -124,7 +124,8 @@ def test_a_data_dependent_step_is_kept_partial_with_one_line(tmp_path):
     script = tmp_path / "item.py"
     script.write_text("import torch\nx = torch.randn(1024, 1024, device='cuda')\nif x.sum().item() > 0:\n"
                       "    y = x * 2\n")
-    r = subprocess.run([sys.executable, "-m", "alloctrace", "plan", "--json", "--", "python", str(script)],
+    r = subprocess.run([sys.executable, "-m", "alloctrace", "plan", "--json", "--store", str(tmp_path / "s"), "--",
+                        "python", str(script)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 3
     out = json.loads(r.stdout)
@@ -136,7 +137,7 @@ def test_a_data_dependent_step_is_kept_partial_with_one_line(tmp_path):
 def test_a_script_without_cuda_is_one_line(tmp_path):
     script = tmp_path / "cpu.py"
     script.write_text("import torch\nx = torch.randn(8, 8)\n")
-    r = subprocess.run([sys.executable, "-m", "alloctrace", "plan", "--", "python", str(script)],
+    r = subprocess.run([sys.executable, "-m", "alloctrace", "plan", "--no-store", "--", "python", str(script)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "never allocated on a CUDA device" in r.stderr
@@ -159,16 +160,54 @@ def test_cli_json_answers_and_vary(tmp_path):
                       f"spec = importlib.util.spec_from_file_location('w', {str(ROOT / 'bench' / 'torch_plan_workloads.py')!r})\n"
                       "w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w)\n"
                       "w.train('mlp', int(sys.argv[1]), 'fp32')\n")
-    r = subprocess.run([sys.executable, "-m", "alloctrace", "plan", "--json", "--total", "300MiB", "--", "python",
-                        str(script), "256"], capture_output=True, text=True, timeout=300)
+    store = ["--store", str(tmp_path / "store")]
+    r = subprocess.run([sys.executable, "-m", "alloctrace", "plan", "--json", "--total", "300MiB", *store, "--",
+                        "python", str(script), "256"], capture_output=True, text=True, timeout=300)
     out = json.loads(r.stdout)
     assert r.returncode == 1 and out["oom"]["request"] == 67108864 and out["oom"]["total"] == 300 << 20
     assert set(out["categories"]) >= {"parameters", "gradients"}
+    assert "torch_plan_workloads.py" in out["oom"]["site"]
+    peak = subprocess.run([sys.executable, "-m", "alloctrace", "peak", out["trace"], *store, "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert peak.returncode == 0, peak.stderr
+    assert json.loads(peak.stdout)
     truth = next(x for x in TRUTHS["largest"] if (x["model"], x["dtype"]) == ("mlp", "fp32"))
     r = subprocess.run([sys.executable, "-m", "alloctrace", "plan", "--json", "--vary", "batch=1..8192", "--budget",
-                        str(truth["cap"]), "--", "python", str(script), "{batch}"],
+                        str(truth["cap"]), *store, "--", "python", str(script), "{batch}"],
                        capture_output=True, text=True, timeout=300)
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["value"] == truth["value"]
     assert all({"value", "peak_reserved", "fits"} <= set(p) for p in out["points"])
     assert out["laws"]["parameters"]["b_per_unit"] == 0
+
+
+def _user_frames_only(snap: dict) -> dict:
+    """Both sides' stacks down to the workload's own frames (the torch frames differ by version and machine)."""
+    for e in snap["device_traces"][0]:
+        e["frames"] = [dict(f, filename="torch_plan_workloads.py") for f in e.get("frames", [])
+                       if f["filename"].endswith("torch_plan_workloads.py")]
+    return snap
+
+
+@pytest.mark.parametrize("snapshot", ["mlp_fp32_b256", "gpt_bf16_b8"])
+def test_stored_plan_aligns_with_the_real_snapshot_by_the_torch_diff(snapshot, tmp_path):
+    import io
+
+    from alloctrace.traces.diff.torch import align
+    from alloctrace.traces.preflight import torch_plan_store
+    from alloctrace.traces.sources import import_file
+    from alloctrace.traces.state.torch_device import load_device
+    from alloctrace.traces.store.store import open_store
+
+    name, dtype, batch = snapshot.split("_")
+    p = torch_plan.plan_callable(W.train, name, int(batch[1:]), dtype)
+    planned = _user_frames_only(torch_plan_store.snapshot_of(p.capture, AllocatorSettings()))
+    real = _user_frames_only(pickle.load(gzip.open(DATA / f"{snapshot}.pickle.gz")))
+    store = open_store(str(tmp_path / "store"))
+    ids = [import_file(store, io.BytesIO(pickle.dumps(s)), filename="x.pickle")[0]["id"] for s in (planned, real)]
+    summary = store.summary(ids[0])
+    assert summary["graphs"][0]["consistent"] is True
+    a, b = load_device(store, ids[0], 0), load_device(store, ids[1], 0)
+    al = align(a, b)
+    sizes = b.allocations().size
+    assert sizes[al["b_rows"]].sum() / sizes.sum() >= 0.99

@@ -8,7 +8,7 @@ import sys
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.textsafe import safe, safe_lines
 
-from ._common import examples
+from ._common import add_store_arg, examples, open_store_from
 
 EXAMPLES = examples(
     "alloctrace plan -- python train.py --batch 32   # predicted max_memory_allocated / max_memory_reserved",
@@ -24,10 +24,11 @@ def register(subparsers):
                      "through the model of the CUDA caching allocator: predicted max_memory_allocated and "
                      "max_memory_reserved, fragmentation and bytes per category at the peak, and where a card "
                      "of --total bytes would run out of memory. With --vary and --budget: the largest value of "
-                     "the knob ({NAME} in the script's arguments) whose step runs under the budget."),
+                     "the knob ({NAME} in the script's arguments) whose step runs under the budget. The predicted "
+                     "run is stored as a PyTorch trace (peak, flame, state, report and diff work on it)."),
         epilog=EXAMPLES,
         usage="%(prog)s [--total SIZE] [--alloc-conf STRING] [--cap SIZE] [--vary NAME=LO..HI --budget SIZE] "
-              "[--json] -- python SCRIPT [ARGS...]")
+              "[--json] [--no-store] [--name NAME] [--store DIR|URL] -- python SCRIPT [ARGS...]")
     p.add_argument("--total", metavar="SIZE", help="the card's memory the allocator may take (e.g. 80GiB)")
     p.add_argument("--alloc-conf", metavar="STRING", help="as PYTORCH_CUDA_ALLOC_CONF, e.g. "
                    "expandable_segments:True,max_split_size_mb:128")
@@ -35,6 +36,9 @@ def register(subparsers):
     p.add_argument("--vary", metavar="NAME=LO..HI", help="the knob to search, e.g. batch=8..512")
     p.add_argument("--budget", metavar="SIZE", help="with --vary: the memory the step must run under")
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    p.add_argument("--no-store", action="store_true", help="do not store the predicted run as a trace")
+    p.add_argument("--name", help="the stored trace's name (default: plan SCRIPT ARGS)")
+    add_store_arg(p)
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="python SCRIPT [ARGS...]")
     p.set_defaults(func=run)
 
@@ -63,6 +67,11 @@ def run(args) -> int:
         return 0 if out["value"] is not None else 1
     result = torch_plan.run_script(argv, settings, total)
     out = result.as_dict()
+    if not args.no_store:
+        from alloctrace.traces.preflight.torch_plan_store import store_plan
+
+        out["trace"] = store_plan(open_store_from(args), result.capture, settings, total,
+                                  args.name or ("plan " + " ".join(argv))[:200])
     print(json.dumps(out, indent=1) if args.json else safe_lines(plan_lines(out)))
     if result.partial:
         print(safe(f"alloctrace: the step stopped under fake tensors (the prediction covers the part before): "
@@ -83,6 +92,8 @@ def plan_lines(out: dict) -> list[str]:
              "at the peak allocated: " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in out["categories"].items()),
              f"included: cuBLAS workspace {fmt_bytes(out['cublas_workspace'])} per handle (CUBLAS_WORKSPACE_CONFIG)",
              out["unseen"]]
+    if out.get("trace"):
+        lines.append(f"stored as trace {out['trace']} (alloctrace peak / flame / state / report {out['trace']})")
     if out["partial"]:
         lines.insert(0, "PARTIAL: the step stopped before its end; the numbers cover the part before")
     if out["oom"]:

@@ -28,11 +28,10 @@ CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "inpu
               "workspace", "other")
 SM90_WORKSPACE = 4096 * 1024 * 8           # ":4096:8", PyTorch's default for Hopper and later
 MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "_addmm_activation", "addbmm", "linear")
-HIDDEN = (os.sep + "torch" + os.sep + "_subclasses", os.sep + "torch" + os.sep + "utils" + os.sep + "_python_dispatch",
-          os.sep + "torch" + os.sep + "_ops.py", os.sep + "torch" + os.sep + "utils" + os.sep + "_stats.py",
-          os.sep + "torch" + os.sep + "_decomp", os.sep + "torch" + os.sep + "_refs",
-          os.sep + "torch" + os.sep + "_prims", os.sep + "torch" + os.sep + "_dynamo", os.sep + "alloctrace" + os.sep,
-          os.sep + "contextlib.py", os.sep + "runpy.py")
+# frames of torch's dispatch machinery (and ours) say nothing about where a program asked for memory
+HIDDEN = tuple(os.sep + os.path.join(*p.split("/")) for p in (
+    "torch/_subclasses", "torch/utils/_python_dispatch", "torch/_ops.py", "torch/utils/_stats.py",
+    "torch/_decomp", "torch/_refs", "torch/_prims", "torch/_dynamo", "alloctrace/", "contextlib.py", "runpy.py"))
 TORCH_DIR = os.sep + "torch" + os.sep
 
 
@@ -42,7 +41,9 @@ def user_site(frames: list) -> str:
         if TORCH_DIR not in filename:
             return f"{filename}:{line} ({name})"
     return f"{frames[0][0]}:{frames[0][1]} ({frames[0][2]})" if frames else ""
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # the traces package
 
 
 def workspace_size(config: str | None = None) -> int:
@@ -86,7 +87,7 @@ class Capture:
     workspace: int = 0
 
 
-def _frames(limit: int = 40) -> list:
+def _frames(limit: int = 80) -> list:
     out = []
     for fs in reversed(traceback.extract_stack(limit=limit)):
         if fs.filename.startswith(_PACKAGE) or any(h in fs.filename for h in HIDDEN):

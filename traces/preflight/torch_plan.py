@@ -38,6 +38,7 @@ class Plan:
     partial: bool = False
     error: str | None = None
     workspace: int = 0
+    capture: object = field(default=None, repr=False)   # the Capture it replayed (for storing it as a trace)
 
     def as_dict(self) -> dict:
         return {"peak_allocated": self.peak_allocated, "peak_reserved": self.peak_reserved,
@@ -72,7 +73,7 @@ def replay(cap: torch_capture.Capture, settings: AllocatorSettings, total: int |
     """The capture's requests through the model; stops at the first OOM (the program would die there)."""
     device = SimulatedDevice(total if total else settings.device_total)
     model = CachingAllocator(settings, device, record=False)
-    plan = Plan(partial=cap.partial, error=cap.error, workspace=cap.workspace)
+    plan = Plan(partial=cap.partial, error=cap.error, workspace=cap.workspace, capture=cap)
     live: dict = {}
     by_cat: dict = {c: 0 for c in torch_capture.CATEGORIES}
     for i, e in enumerate(cap.events):
