@@ -1,6 +1,7 @@
 """Record what the caching allocator really does for the steps of torch_plan_workloads.py (a GPU machine).
 
     python3 bench/record_torch_plan_truths.py OUT_DIR
+    python3 bench/record_torch_plan_truths.py --variants OUT_DIR     # accumulation, checkpointing, set_to_none
 
 Writes OUT_DIR/truths.json: for each model x dtype x batch, `max_memory_allocated` / `max_memory_reserved` of
 a fresh allocator (everything freed, cache emptied, cuBLAS workspaces dropped, peaks reset) after two training
@@ -21,7 +22,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_plan_workloads import BATCHES, DTYPES, MODELS, train  # noqa: E402
+from torch_plan_workloads import BATCHES, DTYPES, MODELS, VARIANTS, train  # noqa: E402
 
 SNAPSHOTS = {("mlp", "fp32", 256), ("gpt", "fp32", 8), ("gpt", "bf16", 8), ("vit", "bf16", 32)}
 
@@ -36,12 +37,12 @@ def fresh():
     return {"left_allocated": torch.cuda.memory_allocated(), "left_reserved": torch.cuda.memory_reserved()}
 
 
-def measure(name, batch, dtype, snapshot_path=None):
+def measure(name, batch, dtype, snapshot_path=None, **variant):
     left = fresh()
     if snapshot_path:
         torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
     t0 = time.perf_counter()
-    train(name, batch, dtype)
+    train(name, batch, dtype, **variant)
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     out = {"model": name, "dtype": dtype, "batch": batch,
@@ -99,6 +100,18 @@ def workspace_probe():
             for e in snap["device_traces"][0] if e["action"] in ("alloc", "free_requested", "segment_alloc")]
 
 
+def variants(out_dir):
+    """Gradient accumulation, activation checkpointing and zero_grad(set_to_none=False), GPT-2-like and ViT-like."""
+    out = []
+    for name, batch in (("gpt", 8), ("vit", 32)):
+        for dtype in DTYPES:
+            for label, kw in VARIANTS.items():
+                out.append(dict(measure(name, batch, dtype, **kw), variant=label))
+                print(out[-1], flush=True)
+    with open(os.path.join(out_dir, "variants.json"), "w") as f:
+        json.dump(out, f, indent=1)
+
+
 def main(out_dir):
     os.makedirs(out_dir, exist_ok=True)
     total = torch.cuda.get_device_properties(0).total_memory
@@ -129,4 +142,8 @@ def main(out_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "out")
+    if sys.argv[1:2] == ["--variants"]:
+        train("mlp", 8, "fp32")                 # warm-up
+        variants(sys.argv[2] if len(sys.argv) > 2 else "out")
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else "out")

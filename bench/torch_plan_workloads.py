@@ -13,6 +13,7 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint
 import torch.nn.functional as F
 
 
@@ -56,6 +57,8 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
+    checkpoint = False          # activation checkpointing (non-reentrant) of every block when set
+
     def __init__(self, dim, heads, causal, ctx):
         super().__init__()
         self.ln1 = nn.LayerNorm(dim)
@@ -65,6 +68,11 @@ class Block(nn.Module):
         self.out = nn.Linear(4 * dim, dim)
 
     def forward(self, x):
+        if Block.checkpoint:
+            return torch.utils.checkpoint.checkpoint(self._forward, x, use_reentrant=False)
+        return self._forward(x)
+
+    def _forward(self, x):
         x = x + self.attn(self.ln1(x))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
@@ -133,17 +141,28 @@ DTYPES = ("fp32", "bf16")
 STEPS = 2
 
 
-def train(name: str, batch: int, dtype: str, steps: int = STEPS):
-    """Build `name` on the CUDA device and run `steps` training steps at `batch`; everything is freed after."""
+def train(name: str, batch: int, dtype: str, steps: int = STEPS, *, accumulate: int = 1, checkpoint: bool = False,
+          set_to_none: bool = True):
+    """Build `name` on the CUDA device and run `steps` training steps at `batch` (each of `accumulate`
+    micro-batches, gradients accumulated); everything is freed after."""
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = MODELS[name]()
-    opt = OPTIMIZERS[name](model.parameters())
-    for _ in range(steps):
-        x, y = model.batch(batch)
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            loss = model.loss(x, y)
-        loss.backward()
-        opt.step()
-        del x, y, loss
+    Block.checkpoint = checkpoint
+    try:
+        with torch.device("cuda"):
+            model = MODELS[name]()
+        opt = OPTIMIZERS[name](model.parameters())
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=set_to_none)
+            for _ in range(accumulate):
+                x, y = model.batch(batch)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                    loss = model.loss(x, y) / accumulate
+                loss.backward()
+                del x, y, loss
+            opt.step()
+    finally:
+        Block.checkpoint = False
+
+
+VARIANTS = {"accumulate2": {"accumulate": 2}, "checkpoint": {"checkpoint": True},
+            "zero_grad_keep": {"set_to_none": False}}

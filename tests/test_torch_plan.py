@@ -211,3 +211,17 @@ def test_stored_plan_aligns_with_the_real_snapshot_by_the_torch_diff(snapshot, t
     al = align(a, b)
     sizes = b.allocations().size
     assert sizes[al["b_rows"]].sum() / sizes.sum() >= 0.99
+
+
+VARIANTS = json.loads((DATA / "variants.json").read_text())
+
+
+@pytest.mark.parametrize("run", [pytest.param(r, id=f"{r['model']}-{r['dtype']}-{r['variant']}") for r in VARIANTS
+                                 if r["variant"] != "checkpoint"])
+def test_gradient_accumulation_and_zero_grad_keeping_grads(run):
+    p = torch_plan.plan_callable(W.train, run["model"], run["batch"], run["dtype"], **W.VARIANTS[run["variant"]])
+    assert not p.partial
+    assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.01)
+    assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=0.03)
+    if run["dtype"] == "fp32":
+        assert p.peak_allocated == run["max_memory_allocated"]
