@@ -225,3 +225,18 @@ def test_gradient_accumulation_and_zero_grad_keeping_grads(run):
     assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=0.03)
     if run["dtype"] == "fp32":
         assert p.peak_allocated == run["max_memory_allocated"]
+
+
+def test_checkpointing_and_compile_stop_the_step_with_one_named_line():
+    p = torch_plan.plan_callable(W.train, "gpt", 2, "fp32", steps=1, checkpoint=True)
+    assert p.partial and "activation checkpointing" in p.error and "torch_plan_workloads.py" in p.error
+    assert p.peak_allocated > 0                      # the sequence up to there is kept
+
+    def compiled():
+        with torch.device("cuda"):
+            lin = torch.nn.Linear(8, 8)
+        torch.compile(lin)(torch.randn(4, 8, device="cuda"))
+
+    p = torch_plan.plan_callable(compiled)
+    assert p.partial and "torch.compile" in p.error
+    assert torch.compile.__name__ == "compile"       # put back after the capture

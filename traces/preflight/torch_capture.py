@@ -207,6 +207,7 @@ def capture(*, workspace: int | None = None):
     run: the capture keeps what was recorded up to there, `partial` set and `error` naming the operation and
     the call site; the exception is not raised again."""
     import torch
+    import torch.utils.checkpoint
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -254,6 +255,16 @@ def capture(*, workspace: int | None = None):
                 if isinstance(v, torch.Tensor):
                     rec.mark(v, "optimizer_state", overwrite=True)
 
+    def refuse(what: str):
+        def refused(*args, **kwargs):
+            raise NotImplementedError(f"{what} is not followed by a plan (run the step without it)")
+        return refused
+
+    refusals = [(torch, "compile", refuse("torch.compile")),
+                (torch.utils.checkpoint, "checkpoint", refuse("activation checkpointing (torch.utils.checkpoint)"))]
+    originals = [(mod, attr, getattr(mod, attr)) for mod, attr, _ in refusals]
+    for mod, attr, fn in refusals:
+        setattr(mod, attr, fn)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     # torch.optim picks its foreach (multi-tensor) path only for plain tensors; on a GPU it would take it
     from torch._subclasses.fake_tensor import FakeTensor
@@ -278,6 +289,8 @@ def capture(*, workspace: int | None = None):
                     cap.error = _failure_line(exc)
     finally:
         torch.autograd.backward, torch.Tensor.backward = old
+        for mod, attr, fn in originals:
+            setattr(mod, attr, fn)
         for lst in type_lists:
             lst.remove(FakeTensor)
         h1.remove()

@@ -43,8 +43,8 @@ class SavedTensors:
         if self.unpacked is not None:
             self.unpacked.append(holder)
         if holder.tensor is None:
-            raise RuntimeError("Trying to backward through the graph a second time (its saved tensors were "
-                               "freed); pass retain_graph=True the first time")
+            raise RuntimeError("a saved tensor was used after its node ran: a second backward without "
+                               "retain_graph=True, or activation checkpointing (not followed by a plan)")
         return holder.tensor
 
     def hooks(self):
