@@ -240,3 +240,19 @@ def test_checkpointing_and_compile_stop_the_step_with_one_named_line():
     p = torch_plan.plan_callable(compiled)
     assert p.partial and "torch.compile" in p.error
     assert torch.compile.__name__ == "compile"       # put back after the capture
+
+
+def test_python_api_context_manager_and_card_size():
+    import alloctrace.torch
+
+    with alloctrace.torch.plan(device="cuda:0") as p:
+        W.train("mlp", 256, "fp32")
+    truth = next(r for r in TRUTHS["runs"] if (r["model"], r["dtype"], r["batch"]) == ("mlp", "fp32", 256))
+    assert p.result.peak_allocated == truth["max_memory_allocated"] and p.result.oom is None
+    with alloctrace.torch.plan(device="cuda:0", total="300MiB") as p:
+        W.train("mlp", 256, "fp32")
+    assert p.result.oom["request"] == 67108864 and p.result.oom["reserved"] + 67108864 > 300 << 20
+    with pytest.raises(Exception, match="CUDA devices"):
+        with alloctrace.torch.plan(device="cpu"):
+            pass
+    assert {e.phase for e in p.capture.events} >= {"forward", "backward"}

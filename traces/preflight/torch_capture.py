@@ -117,6 +117,9 @@ class _Recorder:
         import torch
         from torch.utils._pytree import tree_leaves
         name = func.__name__.split(".")[0] if hasattr(func, "__name__") else str(func)
+        if name == "_to_copy" and args and getattr(args[0], "device", None) is not None \
+                and args[0].device.type == "cpu":
+            name = "to_cuda"                        # a host tensor copied to the device: an input
         frames = None
         before, after = torch_scratch.scratch(name, args, out) if self.workspace else ([], [])
         temps = [self._temp(size, name, "before") for size in before]
@@ -298,24 +301,25 @@ def capture(*, workspace: int | None = None):
         _categorise(cap, rec)
 
 
+INPUT_OPS = ("randn", "randint", "rand", "randperm", "normal", "lift_fresh", "to_cuda")
+
+
 def _categorise(cap: Capture, rec: _Recorder):
-    """Every storage gets a category: what the hooks marked, else inputs (made by a factory outside backward
-    and the optimizer, alive to the end of the step) / temporaries (freed) / other."""
+    """Every storage gets a category: parameters, gradients and optimizer state as the optimizer's hooks saw
+    them, inputs (random or copied from the host outside backward and the optimizer), activations (saved for
+    backward), else optimizer state (made in the step and kept), temporaries (freed) or other."""
     freed = {e.key for e in cap.events if e.kind == "free"}
-    factories = ("randn", "randint", "rand", "empty", "zeros", "ones", "full", "arange", "_to_copy", "normal",
-                 "tensor", "lift_fresh")
     for e in cap.events:
-        if e.kind != "alloc" or e.key in cap.category:
+        if e.kind != "alloc":
             continue
-        if e.phase == "optimizer" and e.key not in freed:
+        cat = cap.category.get(e.key)
+        if e.phase == "forward" and e.op in INPUT_OPS and cat in (None, "activations"):
+            cap.category[e.key] = "inputs"
+        elif cat is not None:
+            continue
+        elif e.phase == "optimizer" and e.key not in freed:
             cap.category[e.key] = "optimizer_state"
         elif e.key in freed:
             cap.category[e.key] = "temporaries"
-        elif e.phase == "forward" and e.op in factories:
-            cap.category[e.key] = "inputs"
         else:
             cap.category[e.key] = "other"
-    for e in cap.events:
-        if e.kind == "alloc" and e.phase == "forward" and e.op in factories and \
-                cap.category.get(e.key) == "temporaries" and not e.shape == ():
-            cap.category[e.key] = "inputs"
