@@ -22,7 +22,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_plan_workloads import BATCHES, DTYPES, MODELS, VARIANTS, train  # noqa: E402
+from torch_plan_workloads import BATCHES, DTYPES, MODELS, VARIANTS, train, train_variant  # noqa: E402
 
 SNAPSHOTS = {("mlp", "fp32", 256), ("gpt", "fp32", 8), ("gpt", "bf16", 8), ("vit", "bf16", 32)}
 
@@ -42,7 +42,10 @@ def measure(name, batch, dtype, snapshot_path=None, **variant):
     if snapshot_path:
         torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
     t0 = time.perf_counter()
-    train(name, batch, dtype, **variant)
+    if variant or dtype == "fp16":
+        train_variant(name, batch, dtype, **variant)
+    else:
+        train(name, batch, dtype)
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     out = {"model": name, "dtype": dtype, "batch": batch,
@@ -108,6 +111,10 @@ def variants(out_dir):
             for label, kw in VARIANTS.items():
                 out.append(dict(measure(name, batch, dtype, **kw), variant=label))
                 print(out[-1], flush=True)
+    for name in MODELS:                         # fp16 autocast with a GradScaler, every batch
+        for batch in BATCHES[name]:
+            out.append(dict(measure(name, batch, "fp16"), variant="fp16_gradscaler"))
+            print(out[-1], flush=True)
     with open(os.path.join(out_dir, "variants.json"), "w") as f:
         json.dump(out, f, indent=1)
 

@@ -13,7 +13,6 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint
 import torch.nn.functional as F
 
 
@@ -57,8 +56,6 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    checkpoint = False          # activation checkpointing (non-reentrant) of every block when set
-
     def __init__(self, dim, heads, causal, ctx):
         super().__init__()
         self.ln1 = nn.LayerNorm(dim)
@@ -68,11 +65,6 @@ class Block(nn.Module):
         self.out = nn.Linear(4 * dim, dim)
 
     def forward(self, x):
-        if Block.checkpoint:
-            return torch.utils.checkpoint.checkpoint(self._forward, x, use_reentrant=False)
-        return self._forward(x)
-
-    def _forward(self, x):
         x = x + self.attn(self.ln1(x))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
@@ -141,28 +133,74 @@ DTYPES = ("fp32", "bf16")
 STEPS = 2
 
 
-def train(name: str, batch: int, dtype: str, steps: int = STEPS, *, accumulate: int = 1, checkpoint: bool = False,
-          set_to_none: bool = True):
-    """Build `name` on the CUDA device and run `steps` training steps at `batch` (each of `accumulate`
-    micro-batches, gradients accumulated); everything is freed after."""
+def train(name: str, batch: int, dtype: str, steps: int = STEPS):
+    """Build `name` on the CUDA device and run `steps` training steps at `batch`; everything is freed after."""
     torch.manual_seed(0)
-    Block.checkpoint = checkpoint
+    with torch.device("cuda"):
+        model = MODELS[name]()
+    opt = OPTIMIZERS[name](model.parameters())
+    for _ in range(steps):
+        x, y = model.batch(batch)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            loss = model.loss(x, y)
+        loss.backward()
+        opt.step()
+        del x, y, loss
+
+
+# -- variants, recorded later (record_torch_plan_truths.py --variants): kept below the code above, whose lines are
+#    those of the snapshots in tests/data/torch/plan/ -------------------------------------------------------------
+
+VARIANTS = {"accumulate2": {"accumulate": 2, "zero_grad_first": True},
+            "checkpoint": {"checkpoint": True, "zero_grad_first": True},
+            "zero_grad_keep": {"set_to_none": False, "zero_grad_first": True}}
+
+
+def _checkpointed(self, x):
+    import torch.utils.checkpoint
+    return torch.utils.checkpoint.checkpoint(_plain_forward.__get__(self), x, use_reentrant=False)
+
+
+_plain_forward = Block.forward
+
+
+def train_variant(name: str, batch: int, dtype: str, steps: int = STEPS, *, accumulate: int = 1,
+                  checkpoint: bool = False, set_to_none: bool = True, zero_grad_first: bool = False):
+    """`train` with gradient accumulation over `accumulate` micro-batches, activation checkpointing of every
+    block (non-reentrant), `zero_grad(set_to_none=...)`, and dtype fp16 (autocast and a GradScaler).
+
+    By default the order is `train`'s (the batch made before `zero_grad`, the step's tensors alive through
+    `opt.step()`); `zero_grad_first` zeroes first, divides the loss by `accumulate` and drops each micro-batch
+    after its backward (the order variants.json was recorded with)."""
+    torch.manual_seed(0)
+    Block.forward = _checkpointed if checkpoint else _plain_forward
     try:
         with torch.device("cuda"):
             model = MODELS[name]()
         opt = OPTIMIZERS[name](model.parameters())
+        scaler = torch.amp.GradScaler("cuda") if dtype == "fp16" else None
+        amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype)
         for _ in range(steps):
-            opt.zero_grad(set_to_none=set_to_none)
-            for _ in range(accumulate):
+            if zero_grad_first:
+                opt.zero_grad(set_to_none=set_to_none)
+            for i in range(accumulate):
                 x, y = model.batch(batch)
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-                    loss = model.loss(x, y) / accumulate
-                loss.backward()
+                if not zero_grad_first and i == 0:
+                    opt.zero_grad(set_to_none=set_to_none)
+                with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+                    loss = model.loss(x, y)
+                    if zero_grad_first:
+                        loss = loss / accumulate
+                (scaler.scale(loss) if scaler else loss).backward()
+                if zero_grad_first:
+                    del x, y, loss
+            if scaler:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
+            if not zero_grad_first:
                 del x, y, loss
-            opt.step()
     finally:
-        Block.checkpoint = False
-
-
-VARIANTS = {"accumulate2": {"accumulate": 2}, "checkpoint": {"checkpoint": True},
-            "zero_grad_keep": {"set_to_none": False}}
+        Block.forward = _plain_forward

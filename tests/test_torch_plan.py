@@ -219,7 +219,8 @@ VARIANTS = json.loads((DATA / "variants.json").read_text())
 @pytest.mark.parametrize("run", [pytest.param(r, id=f"{r['model']}-{r['dtype']}-{r['variant']}") for r in VARIANTS
                                  if r["variant"] != "checkpoint"])
 def test_gradient_accumulation_and_zero_grad_keeping_grads(run):
-    p = torch_plan.plan_callable(W.train, run["model"], run["batch"], run["dtype"], **W.VARIANTS[run["variant"]])
+    p = torch_plan.plan_callable(W.train_variant, run["model"], run["batch"], run["dtype"],
+                                 **W.VARIANTS[run["variant"]])
     assert not p.partial
     assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.01)
     assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=0.03)
@@ -228,7 +229,7 @@ def test_gradient_accumulation_and_zero_grad_keeping_grads(run):
 
 
 def test_checkpointing_and_compile_stop_the_step_with_one_named_line():
-    p = torch_plan.plan_callable(W.train, "gpt", 2, "fp32", steps=1, checkpoint=True)
+    p = torch_plan.plan_callable(W.train_variant, "gpt", 2, "fp32", steps=1, checkpoint=True)
     assert p.partial and "activation checkpointing" in p.error and "torch_plan_workloads.py" in p.error
     assert p.peak_allocated > 0                      # the sequence up to there is kept
 
@@ -256,3 +257,13 @@ def test_python_api_context_manager_and_card_size():
         with alloctrace.torch.plan(device="cpu"):
             pass
     assert {e.phase for e in p.capture.events} >= {"forward", "backward"}
+
+
+def test_fp16_with_a_grad_scaler_runs_to_the_optimizer_step():
+    import torch.amp.grad_scaler as gs
+
+    before = gs.GradScaler._maybe_opt_step
+    p = torch_plan.plan_callable(W.train_variant, "mlp", 64, "fp16", steps=1)
+    assert not p.partial, p.error
+    assert p.categories.get("optimizer_state", 0) >= 4 * 25076712      # SGD's momentum for every parameter
+    assert gs.GradScaler._maybe_opt_step is before

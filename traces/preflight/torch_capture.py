@@ -265,6 +265,14 @@ def capture(*, workspace: int | None = None):
 
     refusals = [(torch, "compile", refuse("torch.compile")),
                 (torch.utils.checkpoint, "checkpoint", refuse("activation checkpointing (torch.utils.checkpoint)"))]
+    import torch.amp.grad_scaler as scaler_mod
+
+    def opt_step(self, optimizer, optimizer_state, *args, **kwargs):
+        # GradScaler reads found_inf with .item() (a value fakes do not have): the step is taken, as it is
+        # whenever the gradients are finite
+        return optimizer.step(*args, **kwargs)
+
+    refusals.append((scaler_mod.GradScaler, "_maybe_opt_step", opt_step))
     originals = [(mod, attr, getattr(mod, attr)) for mod, attr, _ in refusals]
     for mod, attr, fn in refusals:
         setattr(mod, attr, fn)
