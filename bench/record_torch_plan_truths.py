@@ -1,7 +1,8 @@
 """Record what the caching allocator really does for the steps of torch_plan_workloads.py (a GPU machine).
 
     python3 bench/record_torch_plan_truths.py OUT_DIR
-    python3 bench/record_torch_plan_truths.py --variants OUT_DIR     # accumulation, checkpointing, set_to_none
+    python3 bench/record_torch_plan_truths.py --variants OUT_DIR     # accumulation, checkpointing, set_to_none,
+                                                                     # fp16 with a GradScaler (variants.json)
 
 Writes OUT_DIR/truths.json: for each model x dtype x batch, `max_memory_allocated` / `max_memory_reserved` of
 a fresh allocator (everything freed, cache emptied, cuBLAS workspaces dropped, peaks reset) after two training
