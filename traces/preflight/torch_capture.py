@@ -104,8 +104,8 @@ class _Recorder:
         self.live: dict[int, int] = {}            # storage key -> event key
         self.next_key = 1
         self.workspace = workspace
-        self.handles: set = set()                 # threads whose cuBLAS handle has its workspace
-        self.lt_handles: set = set()
+        self.handles: set = set()                 # "main" / "engine": cuBLAS handles that have their workspace
+        self.lt_handles: set = set()              # the same for cuBLASLt
         self.lt_workspace = lt_workspace_size() if workspace else 0
         self.phase = "forward"
 
@@ -121,8 +121,8 @@ class _Recorder:
                 and args[0].device.type == "cpu":
             name = "to_cuda"                        # a host tensor copied to the device: an input
         frames = None
-        before, after = torch_scratch.scratch(name, args, out) if self.workspace else ([], [])
-        temps = [self._temp(size, name, "before") for size in before]
+        before, after = torch_scratch.scratch(name, args, out)
+        temps = [self._temp(size, name) for size in before]
         for t in tree_leaves(out):
             if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
                 continue
@@ -154,11 +154,11 @@ class _Recorder:
             self.cap.events.append(Event("alloc", key, self.lt_workspace, 0, "cublaslt_workspace", "uint8",
                                          (self.lt_workspace,), frames or _frames(), self.phase))
 
-        temps += [self._temp(size, name, "after") for size in after]
+        temps += [self._temp(size, name) for size in after]
         for key in reversed(temps):
             self.cap.events.append(Event("free", key, 0))
 
-    def _temp(self, size: int, op: str, where: str) -> int:
+    def _temp(self, size: int, op: str) -> int:
         key = self.next_key
         self.next_key += 1
         self.cap.category[key] = "temporaries"
@@ -306,13 +306,13 @@ def capture(*, workspace: int | None = None):
             lst.remove(FakeTensor)
         h1.remove()
         h2.remove()
-        _categorise(cap, rec)
+        _categorise(cap)
 
 
 INPUT_OPS = ("randn", "randint", "rand", "randperm", "normal", "lift_fresh", "to_cuda")
 
 
-def _categorise(cap: Capture, rec: _Recorder):
+def _categorise(cap: Capture):
     """Every storage gets a category: parameters, gradients and optimizer state as the optimizer's hooks saw
     them, inputs (random or copied from the host outside backward and the optimizer), activations (saved for
     backward), else optimizer state (made in the step and kept), temporaries (freed) or other."""

@@ -70,12 +70,11 @@ def reduce_scratch(shape: tuple, dims, acc_bytes: int, gpu: Gpu = Gpu()) -> list
         if i in red and (prev is None or prev not in red):
             groups += 1
         prev = i
-    out_vec, vectorize, in_vec = 1, False, 4
+    out_vec = 1
     if on_fastest:
         dim0, dim1 = inputs_per_output, num_outputs
-        if dim0 > 128 and groups == 1:
-            vectorize = True
-            dim0 //= in_vec
+        if dim0 > 128 and groups == 1:          # vectorised loads of 4 inputs
+            dim0 //= 4
     else:
         dim0, dim1 = num_outputs, inputs_per_output
         inner = 1                              # the kept dims below the innermost reduced one
@@ -120,7 +119,6 @@ def reduce_scratch(shape: tuple, dims, acc_bytes: int, gpu: Gpu = Gpu()) -> list
     size = acc_bytes * num_outputs * ctas
     if not block_x_reduce:
         size *= block_w * out_vec
-    del vectorize
     return [size, 4 * grid_x]
 
 
