@@ -267,3 +267,15 @@ def test_fp16_with_a_grad_scaler_runs_to_the_optimizer_step():
     assert not p.partial, p.error
     assert p.categories.get("optimizer_state", 0) >= 4 * 25076712      # SGD's momentum for every parameter
     assert gs.GradScaler._maybe_opt_step is before
+
+
+def test_memory_outside_the_allocator_is_the_measured_one_and_kept_apart():
+    measured = json.loads((DATA / "context.json").read_text())["outside_allocator"]
+    steps = list(measured.values())
+    o = torch_plan.OUTSIDE_ALLOCATOR
+    assert o["bytes"] == steps[-1] and o["context"] == steps[0]
+    assert o["context"] + o["cublas_handles"] + o["autograd_thread"] == o["bytes"]
+    p = torch_plan.plan_callable(W.train, "mlp", 64, "fp32")
+    run = TRUTHS["runs"][0]
+    assert p.peak_allocated == run["max_memory_allocated"]          # not folded into the prediction
+    assert p.as_dict()["outside_allocator"]["bytes"] == steps[-1] and f"{steps[-1]:,}" in p.as_dict()["unseen"]

@@ -21,9 +21,14 @@ from alloctrace.traces.util.sizes import parse_size
 from alloctrace.traces.whatif.torch import SimulatedDevice
 from alloctrace.traces.whatif.torch_request import apply_overrides
 
-UNSEEN = ("not predicted (outside the caching allocator, invisible on a CPU): the CUDA context "
-          "(~500 MiB per process, by driver and library version), cuDNN/cuFFT scratch allocated with cudaMalloc, "
-          "NCCL buffers")
+# measured once on a GPU machine (bench/measure_cuda_context.py -> tests/data/torch/plan/context.json): device
+# memory a training process holds outside the caching allocator; other driver and library versions differ
+OUTSIDE_ALLOCATOR = {"bytes": 785_186_816, "context": 554_500_096, "cublas_handles": 69_206_016,
+                     "autograd_thread": 161_480_704,
+                     "source": "measured on an H200, torch 2.11.0+cu130, CUDA 13.0 (bench/measure_cuda_context.py)"}
+UNSEEN = ("not predicted, outside the caching allocator: the CUDA context, cuBLAS handles and the autograd "
+          "thread (785,186,816 B on an H200 with torch 2.11.0+cu130, measured; other versions differ), "
+          "cuDNN/cuFFT scratch taken with cudaMalloc, NCCL buffers")
 MAX_SEARCH = 64              # at most this many captured points per search
 
 
@@ -44,7 +49,7 @@ class Plan:
         return {"peak_allocated": self.peak_allocated, "peak_reserved": self.peak_reserved,
                 "fragmentation_at_peak": self.fragmentation_at_peak, "categories": self.categories,
                 "oom": self.oom, "entries": self.entries, "partial": self.partial, "error": self.error,
-                "cublas_workspace": self.workspace, "unseen": UNSEEN}
+                "cublas_workspace": self.workspace, "unseen": UNSEEN, "outside_allocator": OUTSIDE_ALLOCATOR}
 
 
 def settings_from(alloc_conf: str | None = None, total: int | None = None, cap: str | None = None) \
