@@ -1,0 +1,123 @@
+"""`alloctrace plan`: a PyTorch training step's peak, OOM and largest fitting batch, before the run, on a CPU."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.util.textsafe import safe, safe_lines
+
+from ._common import add_store_arg, examples, open_store_from
+
+EXAMPLES = examples(
+    "alloctrace plan -- python train.py --batch 32   # predicted max_memory_allocated / max_memory_reserved",
+    "alloctrace plan --total 24GiB --alloc-conf expandable_segments:True -- python train.py",
+    "alloctrace plan --vary batch=8..512 --budget 80GiB --json -- python train.py --batch {batch}")
+
+
+def register(subparsers):
+    p = subparsers.add_parser(
+        "plan", help="predict a PyTorch training step's CUDA memory on a CPU: peaks, OOM, the largest batch",
+        description=("Run a PyTorch script on fake CUDA tensors (no GPU, no weights, no data beyond what the "
+                     "script makes), record every storage it allocates and frees, and replay that sequence "
+                     "through the model of the CUDA caching allocator: predicted max_memory_allocated and "
+                     "max_memory_reserved, fragmentation and bytes per category at the peak, and where a card "
+                     "of --total bytes would run out of memory. With --vary and --budget: the largest value of "
+                     "the knob ({NAME} in the script's arguments) whose step runs under the budget. The predicted "
+                     "run is stored as a PyTorch trace (peak, flame, state, report and diff work on it)."),
+        epilog=EXAMPLES,
+        usage="%(prog)s [--total SIZE] [--alloc-conf STRING] [--cap SIZE] [--vary NAME=LO..HI --budget SIZE] "
+              "[--json] [--no-store] [--name NAME] [--store DIR|URL] -- python SCRIPT [ARGS...]")
+    p.add_argument("--total", metavar="SIZE", help="the card's memory the allocator may take (e.g. 80GiB)")
+    p.add_argument("--alloc-conf", metavar="STRING", help="as PYTORCH_CUDA_ALLOC_CONF, e.g. "
+                   "expandable_segments:True,max_split_size_mb:128")
+    p.add_argument("--cap", metavar="SIZE", help="a memory cap (set_per_process_memory_fraction): 6GiB or 50%%")
+    p.add_argument("--vary", metavar="NAME=LO..HI", help="the knob to search, e.g. batch=8..512")
+    p.add_argument("--budget", metavar="SIZE", help="with --vary: the memory the step must run under")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    p.add_argument("--no-store", action="store_true", help="do not store the predicted run as a trace")
+    p.add_argument("--name", help="the stored trace's name (default: plan SCRIPT ARGS)")
+    add_store_arg(p)
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="python SCRIPT [ARGS...]")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from alloctrace.traces.preflight import torch_plan
+    from alloctrace.traces.preflight.budget import parse_budget
+    from alloctrace.traces.util.sizes import parse_size
+
+    if bool(args.vary) != bool(args.budget):
+        raise UserError("--vary and --budget go together (e.g. --vary batch=8..512 --budget 80GiB)")
+    total = None
+    if args.total:
+        try:
+            total = parse_size(args.total)
+        except ValueError as e:
+            raise UserError(f"--total wants a size such as 80GiB: {e}") from None
+    budget = parse_budget(args.budget) if args.budget else None
+    knob = torch_plan.parse_range(args.vary) if args.vary else None
+    settings = torch_plan.settings_from(args.alloc_conf, total, args.cap)
+    argv = torch_plan.script_argv(args.program)
+    if knob:
+        out = torch_plan.vary_script(argv, knob[0], knob[1], knob[2], budget, settings)
+        out["name"] = knob[0]
+        print(json.dumps(out, indent=1) if args.json else safe_lines(vary_lines(out)))
+        return 0 if out["value"] is not None else 1
+    result = torch_plan.run_script(argv, settings, total)
+    out = result.as_dict()
+    if not args.no_store:
+        from alloctrace.traces.preflight.torch_plan_store import store_plan
+
+        out["trace"] = store_plan(open_store_from(args), result.capture, settings, total,
+                                  args.name or ("plan " + " ".join(argv))[:200])
+    print(json.dumps(out, indent=1) if args.json else safe_lines(plan_lines(out)))
+    if result.partial:
+        print(safe(f"alloctrace: the step stopped under fake tensors (the prediction covers the part before): "
+                   f"{result.error}"), file=sys.stderr)
+        return 3
+    return 1 if result.oom else 0
+
+
+def plan_lines(out: dict) -> list[str]:
+    from alloctrace.traces.util.sizes import fmt_bytes
+
+    def b(n):
+        return f"{n:,} B ({fmt_bytes(n)})"
+
+    lines = [f"predicted peak allocated  {b(out['peak_allocated'])}   (max_memory_allocated)",
+             f"predicted peak reserved   {b(out['peak_reserved'])}   (max_memory_reserved)",
+             f"fragmentation at the peak {b(out['fragmentation_at_peak'])}",
+             "at the peak allocated: " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in out["categories"].items()),
+             f"included: cuBLAS workspace {fmt_bytes(out['cublas_workspace'])} per handle (CUBLAS_WORKSPACE_CONFIG)",
+             out["unseen"]]
+    if out.get("trace"):
+        lines.append(f"stored as trace {out['trace']} (alloctrace peak / flame / state / report {out['trace']})")
+    if out["partial"]:
+        lines.insert(0, "PARTIAL: the step stopped before its end; the numbers cover the part before")
+    if out["oom"]:
+        o = out["oom"]
+        where = f" ({o['op']} at {o['site']})" if o["site"] else f" ({o['op']})"
+        lines.append(f"would OOM on a card with {fmt_bytes(o['cap'] or o['total'])} at entry {o['event']}{where}: "
+                     f"request {b(o['request'])}, largest free block {b(o['largest_free'])}, "
+                     f"reserved {b(o['reserved'])}, allocated {b(o['allocated'])}")
+    return lines
+
+
+def vary_lines(out: dict) -> list[str]:
+    from alloctrace.traces.util.sizes import fmt_bytes
+
+    name, budget = out["name"], out["budget"]
+    if out["value"] is None:
+        return [f"nothing fits {fmt_bytes(budget)} ({budget:,} B): {name} {out['points'][0]['value']} already "
+                f"runs out of memory"]
+    lines = [f"largest {name} that runs under {fmt_bytes(budget)} ({budget:,} B): {out['value']}  "
+             f"({len(out['points'])} points captured)"]
+    for p in out["points"]:
+        lines.append(f"  {name} {p['value']}: reserved {p['peak_reserved']:,} B, allocated "
+                     f"{p['peak_allocated']:,} B  {'fits' if p['fits'] else 'OOM'}")
+    for cat, law in out["laws"].items():
+        lines.append(f"  {cat}: {law['a']:,} + {law['b_per_unit']:,}·{name} B"
+                     f"{'' if law['linear'] else ' (not linear across the points)'}")
+    return lines

@@ -1,0 +1,194 @@
+"""Backward on fake CUDA tensors without a GPU: the autograd engine's order, run from Python.
+
+PyTorch's engine asks the CUDA driver for its streams' contexts before a backward touches a CUDA tensor
+(`GraphTask::stash_current_streams`), which fails on a machine without a GPU even when every tensor is fake.
+This module walks the graph itself, in the order the engine does on one device: a ready queue that runs the
+node with the highest sequence number first (gradient accumulation into leaves first of all), each node run
+once all the gradients flowing into it are summed, its input gradients dropped right after it ran, then its
+saved tensors released (unless the graph is retained), then its outputs handed on.
+
+Saved tensors are held through `saved_tensors_hooks` (`SavedTensors`), so that releasing a node's saved
+tensors after it ran, as the engine does, frees them here too.
+"""
+from __future__ import annotations
+
+import heapq
+
+import torch
+
+ACCUMULATE = "AccumulateGrad"
+
+
+class Holder:
+    """A saved tensor as a node holds it; `tensor` is dropped when the node has run."""
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+class SavedTensors:
+    """Pack/unpack hooks that record which holders a node unpacks, so they can be released after it ran."""
+
+    def __init__(self, on_pack=None):
+        self.unpacked: list[Holder] | None = None
+        self.on_pack = on_pack
+
+    def pack(self, tensor):
+        if self.on_pack is not None:
+            self.on_pack(tensor)
+        return Holder(tensor)
+
+    def unpack(self, holder: Holder):
+        if self.unpacked is not None:
+            self.unpacked.append(holder)
+        if holder.tensor is None:
+            raise RuntimeError("a saved tensor was used after its node ran: a second backward without "
+                               "retain_graph=True, or activation checkpointing (not followed by a plan)")
+        return holder.tensor
+
+    def hooks(self):
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+
+def _outputs_of(result) -> tuple:
+    if isinstance(result, torch.Tensor) or result is None:
+        return (result,)
+    return tuple(result)
+
+
+def _accumulate_into_leaf(var: torch.Tensor, grad: torch.Tensor, on_grad):
+    """What AccumulateGrad does with a gradient nobody else holds: steal it, or add it in place."""
+    with torch.no_grad():
+        if var.grad is None:
+            if grad.stride() == var.stride() or grad.numel() <= 1:
+                var.grad = grad.detach()
+            else:
+                var.grad = torch.empty_strided(var.size(), var.stride(), dtype=var.dtype,
+                                               device=var.device).copy_(grad)
+            on_grad(var.grad)
+        else:
+            var.grad.add_(grad)
+    for hook in getattr(var, "_post_accumulate_grad_hooks", None) or {}:
+        hooks = var._post_accumulate_grad_hooks
+        hooks[hook](var)
+
+
+def _sum_into(buffer: list, pos: int, grad):
+    if grad is None:
+        return
+    old = buffer[pos]
+    if old is None:
+        buffer[pos] = grad
+    elif old._base is None and old.is_contiguous():
+        with torch.no_grad():
+            buffer[pos] = old.add_(grad)
+    else:
+        with torch.no_grad():
+            buffer[pos] = old + grad
+
+
+def _validated(nxt, pos: int, grad):
+    """validate_outputs: a gradient is summed to its input's shape and cast to its dtype."""
+    if grad is None:
+        return None
+    meta = getattr(nxt, "_input_metadata", None)
+    if meta is None or pos >= len(meta):
+        return grad
+    m = meta[pos]
+    shape = tuple(m.shape)
+    if tuple(grad.shape) != shape:
+        grad = grad.sum_to_size(shape)
+    if grad.dtype != m.dtype:
+        grad = grad.to(m.dtype)
+    return grad
+
+
+def _num_inputs(node) -> int:
+    meta = getattr(node, "_input_metadata", None)
+    return len(meta) if meta is not None else 1
+
+
+def run_backward(saved: SavedTensors, roots, grads, *, retain_graph: bool = False, on_grad=lambda g: None):
+    """Backward from `roots` (tensors) with `grads` (their gradients), accumulating into leaves' `.grad`.
+    Grad mode is off while nodes run, as in the engine (no graph of the backward itself is recorded)."""
+    with torch.no_grad():
+        _run_backward(saved, list(roots), list(grads), retain_graph, on_grad)
+
+
+def _run_backward(saved: SavedTensors, roots, grads, retain_graph: bool, on_grad):
+    deps: dict = {}
+    start = []
+    for t in roots:
+        if t.grad_fn is not None:
+            start.append(t.grad_fn)
+    seen, stack = set(), list(start)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for nxt, _ in node.next_functions:
+            if nxt is not None:
+                deps[nxt] = deps.get(nxt, 0) + 1
+                if nxt not in seen:
+                    stack.append(nxt)
+    buffers: dict = {}
+    ready: list = []
+    order = 0
+    for t, g in zip(roots, grads):
+        node = t.grad_fn
+        if node is None:
+            if t.requires_grad:
+                _accumulate_into_leaf(t, g, on_grad)
+            continue
+        buf = buffers.setdefault(node, [None] * _num_inputs(node))
+        _sum_into(buf, t.output_nr, g)
+    for node in buffers:
+        if deps.get(node, 0) == 0:
+            order += 1
+            heapq.heappush(ready, (-node._sequence_nr(), order, node))
+    del grads, roots
+    while ready:
+        _, _, node = heapq.heappop(ready)
+        for nxt in _run_node(saved, node, buffers, deps, retain_graph, on_grad):
+            order += 1
+            heapq.heappush(ready, (-nxt._sequence_nr(), order, nxt))
+        del node
+
+
+def _run_node(saved: SavedTensors, node, buffers: dict, deps: dict, retain_graph: bool, on_grad) -> list:
+    """Run one node as the engine's evaluate_function does; returns the nodes that became ready. Everything
+    it holds is dropped when it returns (the order of frees is the engine's: inputs, saved tensors)."""
+    inputs = buffers.pop(node)
+    if type(node).__name__ == ACCUMULATE:
+        if inputs[0] is not None:
+            _accumulate_into_leaf(node.variable, inputs[0], on_grad)
+        return []
+    saved.unpacked = []
+    try:
+        result = node(*inputs)
+    finally:
+        used, saved.unpacked = saved.unpacked, None
+    # validate_outputs runs inside the call, before the inputs and saved tensors go
+    outputs = [None if nxt is None else _validated(nxt, pos, grad)
+               for (nxt, pos), grad in zip(node.next_functions, _outputs_of(result))]
+    del result
+    inputs.clear()
+    if not retain_graph:
+        for holder in used:
+            holder.tensor = None
+    used.clear()
+    ready = []
+    for i, (nxt, pos) in enumerate(node.next_functions):
+        if nxt is None:
+            continue
+        buf = buffers.get(nxt)
+        if buf is None:
+            buf = buffers[nxt] = [None] * _num_inputs(nxt)
+        _sum_into(buf, pos, outputs[i])
+        outputs[i] = None
+        deps[nxt] -= 1
+        if deps[nxt] == 0:
+            ready.append(nxt)
+    return ready

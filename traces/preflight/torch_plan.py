@@ -1,0 +1,242 @@
+"""`alloctrace plan`: a training step captured on fake CUDA tensors, replayed through the caching-allocator model.
+
+The capture (torch_capture.py) gives the step's storage allocations and frees in program order; here they are
+requests to `allocator/cuda_caching.py` under the settings of `PYTORCH_CUDA_ALLOC_CONF`, a memory cap and a
+card size. The answer: the predicted `max_memory_allocated()` / `max_memory_reserved()`, fragmentation at the
+peak, the bytes per category at the peak, and the OOM card where a request would fail. `largest_fitting`
+bisects a numeric knob (the batch size, a sequence length) for the largest value that runs under a budget.
+
+What the CPU cannot see is named, never folded into the prediction: the CUDA context, cuDNN's and other
+kernels' scratch that does not go through the caching allocator, NCCL's buffers (`UNSEEN`).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field, replace
+
+from alloctrace.allocator.cuda_caching import AllocatorSettings, CachingAllocator, OutOfMemory
+from alloctrace.traces.errors import UserError
+from alloctrace.traces.preflight import torch_capture
+from alloctrace.traces.util.sizes import parse_size
+from alloctrace.traces.whatif.torch import SimulatedDevice
+from alloctrace.traces.whatif.torch_request import apply_overrides
+
+# measured once on a GPU machine (bench/measure_cuda_context.py -> tests/data/torch/plan/context.json): device
+# memory a training process holds outside the caching allocator; other driver and library versions differ
+OUTSIDE_ALLOCATOR = {"bytes": 785_186_816, "context": 554_500_096, "cublas_handles": 69_206_016,
+                     "autograd_thread": 161_480_704,
+                     "source": "measured on an H200, torch 2.11.0+cu130, CUDA 13.0 (bench/measure_cuda_context.py)"}
+UNSEEN = ("not predicted, outside the caching allocator: the CUDA context, cuBLAS handles and the autograd "
+          "thread (785,186,816 B on an H200 with torch 2.11.0+cu130, measured; other versions differ), "
+          "cuDNN/cuFFT scratch taken with cudaMalloc, NCCL buffers")
+MAX_SEARCH = 64              # at most this many captured points per search
+
+
+@dataclass
+class Plan:
+    peak_allocated: int = 0
+    peak_reserved: int = 0
+    fragmentation_at_peak: int = 0
+    categories: dict = field(default_factory=dict)   # bytes per category at the peak allocated
+    oom: dict | None = None
+    entries: int = 0
+    partial: bool = False
+    error: str | None = None
+    workspace: int = 0
+    capture: object = field(default=None, repr=False)   # the Capture it replayed (for storing it as a trace)
+
+    def as_dict(self) -> dict:
+        return {"peak_allocated": self.peak_allocated, "peak_reserved": self.peak_reserved,
+                "fragmentation_at_peak": self.fragmentation_at_peak, "categories": self.categories,
+                "oom": self.oom, "entries": self.entries, "partial": self.partial, "error": self.error,
+                "cublas_workspace": self.workspace, "unseen": UNSEEN, "outside_allocator": OUTSIDE_ALLOCATOR}
+
+
+def settings_from(alloc_conf: str | None = None, total: int | None = None, cap: str | None = None) \
+        -> AllocatorSettings:
+    """Settings from a PYTORCH_CUDA_ALLOC_CONF string ("expandable_segments:True,max_split_size_mb:128")."""
+    items = {}
+    for part in (alloc_conf or "").split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition(":")
+        if not sep:
+            raise UserError(f"--alloc-conf wants KEY:VALUE[,KEY:VALUE...], got {part.strip()!r}")
+        items[key.strip()] = value.strip()
+    try:
+        base = AllocatorSettings(device_total=total) if total else AllocatorSettings()
+        return apply_overrides(base, items, cap)
+    except ValueError as e:
+        raise UserError(f"--alloc-conf: {e}") from None
+
+
+def _largest_free(model: CachingAllocator) -> int:
+    return max((key[1] for pool in (model.small, model.large) for key in pool.blocks), default=0)
+
+
+def replay(cap: torch_capture.Capture, settings: AllocatorSettings, total: int | None = None) -> Plan:
+    """The capture's requests through the model; stops at the first OOM (the program would die there)."""
+    device = SimulatedDevice(total if total else settings.device_total)
+    model = CachingAllocator(settings, device, record=False)
+    plan = Plan(partial=cap.partial, error=cap.error, workspace=cap.workspace, capture=cap)
+    live: dict = {}
+    by_cat: dict = {c: 0 for c in torch_capture.CATEGORIES}
+    for i, e in enumerate(cap.events):
+        plan.entries = i + 1
+        if e.kind == "free":
+            got = live.pop(e.key, None)
+            if got is not None:
+                block, cat = got
+                by_cat[cat] -= block.size
+                model.free(block)
+            continue
+        try:
+            block = model.malloc(e.size, e.stream)
+        except OutOfMemory as oom:
+            plan.oom = {"event": i, "request": e.size, "op": e.op,
+                        "site": torch_capture.user_site(e.frames),
+                        "largest_free": _largest_free(model), "reserved": model.reserved,
+                        "allocated": model.allocated, "cap": settings.memory_limit,
+                        "total": total if total else settings.device_total, "alloc_size": oom.alloc_size}
+            break
+        cat = cap.category.get(e.key, "other")
+        live[e.key] = (block, cat)
+        by_cat[cat] += block.size
+        if model.allocated > plan.peak_allocated:
+            plan.peak_allocated = model.allocated
+            plan.categories = {c: b for c, b in by_cat.items() if b}
+        if model.reserved > plan.peak_reserved:
+            plan.peak_reserved = model.reserved
+            plan.fragmentation_at_peak = model.reserved - model.allocated
+    return plan
+
+
+class PlanRun:
+    """What `with plan(...) as p:` yields: `p.capture` while the body runs, `p.result` (a Plan) after."""
+
+    def __init__(self, settings: AllocatorSettings, total: int | None):
+        self.settings, self.total = settings, total
+        self.capture: torch_capture.Capture | None = None
+        self.result: Plan | None = None
+
+
+@contextlib.contextmanager
+def plan(*, device: str = "cuda:0", total: str | int | None = None, alloc_conf: str | None = None,
+         cap: str | None = None):
+    """Run the body (a training step building its model on `device`) on fake tensors; `result` afterwards."""
+    if not str(device).startswith("cuda"):
+        raise UserError(f"plan models CUDA devices, got {device!r}")
+    total_b = parse_size(total) if isinstance(total, str) else total
+    run = PlanRun(settings_from(alloc_conf, total_b, cap), total_b)
+    with torch_capture.capture() as c:
+        run.capture = c
+        yield run
+    run.result = replay(c, run.settings, total_b)
+
+
+def plan_callable(fn, *args, settings: AllocatorSettings | None = None, total: int | None = None, **kwargs) \
+        -> Plan:
+    """`fn(*args, **kwargs)` captured on fake CUDA tensors and replayed under `settings` (a card of `total`)."""
+    with torch_capture.capture() as c:
+        fn(*args, **kwargs)
+    if not any(e.kind == "alloc" for e in c.events) and not c.partial:
+        raise UserError("the program never allocated on a CUDA device (build the model and inputs on 'cuda')")
+    return replay(c, settings or AllocatorSettings(), total)
+
+
+def parse_range(text: str) -> tuple[str, int, int]:
+    """"batch=8..512" -> ("batch", 8, 512)."""
+    name, sep, rng = str(text).partition("=")
+    lo, dots, hi = rng.partition("..")
+    if not sep or not name.strip().isidentifier() or not dots or not lo.strip().isdigit() \
+            or not hi.strip().isdigit():
+        raise UserError(f"--vary wants NAME=LO..HI (e.g. batch=8..512), got {text!r}")
+    lo_i, hi_i = int(lo), int(hi)
+    if not 1 <= lo_i <= hi_i or hi_i > 1 << 40:
+        raise UserError(f"--vary: the range {lo_i}..{hi_i} is empty or not positive")
+    return name.strip(), lo_i, hi_i
+
+
+def largest_fitting(point, lo: int, hi: int, budget: int, settings: AllocatorSettings) -> dict:
+    """Bisect for the largest value in lo..hi whose step runs under `budget` bytes (the allocator's cap: it
+    releases its cache and retries before an OOM, as the real one does). `point(value)` -> Plan under the
+    budget. Returns value (None when even `lo` fails), the points tried and a growth law per category."""
+    capped = replace(settings, memory_limit=budget)
+    tried: dict[int, Plan] = {}
+
+    def fits(v: int) -> bool:
+        if len(tried) >= MAX_SEARCH:
+            raise UserError(f"the search tried {MAX_SEARCH} points without an answer")
+        tried[v] = point(v, capped)
+        if tried[v].partial:
+            raise UserError(f"at {v}: {tried[v].error}")
+        return tried[v].oom is None
+
+    if not fits(lo):
+        value = None
+    elif fits(hi):
+        value = hi
+    else:
+        good, bad = lo, hi
+        while good + 1 < bad:
+            mid = (good + bad) // 2
+            good, bad = (mid, bad) if fits(mid) else (good, mid)
+        value = good
+    points = [{"value": v, "fits": p.oom is None, **p.as_dict()} for v, p in sorted(tried.items())]
+    return {"value": value, "budget": budget, "points": points, "laws": growth_laws(points)}
+
+
+def growth_laws(points: list[dict]) -> dict:
+    """Per category, bytes at the peak = a + b·value when that line holds for every point run to its end."""
+    full = [p for p in points if p["oom"] is None]
+    out = {}
+    for cat in torch_capture.CATEGORIES:
+        xs = [(p["value"], p["categories"].get(cat, 0)) for p in full]
+        if len(xs) < 2:
+            continue
+        (x0, y0), (x1, y1) = xs[0], xs[-1]
+        if x1 == x0:
+            continue
+        b = (y1 - y0) / (x1 - x0)
+        a = y0 - b * x0
+        exact = all(abs(a + b * x - y) <= max(1.0, 0.01 * y) for x, y in xs)
+        out[cat] = {"a": round(a), "b_per_unit": round(b), "linear": exact}
+    return out
+
+
+def script_argv(program: list[str]) -> list[str]:
+    """`python train.py ARGS` or `train.py ARGS` -> [train.py, ARGS...]; the script runs in this process."""
+    words = list(program)
+    if words[:1] == ["--"]:
+        words = words[1:]
+    if words and (words[0].rsplit("/", 1)[-1].startswith("python")):
+        words = words[1:]
+    if not words or not words[0].endswith(".py"):
+        raise UserError("plan runs a Python training script: alloctrace plan -- python train.py ARGS")
+    return words
+
+
+def run_script(argv: list[str], settings: AllocatorSettings, total: int | None = None) -> Plan:
+    """Run the script (as `python argv...` would, `__name__ == "__main__"`) on fake CUDA tensors, replayed."""
+    import os
+    import runpy
+    import sys
+
+    if not os.path.isfile(argv[0]):
+        raise UserError(f"no such script: {argv[0]}")
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+    try:
+        return plan_callable(runpy.run_path, argv[0], settings=settings, total=total, run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def vary_script(argv: list[str], name: str, lo: int, hi: int, budget: int, settings: AllocatorSettings) -> dict:
+    """`largest_fitting` over the script with `{name}` in its arguments replaced by each value tried."""
+    marker = "{" + name + "}"
+    if not any(marker in a for a in argv):
+        raise UserError(f"--vary {name}: the program's arguments have no {marker} to replace")
+    return largest_fitting(lambda v, s: run_script([a.replace(marker, str(v)) for a in argv], s),
+                           lo, hi, budget, settings)

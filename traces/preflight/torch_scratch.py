@@ -1,0 +1,145 @@
+"""Scratch that CUDA kernels take from the caching allocator and fake tensors do not show.
+
+A fake tensor's meta function makes the op's outputs only; some CUDA kernels also allocate (and free) through
+the caching allocator inside the op. The ones a training step meets are modelled here, each from PyTorch's CUDA
+source and checked against snapshots recorded on an H200 (torch 2.11, tests/data/torch/plan/):
+
+- reductions (`sum`, `mean`) that split one output's inputs over several thread blocks: a staging buffer and
+  one semaphore per output block column, allocated after the output and freed before the op returns
+  (`setReduceConfig` in ATen's Reduce.cuh: the grid follows the GPU's multiprocessor count);
+- `embedding` / `embedding_dense_backward` with non-contiguous indices: the indices made contiguous first;
+- `_softmax_backward_data`: a second buffer of the gradient's size, freed at once.
+
+`scratch(name, args, out)` answers ([(bytes, before_output)], ...) for one op: sizes to allocate around its
+output, in order, each freed when the op returns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REDUCTIONS = ("sum", "mean")
+MAX_VALUES_PER_THREAD = 256
+MIN_VALUES_PER_THREAD = 16
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """What the kernels' launch configuration reads from the device."""
+    multiprocessors: int = 132            # H100 / H200 SXM
+    max_threads_per_multiprocessor: int = 2048
+    warp: int = 32
+
+
+def _last_pow2(n: int) -> int:
+    return 1 << (max(int(n), 1).bit_length() - 1)
+
+
+def _div_up(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _reduced_dims(shape: tuple, dims) -> list[int]:
+    nd = len(shape)
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(nd))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return sorted({d % nd for d in dims}) if nd else []
+
+
+def reduce_scratch(shape: tuple, dims, acc_bytes: int, gpu: Gpu = Gpu()) -> list[int]:
+    """The global-reduce buffer and semaphores of a reduction of a contiguous tensor (bytes), or []."""
+    shape = tuple(int(s) for s in shape)
+    red = _reduced_dims(shape, dims)
+    numel = 1
+    for s in shape:
+        numel *= s
+    kept = [s for i, s in enumerate(shape) if i not in red and s != 1]
+    num_outputs = 1
+    for s in kept:
+        num_outputs *= s
+    if numel == 0 or num_outputs == 0:
+        return []
+    inputs_per_output = numel // num_outputs
+    if inputs_per_output <= 1:
+        return []
+    live = [i for i, s in enumerate(shape) if s != 1]
+    on_fastest = not kept or live[-1] in red
+    groups = 0                                 # reduced dims after adjacent ones are coalesced
+    prev = None
+    for i in live:
+        if i in red and (prev is None or prev not in red):
+            groups += 1
+        prev = i
+    out_vec = 1
+    if on_fastest:
+        dim0, dim1 = inputs_per_output, num_outputs
+        if dim0 > 128 and groups == 1:          # vectorised loads of 4 inputs
+            dim0 //= 4
+    else:
+        dim0, dim1 = num_outputs, inputs_per_output
+        inner = 1                              # the kept dims below the innermost reduced one
+        for i in reversed(live):
+            if i in red:
+                break
+            inner *= shape[i]
+        out_vec = 4
+        while inner % out_vec:
+            out_vec //= 2
+        dim0 //= out_vec
+    max_threads = 512 // out_vec
+    d0 = _last_pow2(dim0) if dim0 < max_threads else max_threads
+    d1 = _last_pow2(dim1) if dim1 < max_threads else max_threads
+    block_w = min(d0, gpu.warp)
+    block_h = min(d1, max_threads // block_w)
+    block_w = min(d0, max_threads // block_h)
+    threads = block_w * block_h
+    step_in, step_out = 1, 1
+    block_x_reduce = False
+    if on_fastest:
+        step_in *= block_w
+        block_x_reduce = True
+    else:
+        step_out *= block_w
+    split_y = False
+    if _div_up(inputs_per_output, step_in) >= block_h * 16 or \
+            _div_up(inputs_per_output, step_in) >= MAX_VALUES_PER_THREAD:
+        step_in *= block_h
+        split_y = True
+    else:
+        step_out *= block_h
+    grid_x = _div_up(num_outputs // out_vec, step_out)
+    values = _div_up(inputs_per_output, step_in)
+    target = gpu.multiprocessors * (gpu.max_threads_per_multiprocessor // threads)
+    ctas = 1
+    if split_y and values >= MAX_VALUES_PER_THREAD and grid_x <= target:
+        ctas = max(min(_div_up(target, grid_x), _div_up(values, MIN_VALUES_PER_THREAD)),
+                   _div_up(values, MAX_VALUES_PER_THREAD))
+    if ctas <= 1:
+        return []
+    size = acc_bytes * num_outputs * ctas
+    if not block_x_reduce:
+        size *= block_w * out_vec
+    return [size, 4 * grid_x]
+
+
+def scratch(name: str, args: tuple, out, gpu: Gpu = Gpu()) -> tuple[list[int], list[int]]:
+    """(sizes allocated before the op's output, sizes allocated after it); all freed when the op returns."""
+    import torch
+    if name in REDUCTIONS and args and isinstance(args[0], torch.Tensor) and args[0].device.type == "cuda":
+        x = args[0]
+        if not x.is_contiguous() or not x.dtype.is_floating_point:
+            return [], []
+        dims = args[1] if len(args) > 1 else None
+        acc = 8 if x.dtype == torch.float64 else 4
+        return [], reduce_scratch(tuple(x.shape), dims, acc, gpu)
+    if name == "embedding" and len(args) > 1:
+        idx = args[1]
+        if idx.dim() > 1 and not idx.is_contiguous():
+            return [idx.numel() * idx.element_size()], []
+    if name == "embedding_dense_backward" and len(args) > 1:
+        idx = args[1]
+        if not idx.is_contiguous():
+            return [idx.numel() * idx.element_size()], []
+    if name == "_softmax_backward_data" and isinstance(out, torch.Tensor):
+        return [], [out.untyped_storage().nbytes()]
+    return [], []
