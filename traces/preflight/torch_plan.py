@@ -18,7 +18,7 @@ from alloctrace.allocator.cuda_caching import AllocatorSettings, CachingAllocato
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.preflight import torch_capture
 from alloctrace.traces.util.sizes import parse_size
-from alloctrace.traces.whatif.torch import SimulatedDevice
+from alloctrace.traces.whatif.torch_model import SimulatedDevice
 from alloctrace.traces.whatif.torch_request import apply_overrides
 
 # measured once on a GPU machine (bench/measure_cuda_context.py -> tests/data/torch/plan/context.json): device

@@ -12,7 +12,7 @@ import pickle
 
 from alloctrace.allocator.cuda_caching import ACTIONS, AllocatorSettings, CachingAllocator, OutOfMemory
 from alloctrace.traces.preflight import torch_capture
-from alloctrace.traces.whatif.torch import SimulatedDevice
+from alloctrace.traces.whatif.torch_model import SimulatedDevice
 
 
 def _frames(event) -> list[dict]:

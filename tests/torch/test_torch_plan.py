@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
 from alloctrace.traces.preflight import torch_capture, torch_plan, torch_scratch  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "torch" / "plan"
 TRUTHS = json.loads((DATA / "truths.json").read_text())
 
@@ -193,7 +193,7 @@ def _user_frames_only(snap: dict) -> dict:
 def test_stored_plan_aligns_with_the_real_snapshot_by_the_torch_diff(snapshot, tmp_path):
     import io
 
-    from alloctrace.traces.diff.torch import align
+    from alloctrace.traces.diff.torch_snapshots import align
     from alloctrace.traces.preflight import torch_plan_store
     from alloctrace.traces.sources import import_file
     from alloctrace.traces.state.torch_device import load_device
