@@ -29,6 +29,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.gcpause import without_gc
 
 from alloctrace.traces.store import derived, postgres
+from alloctrace.traces.util import verbose
 from alloctrace.traces.store.blobs import _decompress, checkpoint_rows, checksum, pack_blobs, unpack_blobs  # noqa: F401
 from alloctrace.traces.store.columns import EncodedGraph, decode_events, encode, pack, public_columns
 from alloctrace.traces.store.damage import (DECODE_ERRORS, Damaged, DerivedDamaged, _json, _why, check_rows,  # noqa: F401
@@ -99,6 +100,7 @@ def open_store(path=None, create: bool = True) -> "Store":
     "no traces"."""
     url = store_url(path)
     if url is not None:
+        verbose.note("store", f"postgresql {verbose.hide_password(url)}")
         return Store(backend=postgres.PostgresBackend(url))
     d = store_dir(path)
     if d.exists() and not d.is_dir():
@@ -110,6 +112,7 @@ def open_store(path=None, create: bool = True) -> "Store":
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot create store directory {d}: {e.strerror}") from None
+    verbose.note("store", f"sqlite {d / DB_NAME}")
     return Store(d / DB_NAME)
 
 
