@@ -38,6 +38,7 @@ def test_import_then_list_and_peak_say_what_ran(tmp_path, capsys):
         assert "alloctrace: store:" not in quiet[2] and "stage" not in quiet[2]
         assert f"alloctrace: store: sqlite {store}/alloctrace.db\n" in loud[2]
         assert re.search(rf"^alloctrace: stage {cmd[0]}: \d+\.\d ms$", loud[2], re.M)
+        assert re.search(r"^alloctrace: stage open store: \d+\.\d ms$", loud[2], re.M)
 
 
 def test_replay_names_the_generation_profile(tmp_path, capsys):

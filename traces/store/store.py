@@ -98,6 +98,11 @@ def open_store(path=None, create: bool = True) -> "Store":
     """The store a directory or a PostgreSQL URL names (see store_dir and store_url). A read that names a
     folder with no store is refused (`create=False`): a typo must not make an empty store that answers
     "no traces"."""
+    with verbose.stage("open store"):
+        return _open_store(path, create)
+
+
+def _open_store(path, create: bool) -> "Store":
     url = store_url(path)
     if url is not None:
         verbose.note("store", f"postgresql {verbose.hide_password(url)}")
