@@ -13,6 +13,7 @@ import sys
 
 from . import __version__, commands
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.util import verbose
 from alloctrace.traces.util.textsafe import safe
 
 
@@ -25,11 +26,16 @@ class HelpFormatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
+VERBOSE_HELP = ("say on stderr, at the end, what ran: the store backend and path (no password), the budgets, "
+                "which reader (compiled or pure Python), which generation profile, and each stage's time")
+
+
 class CommandParser(argparse.ArgumentParser):
     """A subcommand's parser: the formatter above unless the command asks for another."""
 
     def __init__(self, *args, formatter_class=HelpFormatter, **kwargs):
         super().__init__(*args, formatter_class=formatter_class, **kwargs)
+        self.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
 
 
 def command_modules() -> dict[str, str]:
@@ -56,6 +62,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                     "caching allocator.",
     )
     parser.add_argument("--version", action="version", version=f"alloctrace {__version__}")
+    parser.add_argument("-v", "--verbose", dest="global_verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     mods = command_modules()
     only = named_command(argv)
@@ -89,8 +96,11 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    args.verbose = bool(getattr(args, "verbose", False) or args.global_verbose)
+    verbose.reset()
     try:
-        return int(args.func(args) or 0)
+        with verbose.stage(args.command):
+            return int(args.func(args) or 0)
     except UserError as e:
         print(f"alloctrace: error: {safe(e)}", file=sys.stderr)
         return e.exit_code
@@ -99,6 +109,10 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        if args.verbose:
+            for line in verbose.lines():
+                print(f"alloctrace: {safe(line)}", file=sys.stderr)
 
 
 def console() -> None:

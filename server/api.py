@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from starlette.requests import ClientDisconnect
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.export import formats as export_formats
 from alloctrace.server import graphs, upload
 from alloctrace.traces import memmap
 from alloctrace.traces.util.lru import LRU
@@ -170,14 +171,11 @@ def get_state(request: Request, trace_id: TraceId, g: GraphIndex,
     return JSONResponse(body)
 
 
-EXPORT_TYPES = {"jsonl": ("application/x-ndjson", "jsonl"), "csv": ("text/csv", "csv"),
-                "chrome": ("application/json", "chrome.json")}
-
-
 @router.get("/traces/{trace_id}/export", summary="Download a trace: JSON Lines, CSV, or Chrome trace JSON")
 def get_export(request: Request, trace_id: TraceId,
-               format: Annotated[str, Query(pattern="^(jsonl|csv|chrome)$",
-                                            description="jsonl, csv or chrome (opens in Perfetto)")] = "chrome"):
+               format: Annotated[str, Query(pattern=export_formats.query_pattern(),
+                                            description="; ".join(f"{f.name}: {f.what}" for f in
+                                                                  export_formats.FORMATS.values()))] = "chrome"):
     """Streamed one graph at a time from the first graph on (a long trace's download starts at once and never
     sits in memory whole); an unknown trace is a 404 before the first byte."""
     from alloctrace.traces.export.ggml import export_chunks
@@ -188,7 +186,7 @@ def get_export(request: Request, trace_id: TraceId,
         for piece in pieces:
             yield piece.encode("utf-8")
 
-    media, suffix = EXPORT_TYPES[format]
+    media, suffix = export_formats.FORMATS[format].media_type, export_formats.FORMATS[format].suffix
     return StreamingResponse(chunks(), media_type=media, headers={
         "Content-Disposition": f'attachment; filename="trace-{trace_id}.{suffix}"'})
 

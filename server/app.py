@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import re
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.util import verbose
 from alloctrace.server import paths
 from alloctrace.server.assets import IMMUTABLE, REVALIDATE, Assets, respond
 from alloctrace.server.api import ACCESS, TRACE_ID, router
@@ -32,6 +34,8 @@ from alloctrace.server.mapjson_fast import MemoryMapFastPath
 from alloctrace.server.upload import UploadError
 from alloctrace.server.whatif_api import router as whatif_router
 from alloctrace.server.regress_api import router as regress_router
+
+LOG = logging.getLogger("alloctrace.server")
 
 COOKIE = "alloctrace_token"
 AUTHENTICATED = "alloctrace.authenticated"  # scope extension TokenGuard sets on page requests
@@ -148,9 +152,12 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     `read_tokens`: tokens that may only read (they need `token`, which may write)."""
     check_token(token)
     read_tokens = check_read_tokens(token, read_tokens)
+    verbose.reset()
     if store is None:
         from alloctrace.traces.store.store import open_store
         store = open_store(store_dir)
+    verbose.note("store", f"{store.kind} {store.path or ''}".strip())
+    startup = list(verbose.lines())
     ctx = Context(store, max_upload_bytes, limits)
     web = paths.find_web_dir(web_dir)
 
@@ -176,7 +183,27 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     if token:
         app.add_middleware(TokenGuard, token=token, read_tokens=read_tokens)
     app.add_middleware(OriginGuard, hosts=hosts)
+    app.add_middleware(VerboseLog, startup=startup)  # outermost: its stage is the whole request
     return app
+
+
+class VerboseLog:
+    """At DEBUG, each request's facts and stage times to the `alloctrace.server` log: what `alloctrace -v`
+    prints for a command (the store, budgets, reader, generation profile), one line each."""
+
+    def __init__(self, app, startup: list[str]):
+        self.app, self.startup = app, startup
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not LOG.isEnabledFor(logging.DEBUG):
+            return await self.app(scope, receive, send)
+        verbose.reset()
+        try:
+            with verbose.stage(f"{scope['method']} {scope['path']}"):
+                await self.app(scope, receive, send)
+        finally:
+            for line in self.startup[:1] + verbose.lines():
+                LOG.debug("%s", line)
 
 
 def _errors(app: FastAPI):

@@ -28,15 +28,15 @@ export const $ = (id) => document.getElementById(id);
 export const enc = encodeURIComponent;
 
 // --- units ----------------------------------------------------------------------------------------
-const UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
-/** 12304 -> "12.0 KiB" (rounded: use `bytesEl` or `exactBytes` wherever the difference matters). */
+const UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+/** 12304 -> "12.02 KiB": binary prefix, two decimals (the CLI's fmt_bytes writes the same strings; tests/test_sizes.py
+ *  checks both on one table). Rounded: use `bytesEl` or `exactBytes` wherever the difference matters. */
 export function fmtBytes(n) {
   if (n === null || n === undefined || Number.isNaN(Number(n))) return "–";
-  let v = Number(n), u = 0;
-  const neg = v < 0; v = Math.abs(v);
+  let v = Math.abs(Number(n)), u = 0;
+  const neg = Number(n) < 0;
   while (v >= 1024 && u < UNITS.length - 1) { v /= 1024; u++; }
-  const s = u === 0 ? String(v) : v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2);
-  return `${neg ? "-" : ""}${s} ${UNITS[u]}`;
+  return `${neg ? "-" : ""}${u === 0 ? String(Math.trunc(v)) : v.toFixed(2)} ${UNITS[u]}`;
 }
 export function fmtInt(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"); }
 /** 58720256 -> "58,720,256 B" */

@@ -1,6 +1,7 @@
 """Helpers shared by the store commands: the --store option and readable tables."""
 from __future__ import annotations
 
+from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.textsafe import safe, text_table
 
 
@@ -38,8 +39,21 @@ def open_store_from(args, create: bool = False):
     return open_store(getattr(args, "store", None), create=create)
 
 
-def _size(v) -> str:
+def exact_count(v) -> str:
+    """A count or a byte size as its exact digits with thousands separators ("-" for none): for tables where
+    the last byte matters (fmt_bytes rounds)."""
     return "-" if v is None else f"{v:,}"
+
+
+def hparams(items) -> dict:
+    """--hparam KEY=VALUE ... as a dict (check and replay): a blank key or a missing "=" is a UserError."""
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--hparam wants KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _oom(o) -> str:
@@ -85,7 +99,7 @@ def traces_table(summaries: list[dict]) -> str:
         bufs = [g["buffer_size"] or g["max_size"] for g in gs if (g["buffer_size"] or g["max_size"]) is not None]
         consistent = [g["consistent"] for g in gs if g["consistent"] is not None]
         rows.append([s["id"], s["name"], s["generation"], ", ".join(f"{n} {r}" for r, n in roles.items()) or "0",
-                     _size(max(bufs) if bufs else None), "yes" if any(g["oom"] for g in gs) else "-",
+                     exact_count(max(bufs) if bufs else None), "yes" if any(g["oom"] for g in gs) else "-",
                      _yes_no(all(consistent) if consistent else None, all(g.get("complete", True) for g in gs)),
                      s["created"]] + ([" ".join(t for t in s.get("tags") or () if "=" in str(t))] if tagged else []))
     return table(rows)
@@ -98,6 +112,6 @@ def graphs_table(summary: dict) -> str:
                    + (f", tags {', '.join(map(str, summary['tags']))}" if summary.get("tags") else "")))
     rows = [["GRAPH", "ROLE", "EVENTS", "MAX_SIZE", "BUFFER", "OOM", "CONSISTENT"]]
     for g in summary["graphs"]:
-        rows.append([str(g["index"]), g["role"], _size(g["n_events"]), _size(g["max_size"]),
-                     _size(g["buffer_size"]), _oom(g["oom"]), _yes_no(g["consistent"], g.get("complete", True))])
+        rows.append([str(g["index"]), g["role"], exact_count(g["n_events"]), exact_count(g["max_size"]),
+                     exact_count(g["buffer_size"]), _oom(g["oom"]), _yes_no(g["consistent"], g.get("complete", True))])
     return head + "\n" + table(rows)

@@ -19,7 +19,7 @@ from alloctrace.traces.replay.catalog import DEFAULT_PROFILE, profile_names
 from alloctrace.traces.replay.hazard_check import MEMORY_SHARE
 from alloctrace.traces.util.textsafe import safe, safe_lines
 
-from ._common import examples
+from ._common import examples, hparams
 
 EXIT_HAZARDS = 4
 
@@ -75,22 +75,12 @@ def register(subparsers):
     p.set_defaults(func=run)
 
 
-def _hparams(items) -> dict:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--hparam wants KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def _request(args):
     from alloctrace.traces.replay.hazard_check import PlanRequest
 
     return PlanRequest(trace_id=args.trace_id, harness=args.harness, preset=args.preset, profile=args.profile,
                        parse_seq=args.parse_seq, metal_concurrency=args.metal_concurrency, serial=args.serial,
-                       buffer_size=args.buffer_size, hparams=_hparams(args.hparam), store=args.store)
+                       buffer_size=args.buffer_size, hparams=hparams(args.hparam), store=args.store)
 
 
 def _numeric(plan, args):

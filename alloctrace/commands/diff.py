@@ -12,7 +12,7 @@ from pathlib import Path
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.textsafe import safe_lines
 
-from ._common import add_store_arg, examples, open_store_from, table_lines
+from ._common import add_store_arg, exact_count, examples, open_store_from, table_lines
 
 
 EXAMPLES = examples(
@@ -91,10 +91,6 @@ def run(args) -> int:
 
 
 # --- the terminal report ------------------------------------------------------------------
-def _size(v) -> str:
-    return "-" if v is None else f"{v:,}"
-
-
 def _blocks(blocks) -> str:
     if not blocks:
         return "none"
@@ -142,7 +138,7 @@ def report_lines(d) -> list[str]:
     rows = [["", "a", "b", "b - a"]]
     for key, name in (("max_size", "max_size"), ("peak_live", "peak live bytes"), ("allocs", "allocations"),
                       ("reuses", "inplace reuses"), ("frees", "frees"), ("events", "events")):
-        rows.append([name, _size(a[key]), _size(b[key]), f"{d.deltas[key]:+,}"])
+        rows.append([name, exact_count(a[key]), exact_count(b[key]), f"{d.deltas[key]:+,}"])
     out += ["", "SUMMARY", *_indent(table_lines(rows))]
     if d.size_attribution and d.lead != "size":
         out += ["", "SIZE ATTRIBUTION (high-water mark by family at each peak)"] + attribution_lines(d.size_attribution)
@@ -158,7 +154,7 @@ def report_lines(d) -> list[str]:
 def _delta_table(title: str, rows_in: list) -> list[str]:
     if not rows_in:
         return []
-    rows = [["tensor", "a", "b", "b - a"]] + [[r["tensor"], _size(r["a"]), _size(r["b"]), f"{r['delta']:+,}"]
+    rows = [["tensor", "a", "b", "b - a"]] + [[r["tensor"], exact_count(r["a"]), exact_count(r["b"]), f"{r['delta']:+,}"]
                                              for r in rows_in]
     return ["", title, *_indent(table_lines(rows))]
 

@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.store.kinds import TORCH, trace_kind
+from alloctrace.traces.export.formats import FORMATS, writer as export_writer
+from alloctrace.traces.store.kinds import trace_kind
 
 from ._common import add_store_arg, examples, open_store_from
 
@@ -29,7 +30,7 @@ def register(subparsers):
                                           "stream with each allocation's lifetime, counters of allocated and "
                                           "reserved bytes) or jsonl (devices, stacks, entries).")
     p.add_argument("id", metavar="ID", help="trace id (a unique prefix is enough)")
-    p.add_argument("--format", required=True, choices=["jsonl", "csv", "chrome"])
+    p.add_argument("--format", required=True, choices=list(FORMATS))
     p.add_argument("-o", "--output", metavar="FILE", help="write here (default: standard output)")
     add_store_arg(p)
     p.epilog = EXAMPLES
@@ -37,19 +38,9 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from alloctrace.traces.export.ggml import export
-
     store = open_store_from(args)
     tid = store.resolve(args.id.partition(":")[0])[0]
-    if trace_kind(store, tid) == TORCH:
-        from alloctrace.traces.export import torch_formats as torch_export
-
-        if args.format not in torch_export.FORMATS:
-            raise UserError(f"a PyTorch trace exports as {' or '.join(torch_export.FORMATS)}, not {args.format}")
-        write = getattr(torch_export, f"write_{args.format}")
-        writer = lambda f, progress: write(store, tid, f)
-    else:
-        writer = lambda f, progress: export(store, tid, args.format, f, progress)
+    writer = export_writer(trace_kind(store, tid), args.format, store, tid)
     with ExportProgress(sys.stderr) as progress:
         if not args.output:
             writer(_Flushing(sys.stdout), progress)

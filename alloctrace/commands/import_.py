@@ -46,9 +46,6 @@ def register(subparsers):
     p.add_argument("--salvage", action="store_true",
                    help="import what a truncated compressed file holds; the trace is marked truncated "
                         "and its last graph incomplete")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="say which path read each kind of input: the compiled one (and the library it loaded "
-                        "from the package) or the pure Python one (and why)")
     p.epilog = EXAMPLES
     p.set_defaults(func=run)
 

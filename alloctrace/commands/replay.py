@@ -5,11 +5,10 @@ import json
 import os
 
 from alloctrace.traces.replay.catalog import profile_names
-from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.sizes import fmt_bytes
 from alloctrace.traces.util.textsafe import safe_lines
 
-from ._common import examples
+from ._common import examples, hparams
 
 
 EXAMPLES = examples(
@@ -44,16 +43,6 @@ def register(subparsers):
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.epilog = EXAMPLES
     p.set_defaults(func=run)
-
-
-def _hparams(items) -> dict:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UserError(f"--hparam wants KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def summary_lines(r) -> list[str]:
@@ -106,7 +95,7 @@ def run(args) -> int:
 
     r = replay(args.preset, args.profile, n_ctx=args.n_ctx, n_batch=args.n_batch, eval_tokens=args.eval_tokens,
                n_past=args.n_past, metal_concurrency=args.metal_concurrency, layout=args.layout,
-               hparams=_hparams(args.hparam))
+               hparams=hparams(args.hparam))
     reused = False
     if args.store:
         if args.keep_copies:

@@ -130,6 +130,8 @@ def run(args) -> int:
     limit_concurrency = max(8, files - 32)  # connections beyond what the file table holds get a 503, never a 500
     from alloctrace.server.workers import one_line_logging, run_workers
     one_line_logging()
+    if args.verbose:  # each request's store, budgets, reader and stage times, as `-v` prints for a command
+        logging.getLogger("alloctrace.server").setLevel(logging.DEBUG)
     if args.workers > 1:
         settings = {"store": store_url(args.store), "token": token, "read_tokens": list(read_tokens),
                     "max_upload_bytes": args.max_upload_mb * 1024 * 1024, "max_decompressed": max_decompressed,

@@ -9,7 +9,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.textsafe import safe, safe_lines
 
 
-from ._common import examples
+from ._common import exact_count, examples
 
 EXAMPLES = examples(
     "alloctrace sweep --vary=-c=512,4096,32768 --vary=-fa=on,off -- llama-fit-params -m model.gguf -v"
@@ -158,7 +158,7 @@ def program_lines(out: dict) -> list[str]:
              "trace", "dominant families"]]
     for p in pts:
         fams = ", ".join(f"{f['family']} {fmt_bytes(f['bytes'])}" for f in p["families"][:3])
-        rows.append([*(p["values"][f] for f in flags), *(_exact(p["buffers"].get(b)) for b in bufts),
+        rows.append([*(p["values"][f] for f in flags), *(exact_count(p["buffers"].get(b)) for b in bufts),
                      *(_mib(p["printed"].get(k)) for k in printed),
                      "-" if p["consistent"] is None else ("yes" if p["consistent"] else "NO"), p["trace"] or "-",
                      p["error"] if p["error"] and not p["trace"] else fams])
@@ -180,10 +180,6 @@ def program_lines(out: dict) -> list[str]:
                          f"{n['delta']:+,} B ({why or 'no family moved'}; diff {n['a_trace']} {n['b_trace']})")
     lines += ["", f"stored as {len(pts)} traces tagged sweep={out['sweep']}; in the dashboard: /sweep?id={out['sweep']}"]
     return lines
-
-
-def _exact(v) -> str:
-    return "-" if v is None else f"{v:,}"
 
 
 def _mib(d) -> str:

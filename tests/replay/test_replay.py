@@ -80,6 +80,7 @@ def test_cli_json_and_exit_codes(capsys):
     (["--preset", "gpt2-tiny", "--profile", "ggml-2023-08-16", "--eval-tokens", "0"], "eval_tokens"),
     (["--preset", "llama-7b", "--profile", "ggml-2023-08-16", "--hparam", "n_head=7"], "multiple of n_head"),
     (["--preset", "llama-7b", "--profile", "ggml-2023-08-16", "--hparam", "n_layer"], "KEY=VALUE"),
+    (["--preset", "llama-7b", "--profile", "ggml-2023-08-16", "--hparam", " =3"], "KEY=VALUE"),  # as check refuses it
 ])
 def test_bad_input_is_one_line_and_nonzero(capsys, argv, msg):
     code = main(["replay", *argv])

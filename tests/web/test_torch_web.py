@@ -70,13 +70,13 @@ def test_state_view_at_the_oom(server, page):
     card = page.locator("#oom")
     truth = sidecar("oom")
     assert "Out of memory" in card.inner_text()
-    assert card.locator("text=48.0 MiB").count() >= 1  # "Tried to allocate 48.00 MiB"
+    assert card.locator("text=48.00 MiB").count() >= 1  # "Tried to allocate 48.00 MiB"
     n = truth["snapshot_analysis"]["trace_entries_per_device"][0]
     oom_at = n - 1  # the OOM is the last entry of this trace
     page.wait_for_selector(f"#segments[data-event='{oom_at}']", timeout=30000)
     assert page.get_attribute("#segments", "data-segments") == str(truth["snapshot_analysis"]["n_segments"])
     totals = page.inner_text("#state-totals")
-    assert "408 MiB" in totals  # reserved − allocated, as torch's message says: 408.08 MiB
+    assert "408.08 MiB" in totals  # reserved − allocated, as torch's message says it
     shot(page, "state-oom")
     page.click("#state-end")  # the snapshot: one entry later than the OOM
     page.wait_for_function(f"document.getElementById('segments').dataset.event !== '{oom_at}'")

@@ -325,7 +325,7 @@ def test_a_graph_shows_its_own_high_water_beside_the_running_max(server, page):
     page.goto(f"{server['base']}/traces/{server['running_max']}?g=1")
     wait_map(page)
     facts = page.inner_text("#facts")
-    assert "HIGH WATER (THIS GRAPH)\n202 KiB (206,848 B)" in facts
+    assert "HIGH WATER (THIS GRAPH)\n202.00 KiB (206,848 B)" in facts
     assert f"ALLOCATOR MAX_SIZE\n1.58 MiB ({RUNNING_MAX:,} B)" in facts
     # the map is scaled to the graph, not squeezed under a line far above it
     top = page.evaluate("document.getElementById('map')._fullLayout.yaxis.range[1]")

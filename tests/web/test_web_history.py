@@ -68,11 +68,11 @@ def test_the_page_draws_the_lines_and_a_jump_opens_the_compare(base, page):
     jumps = page.locator("#jumps a.jump")
     assert jumps.count() == 3
     link = page.locator("#jumps li", has_text="config=a · CPU").first
-    assert "818 KiB → 961 KiB (+144 KiB)" in link.inner_text()
+    assert "817.75 KiB → 961.25 KiB (+143.50 KiB)" in link.inner_text()
     link.locator("a").click()
     page.wait_for_selector("#compare[data-ready='1']", timeout=30000)
     row = page.locator("#compare-table tbody tr", has_text="config=a")
-    assert "kq" in row.inner_text() and "+144 KiB" in row.inner_text()
+    assert "kq" in row.inner_text() and "+143.50 KiB" in row.inner_text()
     assert page.locator("#attribution table").first.locator("tbody tr").first.inner_text().startswith("kq")
     assert "base=c1" in page.url and "head=c2" in page.url
     page.goto(page.url)  # the link reopens the same compare

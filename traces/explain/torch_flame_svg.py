@@ -6,6 +6,8 @@ import hashlib
 import re
 from xml.sax.saxutils import escape as _escape
 
+from alloctrace.traces.util.sizes import fmt_bytes
+
 WIDTH, ROW, PAD, TOP = 1200, 17, 10, 46
 CHAR = 6.6  # px per character of the 11px label font, for fitting labels
 
@@ -18,13 +20,6 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\u
 def escape(text: str) -> str:
     """`text` for SVG text and attributes: markup escaped, characters XML cannot carry shown as \\xNN."""
     return _escape(_NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
-
-
-def fmt_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
 
 
 def color(name: str) -> str:

@@ -2,8 +2,17 @@
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("report-data").textContent);
-  const GiB = 1073741824, MiB = 1048576, KiB = 1024;
-  const fmt = (n) => (n >= GiB ? `${(n / GiB).toFixed(2)} GiB` : n >= MiB ? `${(n / MiB).toFixed(2)} MiB` : n >= KiB ? `${(n / KiB).toFixed(1)} KiB` : `${n} B`);
+  // A copy of fmtBytes from web/common.js (this page loads nothing): tests/test_sizes.py checks the copies are the
+  // same text and write what the CLI's fmt_bytes writes.
+  const UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  function fmtBytes(n) {
+    if (n === null || n === undefined || Number.isNaN(Number(n))) return "–";
+    let v = Math.abs(Number(n)), u = 0;
+    const neg = Number(n) < 0;
+    while (v >= 1024 && u < UNITS.length - 1) { v /= 1024; u++; }
+    return `${neg ? "-" : ""}${u === 0 ? String(Math.trunc(v)) : v.toFixed(2)} ${UNITS[u]}`;
+  }
+  const fmt = fmtBytes;
   const hue = (s) => { let h = 0; for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) >>> 0; return `hsl(${h % 360},55%,58%)`; };
 
   function torchTimeline(d) {

@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.util.sizes import fmt_bytes
 
 MAX_DETAILED = 4  # devices or graphs drawn in full; the rest appear in the summary tables
 MAX_SHAPES = 3000
@@ -29,15 +30,6 @@ def plotly_js() -> str:
         return (resources.files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError, OSError) as err:
         raise UserError(f"the report inlines Plotly.js from the plotly package, which cannot be read: {err}") from None
-
-
-def fmt_bytes(n) -> str:
-    if n is None:
-        return "–"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:,} B"
 
 
 def table(head: list[str], rows: list[list], numeric=()) -> str:

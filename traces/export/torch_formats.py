@@ -18,10 +18,11 @@ from typing import IO
 
 import numpy as np
 
+from alloctrace.traces.export.formats import names_for
 from alloctrace.traces.store.torch_stored import ACTIONS, ALLOC, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP
 from alloctrace.traces.state.torch_device import DEFAULT_SKIP, Device, load_device
 
-FORMATS = ("chrome", "jsonl")
+FORMATS = names_for("torch")
 SEGMENT_ACTIONS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
 
 

@@ -17,6 +17,7 @@ from alloctrace.allocator.legacy import LegacyAllocator
 from alloctrace.allocator.presets import Preset, family_of, get_preset, with_hparams
 from alloctrace.allocator.presets.space import AddressSpace
 from alloctrace.allocator.profiles import get_profile, names as profile_names
+from alloctrace.traces.util import verbose
 from alloctrace.traces.errors import UserError
 from alloctrace.allocator.tensor import Graph
 from alloctrace.metal_exec import ConcurrencyReport, find_concurrency, report
@@ -112,6 +113,7 @@ def replay(preset, profile: str, n_ctx: int | None = None, n_batch: int | None =
         lay = get_layout(layout or ("macos-metal" if metal_concurrency else "linux"))
     except ValueError as e:
         raise UserError(str(e)) from None
+    verbose.note("generation profile", f"{prof.name} (preset {p.name}, layout {lay.name})")
     if not prof.presets:
         raise UserError(f"profile {profile} cannot run the presets: they replay the programs of Aug 2023 "
                         f"({profile_names(presets_only=True)})")

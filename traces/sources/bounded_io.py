@@ -27,6 +27,7 @@ from typing import Callable
 import zstandard
 
 from alloctrace.traces.errors import UserError
+from alloctrace.traces.util import verbose
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -82,7 +83,14 @@ class Limits:
             if raw:
                 values[field_name] = parse_amount(raw, var)
         values.update({k: v for k, v in given.items() if v is not None})
-        return cls(**values)
+        limits = cls(**values)
+        verbose.note("budgets", limits.describe())
+        return limits
+
+    def describe(self) -> str:
+        """The budgets in one line, for --verbose."""
+        return ", ".join(f"{f}={getattr(self, f)}" for f in ("max_decompressed", "max_cpu_s", "max_graphs",
+                                                              "graphs_per_kib", "max_amplification", "min_stored"))
 
     def bytes_cap(self, compressed: bool) -> int | None:
         """Bytes a file may yield: the cap given, else the default for a compressed file, else none."""

@@ -29,6 +29,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.gcpause import without_gc
 
 from alloctrace.traces.store import derived, postgres
+from alloctrace.traces.util import verbose
 from alloctrace.traces.store.blobs import _decompress, checkpoint_rows, checksum, pack_blobs, unpack_blobs  # noqa: F401
 from alloctrace.traces.store.columns import EncodedGraph, decode_events, encode, pack, public_columns
 from alloctrace.traces.store.damage import (DECODE_ERRORS, Damaged, DerivedDamaged, _json, _why, check_rows,  # noqa: F401
@@ -97,8 +98,14 @@ def open_store(path=None, create: bool = True) -> "Store":
     """The store a directory or a PostgreSQL URL names (see store_dir and store_url). A read that names a
     folder with no store is refused (`create=False`): a typo must not make an empty store that answers
     "no traces"."""
+    with verbose.stage("open store"):
+        return _open_store(path, create)
+
+
+def _open_store(path, create: bool) -> "Store":
     url = store_url(path)
     if url is not None:
+        verbose.note("store", f"postgresql {verbose.hide_password(url)}")
         return Store(backend=postgres.PostgresBackend(url))
     d = store_dir(path)
     if d.exists() and not d.is_dir():
@@ -110,6 +117,7 @@ def open_store(path=None, create: bool = True) -> "Store":
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot create store directory {d}: {e.strerror}") from None
+    verbose.note("store", f"sqlite {d / DB_NAME}")
     return Store(d / DB_NAME)
 
 

@@ -11,16 +11,20 @@ UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def fmt_bytes(n: int | None) -> str:
-    """Bytes with a binary prefix: 1536 -> '1.50 KiB'; None -> '-'."""
+    """Bytes with a binary prefix and two decimals, half-up: 1536 -> '1.50 KiB', 1152 -> '1.13 KiB', 512 ->
+    '512 B'; None -> '-'. The dashboard's `fmtBytes` (web/common.js) writes the same strings (tests/test_sizes.py
+    runs both on one table), so the rounding is done on integers, as JavaScript's toFixed rounds the exact value."""
     if n is None:
         return "-"
-    v, unit = float(abs(n)), "B"
-    for u in UNITS:
-        if v < 1024:
-            break
-        v, unit = v / 1024, u
-    s = f"{int(v)} B" if unit == "B" else f"{v:.2f} {unit}"
-    return ("-" if n < 0 else "") + s
+    n = int(n)
+    a, k = abs(n), 0
+    if a < 1024:
+        return f"{n} B"
+    while k < len(UNITS) and a >= 1024 ** (k + 1):
+        k += 1
+    d = 1024 ** k
+    hundredths = (a * 200 + d) // (2 * d)
+    return f"{'-' if n < 0 else ''}{hundredths // 100}.{hundredths % 100:02d} {UNITS[k - 1]}"
 
 
 # K, M, G, T alone and KiB ... TiB are powers of 1024 (as `docker --memory 6g`, `java -Xmx6g` and llama.cpp's
