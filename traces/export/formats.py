@@ -41,7 +41,7 @@ def writer(kind: str, name: str, store, tid: str) -> Callable[[IO[str], object],
         raise UserError(f"a {'PyTorch' if kind == 'torch' else kind} trace exports as "
                         f"{' or '.join(names_for(kind))}, not {name}")
     if kind == "torch":
-        from alloctrace.traces.export import torch as torch_export
+        from alloctrace.traces.export import torch_formats as torch_export
 
         write = getattr(torch_export, f"write_{name}")
         return lambda out, progress: write(store, tid, out)

@@ -13,7 +13,7 @@ from alloctrace.cli import main
 from alloctrace.server.app import create_app
 from alloctrace.traces.util.verbose import hide_password
 
-LOG = Path(__file__).resolve().parent / "data" / "ggml-real" / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log"
+LOG = Path(__file__).resolve().parents[1] / "data" / "ggml-real" / "v2023-08-28-parseseq" / "gpt-2_tiny_short.AT.log"
 
 
 def _run(capsys, argv):

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from alloctrace.cli import build_parser
 from alloctrace.server.app import create_app
-from alloctrace.traces.export import ggml, torch
+from alloctrace.traces.export import ggml, torch_formats
 from alloctrace.traces.export.formats import FORMATS
 
 ROOT = Path(__file__).resolve().parents[1]
