@@ -2,6 +2,7 @@
 2 GiB cap, ... are refused in one line (CLI exit 2, HTTP 4xx) and the server keeps answering."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile_inputs import codec_log_bomb, deep_tuple_snapshot
+from hostile_inputs import codec_log_bomb, deep_tuple_snapshot, shared_long_string_snapshot
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "torch" / "gpt2_train_bs16.pickle.gz"
 
@@ -150,3 +151,43 @@ def test_a_damaged_pytorch_graph_is_one_line_in_state_flame_and_whatif(damage, c
         assert main([command, tid, "--store", str(store)]) == 2, command
         err = capsys.readouterr().err
         assert err.startswith("alloctrace: error: ") and err.count("\n") == 1 and "is damaged" in err, (command, err)
+
+
+def test_one_long_string_shared_by_every_frame_is_cut_at_import(tmp_path):
+    """A 1 MB filename pickled once and named by every frame: the report of 2,000 such entries was 152 MB
+    (134 s, 10 GB peak); each frame's text is cut to MAX_FRAME_TEXT characters at import, with a marker."""
+    from alloctrace.traces.sources.torch.columns import MAX_FRAME_TEXT
+
+    path = shared_long_string_snapshot(tmp_path / "long.pickle", n_entries=300)
+    store = str(tmp_path / "s")
+    p = cli("import", str(path), "--store", store)
+    assert p.returncode == 0, p.stderr[-2000:]
+    tid = re.search(r"^([0-9a-f]{8})  ", cli("list", "--store", store).stdout, re.M).group(1)
+    out = tmp_path / "r.html"
+    p = cli("report", tid, "-o", str(out), "--store", store, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    html = out.read_text()
+    assert f"[cut: 1,048,576 characters, {MAX_FRAME_TEXT:,} kept]" in html
+    assert len(html) < 16 << 20, len(html)  # 5 MB (its stacks shown hold about 2,500 frame texts); 152 MB uncut
+
+
+def test_the_api_answers_carry_the_cut_frame_text_only(tmp_path):
+    """Uploaded, the same snapshot's entries, peak and flame answers carry each frame's text cut, not 1 MB."""
+    from fastapi.testclient import TestClient
+
+    from alloctrace.server.app import create_app
+    from alloctrace.traces.sources.torch.columns import MAX_FRAME_TEXT
+
+    path = shared_long_string_snapshot(tmp_path / "long.pickle", n_entries=300)
+    with TestClient(create_app(store_dir=tmp_path / "s")) as c:
+        r = c.post("/api/torch/traces", files={"file": ("long.pickle", path.read_bytes())})
+        assert r.status_code == 201, r.text[:500]
+        tid = r.json()["traces"][0]["id"]
+        for view, params in (("entries", {"frames": "true", "limit": 300}), ("peak", {}), ("flame", {}),
+                             ("state", {"event": 300})):
+            r = c.get(f"/api/torch/traces/{tid}/devices/0/{view}", params=params)
+            assert r.status_code == 200, (view, r.text[:500])
+            assert len(r.content) < 300 * 4 * (MAX_FRAME_TEXT + 200) + (1 << 20), (view, len(r.content))
+            if view in ("entries", "peak"):
+                assert "characters, 2,048 kept]" in r.text, view
+        assert c.get("/api/traces").status_code == 200
