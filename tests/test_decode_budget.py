@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile_inputs import codec_log_bomb, deep_tuple_snapshot, shared_long_string_snapshot
+from hostile_inputs import codec_log_bomb, deep_tuple_snapshot, dense_snapshot_zstd, shared_long_string_snapshot
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "torch" / "gpt2_train_bs16.pickle.gz"
 
@@ -191,3 +191,43 @@ def test_the_api_answers_carry_the_cut_frame_text_only(tmp_path):
             if view in ("entries", "peak"):
                 assert "characters, 2,048 kept]" in r.text, view
         assert c.get("/api/traces").status_code == 200
+
+
+def test_an_import_past_the_memory_budget_is_one_line(tmp_path):
+    """The reading runs in a child under RLIMIT_AS: past ALLOCTRACE_MAX_IMPORT_MEMORY it is refused in one
+    line naming the budget, and nothing is stored."""
+    import os
+
+    env = dict(os.environ, ALLOCTRACE_MAX_IMPORT_MEMORY="20M")
+    p = subprocess.run([sys.executable, "-m", "alloctrace", "import", str(FIXTURE), "--store", str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=60, env=env)
+    err = one_line(p)
+    assert "refused: over the memory budget of 20,971,520 bytes (ALLOCTRACE_MAX_IMPORT_MEMORY raises it)" in err
+    assert "gpt2_train_bs16.pickle.gz" in err
+    p = cli("import", str(FIXTURE), "--store", str(tmp_path / "s"))  # the default budget reads it
+    assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_the_server_refuses_an_upload_past_the_memory_budget_and_keeps_serving(tmp_path):
+    """300,000 entries of their own (16 MB of pickle, about 250 MB once unpickled) against a 64 MiB budget."""
+    path = dense_snapshot_zstd(tmp_path / "dense.pickle.zst", 300_000)
+    prog = textwrap.dedent("""
+        import os, sys
+        from pathlib import Path
+        os.environ["ALLOCTRACE_MAX_IMPORT_MEMORY"] = "64M"
+        from fastapi.testclient import TestClient
+        from alloctrace.server.app import create_app
+        with TestClient(create_app(store_dir=Path(sys.argv[2]))) as c:
+            for _ in range(2):
+                r = c.post("/api/torch/traces", files={"file": ("d.pickle.zst", Path(sys.argv[1]).read_bytes())})
+                print(r.status_code, r.json()["detail"])
+            print(c.get("/api/traces").status_code, c.get("/api/traces").json()["traces"])
+    """)
+    p = subprocess.run([sys.executable, "-c", prog, str(path), str(tmp_path / "s")], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    first, second, third = p.stdout.splitlines()
+    assert first == second, (first, second)
+    assert first == "413 d.pickle.zst: refused: over the memory budget of 67,108,864 bytes " \
+        "(ALLOCTRACE_MAX_IMPORT_MEMORY raises it)", first
+    assert third == "200 []"
