@@ -70,7 +70,7 @@ def read_in_child(read, label: str, budget: int, cpu_s: float, cancelled=None, s
     interpreter is started instead and given `spawn_args` (read_file's arguments): a thread's malloc arena
     in a forked child retries a 64 MiB heap on every small allocation once the limit is near."""
     if threading.current_thread() is not threading.main_thread():
-        proc = subprocess.Popen([sys.executable, "-m", "alloctrace.traces.sources.child", str(budget), str(cpu_s)],
+        proc = subprocess.Popen([sys.executable, "-P", "-c", SPAWNED, str(budget), str(cpu_s)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         proc.stdin.write(pickle.dumps(spawn_args))
         proc.stdin.close()
@@ -123,16 +123,15 @@ def _collect(pid: int, f, label: str, budget: int, cpu_s: float, cancelled):
     raise value
 
 
-def main():
+SPAWNED = "from alloctrace.traces.sources import _read_file; from alloctrace.traces.sources.child import serve; " \
+    "serve(_read_file)"
+
+
+def serve(_read_file):
     """A fresh child: read_file's arguments (pickled) on stdin, the answer (pickled) on stdout."""
     args = pickle.loads(sys.stdin.buffer.read())
-    from alloctrace.traces.sources import _read_file
     import numpy  # noqa: F401 (loaded before the limit: its libraries are part of the base, not the budget)
     _limit(int(sys.argv[1]), float(sys.argv[2]))
     data = _answer(lambda: _read_file(*args))
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    main()
