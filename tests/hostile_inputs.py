@@ -260,3 +260,15 @@ def dense_snapshot_zstd(path: Path, n_entries: int = 2_000_000) -> Path:
     del entries
     path.write_bytes(zstandard.ZstdCompressor(level=19).compress(data))
     return path
+
+
+def shared_long_string_snapshot(path: Path, n_entries: int = 2000, text_len: int = 1 << 20,
+                                depth: int = 4) -> Path:
+    """One `text_len`-character string (pickled once: the memo shares it) as the filename of every frame;
+    `n_entries` allocations, each with its own `depth`-frame stack (distinct lines). A 1 MB pickle that
+    expands into n_entries x depth x text_len characters wherever stacks are written out."""
+    text = "/" + "x" * (text_len - 4) + ".py"
+    entries = [{"action": "alloc", "addr": 4096 * (i + 1), "size": 512, "stream": 0,
+                "frames": [{"name": "f", "filename": text, "line": i * depth + k} for k in range(depth)]}
+               for i in range(n_entries)]
+    return write_pickle(path, _snapshot(entries=entries))

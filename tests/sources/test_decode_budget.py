@@ -2,6 +2,7 @@
 2 GiB cap, ... are refused in one line (CLI exit 2, HTTP 4xx) and the server keeps answering."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile_inputs import codec_log_bomb, deep_tuple_snapshot
+from hostile_inputs import codec_log_bomb, deep_tuple_snapshot, dense_snapshot_zstd, shared_long_string_snapshot
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "torch" / "gpt2_train_bs16.pickle.gz"
 
@@ -150,3 +151,83 @@ def test_a_damaged_pytorch_graph_is_one_line_in_state_flame_and_whatif(damage, c
         assert main([command, tid, "--store", str(store)]) == 2, command
         err = capsys.readouterr().err
         assert err.startswith("alloctrace: error: ") and err.count("\n") == 1 and "is damaged" in err, (command, err)
+
+
+def test_one_long_string_shared_by_every_frame_is_cut_at_import(tmp_path):
+    """A 1 MB filename pickled once and named by every frame: the report of 2,000 such entries was 152 MB
+    (134 s, 10 GB peak); each frame's text is cut to MAX_FRAME_TEXT characters at import, with a marker."""
+    from alloctrace.traces.sources.torch.columns import MAX_FRAME_TEXT
+
+    path = shared_long_string_snapshot(tmp_path / "long.pickle", n_entries=300)
+    store = str(tmp_path / "s")
+    p = cli("import", str(path), "--store", store)
+    assert p.returncode == 0, p.stderr[-2000:]
+    tid = re.search(r"^([0-9a-f]{8})  ", cli("list", "--store", store).stdout, re.M).group(1)
+    out = tmp_path / "r.html"
+    p = cli("report", tid, "-o", str(out), "--store", store, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    html = out.read_text()
+    assert f"[cut: 1,048,576 characters, {MAX_FRAME_TEXT:,} kept]" in html
+    assert len(html) < 16 << 20, len(html)  # 5 MB (its stacks shown hold about 2,500 frame texts); 152 MB uncut
+
+
+def test_the_api_answers_carry_the_cut_frame_text_only(tmp_path):
+    """Uploaded, the same snapshot's entries, peak and flame answers carry each frame's text cut, not 1 MB."""
+    from fastapi.testclient import TestClient
+
+    from alloctrace.server.app import create_app
+    from alloctrace.traces.sources.torch.columns import MAX_FRAME_TEXT
+
+    path = shared_long_string_snapshot(tmp_path / "long.pickle", n_entries=300)
+    with TestClient(create_app(store_dir=tmp_path / "s")) as c:
+        r = c.post("/api/torch/traces", files={"file": ("long.pickle", path.read_bytes())})
+        assert r.status_code == 201, r.text[:500]
+        tid = r.json()["traces"][0]["id"]
+        for view, params in (("entries", {"frames": "true", "limit": 300}), ("peak", {}), ("flame", {}),
+                             ("state", {"event": 300})):
+            r = c.get(f"/api/torch/traces/{tid}/devices/0/{view}", params=params)
+            assert r.status_code == 200, (view, r.text[:500])
+            assert len(r.content) < 300 * 4 * (MAX_FRAME_TEXT + 200) + (1 << 20), (view, len(r.content))
+            if view in ("entries", "peak"):
+                assert "characters, 2,048 kept]" in r.text, view
+        assert c.get("/api/traces").status_code == 200
+
+
+def test_an_import_past_the_memory_budget_is_one_line(tmp_path):
+    """The reading runs in a child under RLIMIT_AS: past ALLOCTRACE_MAX_IMPORT_MEMORY it is refused in one
+    line naming the budget, and nothing is stored."""
+    import os
+
+    env = dict(os.environ, ALLOCTRACE_MAX_IMPORT_MEMORY="20M")
+    p = subprocess.run([sys.executable, "-m", "alloctrace", "import", str(FIXTURE), "--store", str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=60, env=env)
+    err = one_line(p)
+    assert "refused: over the memory budget of 20,971,520 bytes (ALLOCTRACE_MAX_IMPORT_MEMORY raises it)" in err
+    assert "gpt2_train_bs16.pickle.gz" in err
+    p = cli("import", str(FIXTURE), "--store", str(tmp_path / "s"))  # the default budget reads it
+    assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_the_server_refuses_an_upload_past_the_memory_budget_and_keeps_serving(tmp_path):
+    """300,000 entries of their own (16 MB of pickle, about 250 MB once unpickled) against a 64 MiB budget."""
+    path = dense_snapshot_zstd(tmp_path / "dense.pickle.zst", 300_000)
+    prog = textwrap.dedent("""
+        import os, sys
+        from pathlib import Path
+        os.environ["ALLOCTRACE_MAX_IMPORT_MEMORY"] = "64M"
+        from fastapi.testclient import TestClient
+        from alloctrace.server.app import create_app
+        with TestClient(create_app(store_dir=Path(sys.argv[2]))) as c:
+            for _ in range(2):
+                r = c.post("/api/torch/traces", files={"file": ("d.pickle.zst", Path(sys.argv[1]).read_bytes())})
+                print(r.status_code, r.json()["detail"])
+            print(c.get("/api/traces").status_code, c.get("/api/traces").json()["traces"])
+    """)
+    p = subprocess.run([sys.executable, "-c", prog, str(path), str(tmp_path / "s")], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    first, second, third = p.stdout.splitlines()
+    assert first == second, (first, second)
+    assert first == "413 d.pickle.zst: refused: over the memory budget of 67,108,864 bytes " \
+        "(ALLOCTRACE_MAX_IMPORT_MEMORY raises it)", first
+    assert third == "200 []"

@@ -72,14 +72,28 @@ def read_file(src, *, name: str | None = None, filename: str | None = None, limi
     `filename` is what messages and metadata call the input (default: the path's name);
     `options` go to the source when its `read` takes them (e.g. `generation` for ggml logs);
     `tags` (`key=value` strings, store/tags.py) are added to every trace read."""
+    import os
     from pathlib import Path
 
-    from alloctrace.traces.sources.bounded_io import Limits, capped_graphs
+    from alloctrace.traces.sources.bounded_io import Limits
+
+    limits = limits or Limits.from_env()
+    if isinstance(src, (str, Path)) and os.environ.get("ALLOCTRACE_IMPORT_IN_PROCESS") != "1":
+        from alloctrace.traces.sources.child import read_in_child
+        args = (str(src), name, filename, limits.with_(cancelled=None), progress, tuple(tags), options)
+        return read_in_child(lambda: _read_file(*args), filename or Path(src).name, int(limits.max_memory),
+                             limits.max_cpu_s, limits.cancelled, spawn_args=args)
+    return _read_file(src, name, filename, limits, progress, tags, options)
+
+
+def _read_file(src, name, filename, limits, progress, tags, options) -> list[ImportedTrace]:
+    from pathlib import Path
+
+    from alloctrace.traces.sources.bounded_io import capped_graphs
     from alloctrace.traces.sources.logio import LogReader
     from alloctrace.traces.util.gcpause import gc_paused
     from alloctrace.traces.util.progress import Progress
 
-    limits = limits or Limits.from_env()
     named = src if isinstance(src, (str, Path)) else getattr(src, "name", None)
     label = filename or (Path(named).name if isinstance(named, (str, Path)) else "input")
     with LogReader(src, label=label, text=False, limits=limits) as reader:

@@ -43,7 +43,8 @@ ZSTD_FEED = 512  # zstd input fed at a time: one zstd block of 4 bytes may stand
 DEFAULT_MAX_DECOMPRESSED = 64 << 20
 
 ENV = {"max_decompressed": "ALLOCTRACE_MAX_DECOMPRESSED", "max_cpu_s": "ALLOCTRACE_MAX_IMPORT_CPU",
-       "max_graphs": "ALLOCTRACE_MAX_GRAPHS", "max_amplification": "ALLOCTRACE_MAX_AMPLIFICATION"}
+       "max_graphs": "ALLOCTRACE_MAX_GRAPHS", "max_amplification": "ALLOCTRACE_MAX_AMPLIFICATION",
+       "max_memory": "ALLOCTRACE_MAX_IMPORT_MEMORY"}
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -73,6 +74,7 @@ class Limits:
     salvage: bool = False  # keep what a truncated compressed stream held instead of refusing it
     cancelled: Callable[[], bool] | None = None  # polled while reading; True stops the import
     min_stored: int = 64 << 20  # stored bytes any file may make, whatever its size
+    max_memory: int = 4 << 30  # address space the reading of one file may add (in a child, traces/sources/child.py)
 
     @classmethod
     def from_env(cls, **given) -> "Limits":

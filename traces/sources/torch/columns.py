@@ -19,6 +19,15 @@ from alloctrace.traces.store.torch_stored import (  # noqa: F401 (the stored lay
 
 ANNOTATION_STAGES = ("START", "END")
 MAX_STACKS = 5_000_000  # distinct frame lists kept (each is at least a few pickle bytes anyway)
+MAX_FRAME_TEXT = 2048  # characters kept of a frame's name or filename (a real one is under 300)
+
+
+def cut_frame_text(s):
+    """A frame's name or filename, cut to MAX_FRAME_TEXT characters with a marker that says so: one string
+    shared by every frame costs the pickle a few bytes but every view that expands stacks multiplies it."""
+    if type(s) is not str or len(s) <= MAX_FRAME_TEXT:
+        return s
+    return f"{s[:MAX_FRAME_TEXT]}...[cut: {len(s):,} characters, {MAX_FRAME_TEXT:,} kept]"
 
 
 class Strings:
@@ -88,7 +97,8 @@ class StackTable:
         line = f.get("line", -1)
         if type(line) is not int:
             raise SnapshotError(f"frame line: expected an int, found {type(line).__name__}")
-        key = (self.strings.code(f.get("name", "?")), self.strings.code(f.get("filename", "?")), line)
+        key = (self.strings.code(cut_frame_text(f.get("name", "?"))),
+               self.strings.code(cut_frame_text(f.get("filename", "?"))), line)
         fid = self.frame_ids.get(key)
         if fid is None:
             fid = self.frame_ids[key] = len(self.frames)
