@@ -29,7 +29,7 @@ export const enc = encodeURIComponent;
 
 // --- units ----------------------------------------------------------------------------------------
 const UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-/** 12304 -> "12.02 KiB": binary prefix, two decimals (the CLI's fmt_bytes writes the same strings; tests/test_sizes.py
+/** 12304 -> "12.02 KiB": binary prefix, two decimals (the CLI's fmt_bytes writes the same strings; tests/util/test_sizes.py
  *  checks both on one table). Rounded: use `bytesEl` or `exactBytes` wherever the difference matters. */
 export function fmtBytes(n) {
   if (n === null || n === undefined || Number.isNaN(Number(n))) return "–";

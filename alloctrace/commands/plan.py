@@ -70,7 +70,7 @@ def run(args) -> int:
     if not args.no_store:
         from alloctrace.traces.preflight.torch_plan_store import store_plan
 
-        out["trace"] = store_plan(open_store_from(args), result.capture, settings, total,
+        out["trace"] = store_plan(open_store_from(args, create=True), result.capture, settings, total,
                                   args.name or ("plan " + " ".join(argv))[:200])
     print(json.dumps(out, indent=1) if args.json else safe_lines(plan_lines(out)))
     if result.partial:

@@ -11,7 +11,7 @@ from alloctrace.server.app import create_app
 from alloctrace.traces.export import ggml, torch_formats
 from alloctrace.traces.export.formats import FORMATS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _subparser(parser, name):

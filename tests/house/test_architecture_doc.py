@@ -225,7 +225,7 @@ def stale_references(path: Path) -> list[str]:
             continue  # the installed layout's name of a mapped folder
         if ref.startswith("alloctrace/") and "/_" in ref:
             continue  # a module a test plants in a laid-out copy
-        if not any((b / ref).exists() for b in bases) and not ref.startswith("ggml/"):
+        if not any((b / ref).exists() for b in bases) and not ref.startswith(("ggml/", "torch/")):  # theirs
             out.append(ref)
     return out
 

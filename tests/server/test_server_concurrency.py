@@ -42,6 +42,7 @@ def reads_answer(c, tid):
 
 def test_reads_answer_while_an_upload_is_parsing(live, fixtures, monkeypatch):
     srv, c, tid = live
+    monkeypatch.setenv("ALLOCTRACE_IMPORT_IN_PROCESS", "1")  # the parse is held in this process (patched below)
     started, release = threading.Event(), threading.Event()
     original = import_log.LogImport.encoded
 
@@ -87,6 +88,7 @@ def test_reads_answer_while_an_upload_transaction_is_open(live, fixtures, monkey
 
 def test_a_failed_upload_beside_a_slow_one_leaves_both_right(live, fixtures, tmp_path, monkeypatch):
     srv, c, tid = live
+    monkeypatch.setenv("ALLOCTRACE_IMPORT_IN_PROCESS", "1")  # the parse is held in this process (patched below)
     started, release = threading.Event(), threading.Event()
     original = import_log.LogImport.encoded
 

@@ -99,6 +99,7 @@ def test_the_cpu_cap_covers_the_model_replay_on_the_cli(monkeypatch, tmp_path, c
 
 
 def test_the_cpu_cap_covers_the_model_replay_on_the_server(monkeypatch, tmp_path):
+    monkeypatch.setenv("ALLOCTRACE_IMPORT_IN_PROCESS", "1")  # the slowed model is this process's
     _slow_model(monkeypatch, 1.5)
     with TestClient(create_app(store_dir=tmp_path / "s", limits=Limits(max_cpu_s=1.0))) as c:
         r = c.post("/api/torch/traces", files={"file": ("x.pickle.gz", FIXTURE.read_bytes())})

@@ -89,6 +89,7 @@ def test_the_caching_allocator_model_hook(capsys, tmp_path, monkeypatch):
         return {"consistent": False, "first_mismatch": {"event": 7, "model": 1, "trace": 2}}
 
     monkeypatch.setattr(torch_whatif, "check_device", check_device)
+    monkeypatch.setenv("ALLOCTRACE_IMPORT_IN_PROCESS", "1")  # the patched model answers in this process
     rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
     assert rc == 0, err
     (d,) = json.loads(out)["traces"][0]["devices"]

@@ -49,7 +49,7 @@ EXPECTED = {0: "0 B", 1: "1 B", 1023: "1023 B", 1024: "1.00 KiB", 1152: "1.13 Ki
             7.9e9: "7.36 GiB", 1 << 40: "1.00 TiB", 1 << 50: "1.00 PiB", 1 << 60: "1024.00 PiB", -1: "-1 B",
             -1536: "-1.50 KiB", 12304: "12.02 KiB"}
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
 def _js_function(path: str) -> str:

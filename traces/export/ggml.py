@@ -12,12 +12,11 @@ from typing import IO, Iterator
 
 from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.export.formats import names_for
 
 from alloctrace.traces.store.columns import FIELDS
 from alloctrace.traces.store.schema import FORMAT_VERSION, GraphRecord
 
-FORMATS = names_for("ggml")
+FORMATS = ("chrome", "jsonl", "csv")  # what write() takes; the registry (formats.py) lists them for the faces
 
 
 def trace_graphs(store, tid: str) -> Iterator[GraphRecord]:

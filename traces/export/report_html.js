@@ -2,7 +2,7 @@
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("report-data").textContent);
-  // A copy of fmtBytes from web/common.js (this page loads nothing): tests/test_sizes.py checks the copies are the
+  // A copy of fmtBytes from web/common.js (this page loads nothing): tests/util/test_sizes.py checks the copies are the
   // same text and write what the CLI's fmt_bytes writes.
   const UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
   function fmtBytes(n) {

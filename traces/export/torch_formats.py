@@ -18,11 +18,10 @@ from typing import IO
 
 import numpy as np
 
-from alloctrace.traces.export.formats import names_for
 from alloctrace.traces.store.torch_stored import ACTIONS, ALLOC, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP
 from alloctrace.traces.state.torch_device import DEFAULT_SKIP, Device, load_device
 
-FORMATS = names_for("torch")
+FORMATS = ("chrome", "jsonl")  # what this module writes; the registry (formats.py) lists them for the faces
 SEGMENT_ACTIONS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
 
 

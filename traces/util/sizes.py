@@ -12,7 +12,7 @@ UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 
 def fmt_bytes(n: int | None) -> str:
     """Bytes with a binary prefix and two decimals, half-up: 1536 -> '1.50 KiB', 1152 -> '1.13 KiB', 512 ->
-    '512 B'; None -> '-'. The dashboard's `fmtBytes` (web/common.js) writes the same strings (tests/test_sizes.py
+    '512 B'; None -> '-'. The dashboard's `fmtBytes` (web/common.js) writes the same strings (tests/util/test_sizes.py
     runs both on one table), so the rounding is done on integers, as JavaScript's toFixed rounds the exact value."""
     if n is None:
         return "-"

@@ -48,7 +48,11 @@ def hide_password(url: str) -> str:
     """A store URL fit to print: `postgresql://u:secret@h/db` -> `postgresql://u:***@h/db`; a libpq
     `key=value` string has its password=... replaced the same way."""
     if "://" in url:
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+            parts.password  # noqa: B018 - parsing the netloc is what fails on a malformed address
+        except ValueError:  # malformed (`[::1` without its bracket): nothing after the scheme is shown
+            return url.split("://", 1)[0] + "://***"
         if parts.password is not None:
             host = parts.netloc.rpartition("@")[2]
             return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
