@@ -46,5 +46,5 @@ def test_the_docs_list_the_registry():
 
 def test_each_kind_exports_as_its_registry_entries():
     assert ggml.FORMATS == tuple(n for n, f in FORMATS.items() if "ggml" in f.kinds)
-    assert torch.FORMATS == tuple(n for n, f in FORMATS.items() if "torch" in f.kinds)
+    assert torch_formats.FORMATS == tuple(n for n, f in FORMATS.items() if "torch" in f.kinds)
     assert {f.suffix.rsplit(".", 1)[-1] for f in FORMATS.values()} <= {"json", "jsonl", "csv"}
