@@ -82,9 +82,17 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
         out += ["  " + line for line in text_table(rows)]
         out.append(f"  fragmentation: {fmt_bytes(fr['free_below_peak'])} ({fr['free_below_peak']:,} B) free below "
                    f"the high-water mark, largest hole {fmt_bytes(fr['largest_hole'])} ({fr['largest_hole']:,} B)")
+        acc = body.get("accounting")
+        if acc:
+            out.append("  " + accounting_text(acc))
         for h in fr.get("holes") or ():
-            what = ", ".join(f"{x.get('label') or x['tensor'] or '(unnamed)'} ({x['bytes']:,} B, freed at event "
-                             f"{x['freed_at']})" for x in h["freed"]) or "never used before the peak (padding)"
+            what = ", ".join(f"{x.get('label') or _display(x)} ({x['bytes']:,} B, freed at event "
+                             f"{x['freed_at']})" for x in h["freed"])
+            none = h.get("unattributed") or 0
+            if not what:
+                what = f"by no logged tensor: {none:,} B unattributed"
+            elif none:
+                what += f"; {none:,} B of it by no logged tensor (unattributed)"
             out.append(f"    hole at {h['offset']:,}: {fmt_bytes(h['bytes'])} ({h['bytes']:,} B), held {what}")
         return out
 
@@ -107,10 +115,27 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
                   "  live then: " + ", ".join(f"{f['family']} {fmt_bytes(f['bytes'])}" for f in fail["families"][:8])]
     if tensors and p.get("tensors"):
         rows = [["tensor", "family", "bytes", "offset", "chunk", "placed", "freed"]]
-        rows += [[t.get("label") or t["tensor"] or "(unnamed)", t["family"], f"{t['bytes']:,}", f"{t['offset']:,}", str(t["chunk"]),
+        rows += [[t.get("label") or _display(t), t["family"], f"{t['bytes']:,}", f"{t['offset']:,}", str(t["chunk"]),
                   str(t["start"]), str(t["end"])] for t in p["tensors"]]
         lines += ["", "LIVE TENSORS"] + ["  " + line for line in text_table(rows)]
     return lines
+
+
+def _display(t: dict) -> str:
+    """A tensor's name, numbered where its graph has several tensors of that name (`node_7 #2`)."""
+    from alloctrace.traces.explain.peak_types import display_name
+
+    return display_name(t["tensor"], t.get("occurrence")) or "(unnamed)"
+
+
+def accounting_text(acc: dict) -> str:
+    """Where every byte below the mark is: live tensors (padding among them, where shapes say), free after
+    earlier tensors, and bytes no logged tensor held."""
+    pad = ""
+    if acc.get("padding_known_for"):
+        pad = f" ({acc['padding_bytes']:,} B of it allocator padding, from the shapes of {acc['padding_known_for']:,} tensors)"
+    return (f"accounted: {acc['tensor_bytes']:,} B in {acc['tensors']:,} live tensors{pad} + {acc['freed_bytes']:,} B "
+            f"free after earlier tensors + {acc['unattributed_bytes']:,} B unattributed = {acc['bytes']:,} B")
 
 
 def _shape_text(shape: dict | None) -> str:

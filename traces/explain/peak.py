@@ -25,8 +25,9 @@ from typing import Callable
 import numpy as np
 
 from alloctrace.traces.explain.peak_types import (MAX_HOLES, TOP_TENSORS, GraphPeak, Live, Moment,  # noqa: F401
-                                                  attribution_lines, families_json, family_of, holes_below, peak_arguments,
-                                                  size_attribution, text_table)
+                                                  Occurrences, attribution_lines, display_name, families_json, family_of,
+                                                  held_intervals, holes_below, peak_arguments, size_attribution,
+                                                  text_table, unheld_bytes)
 from alloctrace.traces.memmap.lifetimes import Lifetimes, extract
 
 
@@ -39,28 +40,34 @@ def _live_at(lt: Lifetimes, event: int, chunk: int | None = None) -> np.ndarray:
     return np.flatnonzero(sel)
 
 
-def _moment(lt: Lifetimes, idx: np.ndarray, event: int, top: int, chunk: int | None = None) -> Moment:
+def _moment(lt: Lifetimes, idx: np.ndarray, event: int, top: int, names: Occurrences,
+            chunk: int | None = None) -> Moment:
     live = [Live(str(lt.tensor[i] or ""), family_of(lt.tensor[i], lt.op[i]), lt.op[i], int(lt.size[i]),
-                 int(lt.offset[i]), int(lt.chunk[i]), int(lt.y0[i]), int(lt.start[i]), int(lt.end[i]))
+                 int(lt.offset[i]), int(lt.chunk[i]), int(lt.y0[i]), int(lt.start[i]), int(lt.end[i]),
+                 names.of(lt.tensor[i], int(lt.start[i])))
             for i in idx.tolist()]
     used = sum(t.bytes for t in live)
     gaps = holes_below(live, top)
     m = Moment(event, top, live, top - used, max((n for _, n in gaps), default=0))
-    m.holes = _freed_in(lt, sorted(gaps, key=lambda g: (-g[1], g[0]))[:MAX_HOLES], event, chunk)
-    return m
-
-
-def _freed_in(lt: Lifetimes, gaps: list, event: int, chunk: int | None) -> list[dict]:
-    """Each hole and what last held its bytes before `event` (freed there, or never used: padding)."""
-    out = []
     done = lt.end <= event
     if chunk is not None:
         done &= lt.chunk == chunk
+    held = held_intervals(lt.offset[done].tolist(), lt.size[done].tolist())
+    m.unattributed = sum(unheld_bytes(off, n, held) for off, n in gaps)
+    m.holes = _freed_in(lt, sorted(gaps, key=lambda g: (-g[1], g[0]))[:MAX_HOLES], done, held, names)
+    return m
+
+
+def _freed_in(lt: Lifetimes, gaps: list, done: np.ndarray, held: list, names: Occurrences) -> list[dict]:
+    """Each hole, what last held its bytes before the moment (`done`: freed there), and its bytes no
+    logged tensor held (unattributed: padding or a tensor the trace does not show; the trace cannot say)."""
+    out = []
     for off, size in gaps:
         hit = np.flatnonzero(done & (lt.offset < off + size) & (lt.offset + lt.size > off))
         hit = hit[np.argsort(-lt.end[hit], kind="stable")][:3]  # the latest holders first
-        out.append({"offset": off, "bytes": size, "freed": [
-            {"tensor": str(lt.tensor[i] or ""), "bytes": int(lt.size[i]), "freed_at": int(lt.end[i])} for i in hit]})
+        out.append({"offset": off, "bytes": size, "unattributed": unheld_bytes(off, size, held), "freed": [
+            {"tensor": str(lt.tensor[i] or ""), "occurrence": names.of(lt.tensor[i], int(lt.start[i])),
+             "bytes": int(lt.size[i]), "freed_at": int(lt.end[i])} for i in hit]})
     return out
 
 
@@ -88,6 +95,9 @@ def ggml_peak(events, capacity: int | None = None, buffer_names: list[str] | Non
     per_buffer = {b: extract(_only_buffer(cols, kind, b)) for b in ids} or {None: extract(cols)}
     realloc = np.flatnonzero(kind == "realloc")
     last_plan = int(realloc[-1]) if len(realloc) else -1  # head re-planned: the last plan counts
+    opens = np.flatnonzero((kind == "alloc") | (kind == "reuse")).tolist()
+    tensor = cols.get("tensor")
+    names = Occurrences([(i, None if tensor is None else tensor[i]) for i in opens], realloc.tolist())
     buffers = []
     for b, lt in per_buffer.items():
         after = lt.start > last_plan
@@ -99,15 +109,17 @@ def ggml_peak(events, capacity: int | None = None, buffer_names: list[str] | Non
             k = int(setter[np.argmin(lt.start[setter])])
             event = int(lt.start[k])
             name = buffer_names[b] if b is not None and buffer_names and b < len(buffer_names) else None
-            buffers.append({"buffer": b, "chunk": c, "name": name, "tensor": str(lt.tensor[k] or ""),
-                            "moment": _moment(lt, _live_at(lt, event, c), event, mark, c)})
+            buffers.append({"buffer": b, "chunk": c, "name": name,
+                            "tensor": display_name(lt.tensor[k], names.of(lt.tensor[k], event)),
+                            "moment": _moment(lt, _live_at(lt, event, c), event, mark, names, c)})
     peak = GraphPeak(buffers, len(kind))
     ooms = np.flatnonzero(kind == "oom")
     if len(ooms):
         b = int(buffer[ooms[0]]) if buffer is not None and buffer[ooms[0]] >= 0 else None
         if b is not None:  # the failing buffer's own lifetimes and real size
             capacity = buffer_sizes[b] if buffer_sizes and b < len(buffer_sizes) else None
-        peak.failure = _failure(cols, int(ooms[0]), per_buffer[b] if b in per_buffer else extract(cols), capacity, b)
+        peak.failure = _failure(cols, int(ooms[0]), per_buffer[b] if b in per_buffer else extract(cols), capacity,
+                                names, b)
     return peak
 
 
@@ -120,14 +132,14 @@ def _only_buffer(cols: dict, kind: np.ndarray, b: int) -> dict:
     return {**cols, "kind": k}
 
 
-def _failure(cols, e: int, lt: Lifetimes, capacity: int | None, buffer: int | None = None) -> dict:
+def _failure(cols, e: int, lt: Lifetimes, capacity: int | None, names: Occurrences, buffer: int | None = None) -> dict:
     """The first out-of-space event `e`, with what filled the buffer then."""
     needed, largest = cols.get("needed"), cols.get("largest")
     tensor = cols["tensor"][e]
     need = int(needed[e]) if needed is not None and needed[e] >= 0 else None
     idx = _live_at(lt, e - 1, 0) if e > 0 else np.zeros(0, dtype=np.int64)
     top = capacity if capacity else int((lt.offset[idx] + lt.size[idx]).max(initial=0))
-    m = _moment(lt, idx, e, top)
+    m = _moment(lt, idx, e, top, names)
     out = {"event": e, "tensor": tensor, "needed": need,
            "largest_available": int(largest[e]) if largest is not None and largest[e] >= 0 else None,
            "capacity": capacity, "live_bytes": top - m.free_below, "free": m.free_below,

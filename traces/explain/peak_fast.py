@@ -17,7 +17,8 @@ import sys
 from bisect import bisect_right
 
 from alloctrace.traces.store.columns import EventColumns
-from alloctrace.traces.explain.peak_types import MAX_HOLES, GraphPeak, Live, Moment, family_of, holes_below
+from alloctrace.traces.explain.peak_types import (MAX_HOLES, GraphPeak, Live, Moment, Occurrences, display_name,
+                                                  family_of, held_intervals, holes_below, unheld_bytes)
 
 MAX_EVENTS = 200_000  # above this numpy's whole-column passes win over a walk, even counting numpy's import
 NUMPY_LOADED_MAX = 40_000  # where numpy is already imported, its passes win above about this many events
@@ -48,6 +49,9 @@ class _Graph:
         self.events = events
         # the events that can open, close or cut a lifetime: the only ones a walk looks at
         self.placing = [i for i, k in enumerate(self.kind) if k in _PLACING]
+        kind, tensor = self.kind, self.tensor
+        self.names = Occurrences([(i, tensor[i]) for i in self.placing if kind[i] in ("alloc", "reuse")],
+                                 [i for i in self.placing if kind[i] == "realloc"])
 
     def plain(self) -> bool:
         """Do these values mean here what they mean in the store's columns (ints in range)? (Columns hold
@@ -193,31 +197,46 @@ def _live_at(lt: _Lifetimes, event: int, chunk: int | None = None) -> list[int]:
 
 def _moment(g: _Graph, lt: _Lifetimes, idx: list[int], event: int, top: int, chunk: int | None = None,
             holes: bool = True) -> Moment:
-    tensor, op = g.tensor, g.op
+    tensor, op, names = g.tensor, g.op, g.names
     live = []
     for j in idx:
         s = lt.src[j]
         live.append(Live(str(tensor[s] or ""), family_of(tensor[s], op[s]), op[s], lt.size[j], lt.offset[j],
-                         lt.chunk[j], lt.y0[j], lt.start[j], lt.end[j]))
+                         lt.chunk[j], lt.y0[j], lt.start[j], lt.end[j], names.of(tensor[s], lt.start[j])))
     used = sum(t.bytes for t in live)
     gaps = holes_below(live, top)
     m = Moment(event, top, live, top - used, max((n for _, n in gaps), default=0))
     if holes:
-        m.holes = _freed_in(g, lt, sorted(gaps, key=lambda x: (-x[1], x[0]))[:MAX_HOLES], event, chunk)
+        done = _done(lt, event, chunk)
+        held = held_intervals([lt.offset[j] for j in done], [lt.size[j] for j in done])
+        m.unattributed = sum(unheld_bytes(off, n, held) for off, n in gaps)
+        m.holes = _freed_in(g, lt, sorted(gaps, key=lambda x: (-x[1], x[0]))[:MAX_HOLES], done, held)
     return m
 
 
-def _freed_in(g: _Graph, lt: _Lifetimes, gaps: list, event: int, chunk: int | None) -> list[dict]:
-    """Each hole and the (up to 3) latest lifetimes that held its bytes before `event`."""
+def _done(lt: _Lifetimes, event: int, chunk: int | None) -> list[int]:
+    """Lifetimes over before `event` (on `chunk`)."""
+    end = lt.end
+    return [j for j in range(len(end)) if end[j] <= event and (chunk is None or lt.chunk[j] == chunk)]
+
+
+def _freed_in(g: _Graph, lt: _Lifetimes, gaps: list, done: list[int], held: list) -> list[dict]:
+    """Each hole, the (up to 3) latest lifetimes that held its bytes before the moment (`done`), and its
+    bytes none of them held."""
     end, off_, size = lt.end, lt.offset, lt.size
-    done = [j for j in range(len(end)) if end[j] <= event and (chunk is None or lt.chunk[j] == chunk)]
     out = []
     for off, n in gaps:
         hit = [j for j in done if off_[j] < off + n and off_[j] + size[j] > off]
         hit.sort(key=lambda j: -end[j])  # stable: index order among equal ends
-        out.append({"offset": off, "bytes": n, "freed": [
-            {"tensor": str(g.tensor[lt.src[j]] or ""), "bytes": size[j], "freed_at": end[j]} for j in hit[:3]]})
+        out.append({"offset": off, "bytes": n, "unattributed": unheld_bytes(off, n, held), "freed": [
+            _freed(g, lt, j) for j in hit[:3]]})
     return out
+
+
+def _freed(g: _Graph, lt: _Lifetimes, j: int) -> dict:
+    name = g.tensor[lt.src[j]]
+    return {"tensor": str(name or ""), "occurrence": g.names.of(name, lt.start[j]), "bytes": lt.size[j],
+            "freed_at": lt.end[j]}
 
 
 def ggml_peak_events(events, capacity: int | None = None, buffer_names: list[str] | None = None,
@@ -243,7 +262,9 @@ def ggml_peak_events(events, capacity: int | None = None, buffer_names: list[str
             k = min((j for j in mine if tops[j] == mark), key=lambda j: lt.start[j])  # first of the earliest
             event = lt.start[k]
             name = buffer_names[b] if b is not None and buffer_names and b < len(buffer_names) else None
-            buffers.append({"buffer": b, "chunk": c, "name": name, "tensor": str(g.tensor[lt.src[k]] or ""),
+            setter = g.tensor[lt.src[k]]
+            buffers.append({"buffer": b, "chunk": c, "name": name,
+                            "tensor": display_name(setter, g.names.of(setter, lt.start[k])),
                             "moment": _moment(g, lt, _live_at(lt, event, c), event, mark, c)})
     peak = GraphPeak(buffers, g.n)
     e = next((i for i, k in enumerate(g.kind) if k == "oom"), None)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from alloctrace.traces.explain.peak_types import display_name
+
 # bytes per element of ggml's plain types; block types as (bytes per block, elements per block)
 TYPE_SIZE = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "f64": (8, 1), "i8": (1, 1), "i16": (2, 1),
              "i32": (4, 1), "i64": (8, 1), "q4_0": (18, 32), "q4_1": (20, 32), "q5_0": (22, 32), "q5_1": (24, 32),
@@ -64,28 +66,51 @@ def shape_of(name: str, shapes: dict, alloc_bytes: int | None = None) -> dict | 
     return out
 
 
+def own_shape(t: dict, shapes: dict) -> dict | None:
+    """The shape of one listed tensor, where the recording's shapes (kept by name) are surely its own: its
+    name is the only one of its plan (`occurrence` None) and its bytes are at least what ne and type need.
+    Two tensors named alike never lend each other a shape, nor the difference between them as padding."""
+    if t.get("occurrence") is not None:
+        return None
+    s = shape_of(t["tensor"], shapes, t["bytes"])
+    if s is None or s.get("bytes", 0) > t["bytes"]:
+        return None
+    return s
+
+
+def _label(name: str, occurrence, shapes: dict) -> str:
+    return label(name, shapes) if occurrence is None else display_name(name, occurrence)
+
+
 def annotate(out: dict, shapes: dict) -> dict:
-    """A peak's JSON with labels for unnamed tensors and each family's largest tensor's shape."""
+    """A peak's JSON with labels for unnamed tensors, each family's largest tensor's shape, and the padding
+    the allocator added to the tensors whose own shapes are known."""
     if not shapes:
         return out
-    for t in out.get("tensors") or ():
-        t["label"] = label(t["tensor"], shapes)
     largest: dict[str, dict] = {}
+    padding = known = 0
     for t in out.get("tensors") or ():
+        t["label"] = _label(t["tensor"], t.get("occurrence"), shapes)
         if t["family"] not in largest:  # tensors are listed largest first
             largest[t["family"]] = t
+        s = own_shape(t, shapes)
+        if s is not None and "bytes" in s:
+            padding += t["bytes"] - s["bytes"]
+            known += 1
+    if out.get("accounting") and out.get("tensors") is not None:
+        out["accounting"]["padding_bytes"], out["accounting"]["padding_known_for"] = padding, known
     parts = [out, *(out.get("buffers") or ())]
     for part in parts:
         for f in part.get("families") or ():
             t = largest.get(f["family"])
-            f["shape"] = shape_of(t["tensor"], shapes, t["bytes"]) if t else None
+            f["shape"] = own_shape(t, shapes) if t else None
             for key in ("first_node", "last_node"):
                 if f.get(key):
-                    f[key] = label(f[key], shapes)
+                    f[key] = label(f[key], shapes)  # a shared name arrives as `NAME #k`: no shape has it
         pk = part.get("peak") or {}
         if pk.get("tensor"):
             pk["label"] = label(pk["tensor"], shapes)
         for h in (part.get("fragmentation") or {}).get("holes") or ():
             for x in h["freed"]:
-                x["label"] = label(x["tensor"], shapes)
+                x["label"] = _label(x["tensor"], x.get("occurrence"), shapes)
     return out

@@ -7,6 +7,7 @@ numpy's import; `peak.py` computes the same objects over store columns and re-ex
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from alloctrace.traces.util.sizes import fmt_bytes
@@ -32,6 +33,56 @@ def family_of(name: str | None, op: str | None = None) -> str:
     return base
 
 
+# --- which tensor: a name is no identity ------------------------------------------------------------
+class Occurrences:
+    """Tell apart tensors that share a name in one graph (several `node_7`, a layer name used twice): the
+    k-th tensor of a plan placed under a name is `NAME #k`. A tensor is known by the event that placed it
+    (an alloc or a reuse) and its bytes (chunk, offset), never by its name; the number only shows it."""
+
+    def __init__(self, opens, reallocs):
+        """`opens`: (event, name) of every alloc and reuse in event order; `reallocs`: the re-plans' events."""
+        self.by_name: dict = {}
+        for i, name in opens:
+            self.by_name.setdefault(name or "", []).append(i)
+        self.reallocs = sorted(reallocs)
+
+    def of(self, name: str | None, at: int) -> int | None:
+        """Which of its plan's tensors named `name` the one placed at event `at` is (1, 2, ...), None
+        when the name is its plan's only one."""
+        ev = self.by_name.get(name or "")
+        if ev is None or len(ev) < 2:
+            return None
+        r = self.reallocs
+        k = bisect_right(r, at)
+        lo, hi = bisect_right(ev, r[k - 1] if k else -1), bisect_left(ev, r[k]) if k < len(r) else len(ev)
+        if hi - lo < 2:
+            return None
+        return max(bisect_right(ev, at) - lo, 1)
+
+
+def display_name(name: str | None, occurrence: int | None) -> str:
+    """`node_7 #2` for the second tensor named node_7; the name alone where it is the only one."""
+    return (name or "") if occurrence is None else f"{name or '(unnamed)'} #{occurrence}"
+
+
+def unheld_bytes(lo: int, n: int, held: list[tuple[int, int]]) -> int:
+    """Bytes of [lo, lo + n) that no interval of `held` ((offset, bytes), sorted by offset) covers."""
+    covered, pos, end = 0, lo, lo + n
+    for off, size in held:
+        if off >= end:
+            break
+        a, b = max(off, pos), min(off + size, end)
+        if b > a:
+            covered += b - a
+            pos = b
+    return n - covered
+
+
+def held_intervals(offsets, sizes) -> list[tuple[int, int]]:
+    """(offset, bytes) sorted by offset, for `unheld_bytes`."""
+    return sorted(zip(offsets, sizes))
+
+
 # --- one graph's peak ---------------------------------------------------------------------------
 @dataclass
 class Live:
@@ -46,10 +97,16 @@ class Live:
     y0: int  # offset in the memory map's stacked chunk space
     start: int  # event that placed these bytes (an alloc or a reuse)
     end: int  # event that released them (n_events: live at the end)
+    occurrence: int | None = None  # k for the k-th tensor of the graph's plan with this name; None: the only one
+
+    @property
+    def display(self) -> str:
+        return display_name(self.tensor, self.occurrence)
 
     def to_json(self) -> dict:
-        return {"tensor": self.tensor, "family": self.family, "op": self.op, "bytes": self.bytes,
-                "offset": self.offset, "chunk": self.chunk, "y0": self.y0, "start": self.start, "end": self.end}
+        return {"tensor": self.tensor, "occurrence": self.occurrence, "family": self.family, "op": self.op,
+                "bytes": self.bytes, "offset": self.offset, "chunk": self.chunk, "y0": self.y0, "start": self.start,
+                "end": self.end}
 
 
 @dataclass
@@ -62,6 +119,7 @@ class Moment:
     free_below: int  # bytes below `bytes` held by no live tensor
     largest_hole: int
     holes: list = field(default_factory=list)  # the largest holes, each with what was freed there
+    unattributed: int = 0  # bytes of free_below that no logged tensor held before `event`
 
     def families(self) -> list[dict]:
         return families_json(self.live, self.bytes)
@@ -98,7 +156,7 @@ def families_json(live: list[Live], total: int) -> list[dict]:
         ts.sort(key=lambda t: (t.start, t.offset))
         size = sum(t.bytes for t in ts)
         out.append({"family": fam, "tensors": len(ts), "bytes": size, "share": size / total if total else 0.0,
-                    "first_node": ts[0].tensor, "last_node": ts[-1].tensor, "first_event": ts[0].start,
+                    "first_node": ts[0].display, "last_node": ts[-1].display, "first_event": ts[0].start,
                     "last_event": ts[-1].start})
     out.sort(key=lambda f: (-f["bytes"], f["family"]))
     return out
@@ -148,6 +206,8 @@ class GraphPeak:
                         "tensor": top["tensor"] if top else None,
                         "live_bytes": total - self.free_below},
                "families": families_json(self.live, total),
+               "accounting": _accounting(total, self.live, self.free_below,
+                                         sum(b["moment"].unattributed for b in self.buffers)),
                "fragmentation": {"free_below_peak": self.free_below,
                                  "largest_hole": max((b["moment"].largest_hole for b in self.buffers), default=0),
                                  "holes": sorted((h for b in self.buffers for h in b["moment"].holes),
@@ -167,11 +227,22 @@ def _buffer_json(b: dict) -> dict:
     m: Moment = b["moment"]
     return {"buffer": b.get("buffer"), "chunk": b["chunk"], "name": b.get("name"), "peak": {"event": m.event, "bytes": m.bytes, "tensor": b["tensor"],
                                           "live_bytes": m.bytes - m.free_below},
-            "families": m.families(), "fragmentation": {"free_below_peak": m.free_below,
+            "families": m.families(), "accounting": _accounting(m.bytes, m.live, m.free_below, m.unattributed),
+            "fragmentation": {"free_below_peak": m.free_below,
                                                         "largest_hole": m.largest_hole, "holes": m.holes}}
 
 
 MAX_HOLES = 8  # holes below a mark that say what was freed there (the largest)
+
+
+def _accounting(total: int, live: list[Live], free_below: int, unattributed: int) -> dict:
+    """Every byte below a mark, once: held by a live tensor (the bytes its allocator counted), free after a
+    tensor that held it earlier (fragmentation), or held by no logged tensor (unattributed)."""
+    held = sum(t.bytes for t in live)
+    out = {"bytes": total, "tensors": len(live), "tensor_bytes": held, "freed_bytes": free_below - unattributed,
+           "unattributed_bytes": unattributed}
+    assert held + out["freed_bytes"] + unattributed == total
+    return out
 
 
 # --- attribution between two runs --------------------------------------------------------------

@@ -92,7 +92,7 @@ def families_with_shapes(peak, extra: dict) -> list[dict]:
         t = largest[fam]
         row = {"family": fam, "bytes": size, "tensor": t.tensor, "tensor_bytes": t.bytes,
                "tensors": sum(1 for x in peak.live if x.family == fam)}
-        s = shapes.get(t.tensor)
+        s = shapes.get(t.tensor) if t.occurrence is None else None  # a shared name: whose shape is unknown
         if s:
             row["type"], row["ne"], row["op"] = s[0], s[1], s[2]
             row["label"] = label_of(t.tensor, shapes)
