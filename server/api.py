@@ -22,7 +22,7 @@ from alloctrace.traces.export import formats as export_formats
 from alloctrace.server import graphs, upload
 from alloctrace.traces import memmap
 from alloctrace.traces.util.lru import LRU
-from alloctrace.traces.store.graph_info import events_page, with_ggml_lines
+from alloctrace.traces.store.graph_info import events_page, with_ggml_lines, with_uncertainty
 from alloctrace.traces.memmap.live_ops import name_live_ops, name_live_ops_from_lifetimes
 from alloctrace.traces.state.index import state_json
 from alloctrace.server.context import Context
@@ -68,7 +68,7 @@ def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200,
                 ):
     if len(tag) > 64:
         raise UserError("at most 64 tags")
-    found = ctx(request).call(lambda s: s.list(q, tag) if q or tag else s.list())
+    found = ctx(request).call(lambda s: with_uncertainty(s, s.list(q, tag) if q or tag else s.list()))
     return {"traces": [with_ggml_lines(t) for t in found]}
 
 
@@ -101,6 +101,7 @@ async def upload_trace(request: Request):
             return Response(status_code=499)
     finally:
         up.cleanup()
+    summaries = await run_in_threadpool(c.call, lambda s: with_uncertainty(s, summaries))
     return JSONResponse({"traces": [with_ggml_lines(t) for t in summaries]}, status_code=201)
 
 
@@ -114,7 +115,7 @@ def display_name(filename: str | None) -> str | None:
 
 @router.get("/traces/{trace_id}", summary="One trace's summary", responses={200: {"model": TraceSummary}})
 def get_trace(request: Request, trace_id: TraceId):
-    return with_ggml_lines(ctx(request).call(lambda s: s.summary(trace_id)))
+    return with_ggml_lines(ctx(request).call(lambda s: with_uncertainty(s, [s.summary(trace_id)])[0]))
 
 
 @router.delete("/traces/{trace_id}", summary="Delete a trace")

@@ -3,8 +3,15 @@
 import { consistency } from "./api.js";
 import { el, clear, fmtInt } from "./common.js";
 
-/** "yes" / "no: N mismatches" / "–" (not checked), as a badge. */
+/** "exact up to N B" where the log cannot pin a size to the byte (what it lacks is the badge's title). */
+const upTo = (n) => `yes, exact up to ${fmtInt(n)} B`;
+
+/** "yes" / "yes, exact up to N B" / "no: N mismatches" / "–" (not checked), as a badge. */
 export function consistencyBadge(g) {
+  if (g.consistent === true && g.uncertainty_bytes) {
+    return el("span", { class: "badge consistent uncertain", title: `exact up to ${fmtInt(g.uncertainty_bytes)} bytes: ${g.reason || "?"}` },
+      upTo(g.uncertainty_bytes));
+  }
   if (g.consistent === true) return el("span", { class: "badge consistent", title: "the model reproduced every placement, plan and buffer size" }, "yes");
   if (g.consistent === false) return el("span", { class: "badge oom inconsistent" }, "no");
   return el("span", { class: "hint", title: "nothing to check this graph against" }, "–");
@@ -15,6 +22,12 @@ export function traceConsistency(t, href) {
   const checked = t.graphs.filter((g) => g.consistent !== null && g.consistent !== undefined);
   if (!checked.length) return el("span", { class: "hint" }, "–");
   const bad = checked.filter((g) => g.consistent === false);
+  const unsure = checked.reduce((w, g) => (g.uncertainty_bytes > (w ? w.uncertainty_bytes : 0) ? g : w), null);
+  if (!bad.length && unsure) {
+    return el("span", { class: "badge consistent uncertain",
+      title: `${checked.length} graphs checked; exact up to ${fmtInt(unsure.uncertainty_bytes)} bytes: ${unsure.reason || "?"}` },
+    upTo(unsure.uncertainty_bytes));
+  }
   if (!bad.length) return el("span", { class: "badge consistent", title: `${checked.length} graphs checked` }, "yes");
   return el("span", {}, el("span", { class: "badge oom inconsistent" }, `no: ${bad.length} of ${checked.length}`), " ",
     ...bad.slice(0, 4).map((g, k) => [k ? ", " : null, el("a", { href: href(g), class: "inconsistent-graph" }, `graph ${g.index}`)]).flat(),

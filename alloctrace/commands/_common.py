@@ -64,9 +64,11 @@ def _oom(o) -> str:
     return f"{o.get('tensor') or '?'} needed {o['needed']:,} > {o['largest_available']:,}"
 
 
-def _yes_no(v, complete: bool = True) -> str:
+def _yes_no(v, complete: bool = True, unsure: int = 0) -> str:
     if not complete:
         return "INCOMPLETE"  # the log ends inside the walk: never shown as a consistent whole
+    if v and unsure:  # consistent, but the log cannot pin a size to the byte
+        return f"yes, exact up to {unsure:,} B"
     return "-" if v is None else ("yes" if v else "NO")
 
 
@@ -100,7 +102,8 @@ def traces_table(summaries: list[dict]) -> str:
         consistent = [g["consistent"] for g in gs if g["consistent"] is not None]
         rows.append([s["id"], s["name"], s["generation"], ", ".join(f"{n} {r}" for r, n in roles.items()) or "0",
                      exact_count(max(bufs) if bufs else None), "yes" if any(g["oom"] for g in gs) else "-",
-                     _yes_no(all(consistent) if consistent else None, all(g.get("complete", True) for g in gs)),
+                     _yes_no(all(consistent) if consistent else None, all(g.get("complete", True) for g in gs),
+                             max((g.get("uncertainty_bytes") or 0 for g in gs), default=0)),
                      s["created"]] + ([" ".join(t for t in s.get("tags") or () if "=" in str(t))] if tagged else []))
     return table(rows)
 
@@ -113,5 +116,6 @@ def graphs_table(summary: dict) -> str:
     rows = [["GRAPH", "ROLE", "EVENTS", "MAX_SIZE", "BUFFER", "OOM", "CONSISTENT"]]
     for g in summary["graphs"]:
         rows.append([str(g["index"]), g["role"], exact_count(g["n_events"]), exact_count(g["max_size"]),
-                     exact_count(g["buffer_size"]), _oom(g["oom"]), _yes_no(g["consistent"], g.get("complete", True))])
+                     exact_count(g["buffer_size"]), _oom(g["oom"]),
+                     _yes_no(g["consistent"], g.get("complete", True), g.get("uncertainty_bytes") or 0)])
     return head + "\n" + table(rows)

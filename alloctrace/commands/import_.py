@@ -70,6 +70,9 @@ def run(args) -> int:
     else:
         summaries = import_files(store, args.paths, name=args.name, generation=args.generation,
                                  progress=sys.stderr.isatty(), limits=limits, tags=tags)
+    from alloctrace.traces.store.graph_info import uncertainty_text, with_uncertainty
+
+    with_uncertainty(store, summaries)
     for s in summaries:  # a log that fits more than one generation says which it was read as
         if s.get("stored_before"):
             print(f"alloctrace: {s['name']}: stored before as {s['id']} (not stored again)", file=sys.stderr)
@@ -77,6 +80,9 @@ def run(args) -> int:
         note = store.meta(s["id"]).extra.get("generation_note")
         if note:
             print(f"alloctrace: {s['name']}: {note}", file=sys.stderr)
+        unsure = uncertainty_text(s.get("graphs") or [])
+        if unsure:
+            print(f"alloctrace: {s['name']}: sizes {unsure}", file=sys.stderr)
     if args.verbose:
         from alloctrace.traces.sources.ggml_log import fastlog
         from alloctrace.traces.sources.record import plans_fast

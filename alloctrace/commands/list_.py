@@ -25,7 +25,10 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    summaries = open_store_from(args).list(args.q, args.tags)
+    from alloctrace.traces.store.graph_info import with_uncertainty
+
+    store = open_store_from(args)
+    summaries = with_uncertainty(store, store.list(args.q, args.tags))
     if args.json:
         print(json.dumps({"traces": summaries}, indent=1))
     else:

@@ -97,6 +97,8 @@ def report_lines(p: dict, tensors: bool = False) -> list[str]:
         return out
 
     lines = [f"trace {p['trace']} graph {p['graph']} ({p.get('role') or '?'}), {p['n_events']:,} events"]
+    if p.get("uncertainty_bytes"):
+        lines.append(f"  sizes exact up to {p['uncertainty_bytes']:,} bytes: {p.get('reason') or '?'}")
     if p["peak"]["event"] is None:
         return lines + ["  nothing was allocated"]
     lines += section("peak", p)

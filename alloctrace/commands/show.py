@@ -21,6 +21,9 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    summary = open_store_from(args).summary(args.id)
+    from alloctrace.traces.store.graph_info import with_uncertainty
+
+    store = open_store_from(args)
+    summary = with_uncertainty(store, [store.summary(args.id)])[0]  # sizes a log cannot pin down say so
     print(json.dumps(summary, indent=1) if args.json else graphs_table(summary))
     return 0

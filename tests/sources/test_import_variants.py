@@ -1,4 +1,7 @@
 """Message formats of every generation, graph splitting and allocator lives."""
+import subprocess
+import sys
+
 import pytest
 
 from conftest import log_records
@@ -146,6 +149,26 @@ def test_a_log_both_offset_generations_fit_is_read_as_the_newer_and_says_so(tmp_
     imp = LogImport(write(tmp_path, odd, "odd.log"))
     log_records(imp)
     assert imp.candidates == ["ggml-2025-09"]
+
+
+def test_a_log_two_generations_fit_says_how_far_its_sizes_are_exact(tmp_path):
+    """Read as ggml-2025-09 the buffer is 3,072 B; as ggml-2024-02 (also consistent) 3,136 B: the import keeps
+    the newer reading and states the 64 bytes and why, instead of a bare `consistent`."""
+    path = write(tmp_path, V3_LOG + "main: done\n")  # the program went on: the walk is whole
+    (trace,) = GgmlLogSource().read(open(path, "rb"), filename="v3.log", name=None)
+    [g] = list(trace.graphs)
+    assert (g.consistent, g.max_size, g.buffer_size) == (True, 3072, 3072)
+    assert g.extra["uncertainty_bytes"] == 64
+    assert "the log fits ggml-2025-09 and ggml-2024-02" in g.extra["reason"]
+    assert "read as ggml-2024-02: max_size 3,072, buffer 3,136" in g.extra["reason"]
+    # told the generation, nothing is uncertain
+    (trace,) = GgmlLogSource().read(open(path, "rb"), filename="v3.log", name=None, generation="ggml-2025-09")
+    assert "uncertainty_bytes" not in list(trace.graphs)[0].extra
+    st = str(tmp_path / "st")
+    out = subprocess.run([sys.executable, "-m", "alloctrace", "import", str(path), "--store", st],
+                         capture_output=True, text=True, check=True)
+    assert "sizes exact up to 64 bytes: the log fits ggml-2025-09 and ggml-2024-02" in out.stderr
+    assert "yes, exact up to 64 B" in out.stdout
 
 
 def test_generation_is_detected_from_the_first_choice(tmp_path):

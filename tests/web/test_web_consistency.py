@@ -124,3 +124,23 @@ def test_the_state_before_every_recorded_placement_holds_no_overlap(moe_server):
         assert r.status_code == 200, r.text
         live = sorted((t["offset"], t["offset"] + t["size"]) for t in r.json()["live"])
         assert all(a[1] <= b[0] for a, b in zip(live, live[1:])), (i, live)
+
+
+def test_a_size_the_log_cannot_pin_down_says_how_far_on_its_badge(tmp_path, page):
+    """A 2023-10 scheduler log lacks its measure buffer's heap base: consistent, exact up to 48 bytes."""
+    from alloctrace.traces.sources import import_paths
+
+    log = Path(__file__).parents[1].joinpath("data") / "ggml-real" / "v2023-10-30-tallocr" / "gpt-2-backend2_tiny_short.AT.log"
+    store = open_store(tmp_path / "store")
+    [tid] = import_paths(store, [log])
+    store.close()
+    with live_server(tmp_path / "store") as base:
+        g0 = httpx.get(f"{base}/api/traces/{tid}", timeout=30).json()["graphs"][0]
+        assert g0["uncertainty_bytes"] == 48 and "heap base" in g0["reason"]
+        page.goto(f"{base}/traces/{tid}?g=0")
+        page.wait_for_selector("#consistent .badge")
+        assert page.inner_text("#consistent") == "yes, exact up to 48 B"
+        assert "the log lacks the buffer's heap base" in page.get_attribute("#consistent .badge", "title")
+        page.goto(base + "/")
+        page.wait_for_selector("#trace-table")
+        assert page.inner_text(f"#trace-table tr[data-id='{tid}'] td.consistency") == "yes, exact up to 48 B"

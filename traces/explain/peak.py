@@ -190,6 +190,9 @@ def peak_json(store, ref: str) -> dict:
     peak, row = graph_peak(store, tid, g)
     out = peak.to_json(tid, g)
     out["role"], out["max_size"], out["buffer_size"] = row.get("role"), row.get("max_size"), row.get("buffer_size")
+    extra = row.get("extra") or {}
+    if extra.get("uncertainty_bytes"):  # the import could not pin the sizes down: how far, and why
+        out["uncertainty_bytes"], out["reason"] = extra["uncertainty_bytes"], extra.get("reason")
     from alloctrace.traces.explain.peak_shapes import annotate
 
     return annotate(out, (row.get("extra") or {}).get("shapes") or {})  # a recording knows ne and type

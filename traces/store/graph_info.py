@@ -73,6 +73,28 @@ def with_ggml_lines(summary: dict) -> dict:
     return summary
 
 
+UNCERTAINTY_KEYS = ("uncertainty_bytes", "reason")
+
+
+def with_uncertainty(store, summaries: list[dict]) -> list[dict]:
+    """Summaries whose graphs carry `uncertainty_bytes` and `reason` where an import could not tell a size
+    exactly (the log lacks what decides it): consistent means consistent up to that many bytes."""
+    ids = [s["id"] for s in summaries if s.get("graphs") and not s.get("report")]
+    found = store.graph_extras_of(ids, UNCERTAINTY_KEYS) if ids else {}
+    for s in summaries:
+        for g in s.get("graphs") or ():
+            got = found.get(s["id"], {}).get(g["index"]) or {}
+            if got.get("uncertainty_bytes"):
+                g["uncertainty_bytes"], g["reason"] = got["uncertainty_bytes"], got.get("reason")
+    return summaries
+
+
+def uncertainty_text(graphs: list[dict]) -> str | None:
+    """`exact up to N bytes: REASON` for the widest uncertainty of some graphs, None when all are exact."""
+    g = max((g for g in graphs if g.get("uncertainty_bytes")), key=lambda g: g["uncertainty_bytes"], default=None)
+    return None if g is None else f"exact up to {g['uncertainty_bytes']:,} bytes: {g.get('reason') or 'see the import'}"
+
+
 def consistency(store, trace_id: str, g: int) -> dict:
     """Whether the model reproduced graph `g` of a stored trace, and the placements it got wrong."""
     from alloctrace.traces.store.store import NotFound

@@ -45,6 +45,8 @@ class GraphSummary(_Strict):
     oom: OomSummary | None = None
     consistent: bool | None = None
     complete: bool = True  # False: the log ends inside this graph walk
+    uncertainty_bytes: int | None = Field(default=None, ge=0, le=1 << 20)  # sizes exact up to this many bytes
+    reason: str | None = Text  # what the log lacks that would make them exact
 
 
 class TraceSummary(_Strict):

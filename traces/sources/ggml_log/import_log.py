@@ -76,11 +76,17 @@ class LogImport:
     def _python_graphs(self) -> Iterator[EncodedGraph]:
         from alloctrace.traces.sources.ggml_log.recover_fast import RecoveryCache
 
-        cache = None
+        cache = other = None
         for draft in self._drafts():
             if cache is None:
                 cache = self.cache = RecoveryCache(self._replayer(self.features, draft), _compressor(), self.memo)
-            yield _marked(cache.graph(draft), draft)
+                if len(self.candidates) > 1 and PROFILES[self.generation].log_style != "block":
+                    other = RecoveryCache(self._replayer_of(self.candidates[1], self.features), _compressor(),
+                                          self.memo)
+            g = cache.graph(draft)
+            if other is not None:
+                g = with_other_reading(g, other.graph(draft), self.generation, self.candidates[1])
+            yield _marked(g, draft)
         if cache is None:
             raise UserError(f"{self.path}: no ggml-alloc trace lines found")
 
@@ -136,9 +142,39 @@ class LogImport:
         if self.generation is None:
             self.candidates = generation_candidates(features, first)
             self.generation = self.candidates[0]
-        if PROFILES[self.generation].family == "legacy":
-            return LegacyReplay(self.generation, features.addr_block, features.addr)
-        return GallocrReplay(self.generation)
+        return self._replayer_of(self.generation, features)
+
+    @staticmethod
+    def _replayer_of(generation: str, features: Features):
+        from alloctrace.traces.sources.ggml_log.recover import GallocrReplay, LegacyReplay
+
+        if PROFILES[generation].family == "legacy":
+            return LegacyReplay(generation, features.addr_block, features.addr)
+        return GallocrReplay(generation)
+
+
+def with_other_reading(g: EncodedGraph, alt: EncodedGraph, generation: str, other: str) -> EncodedGraph:
+    """A graph of a log two generations fit, read as `generation`, with what reading it as `other` changes:
+    where that reading is consistent too and its sizes differ, the graph's sizes are exact only up to the
+    difference (`uncertainty_bytes`, and `reason` names both readings and what would tell them apart).
+    Only the log-style the compiled fast path never reads is read twice (its graphs stay byte-identical)."""
+    if not alt.consistent:
+        return g  # the log does not fit the other generation after all (for this graph)
+    diffs = [abs(a - b) for a, b in ((g.max_size, alt.max_size), (g.buffer_size, alt.buffer_size))
+             if a is not None and b is not None]
+    d = max(diffs, default=0)
+    if not d:
+        return g
+    why = (f"{ambiguity_note([generation, other])}; read as {other}: max_size {_num(alt.max_size)}, "
+           f"buffer {_num(alt.buffer_size)}")
+    old = g.extra.get("uncertainty_bytes") or 0
+    reason = why if not old else f"{g.extra.get('reason')}; and {why}"
+    g.extra = {**g.extra, "uncertainty_bytes": old + d, "reason": reason}
+    return g
+
+
+def _num(n) -> str:
+    return "-" if n is None else f"{n:,}"
 
 
 def _marked(g, draft: Draft):

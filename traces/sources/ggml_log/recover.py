@@ -19,6 +19,8 @@ from alloctrace.traces.sources.ggml_log.split import Draft
 
 MIB = 1024 * 1024
 REPLAYED = frozenset({"alloc", "free", "reuse", "oom"})
+BASE_NOT_LOGGED = ("the log lacks the buffer's heap base (it prints aligned addresses only; ggml counts the bytes "
+                   "from the base to the first aligned address in max_size)")
 
 
 def ops_from_exec(events: list):
@@ -48,6 +50,8 @@ class LegacyReplay:
         self.life = None
         self.measure_max = None
         self.measure_align = 16
+        self.measure_unsure = 0  # bytes the measured size may lack (see _base_uncertainty)
+        self.base_logged = self.base_virtual = False
         self.buffer = None
         self.index = 0
 
@@ -55,6 +59,8 @@ class LegacyReplay:
         role = "measure" if (self.index == 0 or d.compute_after or d.measure_before) else "eval"
         align = d.alignment or 16
         base = d.vm_base if d.vm_base is not None else (_first_addr(d) if self.has_addr else None)
+        self.base_logged = d.vm_base is not None
+        self.base_virtual = base is None  # the measure's own base (MEASURE_BASE), unless the log's pointers differ
         if role == "measure":
             self.t = LegacyTallocr(self.profile, MEASURE_BASE if base is None else base, MEASURE_SIZE, align, True)
             self.life, self.buffer = "measure", None
@@ -74,11 +80,17 @@ class LegacyReplay:
         rec.consistent = self._replay(events)
         rec.max_size = self.t.max_size + self._base_padding()
         rec.oom = oom_summary(rec)
+        unsure = self._base_uncertainty()
         if role == "measure":
             self.measure_max = rec.max_size
+            self.measure_unsure = unsure
             sizes = [e.size for e in d.items if isinstance(e, Event) and e.kind == "alloc"]
             self.measure_align = d.alignment or next(
                 (a for a in self.profile.alignments if sizes and all(s % a == 0 for s in sizes)), 16)
+        elif self.buffer is not None and not d.buffer_before:
+            unsure = max(unsure, self.measure_unsure)  # its buffer is the measured size
+        if unsure:
+            rec.extra = {**rec.extra, "uncertainty_bytes": unsure, "reason": BASE_NOT_LOGGED}
         self.index += 1
         return rec
 
@@ -95,16 +107,25 @@ class LegacyReplay:
         pad = (start - 16) % 4096
         return pad if 0 < pad < self.t.alignment else 0
 
+    def _base_uncertainty(self) -> int:
+        """How many bytes a max_size may lack: a heap base taken as its first aligned address (no mmap start
+        shows) may lie that far below it, in 16-byte steps, up to the buffer's alignment."""
+        if self.shift is None or self.base_logged or (self.base_virtual and self.shift == 0) or self._base_padding():
+            return 0
+        if (self.t.base + self.shift - 16) % 4096 == 0:  # an mmap start: the base is this address
+            return 0
+        return max(self.t.alignment, self.profile.backend_alignment) - 16
+
     def state(self) -> tuple:
         """Everything `graph` reads besides the draft (see RecoveryCache)."""
         t = self.t
         tal = None if t is None else (t.base, t.size, t.alignment, t.measure, t.max_size, tuple(t.addrs),
                                       tuple(t.sizes))
-        return self.index == 0, self.life, self.measure_max, self.measure_align, self.buffer, tal
+        return self.index == 0, self.life, self.measure_max, self.measure_align, self.measure_unsure, self.buffer, tal
 
     def restore(self, state: tuple):
         """Take the state `state()` described (the index is left alone)."""
-        _, self.life, self.measure_max, self.measure_align, self.buffer, tal = state
+        _, self.life, self.measure_max, self.measure_align, self.measure_unsure, self.buffer, tal = state
         if tal is None:
             self.t = None
             return
