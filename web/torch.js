@@ -178,13 +178,14 @@ class SnapshotView {
       el("h2", {}, `Out of memory at entry ${fmtInt(card.event)}${card.n_ooms > 1 ? ` (the first of ${fmtInt(card.n_ooms)})` : ""}`),
       el("p", { id: "oom-cause", class: `oom-cause ${card.cause.kind}` }, `Cause: ${card.cause.text}.`),
       el("dl", { class: "facts" }, fact("requested", exactEl(card.requested)), fact("segment needed", exactEl(card.segment_needed)),
-        fact("allocated", exactEl(card.allocated)), fact("reserved", exactEl(card.reserved)),
-        fact("cached (reserved − allocated)", exactEl(card.cached)),
+        ...(card.unknown ? [fact("allocated, reserved, free blocks", el("span", { id: "oom-unknown", title: card.unknown }, "unknown"))]
+          : [fact("allocated", exactEl(card.allocated)), fact("reserved", exactEl(card.reserved)),
+            fact("cached (reserved − allocated)", exactEl(card.cached))]),
         ...(cap ? [fact("memory cap", el("span", { id: "oom-cap" }, `${fmtInt(cap.lower)} – ${fmtInt(cap.upper - 1)} B (inferred)`,
           ...(cap.roundest !== null ? [el("br"), `roundest value in range: ${fmtBytes(cap.roundest)} (${fmtInt(cap.roundest)} B)`] : [])))] : []),
         fact("retries (whole run)", el("span", { id: "oom-retries" }, card.retries === null || card.retries === undefined ? "–" : fmtInt(card.retries))),
-        fact("largest free block (large pool)", exactEl(card.largest_free.large)),
-        fact("largest free block (small pool)", exactEl(card.largest_free.small)),
+        ...(card.largest_free ? [fact("largest free block (large pool)", exactEl(card.largest_free.large)),
+          fact("largest free block (small pool)", exactEl(card.largest_free.small))] : []),
         fact("device free", card.device_free === null ? "–" : exactEl(card.device_free)),
         ...card.cache_releases.slice(-1).map((r) => fact("cache emptied before", `${r.segments} segments, ${fmtBytes(r.bytes)} at entries ${r.first}–${r.end - 1}`)),
         ...(card.meta ? [fact("metadata", card.meta)] : [])),
@@ -224,6 +225,17 @@ class SnapshotView {
     loading($("state-note"), "Rebuilding the allocator state…");
     const s = await torchState(this.id, this.d, k, this.skip).finally(() => loaded($("state-note")));
     const t = s.totals;
+    if (!t) {   // a trace whose start could not be recovered: its totals are unknown, never zeros
+      clear($("state-totals")).append(fact("after entry", fmtInt(s.event)),
+        fact("reserved, allocated, free blocks", el("span", { id: "state-unknown" }, "unknown")),
+        fact("held by allocations the trace made", `${fmtBytes(s.held_since_start.bytes)} in ${fmtInt(s.held_since_start.allocations)} allocations`),
+        ...(s.next ? [fact("next entry", `${s.next.action} ${fmtBytes(s.next.size)}`)] : []));
+      clear($("segments"));
+      $("segments").style.height = "auto";
+      Object.assign($("segments").dataset, { event: String(s.event), segments: "unknown" });
+      $("state-note").textContent = `Unknown: ${s.unknown}.`;
+      return;
+    }
     clear($("state-totals")).append(fact("after entry", fmtInt(s.event)), fact("segments", fmtInt(t.segments)),
       fact("reserved", bytesEl(t.reserved)), fact("allocated", bytesEl(t.allocated)), fact("requested", bytesEl(t.requested)),
       fact("reserved − allocated", bytesEl(t.cached)), fact("pending free", bytesEl(t.pending_free)),

@@ -63,10 +63,15 @@ def run(args) -> int:
         print(f"note: {st['partial']}")
     print(f"after entry {k:,} of {dev.n:,}" + (f" (next: {nxt['action']} {nxt['size']:,} B, {nxt['site']})"
                                                  if nxt else ""))
-    print(f"reserved {t['reserved']:,}  allocated {t['allocated']:,}  requested {t['requested']:,}  "
-          f"reserved - allocated {t['cached']:,}  pending free {t['pending_free']:,}")
-    print(f"largest free block: large pool {t['largest_free']['large']:,}, small pool {t['largest_free']['small']:,}"
-          f"; {t['segments']:,} segments")
+    if t is None:
+        held = st["held_since_start"]
+        print(f"reserved, allocated and free blocks: unknown: {st['unknown']}")
+        print(f"held by allocations the trace made: {held['bytes']:,} B in {held['allocations']:,} allocations")
+    else:
+        print(f"reserved {t['reserved']:,}  allocated {t['allocated']:,}  requested {t['requested']:,}  "
+              f"reserved - allocated {t['cached']:,}  pending free {t['pending_free']:,}")
+        print(f"largest free block: large pool {t['largest_free']['large']:,}, "
+              f"small pool {t['largest_free']['small']:,}; {t['segments']:,} segments")
     if card:
         print("\n".join(oom_lines(card)))
     rows = [["SEGMENT", "POOL", "SIZE", "ALLOCATED", "FREE", "LARGEST FREE", "BLOCKS"]]
@@ -89,9 +94,18 @@ def oom_lines(card: dict) -> list[str]:
     out = [f"OOM at entry {card['event']:,} (of {card['n_ooms']:,}): requested {card['requested']:,} B "
            f"(a {card['segment_needed']:,} B segment) from {card['site']}",
            f"  cause: {card['cause']['text']}"]
-    if card["device_free"] is not None:
+    if card.get("unknown"):
+        out.append(f"  reserved, allocated and free blocks at the OOM: unknown: {card['unknown']}")
+    elif card["device_free"] is not None:
         out.append(f"  device free at the OOM: {card['device_free']:,} B; reserved {card['reserved']:,} B, "
                    f"allocated {card['allocated']:,} B, cached {card['cached']:,} B")
+    if card.get("cap"):
+        c = card["cap"]
+        out.append(f"  memory cap: {c['lower']:,} - {c['upper'] - 1:,} B ({c.get('source', 'inferred')})"
+                   + (f", roundest {c['roundest']:,} B" if c.get("roundest") is not None else ""))
+    if card.get("largest_free") and not card.get("unknown"):
+        out.append(f"  largest free block: large pool {card['largest_free']['large']:,} B, "
+                   f"small pool {card['largest_free']['small']:,} B")
     if card.get("retries") is not None:
         out.append(f"  retries (the cache released and the request tried again, whole run): {card['retries']:,}")
     for r in card["cache_releases"][-1:]:
