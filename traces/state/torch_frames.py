@@ -4,10 +4,11 @@ Snapshots recorded with `stacks="all"` (what `_record_memory_history()` does by 
 (the allocator, the dispatcher, the interpreter's eval loop, libc) with the Python ones. A native frame says where
 the bytes were asked for inside torch, never in the user's program, so it is never the call site while the stack
 has a Python frame: the site is the first Python frame outside `skip` (torch's own files by default), else the
-program's own code without a file (`<string>` of exec or `python -c`), else the innermost Python frame. A stack
-with C++ frames only (the autograd engine's thread) is named by its autograd node (`AddmmBackward0`) when it has one, else by its first native frame outside the interpreter, libc, libtorch and the
-CUDA libraries; when every frame is one of those, it has no call site of its own (the caller then names it by the
-annotation around it, as for entries without frames).
+program's own code without a file (`<string>` of exec or `python -c`), else the innermost Python frame. A
+stack with C++ frames only (the autograd engine's thread) is named by its autograd node (`AddmmBackward0`) when
+it has one, else by its first native frame outside the interpreter, libc, libtorch and the CUDA libraries; when
+every frame is one of those, it has no call site of its own (the caller then names it by the annotation around
+it, as for entries without frames).
 """
 from __future__ import annotations
 
