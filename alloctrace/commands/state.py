@@ -10,18 +10,19 @@ from ._common import add_store_arg, examples, open_store_from, table
 
 EXAMPLES = examples(
     'alloctrace state 3c9e01aa --event oom --store ./store   # the allocator when the OOM struck',
-    'alloctrace state 3c9e01aa:1 --event 5000 --top 5 --store ./store   # device 1, after 5000 entries')
+    'alloctrace state 3c9e01aa:1 --event 4999 --top 5 --store ./store   # device 1, after entry 4999')
 
 
 def register(subparsers):
     p = subparsers.add_parser("state", help="a PyTorch snapshot's allocator state at an entry (or at its OOM)",
-                              description="Segments and blocks after the first N trace entries, rebuilt from the "
-                                          "trace: reserved, allocated, reserved - allocated, the largest free "
+                              description="Segments and blocks after entry N (entries 0..N applied, the numbering "
+                                          "peak, flame and the OOM card use), rebuilt from the trace: reserved, allocated, reserved - allocated, the largest free "
                                           "block per pool, and the most fragmented segments. --event oom also "
                                           "prints the OOM card.")
     p.add_argument("ref", metavar="ID[:DEVICE]", help="trace id (a unique prefix is enough), device 0 by default")
-    p.add_argument("--event", default="end", metavar="N|peak|oom|end",
-                   help="entries applied: a number, the requested-bytes peak, the first OOM, or the end (default)")
+    p.add_argument("--event", default="end", metavar="N|start|peak|oom|end",
+                   help="after entry N (0-based, as peak and flame number entries), the start (before entry 0), the "
+                        "requested-bytes peak, just before the first OOM, or the end (default)")
     add_store_arg(p)
     p.add_argument("--top", type=int, default=15, help="segments listed (most free bytes first)")
     p.add_argument("--json", action="store_true", help="print JSON (every segment and block)")
@@ -49,10 +50,12 @@ def run(args) -> int:
         k = int(dev.extra.get("peak_requested_event") or 0) + 1
     elif args.event == "end":
         k = dev.n
-    elif args.event.isdigit() and int(args.event) <= dev.n:
-        k = int(args.event)
+    elif args.event == "start":
+        k = 0
+    elif args.event.isdigit() and int(args.event) < dev.n:
+        k = int(args.event) + 1
     else:
-        raise UserError(f"--event: expected 0..{dev.n}, peak, oom or end, not {args.event!r}")
+        raise UserError(f"--event: expected an entry 0..{dev.n - 1}, start, peak, oom or end, not {args.event!r}")
     st = state(dev, index, k)
     if args.json:
         print(json.dumps({**st, "oom": card}, indent=1))
@@ -61,8 +64,11 @@ def run(args) -> int:
     nxt = st["next"]
     if st.get("partial"):
         print(f"note: {st['partial']}")
-    print(f"after entry {k:,} of {dev.n:,}" + (f" (next: {nxt['action']} {nxt['size']:,} B, {nxt['site']})"
-                                                 if nxt else ""))
+    where = (f"after entry {st['after_entry']:,}" if st["after_entry"] is not None else "at the start")
+    if card:
+        where += f", just before the OOM at entry {card['event']:,}"
+    print(f"{where} (entries 0..{dev.n - 1:,})" + (f"; next: entry {nxt['i']:,}, {nxt['action']} {nxt['size']:,} B, "
+                                                     f"{nxt['site']}" if nxt else ""))
     if t is None:
         held = st["held_since_start"]
         print(f"reserved, allocated and free blocks: unknown: {st['unknown']}")

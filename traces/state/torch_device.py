@@ -198,7 +198,15 @@ def entry(dev: Device, k: int, skip=DEFAULT_SKIP, frames: bool = False) -> dict 
 
 
 def state(dev: Device, index: StateIndex, k: int, skip=DEFAULT_SKIP, max_blocks: int = MAX_BLOCKS) -> dict:
-    """Segments and blocks after entries 0..k-1 (blocks: allocated / pending_free / free), and the totals."""
+    """Segments and blocks after entries 0..k-1 (blocks: allocated / pending_free / free), and the totals.
+    `after_entry` (k - 1, None at the start) is the number every face shows: the same entry numbering as peak,
+    flame and the OOM card, where "at entry N" means entries 0..N applied."""
+    out = _state(dev, index, k, skip, max_blocks)
+    out["after_entry"] = out["event"] - 1 if out["event"] > 0 else None
+    return out
+
+
+def _state(dev: Device, index: StateIndex, k: int, skip, max_blocks: int) -> dict:
     st = index.at(k)
     if index.unknown:
         rows = live_at(dev, st.at - 1) if st.at else np.zeros(0, dtype=np.int64)
