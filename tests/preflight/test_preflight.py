@@ -204,7 +204,10 @@ def test_with_values_replaces_or_appends():
 
 def test_printed_sizes_of_real_llama_output():
     dry = printed.printed_sizes((DATA / "fit-params-c512-fa-off.txt").read_text())
-    assert dry == {"weights": {"Host": 6.0}, "kv_cache": {"total": 1.0}, "compute": {"CPU": 12.01}}
+    breakdown = {"breakdown_self": {"Host": 19}, "breakdown_model": {"Host": 6}, "breakdown_context": {"Host": 1},
+                 "breakdown_compute": {"Host": 12}, "projected": {"host": 19}}
+    # the dry run's weights: its printed file size (two decimals), the breakdown's 6 is 6.13 rounded down
+    assert dry == {"weights": {"Host": 6.13}, "kv_cache": {"CPU": 1.0}, "compute": {"CPU": 12.01}, **breakdown}
     real = printed.printed_sizes((DATA / "completion-c512-fa-off.txt").read_text())
     assert real == {"weights": {"CPU_Mapped": 6.13}, "kv_cache": {"CPU": 1.0}, "compute": {"CPU": 12.01}}
     assert f"{12_593_152 / 2**20:.2f}" == f"{real['compute']['CPU']:.2f}"  # the recorded size, as printed
