@@ -213,6 +213,45 @@ def test_printed_sizes_of_real_llama_output():
     assert f"{12_593_152 / 2**20:.2f}" == f"{real['compute']['CPU']:.2f}"  # the recorded size, as printed
 
 
+def test_printed_sizes_count_both_caches_of_a_sliding_window_model():
+    """A gemma3 (iSWA) prints a `llama_kv_cache: size` line per cache: both count, each under its own label."""
+    dry = printed.printed_sizes((DATA / "fit-params-iswa-c28416.txt").read_text())
+    assert dry["kv_cache"] == {"CPU": 3.47, "CPU (SWA)": 0.47}
+    assert dry["weights"] == {"Host": 0.49} and dry["compute"] == {"CPU": 29.65}
+    assert (dry["breakdown_self"], dry["breakdown_context"], dry["projected"]) == ({"Host": 34}, {"Host": 3},
+                                                                                  {"host": 34})
+    assert round(printed.total_mib(dry), 2) == 4.43  # 0.49 + 3.47 + 0.47: the issue's fit counted 0.47 only
+    # llama-completion with --fit: the fitting pass's 0.00 MiB buffers, then the real context's
+    real = printed.printed_sizes((DATA / "completion-iswa-c1024-ub256.txt").read_text())
+    assert real["kv_cache"] == {"CPU": 0.12, "CPU (SWA)": 0.31}
+    assert real["weights"] == {"CPU_Mapped": 0.49} and real["compute"] == {"CPU": 1.32}
+
+
+def test_a_total_is_checked_against_the_programs_breakdown():
+    from alloctrace.traces.preflight.breakdown import check, check_lines
+
+    dry = printed.printed_sizes((DATA / "fit-params-iswa-c28416.txt").read_text())
+    compute = {"CPU": 31_090_688}  # 29.65 MiB as printed
+    c = check(compute, dry)
+    assert c["agrees"], check_lines(c)
+    (host,) = c["devices"]
+    assert host["printed"] == {"self": 34, "model": 0, "context": 3, "compute": 29}
+    lo, hi = host["ours"]["self"]
+    assert 34 <= lo <= hi < 35
+    # the last cache alone (what fit counted before): the context part and the total differ, by how much is said
+    one = {**dry, "kv_cache": {"total": 0.47}, "weights": {}}
+    c = check(compute, one)
+    assert not c["agrees"]
+    differs = {d["part"]: d for d in c["devices"][0]["differs"]}
+    assert set(differs) == {"context", "self"}
+    assert differs["context"]["short_by"] == pytest.approx([3 - 0.475, 4 - 0.465])
+    text = "\n".join(check_lines(c))
+    assert "DIFFERS" in text and "context: ours 0.46 to 0.47 MiB, printed 3 MiB: short by 2.52 to 3.54 MiB" in text
+    real = printed.printed_sizes((DATA / "completion-iswa-c1024-ub256.txt").read_text())
+    assert check({"CPU": 1_387_520}, real)["agrees"]  # 1.32 MiB compute, at the real context's breakdown
+    assert check({"CPU": 1}, printed.printed_sizes((DATA / "completion-c512-fa-off.txt").read_text())) is None
+
+
 @pytest.mark.parametrize("keep", [None, 10 ** 9, 0])
 def test_a_point_sums_up_the_same_from_kept_events_decoded_columns_or_the_store(tmp_path, monkeypatch, keep):
     """A worker sums its point up from the replay's own events (or, past the cap on kept events, from the

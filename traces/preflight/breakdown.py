@@ -111,5 +111,5 @@ def check_lines(c: dict | None, indent: str = "  ") -> list[str]:
 
 
 def _range(v) -> str:
-    lo, hi = v
-    return f"{lo:.2f}" if abs(hi - lo) < 0.0001 else f"{lo:.2f} to {hi:.2f}"
+    lo, hi = f"{v[0]:.2f}", f"{v[1]:.2f}"
+    return lo if lo == hi else f"{lo} to {hi}"
