@@ -32,9 +32,9 @@ def register(subparsers):
         description=("With --vary: run PROGRAM once per combination of the varied flags (each --vary replaces or "
                     "adds that flag in ARGS), each under the recorder, up to -j at a time, and store each point as "
                     "a trace tagged sweep=ID. Prints one row per point: the values, each buffer type's compute "
-                    "buffer in exact bytes, the weights and each KV cache the program printed, the total and whether it "
-                    "agrees with the program's own memory breakdown, consistency and the "
-                    "families that dominate its peak; then each family's growth law and the size attribution "
+                    "buffer in exact bytes, the weights and each KV cache the program printed, the total and "
+                    "whether it agrees with the program's own memory breakdown, consistency and the families that "
+                    "dominate its peak; then each family's growth law and the size attribution "
                     "between neighbouring points. Write --vary=-c=512,4096 (with '=': the flag starts with a "
                     "dash). With --preset: replay a built-in preset once per combination of --profile, --n-ctx and "
                     "--n-batch instead."),

@@ -104,7 +104,8 @@ def check_lines(c: dict | None, indent: str = "  ") -> list[str]:
         lines.append(head + ": DIFFERS")
         for x in d["differs"]:
             how = f"short by {_range(x['short_by'])}" if "short_by" in x else f"over by {_range(x['over_by'])}"
-            lines.append(f"{indent}  {x['part']}: ours {_range(x['ours'])} MiB, printed {x['printed']:.0f} MiB: {how} MiB")
+            lines.append(f"{indent}  {x['part']}: ours {_range(x['ours'])} MiB, printed {x['printed']:.0f} MiB: "
+                         f"{how} MiB")
     for s in c["stray"]:
         lines.append(f"{indent}  {s}: no row of the breakdown names its device")
     return lines
