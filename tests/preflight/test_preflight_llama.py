@@ -59,7 +59,8 @@ def test_dry_run_sweep_is_what_llama_prints_and_what_a_real_run_makes(llama, tmp
         r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL, timeout=120)
         assert PRINTED.findall(r.stdout + r.stderr)[-1] == f"{size / 2**20:.2f}"
         assert p["printed"]["compute"]["CPU"] == round(size / 2**20, 2)
-        assert p["printed"]["kv_cache"]["total"] == int(p["values"]["-c"]) / 512  # tiny-llama: 1 MiB per 512 cells
+        assert p["printed"]["kv_cache"] == {"CPU": int(p["values"]["-c"]) / 512}  # tiny-llama: 1 MiB per 512 cells
+        assert p["check"]["agrees"]  # the total against the breakdown the same run printed
     sizes = {(p["values"]["-c"], p["values"]["-fa"]): p["buffers"]["CPU"] for p in out["points"]}
     assert sizes[("512", "on")] == 6_961_152 and sizes[("512", "off")] == 12_593_152  # the allocator's own log
     for fa in ("on", "off"):  # a separate, real llama-completion run of two points
