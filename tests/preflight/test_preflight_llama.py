@@ -89,7 +89,8 @@ def test_kq_law_follows_its_shape(llama, tmp_path, capsys):
     assert all(d["runs"][0]["family"] == "kq" for d in out["dominance"])
     from alloctrace.traces.preflight.laws import law_lines
 
-    assert "  kq: 4·-c·-ub·8 B per layer (kq-0: f32 [-c, -ub, 8, 1])" in law_lines(out["laws"])
+    assert "  kq: 4·-c·-ub·8 B per layer (kq-0: f32 [-c, -ub, 8, 1])  [fitted on -c=512..1024, -ub=128..256]" \
+        in law_lines(out["laws"])
 
 
 def test_fit_finds_the_largest_context_of_an_exhaustive_scan(llama, tmp_path, capsys):
