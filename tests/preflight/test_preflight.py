@@ -252,6 +252,39 @@ def test_a_total_is_checked_against_the_programs_breakdown():
     assert check({"CPU": 1}, printed.printed_sizes((DATA / "completion-c512-fa-off.txt").read_text())) is None
 
 
+def _points(values: list[int], family_of) -> list[dict]:
+    """Sweep points along -c whose one family is family_of(c): (bytes, ne)."""
+    out = []
+    for c in values:
+        size, ne = family_of(c)
+        fam = {"family": "kq_mask", "bytes": size, "tensor": "kq_mask", "tensor_bytes": size, "tensors": 1}
+        if ne:
+            fam.update(type="f16", ne=ne, label="kq_mask")
+        out.append({"values": {"-c": str(c)}, "families": [fam], "error": None})
+    return out
+
+
+def test_laws_know_padding_and_clamps_and_never_cross_a_clamp():
+    from alloctrace.traces.preflight.laws import law_lines, laws
+
+    pad = lambda c: -(-c // 256) * 256  # noqa: E731  llama.cpp's cells
+    # the mask [pad(n_ctx), min(-ub 512, n_ctx)] f16, -c not a multiple of 256
+    (law,) = laws(_points([300, 700, 1000, 5000], lambda c: (2 * pad(c) * min(c, 512), [pad(c), min(c, 512), 1, 1])))
+    assert law["law"]["dims"] == ["pad(-c, 256)", "min(-c, 512)", 1, 1]
+    assert law["law"]["fitted_on"] == {"-c": [300, 5000]}
+    # a sliding-window mask beside the full one, no shapes: the bytes change law where the window clamps
+    swa = lambda c: 2 * min(c, 512) * (pad(c) + min(pad(c), 768))  # noqa: E731
+    (law,) = laws(_points([256, 512, 1024, 4096, 16384], lambda c: (swa(c), None)))
+    pw = law["law"]
+    assert pw["kind"] == "piecewise" and pw["changes_between"] == [[256, 512], [512, 1024]]
+    assert [p["fitted_on"]["-c"] for p in pw["pieces"]] == [[256, 256], [512, 512], [1024, 16384]]
+    assert pw["pieces"][-1]["formula"] == "786432 + 1024·-c B"  # 2·512·(c + 768), beyond both clamps only
+    (line,) = law_lines([law])
+    assert "-c=1024..16384: 786432 + 1024·-c B" in line and "each piece holds only on its own points" in line
+    # two points: a law fitted on both (any line fits two), not pieces
+    assert laws(_points([256, 512], lambda c: (swa(c), None)))[0]["law"]["kind"] != "piecewise"
+
+
 @pytest.mark.parametrize("keep", [None, 10 ** 9, 0])
 def test_a_point_sums_up_the_same_from_kept_events_decoded_columns_or_the_store(tmp_path, monkeypatch, keep):
     """A worker sums its point up from the replay's own events (or, past the cap on kept events, from the

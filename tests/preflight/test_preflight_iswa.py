@@ -69,6 +69,13 @@ def test_every_point_counts_both_caches_and_equals_the_programs_breakdown(llama,
         assert p["total"] == sum(p["buffers"].values()) + round(total_mib(p["printed"]) * MIB)
     # the sliding-window cache: min(n_ctx, window 128 + n_ubatch 512) cells padded to 256, 5 layers of 640 B
     assert swa == {256: 0.16, 1024: 0.47, 4096: 0.47, 16384: 0.47}
+    laws = {x["family"]: x["law"] for x in out["laws"]}
+    assert laws["ffn_gate"]["dims"] == [128, "min(-c, 512)", 1, 1]  # n_ubatch = min(-ub, -c)
+    # both masks (full: n_ctx cells, SWA: min(n_ctx, 768)) in one family: one law from -c 1024 on, not through 256
+    mask = laws["attn_inp_kq_mask"]
+    assert mask["kind"] == "piecewise" and mask["changes_between"] == [[256, 1024]]
+    assert mask["pieces"][-1]["formula"] == "786432 + 1024·-c B"  # f16 [n_ctx + 768, 512]
+    assert mask["pieces"][-1]["fitted_on"] == {"-c": [1024, 16384]}
 
 
 def test_fit_answer_is_what_the_program_prints_at_it_and_one_step_above(llama, tmp_path, capsys):
