@@ -252,6 +252,46 @@ def test_a_total_is_checked_against_the_programs_breakdown():
     assert check({"CPU": 1}, printed.printed_sizes((DATA / "completion-c512-fa-off.txt").read_text())) is None
 
 
+# a CUDA build's breakdown rows, as llama.cpp prints them (a public report: Qwen3-Coder-Next on an RTX 5090, -c
+# 4096); the buffer lines above them are composed to match (no CUDA build here to print them)
+GPU_TEXT = """\
+load_tensors:   CPU_Mapped model buffer size = 30940.20 MiB
+load_tensors:        CUDA0 model buffer size = 28609.50 MiB
+llama_kv_cache_iswa: creating non-SWA KV cache, size = 4096 cells
+llama_kv_cache:      CUDA0 KV buffer size =   300.00 MiB
+llama_kv_cache: size =  300.00 MiB (  4096 cells,  12 layers,  1/1 seqs), K (f16):  150.00 MiB, V (f16):  150.00 MiB
+llama_kv_cache_iswa: creating     SWA KV cache, size = 1280 cells
+llama_kv_cache:      CUDA0 KV buffer size =    97.50 MiB
+llama_kv_cache: size =   97.50 MiB (  1280 cells,  36 layers,  1/1 seqs), K (f16):   48.75 MiB, V (f16):   48.75 MiB
+llama_memory_breakdown_print: | memory breakdown [MiB] | total   free     self   model   context   compute    unaccounted |
+llama_memory_breakdown_print: |   - CUDA0 (RTX 5090)   | 32606 = 1057 + (29365 = 28609 +     397 +     358) +        2183 |
+llama_memory_breakdown_print: |   - Host               |                 30956 = 30940 +       0 +      16                |
+"""
+
+
+def test_each_device_is_checked_on_its_own_row():
+    from alloctrace.traces.preflight.breakdown import check, check_lines
+
+    pr = printed.printed_sizes(GPU_TEXT)
+    assert pr["kv_cache"] == {"CUDA0": 300.0, "CUDA0 (SWA)": 97.5}
+    assert pr["breakdown_self"] == {"CUDA0": 29365, "Host": 30956} and pr["breakdown_model"]["CUDA0"] == 28609
+    compute = {"CUDA0": 358 * 2**20 + 123_456, "CUDA_Host": 16 * 2**20 + 7}  # exact, as a recording gives them
+    c = check(compute, pr)
+    assert c["agrees"], check_lines(c)
+    assert [d["device"] for d in c["devices"]] == ["CUDA0", "Host"]
+    # the SWA cache on the wrong device: both rows say so, each with its own part
+    moved = {**pr, "kv_cache": {"CUDA0": 300.0, "CPU (SWA)": 97.5}}
+    c = check(compute, moved)
+    differs = {(d["device"], x["part"]) for d in c["devices"] for x in d["differs"]}
+    assert differs == {("CUDA0", "context"), ("CUDA0", "self"), ("Host", "context"), ("Host", "self")}
+    # a dry run's caches printed once for all devices: the devices' sums are checked, 2 rows' rounding wide
+    spanning = {**pr, "kv_cache": {"total": 300.0, "total (SWA)": 97.5}}
+    c = check(compute, spanning)
+    (all_,) = c["devices"]
+    assert c["agrees"] and all_["device"] == "all devices" and all_["printed"]["self"] == 29365 + 30956
+    assert "2 rows summed, each rounded down" in check_lines(c)[0]
+
+
 def _points(values: list[int], family_of) -> list[dict]:
     """Sweep points along -c whose one family is family_of(c): (bytes, ne)."""
     out = []

@@ -4,7 +4,9 @@ llama.cpp ends with `| - Host | 34 = 0 + 3 + 29 |`: per device, self = model + c
 each rounded down (context: the KV caches, output and recurrent state). Our parts: the weights, every KV cache,
 output and recurrent state as printed (two decimals: ± 0.005 MiB each) and the compute buffers the recording
 measured exactly. A part agrees when its range meets the printed [N, N + 1) MiB; where it does not, the check
-says which part differs and by how much.
+says which part differs and by how much. Where a size was printed for all devices at once (a dry run's cache
+`size` line with several buffer types), the devices' sums are checked instead (each row rounded down: [N, N +
+devices) MiB).
 """
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from .printed import MIB, SWA
 
 HALF_CENT = 0.005  # a two-decimal figure's rounding, MiB
 PARTS = {"model": ("weights",), "context": ("kv_cache", "output", "recurrent_state")}
-HOST_HINTS = ("CPU", "Host", "file", "total")  # buffer types that live in host memory
+HOST_HINTS = ("CPU", "Host")  # buffer types that live in host memory
+SPANNING = ("total", "file")  # labels of a size printed for all devices at once (a dry run's cache `size` line)
+ALL = "all devices"
 
 
 def device_of(label: str, devices: list[str]) -> str | None:
@@ -68,6 +72,10 @@ def check(buffers: dict[str, int], printed: dict) -> dict | None:
     devices = list(rows.get("self") or {})
     if not devices:
         return None
+    width = 1  # the printed figures are whole MiB rounded down: the truth is in [N, N + width)
+    if len(devices) > 1 and spans_devices(printed):  # a size for all devices at once: check the sums
+        rows = {part: {ALL: sum(v.values())} for part, v in rows.items()}
+        width, devices = len(devices), [ALL]
     ours, stray = parts_of(buffers, printed, devices)
     out = []
     for dev in devices:
@@ -80,12 +88,18 @@ def check(buffers: dict[str, int], printed: dict) -> dict | None:
             lo, hi = (max(0.0, x) for x in mine[part])
             n = shown[part]
             if hi < n:
-                differs.append({"part": part, "printed": n, "ours": [lo, hi], "short_by": [n - hi, n + 1 - lo]})
-            elif lo >= n + 1:
-                differs.append({"part": part, "printed": n, "ours": [lo, hi], "over_by": [lo - n - 1, hi - n]})
-        out.append({"device": dev, "printed": shown, "ours": {p: [round(x, 4) for x in v] for p, v in mine.items()},
+                differs.append({"part": part, "printed": n, "ours": [lo, hi], "short_by": [n - hi, n + width - lo]})
+            elif lo >= n + width:
+                differs.append({"part": part, "printed": n, "ours": [lo, hi], "over_by": [lo - n - width, hi - n]})
+        out.append({"device": dev, "rows": width, "printed": shown, "ours": {p: [round(x, 4) for x in v] for p, v in mine.items()},
                     "differs": differs})
     return {"agrees": not stray and all(not d["differs"] for d in out), "devices": out, "stray": stray}
+
+
+def spans_devices(printed: dict) -> bool:
+    """Some size was printed for all devices at once: the per-device rows cannot be told apart for it."""
+    return any((label[:-len(SWA)] if label.endswith(SWA) else label) in SPANNING
+               for kind in ("weights", "kv_cache", "output", "recurrent_state") for label in printed.get(kind) or {})
 
 
 def check_lines(c: dict | None, indent: str = "  ") -> list[str]:
@@ -94,9 +108,10 @@ def check_lines(c: dict | None, indent: str = "  ") -> list[str]:
         return [f"{indent}the program printed no memory breakdown to check against (llama.cpp prints it with -v)"]
     lines = []
     for d in c["devices"]:
-        pr, mine = d["printed"], d["ours"]
+        pr, mine, rows = d["printed"], d["ours"], d.get("rows", 1)
+        rounding = "rounded down" if rows == 1 else f"{rows} rows summed, each rounded down"
         head = (f"{indent}{d['device']}: the program's breakdown {pr['self']:.0f} = {pr['model']:.0f} + "
-                f"{pr['context']:.0f} + {pr['compute']:.0f} MiB (model + context + compute, rounded down); "
+                f"{pr['context']:.0f} + {pr['compute']:.0f} MiB (model + context + compute, {rounding}); "
                 f"ours {_range(mine['self'])} MiB")
         if not d["differs"]:
             lines.append(head + ": agrees")
