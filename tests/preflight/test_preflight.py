@@ -235,7 +235,7 @@ def test_a_total_is_checked_against_the_programs_breakdown():
     c = check(compute, dry)
     assert c["agrees"], check_lines(c)
     (host,) = c["devices"]
-    assert host["printed"] == {"self": 34, "model": 0, "context": 3, "compute": 29}
+    assert host["printed"] == {"self": 34, "model": 0, "context": 3, "compute": 29, "projected": 34}
     lo, hi = host["ours"]["self"]
     assert 34 <= lo <= hi < 35
     # the last cache alone (what fit counted before): the context part and the total differ, by how much is said
@@ -247,6 +247,10 @@ def test_a_total_is_checked_against_the_programs_breakdown():
     assert differs["context"]["short_by"] == pytest.approx([3 - 0.475, 4 - 0.465])
     text = "\n".join(check_lines(c))
     assert "DIFFERS" in text and "context: ours 0.46 to 0.47 MiB, printed 3 MiB: short by 2.52 to 3.54 MiB" in text
+    # the fitting pass's `projected to use N MiB of host memory` is checked as the Host total too
+    assert host["printed"]["projected"] == 34
+    c = check(compute, {**dry, "projected": {"host": 47}})
+    assert [(x["part"], x["printed"]) for x in c["devices"][0]["differs"]] == [("projected", 47)]
     real = printed.printed_sizes((DATA / "completion-iswa-c1024-ub256.txt").read_text())
     assert check({"CPU": 1_387_520}, real)["agrees"]  # 1.32 MiB compute, at the real context's breakdown
     assert check({"CPU": 1}, printed.printed_sizes((DATA / "completion-c512-fa-off.txt").read_text())) is None

@@ -6,7 +6,7 @@ output and recurrent state as printed (two decimals: ± 0.005 MiB each) and the 
 measured exactly. A part agrees when its range meets the printed [N, N + 1) MiB; where it does not, the check
 says which part differs and by how much. Where a size was printed for all devices at once (a dry run's cache
 `size` line with several buffer types), the devices' sums are checked instead (each row rounded down: [N, N +
-devices) MiB).
+devices) MiB). A CPU-only run's `projected to use N MiB of host memory` is checked as its Host total too.
 """
 from __future__ import annotations
 
@@ -83,8 +83,13 @@ def check(buffers: dict[str, int], printed: dict) -> dict | None:
         mine["self"] = [sum(mine[p][0] for p in ("model", "context", "compute")),
                         sum(mine[p][1] for p in ("model", "context", "compute"))]
         shown = {p: rows[p][dev] for p in ("self", "model", "context", "compute")}
+        parts = ["model", "context", "compute", "self"]
+        projected = (printed.get("projected") or {}).get("host")
+        if projected is not None and devices == ["Host"]:  # a CPU-only run's fitting pass: `projected to use`
+            shown["projected"], mine["projected"] = projected, mine["self"]
+            parts.append("projected")
         differs = []
-        for part in ("model", "context", "compute", "self"):
+        for part in parts:
             lo, hi = (max(0.0, x) for x in mine[part])
             n = shown[part]
             if hi < n:
