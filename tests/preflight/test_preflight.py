@@ -256,6 +256,25 @@ def test_a_total_is_checked_against_the_programs_breakdown():
     assert check({"CPU": 1}, printed.printed_sizes((DATA / "completion-c512-fa-off.txt").read_text())) is None
 
 
+def test_sweep_rows_show_each_cache_the_total_and_the_check():
+    from alloctrace.commands.sweep import program_lines
+    from alloctrace.traces.preflight.breakdown import check
+
+    dry = printed.printed_sizes((DATA / "fit-params-iswa-c28416.txt").read_text())
+    compute = {"CPU": 31_090_688}
+    point = {"values": {"-c": "28416"}, "buffers": compute, "consistent": True, "trace": "t1", "families": [],
+             "error": None, "total": 35_735_000, "printed": dry, "check": check(compute, dry)}
+    out = {"sweep": "s", "vary": [["-c", ["28416"]]], "points": [point], "laws": [], "dominance": [],
+           "neighbours": []}
+    head, row = program_lines(out)[1:3]
+    assert "kv_cache CPU (printed)" in head and "kv_cache CPU (SWA) (printed)" in head and "breakdown" in head
+    assert "3.47 MiB" in row and "0.47 MiB" in row and "35,735,000" in row and "agrees" in row
+    one = {**dry, "kv_cache": {"total": 0.47}}
+    lines = program_lines({**out, "points": [{**point, "printed": one, "check": check(compute, one)}]})
+    assert "DIFFERS" in lines[2] and "  -c=28416: the total differs from the program's own breakdown" in lines
+    assert any(line.strip().startswith("context: ours 0.46 to 0.47 MiB, printed 3 MiB") for line in lines)
+
+
 # a CUDA build's breakdown rows, as llama.cpp prints them (a public report: Qwen3-Coder-Next on an RTX 5090, -c
 # 4096); the buffer lines above them are composed to match (no CUDA build here to print them)
 GPU_TEXT = """\
