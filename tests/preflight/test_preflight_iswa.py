@@ -88,6 +88,11 @@ def test_fit_answer_is_what_the_program_prints_at_it_and_one_step_above(llama, t
     for c in (out["check"], nxt["check"]):  # the dry runs' own breakdowns, at the answer and one step above
         assert c["agrees"], "\n".join(check_lines(c))
     assert out["check"]["devices"][0]["printed"]["self"] <= budget_mib  # the program's own figure fits too
+    from alloctrace.commands.fit import report_lines
+
+    text = "\n".join(report_lines(out))
+    assert f"checked against what the program printed at -c {value}:" in text and "kv cache (CPU (SWA))" in text
+    assert text.count(": agrees") == 2 and "DIFFERS" not in text  # at the answer and one step above
     kv = out["point"]["printed"]["kv_cache"]
     assert set(kv) == {"CPU", "CPU (SWA)"} and kv["CPU"] == float(f"{value * 128 / MIB:.2f}")  # both counted
     # a real run of llama-completion (weights and caches allocated) at the answer and one step above
