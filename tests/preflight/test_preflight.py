@@ -227,6 +227,24 @@ def test_printed_sizes_count_both_caches_of_a_sliding_window_model():
     assert real["weights"] == {"CPU_Mapped": 0.49} and real["compute"] == {"CPU": 1.32}
 
 
+def test_a_hybrid_models_recurrent_state_counts_like_a_cache():
+    """The lines a hybrid (attention + recurrent) model prints, as in a public Vulkan log of one: its recurrent
+    state on two buffer types, and in a dry run (0.00 MiB buffers) from its `size` line."""
+    real = """\
+llama_kv_cache:    Vulkan1 KV buffer size =   160.00 MiB
+llama_kv_cache: size =  160.00 MiB (  4096 cells,   8 layers,  1/1 seqs), K (f16):   80.00 MiB, V (f16):   80.00 MiB
+llama_memory_recurrent:        CPU RS buffer size =    20.94 MiB
+llama_memory_recurrent:    Vulkan1 RS buffer size =    29.31 MiB
+llama_memory_recurrent: size =   50.25 MiB (     1 cells,  32 layers,  1 seqs  0 rs_seq), R (f32):    2.25 MiB, S (f32):   48.00 MiB
+"""
+    got = printed.printed_sizes(real)
+    assert got["kv_cache"] == {"Vulkan1": 160.0} and got["recurrent_state"] == {"CPU": 20.94, "Vulkan1": 29.31}
+    dry = printed.printed_sizes(real.replace("160.00 MiB\n", "0.00 MiB\n", 1).replace("20.94", "0.00")
+                                .replace("29.31", "0.00"))
+    assert dry["kv_cache"] == {"Vulkan1": 160.0} and dry["recurrent_state"] == {"total": 50.25}
+    assert printed.total_mib(dry) == 210.25
+
+
 def test_a_total_is_checked_against_the_programs_breakdown():
     from alloctrace.traces.preflight.breakdown import check, check_lines
 

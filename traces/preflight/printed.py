@@ -5,7 +5,8 @@ llama.cpp prints them in MiB (two decimals; the memory breakdown in whole MiB, r
 `KV buffer size` line per buffer type, then `llama_kv_cache: size`), output and compute buffers, and at the end
 the breakdown per device (`| - Host | 19 = 6 + 1 + 12 |`: self = model + context + compute) and the `projected
 to use` line. A sliding-window (iSWA) model has two KV caches, announced by `creating non-SWA KV cache` and
-`creating SWA KV cache`; each keeps its own label ("CPU", "CPU (SWA)"), so the shape stays {kind: {label: MiB}}
+`creating SWA KV cache`; a hybrid model's recurrent state (`RS buffer size`, `llama_memory_recurrent: size`) is
+read the same way; each keeps its own label ("CPU", "CPU (SWA)"), so the shape stays {kind: {label: MiB}}
 and every cache counts. Printed figures are rounded, so they are kept as printed (MiB) and never mixed into the
 exact bytes; `bytes_of` gives the nearest byte count for a total.
 """
@@ -19,7 +20,7 @@ SWA = " (SWA)"  # the label suffix of a sliding-window cache's sizes
 
 _NUM = r"([0-9]+(?:\.[0-9]+)?)"
 BUFFER = re.compile(r"(\S+)\s+(model|KV|output|compute|RS) buffer size =\s*" + _NUM + r" MiB")
-KV_SIZE = re.compile(r"llama_kv_cache: size =\s*" + _NUM + r" MiB")
+STATE_SIZE = re.compile(r"llama_(kv_cache|memory_recurrent): size =\s*" + _NUM + r" MiB")
 KV_CACHE = re.compile(r"creating\s+(non-SWA|SWA) KV cache")
 FILE_SIZE = re.compile(r"file size\s*=\s*" + _NUM + r" (MiB|GiB)")
 # | - Host | 19 = 6 + 1 + 12 |    and    | - CUDA0 (...) | 24000 = 100 + (900 = 800 + 50 + 50) + 2 |
@@ -42,30 +43,33 @@ def printed_sizes(text: str) -> dict:
     from a program's output; only what it printed. Later lines win (llama.cpp prints its fitting pass first);
     the KV caches are those of the last context made."""
     out: dict[str, dict[str, float]] = {}
-    caches: list[dict] = []  # the last context's caches: {"swa", "buffers": {buft: MiB}, "size": MiB | None}
+    # the last context's caches (KV) and recurrent states (RS): {"swa", "buffers": {buft: MiB}, "size": MiB | None}
+    groups: dict[str, list[dict]] = {"KV": [], "RS": []}
     file_size = None
+
+    def current(kind: str) -> dict:
+        if not groups[kind] or groups[kind][-1]["size"] is not None:  # one per context (a plain model's cache)
+            groups[kind] = [{"swa": False, "buffers": {}, "size": None}]
+        return groups[kind][-1]
+
     for line in _lines(text):
         m = KV_CACHE.search(line)
         if m:
             swa = m.group(1) == "SWA"
             if not swa:
-                caches = []  # a new context's first cache
-            caches.append({"swa": swa, "buffers": {}, "size": None})
+                groups["KV"] = []  # a new context's first cache
+            groups["KV"].append({"swa": swa, "buffers": {}, "size": None})
             continue
         m = BUFFER.search(line)
-        if m and m.group(2) == "KV":
-            if not caches or caches[-1]["size"] is not None:  # a plain model: one cache per context
-                caches = [{"swa": False, "buffers": {}, "size": None}]
-            caches[-1]["buffers"][m.group(1)] = float(m.group(3))
+        if m and m.group(2) in groups:
+            current(m.group(2))["buffers"][m.group(1)] = float(m.group(3))
             continue
         if m:
             out.setdefault(KIND[m.group(2)], {})[m.group(1)] = float(m.group(3))
             continue
-        m = KV_SIZE.search(line)
+        m = STATE_SIZE.search(line)
         if m:
-            if not caches or caches[-1]["size"] is not None:
-                caches = [{"swa": False, "buffers": {}, "size": None}]
-            caches[-1]["size"] = float(m.group(1))
+            current("KV" if m.group(1) == "kv_cache" else "RS")["size"] = float(m.group(2))
             continue
         m = BREAKDOWN.search(line)
         if m:
@@ -80,8 +84,9 @@ def printed_sizes(text: str) -> dict:
         m = FILE_SIZE.search(line)
         if m:
             file_size = float(m.group(1)) * (1024 if m.group(2) == "GiB" else 1)
-    if caches:
-        out["kv_cache"] = kv_labels(caches)
+    for kind, found in groups.items():
+        if found:
+            out[KIND[kind]] = kv_labels(found)
     if not any(out.get("weights", {}).values()):  # a weightless dry run prints 0.00 for its model buffers
         out["weights"] = dry_run_weights(out, file_size)
     for kind in [k for k in out if k in MEMORY_KINDS]:
@@ -92,8 +97,9 @@ def printed_sizes(text: str) -> dict:
 
 
 def kv_labels(caches: list[dict]) -> dict[str, float]:
-    """Each cache's sizes by label: its buffers where they hold bytes, else its `size` line, labelled with its
-    one buffer type (or "total" when it has several or none); a sliding-window cache's labels end in " (SWA)"."""
+    """Each cache's (or recurrent state's) sizes by label: its buffers where they hold bytes, else its `size`
+    line, labelled with its one buffer type (or "total" when it has several or none); a sliding-window cache's
+    labels end in " (SWA)"."""
     out: dict[str, float] = {}
     for c in caches:
         suffix = SWA if c["swa"] else ""
