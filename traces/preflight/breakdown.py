@@ -49,9 +49,7 @@ def parts_of(buffers: dict[str, int], printed: dict, devices: list[str]) -> tupl
                     continue
                 whole = kind == "weights" and label in printed.get("breakdown_model", {}) and \
                     mib == printed["breakdown_model"][label]  # the breakdown's own whole MiB
-                add(dev, part, mib, mib + 1 if whole else mib + HALF_CENT)
-                if not whole:
-                    ours[dev][part][0] -= HALF_CENT
+                add(dev, part, *((mib, mib + 1) if whole else (mib - HALF_CENT, mib + HALF_CENT)))
     compute = buffers or {}
     exact = bool(compute)
     for label, size in (compute.items() if exact else (printed.get("compute") or {}).items()):
@@ -59,8 +57,7 @@ def parts_of(buffers: dict[str, int], printed: dict, devices: list[str]) -> tupl
         if dev is None:
             stray.append(f"compute {label}")
             continue
-        mib = size / MIB if exact else size
-        add(dev, "compute", mib if exact else mib - HALF_CENT, mib if exact else mib + HALF_CENT)
+        add(dev, "compute", *((size / MIB, size / MIB) if exact else (size - HALF_CENT, size + HALF_CENT)))
     return ours, stray
 
 
