@@ -109,3 +109,17 @@ def test_fit_answer_is_what_the_program_prints_at_it_and_one_step_above(llama, t
                 assert check({"CPU": round(real["compute"]["CPU"] * MIB)}, real)["agrees"]
                 break
             real = printed_by(*cmd)
+
+
+def test_laws_follow_min_of_ub_and_c_and_the_window_per_ub(llama, tmp_path, capsys):
+    out = run_json(capsys, "sweep", "--store", str(tmp_path), "--json", "-j", "2", "--vary=-c=256,1024,4096",
+                   "--vary=-ub=128,512", "--", llama["fit"], "-m", llama["model"], "-v")
+    assert all(p["check"]["agrees"] for p in out["points"])
+    laws = {x["family"]: x for x in out["laws"]}
+    assert laws["ffn_gate"]["law"]["dims"] == [128, "min(-c, -ub)", 1, 1]  # llama.cpp's n_ubatch
+    # the masks: f16 [n_ctx, n_ubatch] + [min(n_ctx, pad(window + n_ubatch)), n_ubatch]: at -ub 128 the window's
+    # cache is 256 cells from -c 256 on, one law; no one law holds across both micro-batches
+    mask = laws["attn_inp_kq_mask"]
+    assert mask["law"] is None
+    per_ub = {b["setting"]["-ub"]: b["law"] for b in mask["by_setting"]}
+    assert per_ub["128"]["formula"] == "65536 + 256·-c B" and per_ub["128"]["fitted_on"] == {"-c": [256, 4096]}

@@ -52,6 +52,10 @@ def shape_law(rows: list[tuple[dict, dict]], flags: list[str]) -> dict | None:
             cap = max(vals)
             match = next(((fl, cap) for fl in flags
                           if all(min(int(p["values"][fl]), cap) == v for (p, _), v in zip(rows, vals))), None)
+        if match is None:  # the smaller of two flags: llama.cpp's n_ubatch is min(-ub, -c)
+            match = next((("min", a, b) for i, a in enumerate(flags) for b in flags[i + 1:]
+                          if all(min(int(p["values"][a]), int(p["values"][b])) == v
+                                 for (p, _), v in zip(rows, vals))), None)
         if match is None:  # a flag rounded up: llama.cpp pads -c to 256 cells
             match = next((("pad", fl, pad) for fl in flags for pad in PADS
                           if all(-(-int(p["values"][fl]) // pad) * pad == v for (p, _), v in zip(rows, vals))), None)
@@ -119,16 +123,23 @@ def laws(points: list[dict]) -> list[dict]:
         law = _fit(rows, flags)
         by_setting = None
         if law is None and others:  # e.g. -fa on and off: one law per setting of the other flags
-            groups: dict[tuple, list] = {}
-            for p, f in rows:
-                groups.setdefault(tuple((k, p["values"][k]) for k in others), []).append((p, f))
-            by_setting = [{"setting": dict(k), "law": _fit(g, flags), "points": len(g)} for k, g in groups.items()]
-            if all(b["law"] is None for b in by_setting):
-                by_setting = None
+            by_setting = _by_setting(rows, others, flags)
+        if law is None and by_setting is None and len(flags) > 1:  # along the first numeric flag, per -ub
+            axis = flags[0]
+            by_setting = _by_setting(rows, [k for k in rows[0][0]["values"] if k != axis], [axis])
         where = [p["values"] for p, _ in rows]
         out.append({"family": fam, "law": law, "by_setting": by_setting, "points": len(rows), "of": len(ok),
                     "largest": biggest[fam], "present_at": where if len(rows) < len(ok) else None})
     return out
+
+
+def _by_setting(rows, keys: list[str], flags: list[str]) -> list[dict] | None:
+    """One law per setting of `keys`, fitted along `flags`; None when no setting has one."""
+    groups: dict[tuple, list] = {}
+    for p, f in rows:
+        groups.setdefault(tuple((k, p["values"][k]) for k in keys), []).append((p, f))
+    out = [{"setting": dict(k), "law": _fit(g, flags), "points": len(g)} for k, g in groups.items()]
+    return None if all(b["law"] is None for b in out) else out
 
 
 def _fit(rows, flags) -> dict | None:
@@ -272,6 +283,8 @@ def _dim(x, values: dict) -> int:
         return x
     if isinstance(x, tuple) and x[0] == "pad":
         return -(-int(values[x[1]]) // x[2]) * x[2]
+    if isinstance(x, tuple) and x[0] == "min":
+        return min(int(values[x[1]]), int(values[x[2]]))
     if isinstance(x, tuple):
         return min(int(values[x[0]]), x[1])
     return int(values[x])
@@ -280,6 +293,8 @@ def _dim(x, values: dict) -> int:
 def _dim_text(x) -> str:
     if isinstance(x, tuple) and x[0] == "pad":
         return f"pad({x[1]}, {x[2]})"
+    if isinstance(x, tuple) and x[0] == "min":
+        return f"min({x[1]}, {x[2]})"
     if isinstance(x, tuple):
         return f"min({x[0]}, {x[1]})"
     return str(x)
