@@ -80,7 +80,7 @@ def report_lines(out: dict) -> list[str]:
     if not out["compute_only"]:
         for kind in ("weights", "kv_cache", "output", "recurrent_state"):
             for dev, mib in (p["printed"].get(kind) or {}).items():
-                lines.append(f"  {kind.replace('_', ' ')} ({dev})  {mib:.2f} MiB (as the program printed it)")
+                lines.append(f"  {kind.replace('_', ' ')} on {dev}  {mib:.2f} MiB (as the program printed it)")
     if p["families"]:
         lines.append("  compute buffer at its peak: " + ", ".join(
             f"{f['family']} {fmt_bytes(f['bytes'])}" for f in p["families"][:4]))

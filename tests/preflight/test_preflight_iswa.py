@@ -91,7 +91,7 @@ def test_fit_answer_is_what_the_program_prints_at_it_and_one_step_above(llama, t
     from alloctrace.commands.fit import report_lines
 
     text = "\n".join(report_lines(out))
-    assert f"checked against what the program printed at -c {value}:" in text and "kv cache (CPU (SWA))" in text
+    assert f"checked against what the program printed at -c {value}:" in text and "kv cache on CPU (SWA)" in text
     assert text.count(": agrees") == 2 and "DIFFERS" not in text  # at the answer and one step above
     kv = out["point"]["printed"]["kv_cache"]
     assert set(kv) == {"CPU", "CPU (SWA)"} and kv["CPU"] == float(f"{value * 128 / MIB:.2f}")  # both counted
