@@ -158,8 +158,7 @@ def fitted_on(rows, flags) -> dict:
 def piecewise_law(rows, flags) -> dict | None:
     """Where no one law holds along a single varied flag: consecutive points split into pieces, each the longest
     run from its first point that one law fits (a fitted law on 3 points at least; a single point is its bytes
-    there). The law changes between
-    two pieces: a clamp lies there, so no piece is extended beyond its own points."""
+    there). The law changes between two pieces: a clamp lies there, so no piece extends beyond its points."""
     moving = [fl for fl in flags if len({p["values"][fl] for p, _ in rows}) > 1]
     if len(moving) != 1 or len(rows) < 3:
         return None
@@ -184,9 +183,9 @@ def piecewise_law(rows, flags) -> dict | None:
     if len(pieces) > 3 or all(len(_points_of(x, axis)) == 1 for x in pieces):
         return None  # more pieces than clamps: no law, not a table of points
     text = "; ".join(f"{axis}={_span(x['fitted_on'][axis])}: {x['formula']}" for x in pieces)
-    changes = ", ".join(f"{a['fitted_on'][axis][1]} and {b['fitted_on'][axis][0]}" for a, b in zip(pieces, pieces[1:]))
-    return {"kind": "piecewise", "axis": axis, "pieces": pieces, "formula": text,
-            "changes_between": [[a["fitted_on"][axis][1], b["fitted_on"][axis][0]] for a, b in zip(pieces, pieces[1:])],
+    between = [[a["fitted_on"][axis][1], b["fitted_on"][axis][0]] for a, b in zip(pieces, pieces[1:])]
+    changes = ", ".join(f"{a} and {b}" for a, b in between)
+    return {"kind": "piecewise", "axis": axis, "pieces": pieces, "formula": text, "changes_between": between,
             "note": f"the law changes between {axis}={changes} (a clamp); each piece holds only on its own points"}
 
 
