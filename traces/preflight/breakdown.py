@@ -93,8 +93,8 @@ def check(buffers: dict[str, int], printed: dict) -> dict | None:
                 differs.append({"part": part, "printed": n, "ours": [lo, hi], "short_by": [n - hi, n + width - lo]})
             elif lo >= n + width:
                 differs.append({"part": part, "printed": n, "ours": [lo, hi], "over_by": [lo - n - width, hi - n]})
-        out.append({"device": dev, "rows": width, "printed": shown, "ours": {p: [round(x, 4) for x in v] for p, v in mine.items()},
-                    "differs": differs})
+        out.append({"device": dev, "rows": width, "printed": shown,
+                    "ours": {p: [round(x, 4) for x in v] for p, v in mine.items()}, "differs": differs})
     return {"agrees": not stray and all(not d["differs"] for d in out), "devices": out, "stray": stray}
 
 
