@@ -34,6 +34,8 @@ def register(subparsers):
     p.add_argument("--compute-only", action="store_true",
                    help="count only the compute buffers, not the weights and KV cache the program printed")
     add_store_arg(p)
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="kill a run that takes longer and report it as timed out (default 900; 0: no limit)")
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS...]")
     p.set_defaults(func=run)
@@ -56,9 +58,28 @@ def run(args) -> int:
               file=sys.stderr, flush=True)
 
     out = fit(store, command, flag, lo, hi, budget, recorder_library(), step=args.step,
-              compute_only=args.compute_only, progress=progress)
+              compute_only=args.compute_only, progress=progress, timeout=timeout_of(args))
     print(json.dumps(out, indent=1) if args.json else safe_lines(report_lines(out)))
     return 0 if out["value"] is not None else 1
+
+
+def timeout_of(args) -> float | None:
+    """--timeout as run_points takes it: the default when not given, None for 0 (no limit)."""
+    from alloctrace.traces.preflight.points import DEFAULT_TIMEOUT
+
+    if args.timeout is None:
+        return DEFAULT_TIMEOUT
+    if args.timeout < 0:
+        raise UserError(f"--timeout wants seconds (0: no limit), got {args.timeout:g}")
+    return args.timeout or None
+
+
+def ignored_line(flags: list[str]) -> list[str]:
+    """The flags the program said it ignores (llama.cpp without a GPU backend), as one line."""
+    if not flags:
+        return []
+    return [f"note: ignored by this build of the program (it says so in its output): {', '.join(flags)}; "
+            "its memory here is that of a run without them"]
 
 
 def report_lines(out: dict) -> list[str]:
@@ -69,7 +90,7 @@ def report_lines(out: dict) -> list[str]:
     if out["value"] is None:
         nxt = out["next"]
         return [f"nothing fits {fmt_bytes(budget)} ({budget:,} B): already {flag} {nxt['value']} needs "
-                f"{fmt_bytes(nxt['total'])} ({nxt['total']:,} B)"]
+                f"{fmt_bytes(nxt['total'])} ({nxt['total']:,} B)"] + ignored_line(out.get("ignored") or [])
     p = out["point"]
     lines = [f"largest {flag} that fits {fmt_bytes(budget)} ({budget:,} B): {out['value']}"
              f"  ({len(out['probes'])} runs; stored as trace {p['trace']})",
@@ -91,4 +112,4 @@ def report_lines(out: dict) -> list[str]:
         lines.append(f"  {flag} {nxt['value']} would need {fmt_bytes(nxt['total'])} ({nxt['total']:,} B), "
                      f"{fmt_bytes(nxt['total'] - budget)} over; checked against what the program printed there:")
         lines += check_lines(nxt.get("check"), "    ")
-    return lines
+    return lines + ignored_line(out.get("ignored") or [])

@@ -44,7 +44,10 @@ def register(subparsers):
     p.add_argument("--vary", action="append", metavar="FLAG=V1,V2,...",
                    help="a flag of PROGRAM and its values (repeatable; points are all combinations)")
     p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
-                   help="programs run at once (default: the number of cores)")
+                   help="programs run at once (default: the cores divided by the program's -t/--threads; one at a "
+                        "time when it is not given one, as llama.cpp then uses every core)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="kill a point's program that runs longer; the point is 'timed out' (default 900; 0: none)")
     p.add_argument("--name", help="trace name prefix (default: the program's name)")
     add_store_arg(p)
     p.add_argument("--preset", help="replay this preset instead (see `alloctrace presets`)")
@@ -119,6 +122,8 @@ def run_program(args, command: list[str]) -> int:
 
     from alloctrace.traces.preflight.points import run_points
     from alloctrace.traces.preflight.vary import parse_vary, points as combinations
+
+    from .fit import timeout_of
     from alloctrace.traces.sources.record.build import recorder_library
 
     from ._common import open_store_from
@@ -135,7 +140,8 @@ def run_program(args, command: list[str]) -> int:
     library = recorder_library()
     with _progress("recording points") as advance:
         sid, points = run_points(store, command, varies, library, jobs=args.jobs, name=args.name,
-                                 progress=lambda done, n, p: advance(done, n, p), tags=tags)
+                                 progress=lambda done, n, p: advance(done, n, p), tags=tags,
+                                 timeout=timeout_of(args))
     import json
 
     from alloctrace.traces.preflight.sweeps import sweep_json
@@ -188,6 +194,13 @@ def program_lines(out: dict) -> list[str]:
                             for f in n["families"])
             lines.append(f"  {n['axis']} {n['a']} -> {n['b']}{(' ' + setting) if setting else ''}: "
                          f"{n['delta']:+,} B ({why or 'no family moved'}; diff {n['a_trace']} {n['b_trace']})")
+    from .fit import ignored_line
+
+    ignored = sorted({f for p in pts for f in p.get("ignored") or ()})
+    lines += [""] + ignored_line(ignored) if ignored else []
+    same = [f for f in flags if f in ignored or f.lstrip("-") in {g.lstrip("-") for g in ignored}]
+    if same:
+        lines.append(f"  so the points along {', '.join(same)} are the same run: this build ignores the flag")
     lines += ["", f"stored as {len(pts)} traces tagged sweep={out['sweep']}; in the dashboard: /sweep?id={out['sweep']}"]
     return lines
 

@@ -17,15 +17,37 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 _started: "Started | None" = None
-VALUE_OPTIONS = ("--name", "--store", "--tag")  # the sweep's options that take a value (besides --vary, -j)
+VALUE_OPTIONS = ("--name", "--store", "--tag", "--timeout")  # the sweep's options that take a value (besides --vary, -j)
 RESTORED = (13, 25)  # SIGPIPE, SIGXFSZ: Python ignores them; a program gets their defaults, as subprocess does
 
 
-def default_jobs() -> int:
-    """Programs a sweep runs at once unless -j says: the cores this process may use."""
+def cores() -> int:
+    """The cores this process may use."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+THREAD_FLAGS = ("-t", "--threads")
+
+
+def program_threads(argv: list[str]) -> int | None:
+    """The threads a program was told to use (`-t N`, `--threads N`, `--threads=N`), None when not told."""
+    for i, w in enumerate(argv):
+        if w in THREAD_FLAGS and i + 1 < len(argv) and argv[i + 1].isdigit():
+            return int(argv[i + 1])
+        if w.startswith("--threads=") and w[10:].isdigit():
+            return int(w[10:])
+    return None
+
+
+def default_jobs(argv: list[str] | None = None) -> int:
+    """Programs a sweep runs at once unless -j says: the cores shared out by the threads each program runs.
+    A program not told its threads is taken to use every core (llama.cpp's default), so its points run one at
+    a time: running them side by side only makes each slower (a 2-core machine ran a sweep 6.4x slower)."""
+    threads = program_threads(argv or [])
+    return max(1, cores() // threads) if threads else 1
 
 
 LIVE: set[int] = set()  # programs this process started and has not reaped: each leads its own process group
@@ -61,6 +83,7 @@ class Spawned:
 
     def __init__(self, pid: int):
         self.pid, self.returncode = pid, None
+        self.started = time.monotonic()  # for --timeout: a program's time counts from its start
         LIVE.add(pid)
 
     def _reap(self, block: bool):
@@ -196,7 +219,7 @@ def begin(argv: list[str]) -> None:
         combos = points([parse_vary(t) for t in texts])
         if jobs is not None and not 1 <= jobs <= 256:
             return  # the command refuses it
-        jobs = max(1, min(jobs or default_jobs(), len(combos)))
+        jobs = max(1, min(jobs or default_jobs(program), len(combos)))
         if jobs < 2:
             return  # one at a time: the command starts it as soon as it runs
         prog = checked_program(program)

@@ -16,7 +16,8 @@ TOP_DELTAS = 3
 def sweep_json(store, sweep_id: str, varies: list, points: list[Point]) -> dict:
     dicts = [{**p.to_json(), "families_all": p.all_families, "_peak": p.peak} for p in points]
     out = {"sweep": sweep_id, "vary": varies, "points": [point_json(p) for p in points],
-           "laws": laws(dicts), "dominance": dominance(dicts), "neighbours": neighbours(store, dicts)}
+           "laws": laws(dicts), "dominance": dominance(dicts), "neighbours": neighbours(store, dicts),
+           "ignored": sorted({f for p in points for f in p.ignored})}  # flags the program said it ignores
     return out
 
 
@@ -98,7 +99,7 @@ def load(store, sweep_id: str) -> dict:
         meta = store.meta(s["id"]).extra.get("sweep") or {}
         varies = varies or meta.get("vary")
         p = Point(dict(meta.get("values") or {}), list(meta.get("argv") or []), printed=meta.get("printed") or {},
-                  trace=s["id"])
+                  trace=s["id"], ignored=list(meta.get("ignored") or []))
         summarise(store, p, s["id"])
         pts.append((int(meta.get("index", 0)), p))
     pts.sort(key=lambda kp: kp[0])

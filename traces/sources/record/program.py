@@ -48,6 +48,25 @@ def is_static_elf(path: str) -> bool:
     return PT_INTERP not in types and PT_DYNAMIC not in types
 
 
+def holds_ggml_allocator(path: str, limit: int = 1 << 30) -> bool:
+    """Whether the executable itself contains ggml's graph allocator (its symbol names): ggml linked into it
+    statically, so its calls to the allocator never pass through a preloaded library."""
+    want, keep = b"ggml_gallocr_", 32
+    try:
+        with open(path, "rb") as f:
+            tail, read = b"", 0
+            while read < limit:
+                block = f.read(1 << 20)
+                if not block:
+                    return False
+                if want in tail + block:
+                    return True
+                tail, read = block[-keep:], read + len(block)
+    except OSError:
+        return False
+    return False
+
+
 RECORD_FOLDER = "rec"  # inside the run's private folder: where the recorder may create files, until collected
 
 
