@@ -163,11 +163,21 @@ def _with_law(curve: dict, axis: str, lo: int, hi: int, step: int = 1) -> None:
         if line is None:
             return
         a, b = line
-    curve["law"] = {"intercept": _num(a), "slope": _num(b), "formula": f"{_text(a)} + {_text(b)}·{axis} B"
-                    if b else f"{_text(a)} B (constant)", "exact": all(p["uncertainty_bytes"] == 0 for p in pts)}
+    _set_law(curve, a, b, axis, lo, hi, step, "exact" if all(p["uncertainty_bytes"] == 0 for p in pts)
+             else "within the printed rounding")
+
+
+def _set_law(curve: dict, a, b, axis: str, lo: int, hi: int, step: int, how: str) -> None:
+    """The law a + b·x on the curve, and its predicted points on the grid between lo and hi where nothing ran."""
+    a, b = Fraction(a), Fraction(b)
+    if not b:
+        formula = f"{_text(a)} B (constant)"
+    else:
+        formula = (f"{_text(a)} {'-' if b < 0 else '+'} " if a else "-" if b < 0 else "") + f"{_text(abs(b))}·{axis} B"
+    curve["law"] = {"intercept": _num(a), "slope": _num(b), "formula": formula, "exact": how == "exact", "holds": how}
     ran = {p["x"] for p in curve["points"]}
     grid = sorted({lo + ((hi - lo) * k // PREDICTED) // step * step for k in range(PREDICTED + 1)} | {hi})
-    unc = max(p["uncertainty_bytes"] for p in pts)
+    unc = max((p["uncertainty_bytes"] for p in curve["points"]), default=0)
     curve["predicted"] = [{"x": x, "bytes": round(a + b * x), "uncertainty_bytes": unc, "measured": False}
                           for x in grid if x not in ran and lo <= x <= hi]
 
@@ -224,6 +234,9 @@ def _plan(store, pid: str, s: dict, budget: int | None) -> dict:
                          "oom": p["oom"] is not None, "trace": s["id"] if p["value"] == kept.get("stored_value")
                          else None} for p in points]}
         _with_law(c, axis, lo, hi)
+        law = (kept.get("laws") or {}).get(name) if kind == "category" else None
+        if c["law"] is None and law and law.get("linear"):  # `plan`'s own law per category: within 1 %
+            _set_law(c, law["a"], law["b_per_unit"], axis, lo, hi, 1, "within 1% at every point that ran")
         return c
 
     cats = list(dict.fromkeys(c for p in points for c in p["categories"]))

@@ -94,6 +94,8 @@ def load(store, sweep_id: str) -> dict:
     pts.sort(key=lambda kp: kp[0])
     out = sweep_json(store, sweep_id, varies or [], [p for _, p in pts])
     out["stopped"] = next((stopped_by(s.get("tags")) for s in members if stopped_by(s.get("tags"))), None)
+    out["fit"] = next((t[4:] for s in members for t in s.get("tags") or () if isinstance(t, str)
+                       and t.startswith("fit=")), None)  # a fit's answer: the pre-flight page draws its search
     return out
 
 
