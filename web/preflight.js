@@ -22,21 +22,28 @@ function curveTraces(r, c, k, theme) {
   const line = lineOf(c, k, theme);
   const law = c.law ? c.law.formula : "no straight line through these points";
   const lawAt = (x) => (c.law ? c.law.intercept + c.law.slope * x : null);
-  const ran = c.points;
+  const ran = c.points.filter((p) => !p.oom);
+  const oom = c.points.filter((p) => p.oom);  // counted up to the failing request only: not on the line
   const out = [{
     type: "scatter", mode: "lines+markers", name: plotText(c.name), legendgroup: c.name, line,
     x: ran.map((p) => p.x), y: ran.map((p) => p.bytes),
-    marker: { size: 9, symbol: ran.map((p) => (p.oom ? "x" : "circle")), color: line.color },
+    marker: { size: 9, symbol: "circle", color: line.color },
     error_y: { type: "data", array: ran.map((p) => p.uncertainty_bytes), visible: ran.some((p) => p.uncertainty_bytes > 0), color: line.color, thickness: 1.5, width: 5 },
-    customdata: ran.map((p) => [fmtBytes(p.bytes), exactBytes(p.bytes), pm(p.uncertainty_bytes),
-      p.oom ? "ran out of memory here (the part before)" : "ran", plotText(law),
+    customdata: ran.map((p) => [fmtBytes(p.bytes), exactBytes(p.bytes), pm(p.uncertainty_bytes), "ran", plotText(law),
       lawAt(p.x) === null ? "–" : exactBytes(Math.round(lawAt(p.x)))]),
     hovertemplate: `${plotText(r.axis)} %{x}: %{customdata[0]} (%{customdata[1]}%{customdata[2]}), %{customdata[3]}` +
       "<br>law: %{customdata[4]} → %{customdata[5]}<extra>%{fullData.name}</extra>",
     meta: { kind: "measured", curve: c.name, of: c.kind },
   }];
+  if (oom.length) {
+    out.push({ type: "scatter", mode: "markers", name: plotText(`${c.name}: out of memory`), legendgroup: c.name, showlegend: false,
+      x: oom.map((p) => p.x), y: oom.map((p) => p.bytes), marker: { size: 10, symbol: "x", color: line.color },
+      customdata: oom.map((p) => [fmtBytes(p.bytes), exactBytes(p.bytes)]),
+      hovertemplate: `${plotText(r.axis)} %{x}: ran out of memory; %{customdata[0]} (%{customdata[1]}) before the failing request<extra>${plotText(c.name)}</extra>`,
+      meta: { kind: "oom", curve: c.name, of: c.kind } });
+  }
   if (c.law && c.predicted.length) {
-    const all = [...ran.filter((p) => !p.oom).map((p) => ({ ...p, measured: true })), ...c.predicted].sort((a, b) => a.x - b.x);
+    const all = [...ran.map((p) => ({ ...p, measured: true })), ...c.predicted].sort((a, b) => a.x - b.x);
     out.push({
       type: "scatter", mode: "lines+markers", name: plotText(`${c.name} (law)`), legendgroup: c.name, showlegend: false,
       line: { ...line, dash: "dash", width: 1.5 }, x: all.map((p) => p.x), y: all.map((p) => (p.measured ? Math.round(lawAt(p.x)) : p.bytes)),

@@ -85,4 +85,5 @@ def report_lines(out: dict) -> list[str]:
     if nxt:
         lines.append(f"  {flag} {nxt['value']} would need {fmt_bytes(nxt['total'])} ({nxt['total']:,} B), "
                      f"{fmt_bytes(nxt['total'] - budget)} over")
+    lines.append(f"  every run of the search, drawn: alloctrace serve, then /preflight?id={out['sweep']}")
     return lines

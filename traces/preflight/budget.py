@@ -91,18 +91,18 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
 
 def _answer(store, argv, span, budget, good: Probe | None, bad: Probe | None, probes, library, compute_only) -> dict:
     flag, lo, hi, step = span
-    best = None
+    best, sid = None, None
     if good is not None:  # once more into the real store: the answer is a trace like any other
         # with every probe's sizes, so the pre-flight page draws the whole search, not one point
         kept = {"flag": flag, "lo": lo, "hi": hi, "step": step, "budget": budget, "compute_only": compute_only,
                 "value": good.value, "probes": [{"value": p.value, "total": p.total, "fits": p.total <= budget,
                                                  "buffers": p.point.buffers, "printed": p.point.printed}
                                                 for p in probes]}
-        _sid, (best,) = run_points(store, argv, [Vary(flag, (str(good.value),))], library, jobs=1,
-                                   tags=(f"fit={flag}", f"budget={budget}"), extra={"fit": kept})
+        sid, (best,) = run_points(store, argv, [Vary(flag, (str(good.value),))], library, jobs=1,
+                                  tags=(f"fit={flag}", f"budget={budget}"), extra={"fit": kept})
     return {"flag": flag, "budget": budget, "compute_only": compute_only,
             "value": good.value if good else None, "total": good.total if good else None,
-            "point": best.to_json() if best else None,
+            "point": best.to_json() if best else None, "sweep": sid,
             "next": {"value": bad.value, "total": bad.total, "buffers": bad.point.buffers,
                      "printed": bad.point.printed} if bad else None,
             "probes": [{"value": p.value, "total": p.total, "fits": p.total <= budget} for p in probes]}
