@@ -25,7 +25,8 @@ def register(subparsers):
                      "max_memory_reserved, fragmentation and bytes per category at the peak, and where a card "
                      "of --total bytes would run out of memory. With --vary and --budget: the largest value of "
                      "the knob ({NAME} in the script's arguments) whose step runs under the budget. The predicted "
-                     "run is stored as a PyTorch trace (peak, flame, state, report and diff work on it)."),
+                     "run is stored as a PyTorch trace (peak, flame, state, report and diff work on it); with --vary, "
+                     "the answer's run with every point of the search (the dashboard's /preflight page)."),
         epilog=EXAMPLES,
         usage="%(prog)s [--total SIZE] [--alloc-conf STRING] [--cap SIZE] [--vary NAME=LO..HI --budget SIZE] "
               "[--json] [--no-store] [--name NAME] [--store DIR|URL] -- python SCRIPT [ARGS...]")
