@@ -85,11 +85,11 @@ function draw(r, logY) {
   const axisStyle = { gridcolor: theme.grid, zeroline: false, color: theme.muted };
   const narrow = window.innerWidth < 600;
   return Plotly.react($("pf-chart"), traces, {
-    margin: { l: narrow ? 60 : 80, r: 10, t: 10, b: 50 }, hovermode: "closest", legend: { orientation: "h", y: -0.18 },
-    paper_bgcolor: theme.paper, plot_bgcolor: theme.plot, font: { family: "system-ui, sans-serif", size: 12, color: theme.ink },
+    margin: { l: narrow ? 74 : 84, r: 10, t: 10, b: 50 }, hovermode: "closest", legend: { orientation: "h", y: narrow ? -0.32 : -0.18 },
+    paper_bgcolor: theme.paper, plot_bgcolor: theme.plot, font: { family: "system-ui, sans-serif", size: narrow ? 10 : 12, color: theme.ink },
     xaxis: { ...axisStyle, title: { text: plotText(r.axis || "point") }, type: lo > 0 && hi / lo > 16 ? "log" : "linear" },
-    yaxis: logY ? { ...axisStyle, type: "log", title: { text: "bytes" } }
-      : { ...axisStyle, title: { text: "bytes" }, range: [0, top * 1.08], tickvals: t.tickvals, ticktext: t.ticktext },
+    yaxis: logY ? { ...axisStyle, type: "log", title: { text: narrow ? "" : "bytes" } }
+      : { ...axisStyle, title: { text: narrow ? "" : "bytes" }, range: [0, top * 1.08], tickvals: t.tickvals, ticktext: t.ticktext },
   }, plotConfig());
 }
 
