@@ -142,6 +142,11 @@ async function show(id) {
   const links = clear($("pf-links"));
   for (const t of r.traces.slice(0, 20)) links.append(el("a", { href: r.kind === "plan" ? `/torch?id=${enc(t)}` : `/traces/${enc(t)}` }, `trace ${t}`), " ");
   if (r.kind === "sweep") links.append(el("a", { href: `/sweep?id=${enc(r.id)}` }, "families on the sweep page →"));
+  if (!r.curves.length) {  // no flag took whole-number values: nothing to draw against
+    $("pf-answer").textContent = "No varied flag took whole numbers at two or more points: there is no curve to draw.";
+    document.body.dataset.loaded = "1";
+    return;
+  }
   await draw(r, $("pf-log").checked);
   $("pf-log").onchange = () => draw(r, $("pf-log").checked);
   document.body.dataset.loaded = "1";

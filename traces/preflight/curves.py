@@ -12,11 +12,13 @@ given and evaluated between the points tried: those are the predicted points, to
 from __future__ import annotations
 
 from fractions import Fraction
+from inspect import signature
 
-from .printed import MIB, bytes_of
+from .printed import MIB, bytes_of, total_mib
 
 PRINTED_KINDS = {"weights": "weights", "kv_cache": "KV cache", "output": "output buffer",
                  "recurrent_state": "recurrent state"}
+COUNTED = signature(total_mib).parameters["kinds"].default  # the printed kinds a fit's total counts
 MAX_POINTS = 512       # points read from a stored sweep
 PREDICTED = 16         # law points spread over the range searched
 MAX_BANDS = 32         # points a line through rounded sizes' uncertainty bands is searched for
@@ -92,31 +94,41 @@ def _ggml(store, pid: str, members: list[dict], budget: int | None) -> dict:
         groups.setdefault(setting, []).append(r)
     curves, answers = [], []
     for setting, rs in groups.items():
-        rs.sort(key=lambda r: int(r["values"][axis]))
-        xs = [int(r["values"][axis]) for r in rs]
-        lo, hi, step = span or (xs[0], xs[-1], 1)
-        named: list[dict] = []
-        for buft in dict.fromkeys(b for r in rs for b in r["buffers"]):
-            named.append(_curve(f"{buft} compute buffer", "compute", setting,
-                                [(x, r["buffers"].get(buft), 0, r["trace"]) for x, r in zip(xs, rs)]))
-        if not compute_only:
-            for kind, words in PRINTED_KINDS.items():
-                for label in dict.fromkeys(lb for r in rs for lb in (r["printed"].get(kind) or {})):
-                    mibs = [(r["printed"].get(kind) or {}).get(label) for r in rs]
-                    unc = printed_uncertainty([m for m in mibs if m is not None])
-                    named.append(_curve(f"{label} {words}", kind, setting,
-                                        [(x, None if m is None else bytes_of(m), unc, r["trace"])
-                                         for x, m, r in zip(xs, mibs, rs)]))
-        total = _total(named, setting, xs, [r["trace"] for r in rs])
-        for c in [*named, total]:
-            _with_law(c, axis, lo, hi, step)
-        curves += [*named, total]
+        drawn = curves_of(rs, axis, setting, compute_only, span)
+        curves += drawn
         if budget is not None:
-            answers.append(_answer_of(total, setting, budget,
+            lo, step = (span[0], span[2]) if span else (drawn[-1]["points"][0]["x"], 1)
+            answers.append(_answer_of(drawn[-1], setting, budget,
                                       {"value": fit["value"]} if fit and budget == fit["budget"] else None, lo, step))
     return {"id": pid, "kind": "fit" if fit else "sweep", "axis": axis, "budget": budget, "stored_budget": budget_stored,
             "range": list(span[:2]) if span else None, "compute_only": compute_only, "curves": curves,
             "answers": answers, "traces": sorted({r["trace"] for r in rows if r["trace"]})}
+
+
+def curves_of(rows: list[dict], axis: str, setting: str = "", compute_only: bool = False, span=None) -> list[dict]:
+    """One setting's curves, the total last. rows: {"values": {flag: value}, "buffers": {buffer type: bytes},
+    "printed": printed_sizes(), "trace"}; span: (LOW, HIGH, STEP) searched, else the values that ran."""
+    rs = sorted(rows, key=lambda r: int(r["values"][axis]))
+    xs = [int(r["values"][axis]) for r in rs]
+    lo, hi, step = span or (xs[0], xs[-1], 1)
+    named: list[dict] = []
+    for buft in dict.fromkeys(b for r in rs for b in r["buffers"]):
+        named.append(_curve(f"{buft} compute buffer", "compute", setting,
+                            [(x, r["buffers"].get(buft), 0, r["trace"]) for x, r in zip(xs, rs)]))
+    if not compute_only:  # every kind printed (an unknown one too), each label as printed
+        kinds = [*PRINTED_KINDS, *(k for r in rs for k in r["printed"] if k not in PRINTED_KINDS)]
+        for kind in [k for k in dict.fromkeys(kinds) if k != "compute"]:
+            words = PRINTED_KINDS.get(kind, kind.replace("_", " "))
+            for label in dict.fromkeys(lb for r in rs for lb in (r["printed"].get(kind) or {})):
+                mibs = [(r["printed"].get(kind) or {}).get(label) for r in rs]
+                unc = printed_uncertainty([m for m in mibs if m is not None])
+                named.append(_curve(f"{label} {words}", kind, setting,
+                                    [(x, None if m is None else bytes_of(m), unc, r["trace"])
+                                     for x, m, r in zip(xs, mibs, rs)]))
+    total = _total(named, setting, rs, xs, compute_only)
+    for c in [*named, total]:
+        _with_law(c, axis, lo, hi, step)
+    return [*named, total]
 
 
 def _axis(rows: list[dict]) -> str | None:
@@ -136,12 +148,15 @@ def _curve(name: str, kind: str, setting: str, pts: list[tuple]) -> dict:
                        for x, b, u, t in pts if b is not None]}
 
 
-def _total(named: list[dict], setting: str, xs: list[int], traces: list) -> dict:
-    """The sum of every curve at each point (a curve missing at a point adds nothing there)."""
+def _total(named: list[dict], setting: str, rows: list[dict], xs: list[int], compute_only: bool) -> dict:
+    """Each point's total as `fit` counts it (its exact compute buffers plus the printed sizes `total_mib` sums),
+    its uncertainty the sum of those printed sizes' own."""
+    counted = {"compute", *(() if compute_only else COUNTED)}
     pts = []
-    for x, t in zip(xs, traces):
-        at = [p for c in named for p in c["points"] if p["x"] == x]
-        pts.append((x, sum(p["bytes"] for p in at), sum(p["uncertainty_bytes"] for p in at), t))
+    for x, r in zip(xs, rows):
+        size = sum(r["buffers"].values()) + (0 if compute_only else bytes_of(total_mib(r["printed"])))
+        unc = sum(p["uncertainty_bytes"] for c in named if c["kind"] in counted for p in c["points"] if p["x"] == x)
+        pts.append((x, size, unc, r["trace"]))
     return _curve("total", "total", setting, pts)
 
 
