@@ -21,7 +21,9 @@ def register(subparsers):
         "fit", help="the largest value of a flag whose run fits a memory budget (bisection over recorded runs)",
         description=("Run PROGRAM under the recorder with FLAG set to values between LOW and HIGH, bisecting for "
                     "the largest value whose memory fits BUDGET: the exact compute buffers ggml made, plus the "
-                    "weights, KV cache and output buffers the program printed (llama.cpp with -v). Assumes the "
+                    "weights, every KV cache (a sliding-window model has two) and the output buffers the program "
+                    "printed (llama.cpp with -v); the answer and the value one step above are checked against the "
+                    "program's own memory breakdown. Assumes the "
                     "total grows with the value. Prints the answer and what fills the budget there; the answer's "
                     "run is stored as a trace. Write --vary=-c=512..131072 (with '=': the flag starts with a dash)."),
         epilog=EXAMPLES,
@@ -60,6 +62,7 @@ def run(args) -> int:
 
 
 def report_lines(out: dict) -> list[str]:
+    from alloctrace.traces.preflight.breakdown import check_lines
     from alloctrace.traces.util.sizes import fmt_bytes
 
     flag, budget = out["flag"], out["budget"]
@@ -77,13 +80,16 @@ def report_lines(out: dict) -> list[str]:
     if not out["compute_only"]:
         for kind in ("weights", "kv_cache", "output", "recurrent_state"):
             for dev, mib in (p["printed"].get(kind) or {}).items():
-                lines.append(f"  {kind.replace('_', ' ')} ({dev})  {mib:.2f} MiB (as the program printed it)")
+                lines.append(f"  {kind.replace('_', ' ')} on {dev}  {mib:.2f} MiB (as the program printed it)")
     if p["families"]:
         lines.append("  compute buffer at its peak: " + ", ".join(
             f"{f['family']} {fmt_bytes(f['bytes'])}" for f in p["families"][:4]))
+    lines.append(f"  checked against what the program printed at {flag} {out['value']}:")
+    lines += check_lines(out.get("check"), "    ")
     nxt = out["next"]
     if nxt:
         lines.append(f"  {flag} {nxt['value']} would need {fmt_bytes(nxt['total'])} ({nxt['total']:,} B), "
-                     f"{fmt_bytes(nxt['total'] - budget)} over")
+                     f"{fmt_bytes(nxt['total'] - budget)} over; checked against what the program printed there:")
+        lines += check_lines(nxt.get("check"), "    ")
     lines.append(f"  every run of the search, drawn: alloctrace serve, then /preflight?id={out['sweep']}")
     return lines

@@ -32,8 +32,9 @@ def register(subparsers):
         description=("With --vary: run PROGRAM once per combination of the varied flags (each --vary replaces or "
                     "adds that flag in ARGS), each under the recorder, up to -j at a time, and store each point as "
                     "a trace tagged sweep=ID. Prints one row per point: the values, each buffer type's compute "
-                    "buffer in exact bytes, the weights and KV cache the program printed, consistency and the "
-                    "families that dominate its peak; then each family's growth law and the size attribution "
+                    "buffer in exact bytes, the weights and each KV cache the program printed, the total and "
+                    "whether it agrees with the program's own memory breakdown, consistency and the families that "
+                    "dominate its peak; then each family's growth law and the size attribution "
                     "between neighbouring points. Write --vary=-c=512,4096 (with '=': the flag starts with a "
                     "dash). With --preset: replay a built-in preset once per combination of --profile, --n-ctx and "
                     "--n-batch instead."),
@@ -153,19 +154,28 @@ def program_lines(out: dict) -> list[str]:
     pts = out["points"]
     flags = [f for f, _ in out["vary"]]
     bufts = list(dict.fromkeys(b for p in pts for b in p["buffers"]))
-    printed = [k for k in ("weights", "kv_cache") if any(k in p["printed"] for p in pts)]
-    rows = [[*flags, *(f"{b} compute (B)" for b in bufts), *(f"{k} (printed)" for k in printed), "consistent",
-             "trace", "dominant families"]]
+    # one column per printed size: each KV cache (a sliding-window model's second one too) on its own
+    printed = list(dict.fromkeys((k, label) for p in pts for k in ("weights", "kv_cache", "output")
+                                 for label in p["printed"].get(k) or {}))
+    rows = [[*flags, *(f"{b} compute (B)" for b in bufts), *(f"{k} {label} (printed)" for k, label in printed),
+             "total (B)", "breakdown", "consistent", "trace", "dominant families"]]
     for p in pts:
         fams = ", ".join(f"{f['family']} {fmt_bytes(f['bytes'])}" for f in p["families"][:3])
         rows.append([*(p["values"][f] for f in flags), *(exact_count(p["buffers"].get(b)) for b in bufts),
-                     *(_mib(p["printed"].get(k)) for k in printed),
+                     *(_mib((p["printed"].get(k) or {}).get(label)) for k, label in printed),
+                     exact_count(p.get("total")), _agrees(p.get("check")),
                      "-" if p["consistent"] is None else ("yes" if p["consistent"] else "NO"), p["trace"] or "-",
                      p["error"] if p["error"] and not p["trace"] else fams])
     lines = [f"sweep {out['sweep']}: {len(pts)} points"] + ["  " + line for line in text_table(rows)]
     for p in pts:
         if p["error"] and p["trace"]:
             lines.append(f"  {' '.join(f'{k}={v}' for k, v in p['values'].items())}: {p['error']}")
+        if p.get("check") and not p["check"]["agrees"]:
+            from alloctrace.traces.preflight.breakdown import check_lines
+
+            lines.append(f"  {' '.join(f'{k}={v}' for k, v in p['values'].items())}: the total differs from the "
+                         "program's own breakdown")
+            lines += check_lines(p["check"], "    ")
     if out["laws"]:
         lines += ["", "GROWTH (bytes at the peak, by family)"] + law_lines(out["laws"])
     if out["dominance"]:
@@ -182,10 +192,13 @@ def program_lines(out: dict) -> list[str]:
     return lines
 
 
-def _mib(d) -> str:
-    if not d:
-        return "-"
-    return " + ".join(f"{v:.2f} MiB" for v in d.values()) if len(d) > 1 else f"{next(iter(d.values())):.2f} MiB"
+def _mib(v) -> str:
+    return "-" if v is None else f"{v:.2f} MiB"
+
+
+def _agrees(c) -> str:
+    """The point's total against the program's own breakdown: agrees, DIFFERS, or - (none printed)."""
+    return "-" if not c else ("agrees" if c["agrees"] else "DIFFERS")
 
 
 class _progress:

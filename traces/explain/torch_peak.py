@@ -64,6 +64,9 @@ def oom_card(dev: Device, index: StateIndex, skip=DEFAULT_SKIP, which: int = 0) 
             "meta": dev.meta_text(int(dev.cols["meta"][k])),
             "holders": by_call_site(dev, live_at(dev, k), k, skip, top=15),
             "largest_blocks": largest_live(dev, k, skip)}
+    if index.unknown:       # totals replayed from an unrecoverable start would read as zeros: not facts
+        card.update({k: None for k in ("allocated", "requested_live", "reserved", "cached", "largest_free")})
+        card["unknown"] = index.unknown
     if "cap" not in dev._cache:
         dev._cache["cap"] = cap_bounds(dev.cols, dev.extra)
     bounds = dev._cache["cap"]

@@ -1,7 +1,8 @@
 """`alloctrace fit`: the largest value of one flag whose run fits a memory budget, by bisection over dry runs.
 
 A probe's bytes are its exact compute buffers (all buffer types) plus, unless told to count compute only, the
-weights, KV cache and output buffers the program printed (rounded, as printed). Probes run into a scratch
+weights, every KV cache and the output buffers the program printed (rounded, as printed). The answer and the
+value one step above are checked against the program's own breakdown (breakdown.py). Probes run into a scratch
 store; the answer is run once more into the real store, so it can be opened, diffed and shown.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from alloctrace.traces.errors import UserError
 
+from .breakdown import check
 from .points import Point, run_points
 from .printed import bytes_of, total_mib
 from .vary import Vary
@@ -103,6 +105,8 @@ def _answer(store, argv, span, budget, good: Probe | None, bad: Probe | None, pr
     return {"flag": flag, "budget": budget, "compute_only": compute_only,
             "value": good.value if good else None, "total": good.total if good else None,
             "point": best.to_json() if best else None, "sweep": sid,
+            "check": check(best.buffers, best.printed) if best else None,
             "next": {"value": bad.value, "total": bad.total, "buffers": bad.point.buffers,
-                     "printed": bad.point.printed} if bad else None,
+                     "printed": bad.point.printed, "check": check(bad.point.buffers, bad.point.printed)}
+            if bad else None,
             "probes": [{"value": p.value, "total": p.total, "fits": p.total <= budget} for p in probes]}

@@ -4,6 +4,7 @@ store by the sweep's id (the `sweep=<id>` tag) for the dashboard.
 """
 from __future__ import annotations
 
+from .breakdown import check
 from .laws import dominance, laws, numeric_flags
 from .points import Point
 from .summary import summarise
@@ -14,8 +15,19 @@ TOP_DELTAS = 3
 
 def sweep_json(store, sweep_id: str, varies: list, points: list[Point]) -> dict:
     dicts = [{**p.to_json(), "families_all": p.all_families, "_peak": p.peak} for p in points]
-    out = {"sweep": sweep_id, "vary": varies, "points": [p.to_json() for p in points],
+    out = {"sweep": sweep_id, "vary": varies, "points": [point_json(p) for p in points],
            "laws": laws(dicts), "dominance": dominance(dicts), "neighbours": neighbours(store, dicts)}
+    return out
+
+
+def point_json(p: Point) -> dict:
+    """A point with its total (exact compute + every printed weight, KV cache, output and recurrent state
+    buffer) and that total checked against the program's own breakdown (breakdown.py)."""
+    from .printed import bytes_of, total_mib
+
+    out = p.to_json()
+    out["total"] = p.total + bytes_of(total_mib(p.printed)) if p.buffers else None
+    out["check"] = check(p.buffers, p.printed) if p.buffers else None
     return out
 
 
