@@ -1,6 +1,6 @@
 """The pre-flight page's curves (traces/preflight/curves.py) from points as a sweep or fit stores them: every
-printed kind and label drawn (an iSWA cache's own label, a kind no parser names yet), the total as `fit`
-counts it, a law through rounded sizes within their printed rounding, and none where the sizes bend."""
+printed label of the kinds a budget counts drawn (an iSWA cache's own label; not the program's breakdown, a
+check), the total as `fit` counts it, a law through rounded sizes within their printed rounding, and none where the sizes bend."""
 from __future__ import annotations
 
 from alloctrace.traces.preflight.budget import probe_total
@@ -20,15 +20,14 @@ def kv(c: int) -> dict:
     # an iSWA model: the full cache grows with -c, the sliding-window one stops at its window (1024 cells)
     return {"weights": {"CUDA0": 1250.0}, "kv_cache": {"CUDA0": round(c * 0.0625, 2), "CUDA0 (SWA)":
                                                        round(min(c, 1024) * 0.03125, 2)},
-            "new_cache_kind": {"CPU": 0.25}, "compute": {"CUDA0": 1.0}}
+            "compute": {"CUDA0": 1.0}, "breakdown_self": {"CUDA0": 1300}, "projected": {"CUDA0": 1310}}
 
 
 def test_every_printed_label_and_kind_is_a_curve_and_the_total_counts_as_fit_does():
     curves = curves_of([row(c, kv(c)) for c in CTX], "-c", "-fa=on")
     names = [c["name"] for c in curves]
     assert names == ["CUDA0 compute buffer (-fa=on)", "CUDA_Host compute buffer (-fa=on)", "CUDA0 weights (-fa=on)",
-                     "CUDA0 KV cache (-fa=on)", "CUDA0 (SWA) KV cache (-fa=on)", "CPU new cache kind (-fa=on)",
-                     "total (-fa=on)"]
+                     "CUDA0 KV cache (-fa=on)", "CUDA0 (SWA) KV cache (-fa=on)", "total (-fa=on)"]  # the breakdown: a check
     total = curves[-1]
     for c, p in zip(CTX, total["points"]):
         point = Point({}, [], buffers=row(c, kv(c))["buffers"], printed=kv(c))

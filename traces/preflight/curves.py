@@ -12,13 +12,11 @@ given and evaluated between the points tried: those are the predicted points, to
 from __future__ import annotations
 
 from fractions import Fraction
-from inspect import signature
 
-from .printed import MIB, bytes_of, total_mib
+from .printed import MEMORY_KINDS, MIB, bytes_of, total_mib
 
 PRINTED_KINDS = {"weights": "weights", "kv_cache": "KV cache", "output": "output buffer",
                  "recurrent_state": "recurrent state"}
-COUNTED = signature(total_mib).parameters["kinds"].default  # the printed kinds a fit's total counts
 MAX_POINTS = 512       # points read from a stored sweep
 PREDICTED = 16         # law points spread over the range searched
 MAX_BANDS = 32         # points a line through rounded sizes' uncertainty bands is searched for
@@ -115,9 +113,8 @@ def curves_of(rows: list[dict], axis: str, setting: str = "", compute_only: bool
     for buft in dict.fromkeys(b for r in rs for b in r["buffers"]):
         named.append(_curve(f"{buft} compute buffer", "compute", setting,
                             [(x, r["buffers"].get(buft), 0, r["trace"]) for x, r in zip(xs, rs)]))
-    if not compute_only:  # every kind printed (an unknown one too), each label as printed
-        kinds = [*PRINTED_KINDS, *(k for r in rs for k in r["printed"] if k not in PRINTED_KINDS)]
-        for kind in [k for k in dict.fromkeys(kinds) if k != "compute"]:
+    if not compute_only:  # every kind the budget counts, each label as printed (the breakdown is a check, not memory)
+        for kind in MEMORY_KINDS:
             words = PRINTED_KINDS.get(kind, kind.replace("_", " "))
             for label in dict.fromkeys(lb for r in rs for lb in (r["printed"].get(kind) or {})):
                 mibs = [(r["printed"].get(kind) or {}).get(label) for r in rs]
@@ -151,7 +148,7 @@ def _curve(name: str, kind: str, setting: str, pts: list[tuple]) -> dict:
 def _total(named: list[dict], setting: str, rows: list[dict], xs: list[int], compute_only: bool) -> dict:
     """Each point's total as `fit` counts it (its exact compute buffers plus the printed sizes `total_mib` sums),
     its uncertainty the sum of those printed sizes' own."""
-    counted = {"compute", *(() if compute_only else COUNTED)}
+    counted = {"compute", *(() if compute_only else MEMORY_KINDS)}
     pts = []
     for x, r in zip(xs, rows):
         size = sum(r["buffers"].values()) + (0 if compute_only else bytes_of(total_mib(r["printed"])))
