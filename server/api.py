@@ -242,6 +242,23 @@ def get_recorded_sweep(request: Request, sweep_id: Annotated[str, Path(pattern=r
     return JSONResponse(ctx(request).call(lambda s: load(s, sweep_id)))
 
 
+@router.get("/preflight", summary="Stored pre-flight results (sweeps, fits, `plan --vary` searches), newest first")
+def get_preflights(request: Request):
+    from alloctrace.traces.preflight.curves import listed
+    return {"results": ctx(request).call(listed)}
+
+
+@router.get("/preflight/{pid}", summary="A pre-flight result as curves against its knob: every buffer, KV cache or "
+                                        "category, the total, laws, predicted points, the budget and the answer")
+def get_preflight(request: Request, pid: Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$")],
+                  budget: Annotated[str | None, Query(max_length=40, description="another budget: 8GiB, "
+                                                      "512MiB or bytes")] = None):
+    from alloctrace.traces.preflight.budget import parse_budget
+    from alloctrace.traces.preflight.curves import load
+    given = parse_budget(budget) if budget else None
+    return JSONResponse(ctx(request).call(lambda s: load(s, pid, given)))
+
+
 @router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")
 def get_diff(request: Request, a: Annotated[str, Query(pattern=REF)], b: Annotated[str, Query(pattern=REF)]):
     from alloctrace.traces.diff.graphs import diff_refs

@@ -63,6 +63,7 @@ def check_read_tokens(token: str | None, read_tokens) -> tuple[str, ...]:
 
 
 PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html",
+         "/preflight": "preflight.html",
          "/torch": "torch.html", "/whatif": "whatif.html", "/history": "history.html", "/docs": "apidocs.html"}
 GUARDED = ("/api", "/openapi.json", "/docs")  # the API and its description need the token; other pages do not
 
