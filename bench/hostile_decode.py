@@ -48,3 +48,48 @@ def shared_report(work, st, row, outcome):
     row(f"15 report: one 1 MB filename shared by every frame ({path.stat().st_size:,} B)", outcome(p) + size,
         peak, time.perf_counter() - t)
     cli_peak_rss(["rm", tid, "--store", str(st.path)])
+
+
+def child_cost(work, st, row, n: int = 8):
+    """What reading each upload in a child costs the server: uploads of the real gpt2 snapshot and log through
+    the fork server's children, read in the server's process (ALLOCTRACE_IMPORT_IN_PROCESS=1), and, for the
+    fresh interpreter each upload started before, that interpreter's start with the same modules imported."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    from alloctrace.server.app import create_app
+    from alloctrace.traces.sources.child import PRELOAD
+
+    root = Path(__file__).resolve().parent.parent
+    inputs = {"gpt2 snapshot (pickle.gz)": ("/api/torch/traces", root / "tests/data/torch/gpt2_train_bs16.pickle.gz"),
+              "gpt2 log": ("/api/traces", root / "tests/data/hostile/gpt-2_tiny_short.AT.log")}
+    fresh = []
+    for _ in range(n):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-P", "-c", "import importlib; [importlib.import_module(m) for m in "
+                        f"{PRELOAD!r}]"], check=True)
+        fresh.append(time.perf_counter() - t)
+    fresh_s = sorted(fresh)[n // 2]
+    with TestClient(create_app(store_dir=work / "child-cost")) as c:
+        for label, (url, path) in inputs.items():
+            data = path.read_bytes()
+            took = {}
+            for mode in ("child", "in process", "child", "in process"):  # alternating: a noisy machine
+                os.environ["ALLOCTRACE_IMPORT_IN_PROCESS"] = "1" if mode == "in process" else "0"
+                times = []
+                for _ in range(n):
+                    t = time.perf_counter()
+                    r = c.post(url, files={"file": (path.name, data)})
+                    times.append(time.perf_counter() - t)
+                    assert r.status_code == 201, r.text[:300]
+                took.setdefault(mode, []).extend(times)
+            os.environ.pop("ALLOCTRACE_IMPORT_IN_PROCESS")
+            child, inproc = (sorted(took[m])[len(took[m]) // 2] for m in ("child", "in process"))
+            row(f"16 upload: {label}, median of {2 * n}",
+                f"fork-server child {child * 1000:.0f} ms, in process {inproc * 1000:.0f} ms: ratio "
+                f"{child / inproc:.2f}; a fresh interpreter per upload added {fresh_s * 1000:.0f} ms "
+                f"(ratio {(inproc + fresh_s) / inproc:.2f})", wall=child)

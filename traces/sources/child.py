@@ -26,8 +26,11 @@ from alloctrace.traces.sources.bounded_io import ENV, Cancelled, LimitExceeded
 POLL_S = 0.1  # how often the parent looks at the child
 AT_LIMIT_MARGIN = 4 << 20  # a child within this many bytes of its address-space limit cannot grow any more
 AT_LIMIT_S = 0.5  # ... and is ended once it has stayed there this long
+# what the readers import (the fork server's children inherit it); found by diffing sys.modules around reads
 PRELOAD = ["alloctrace.traces.sources", "alloctrace.traces.sources.child", "numpy", "zstandard",
-           "alloctrace.traces.sources.torch.source", "alloctrace.traces.sources.ggml_log"]
+           "alloctrace.traces.sources.torch.source", "alloctrace.traces.sources.torch.snapshot_schema",
+           "alloctrace.traces.sources.ggml_log", "alloctrace.traces.sources.jsonl", "alloctrace.traces.util.progress",
+           "alloctrace.traces.whatif.torch_request", "alloctrace.traces.whatif.torch_model"]
 
 
 def _address_space(pid: int | str = "self") -> int:
