@@ -272,3 +272,14 @@ def shared_long_string_snapshot(path: Path, n_entries: int = 2000, text_len: int
                 "frames": [{"name": "f", "filename": text, "line": i * depth + k} for k in range(depth)]}
                for i in range(n_entries)]
     return write_pickle(path, _snapshot(entries=entries))
+
+
+def shared_long_stack_snapshot(path: Path, n_entries: int = 300, n_frames: int = 20_000, text_len: int = 2000) -> Path:
+    """One frames list of `n_frames` frames naming one `text_len`-character file (each kept whole by the
+    import's 2,048-character cut) shared by `n_entries` entries: a 0.35 MB pickle whose entries page with
+    frames writes n_entries x n_frames x text_len characters (300 x 20,000 x 2,000: 12 GB)."""
+    text = "/" + "x" * (text_len - 4) + ".py"
+    frames = [{"name": "f", "filename": text, "line": k} for k in range(n_frames)]
+    entries = [{"action": "alloc", "addr": 4096 * (i + 1), "size": 512, "stream": 0, "frames": frames}
+               for i in range(n_entries)]
+    return write_pickle(path, _snapshot(entries=entries))

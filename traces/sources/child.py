@@ -169,10 +169,11 @@ class _ForkServer:
 
 _fork_server: _ForkServer | None = None
 _fork_server_lock = threading.Lock()
-FORK_SERVER = "import sys; from alloctrace.traces.sources.child import fork_server; fork_server(int(sys.argv[1]))"
+FORK_SERVER = "import sys; from alloctrace.traces.sources import _read_file; " \
+    "from alloctrace.traces.sources.child import fork_server; fork_server(int(sys.argv[1]), _read_file)"
 
 
-def fork_server(fd: int):
+def fork_server(fd: int, _read_file):
     """The fork server's loop: for each request fork a child that reads under the limits and answers into the
     pipe it was given; reply with the child's pid and pidfd. Ends when the server's end of the socket closes."""
     import importlib
@@ -193,7 +194,6 @@ def fork_server(fd: int):
                 sock.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 budget, cpu_s, args = pickle.loads(msg)
-                from alloctrace.traces.sources import _read_file
                 _limit(budget, cpu_s)
                 data = _answer(lambda: _read_file(*args))
                 with os.fdopen(fds[0], "wb") as f:
