@@ -140,6 +140,8 @@ class _ForkServer:
                                      pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
         theirs.close()
         self.pid = os.getpid()
+        import atexit
+        atexit.register(stop_fork_server)
         self.lock = threading.Lock()
 
     def fork(self, budget: int, cpu_s: float, args) -> tuple[int, int, object]:
@@ -175,24 +177,29 @@ FORK_SERVER = "import sys; from alloctrace.traces.sources import _read_file; " \
 
 def fork_server(fd: int, _read_file):
     """The fork server's loop: for each request fork a child that reads under the limits and answers into the
-    pipe it was given; reply with the child's pid and pidfd. Ends when the server's end of the socket closes."""
+    pipe it was given; reply with the child's pid and pidfd. Ends when the server's end of the socket closes,
+    killing the readings still running (nobody waits for their answers) and reaping every child, so their
+    resource use is this process's children's (RUSAGE_CHILDREN, as for a CLI's forked child)."""
     import importlib
     import socket
 
     for name in PRELOAD:
         importlib.import_module(name)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel: no zombies
     sock = socket.socket(fileno=fd)
+    children: set[int] = set()
     while True:
         msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 1)
+        _reap(children, block=False)
         if not msg:
+            for pid in children:
+                os.kill(pid, signal.SIGKILL)  # not reaped yet: the pid is still this child's
+            _reap(children, block=True)
             return
         pid = os.fork()
         if pid == 0:
             status = 1
             try:
                 sock.close()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 budget, cpu_s, args = pickle.loads(msg)
                 _limit(budget, cpu_s)
                 data = _answer(lambda: _read_file(*args))
@@ -201,15 +208,29 @@ def fork_server(fd: int, _read_file):
                 status = 0
             finally:
                 os._exit(status)
+        children.add(pid)
         os.close(fds[0])
-        try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:  # gone already: its answer (or its absence) is in the pipe
-            pidfd = os.open("/dev/null", os.O_RDONLY)
+        pidfd = os.pidfd_open(pid)  # not reaped until a later request: it cannot be gone
         try:
             socket.send_fds(sock, [str(pid).encode()], [pidfd])
         finally:
             os.close(pidfd)
+
+
+def _reap(children: set[int], block: bool):
+    for pid in list(children):
+        if os.waitpid(pid, 0 if block else os.WNOHANG)[0]:
+            children.discard(pid)
+
+
+def stop_fork_server():
+    """End this process's fork server (it kills the readings it still runs) and wait for it."""
+    global _fork_server
+    with _fork_server_lock:
+        server, _fork_server = _fork_server, None
+    if server is not None and server.pid == os.getpid():
+        server.sock.close()
+        server.proc.wait(timeout=30)
 
 
 class _ForkServerChild:
@@ -275,7 +296,7 @@ def _collect(child, label: str, budget: int, cpu_s: float, wall_s: float, cancel
     finally:
         signum = child.signal()
     data = b"".join(chunks) if ended_for is None else b""
-    if not data and (ended_for == "cpu" or signum == signal.SIGXCPU or cpu >= cpu_s - POLL_S):
+    if not data and (ended_for == "cpu" or signum == signal.SIGXCPU or cpu > cpu_s):
         raise LimitExceeded(f"{label}: import took more than {cpu_s:g} s of CPU time (cap: {ENV['max_cpu_s']})")
     if ended_for == "wall":
         raise LimitExceeded(f"{label}: import took more than {wall_s:g} s (wall-clock cap: twice the CPU cap, "
