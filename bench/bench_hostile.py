@@ -212,7 +212,8 @@ def battery(work: Path, quick: bool, only: str | None = None):
 
     # 9: terminal escapes
     evil = "evil\x1b]0;pwned\x07\nFAKE row"
-    p = cli("import", GPT2, "--store", st.path, "--name", evil, "--json")
+    # a tag of its own: the same file imported again with the same tags is the sentinel's trace (stored_before)
+    p = cli("import", GPT2, "--store", st.path, "--name", evil, "--tag", "row=9", "--json")
     tid = json.loads(p.stdout)["traces"][0]["id"]
     out = cli("list", "--store", st.path).stdout
     row("9 list with an OSC sequence and a newline in a name",

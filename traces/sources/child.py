@@ -12,12 +12,16 @@ retries an exception handler whose entry itself needs memory, forever), and so i
 time (RLIMIT_CPU stays as the backstop) or past the wall-clock limit."""
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import pickle
 import resource
 import select
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -130,24 +134,17 @@ class _ForkServer:
     of the answer's pipe; the reply is a pidfd of the child (it can only ever signal that child)."""
 
     def __init__(self):
-        import socket
-        import subprocess
-        import sys
-
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1")  # numpy imported there starts no thread pool
         self.proc = subprocess.Popen([sys.executable, "-P", "-c", FORK_SERVER, str(theirs.fileno())],
                                      pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
         theirs.close()
-        self.pid = os.getpid()
-        import atexit
-        atexit.register(stop_fork_server)
+        self.owner = os.getpid()  # a process forked from this one starts its own
         self.lock = threading.Lock()
+        atexit.register(stop_fork_server)
 
     def fork(self, budget: int, cpu_s: float, args) -> tuple[int, int, object]:
         """A child reading `_read_file(*args)`: its pid, its pidfd and the read end of its answer."""
-        import socket
-
         r, w = os.pipe()
         try:
             with self.lock:
@@ -164,7 +161,7 @@ class _ForkServer:
     def running(cls) -> "_ForkServer":
         with _fork_server_lock:
             global _fork_server
-            if _fork_server is None or _fork_server.pid != os.getpid() or _fork_server.proc.poll() is not None:
+            if _fork_server is None or _fork_server.owner != os.getpid() or _fork_server.proc.poll() is not None:
                 _fork_server = cls()
             return _fork_server
 
@@ -181,7 +178,6 @@ def fork_server(fd: int, _read_file):
     killing the readings still running (nobody waits for their answers) and reaping every child, so their
     resource use is this process's children's (RUSAGE_CHILDREN, as for a CLI's forked child)."""
     import importlib
-    import socket
 
     for name in PRELOAD:
         importlib.import_module(name)
@@ -228,7 +224,7 @@ def stop_fork_server():
     global _fork_server
     with _fork_server_lock:
         server, _fork_server = _fork_server, None
-    if server is not None and server.pid == os.getpid():
+    if server is not None and server.owner == os.getpid():
         server.sock.close()
         server.proc.wait(timeout=30)
 
