@@ -7,7 +7,7 @@ import json
 import time
 
 from hostile_inputs import (cli_peak_rss, codec_log_bomb, deep_tuple_snapshot, dense_snapshot_zstd, peak_rss_of,
-                            shared_long_string_snapshot)
+                            shared_long_stack_snapshot, shared_long_string_snapshot)
 
 
 def battery(work, st, row, serve_code, outcome):
@@ -30,6 +30,25 @@ def battery(work, st, row, serve_code, outcome):
         row(f"15 upload: {label}", " / ".join(p.stdout.strip().split("\n")) or outcome(p), peak,
             time.perf_counter() - t)
     shared_report(work, st, row, outcome)
+    shared_stack_answer(work, st, row, serve_code)
+
+
+def shared_stack_answer(work, st, row, serve_code):
+    """One 20,000-frame stack of 2 KB file names named by 300 entries: a page of them with frames would be a
+    12 GB answer; the answer budget (256 MiB) refuses it, and the server answers its next request."""
+    path = shared_long_stack_snapshot(work / "stack.pickle")
+    t = time.perf_counter()
+    p, peak = peak_rss_of(serve_code(st.path, f"""
+        r = c.post("/api/torch/traces", files={{"file": ("stack.pickle", open({str(path)!r}, "rb").read())}})
+        tid = r.json()["traces"][0]["id"]
+        t = time.perf_counter()
+        r = c.get(f"/api/torch/traces/{{tid}}/devices/0/entries", params={{"frames": "true", "limit": 300}})
+        print(r.status_code, len(r.content), "B in", round(time.perf_counter() - t, 2), "s:", r.json()["detail"][:60])
+        print("next:", c.get("/api/traces").status_code)
+        c.delete(f"/api/traces/{{tid}}")
+    """), timeout=600)
+    row(f"15 GET entries?frames=true&limit=300: 300 entries sharing one 20,000-frame stack ({path.stat().st_size:,} B)",
+        " / ".join(p.stdout.strip().split("\n")) or p.stderr[-300:], peak, time.perf_counter() - t)
 
 
 def shared_report(work, st, row, outcome):
