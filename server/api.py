@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.requests import ClientDisconnect
 
@@ -31,6 +31,7 @@ from alloctrace.traces.util.textsafe import safe
 from alloctrace.traces.sources.bounded_io import Cancelled
 from alloctrace.traces.store.records import TraceList, TraceSummary
 from alloctrace.traces.store.store import NotFound
+from alloctrace.server.graphs import BudgetJSONResponse as JSONResponse
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,6})?$"
