@@ -19,7 +19,6 @@ import pickle
 import resource
 import select
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -134,6 +133,8 @@ class _ForkServer:
     of the answer's pipe; the reply is a pidfd of the child (it can only ever signal that child)."""
 
     def __init__(self):
+        import socket  # (the server's alone: a command reads in a child it forks itself)
+
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1")  # numpy imported there starts no thread pool
         self.proc = subprocess.Popen([sys.executable, "-P", "-c", FORK_SERVER, str(theirs.fileno())],
@@ -145,6 +146,8 @@ class _ForkServer:
 
     def fork(self, budget: int, cpu_s: float, args) -> tuple[int, int, object]:
         """A child reading `_read_file(*args)`: its pid, its pidfd and the read end of its answer."""
+        import socket
+
         r, w = os.pipe()
         try:
             with self.lock:
@@ -178,6 +181,7 @@ def fork_server(fd: int, _read_file):
     killing the readings still running (nobody waits for their answers) and reaping every child, so their
     resource use is this process's children's (RUSAGE_CHILDREN, as for a CLI's forked child)."""
     import importlib
+    import socket
 
     for name in PRELOAD:
         importlib.import_module(name)
