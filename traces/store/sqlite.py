@@ -125,6 +125,13 @@ class SqliteBackend:
                 pass
             raise StoreFull(f"disk full: cannot write to the store {self.where} (nothing was stored)") from None
 
+    @staticmethod
+    def later(db, sql: str, args=()):
+        """A query inside a write, answered at once (postgres.Later's shape: `rows`)."""
+        from .postgres import Later
+
+        return Later(rows=db.execute(sql, args).fetchall())
+
     def generation(self, wait: bool, sql: str):
         """The generation row (None: none yet); False when `wait` is False and the connection is busy."""
         if not self.lock.acquire(blocking=wait):

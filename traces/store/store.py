@@ -171,13 +171,25 @@ class Store:
     def add_traces(self, traces: Iterable[tuple]) -> list[str]:
         """Store traces [(meta, graphs, content_hash)] in one transaction: all of them or, on any failure or
         interrupt, none. `content_hash` names the input they were read from (stored_with finds it again)."""
+        return [s["id"] for s in self.add_traces_summarised(traces, summaries=False)]
+
+    def add_traces_summarised(self, traces: Iterable[tuple], summaries: bool = True) -> list[dict]:
+        """`add_traces`, answering the new traces' summaries (as `summaries`), read in the same transaction:
+        on PostgreSQL their queries ride in the write's pipeline, answered with its COMMIT (no read
+        transaction's four round trips after it)."""
         traces = list(traces)
         with self._be.write() as db:
             ids = self._ids_for(db, [meta for meta, _, _ in traces])
             tids = [self._insert_trace(db, meta, graphs, content_hash, tid)
                     for (meta, graphs, content_hash), tid in zip(traces, ids)]
-            self._bump(db)  # last: on PostgreSQL the row stays locked until the commit
-        return tids
+            self._bump(db)  # on PostgreSQL the row stays locked until the commit
+            asked = [(self._be.later(db, f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})", part),
+                      self._be.later(db, f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN "
+                                         f"({marks}) ORDER BY trace_id, idx", part))
+                     for part, marks in (_chunks(tids) if summaries else ())]
+        if not summaries:
+            return [{"id": t} for t in tids]
+        return _summaries_of(tids, [(t.rows, g.rows) for t, g in asked])
 
     @staticmethod
     def _ids_for(db, metas: list[TraceMeta]) -> list[str]:
@@ -413,16 +425,12 @@ class Store:
     def summaries(self, ids: Iterable[str]) -> list[dict]:
         """The summaries of these traces (those still stored) in the order given, a query per 500 ids."""
         ids = list(dict.fromkeys(ids))
-        rows: dict[str, tuple] = {}
-        graphs: dict[str, list] = {}
         with self._snapshot() as db:
-            for part, marks in _chunks(ids):
-                rows.update((r[0], r) for r in db.execute(f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})",
-                                                          part))
-                for r in db.execute(f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN ({marks}) "
-                                    "ORDER BY trace_id, idx", part):
-                    graphs.setdefault(r[0], []).append(r[1:])
-        return [_summary(rows[t], graphs.get(t, [])) for t in ids if t in rows]
+            answers = [(db.execute(f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})", part).fetchall(),
+                        db.execute(f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN ({marks}) "
+                                   "ORDER BY trace_id, idx", part).fetchall())
+                       for part, marks in _chunks(ids)]
+        return _summaries_of(ids, answers)
 
     def graph_extras_of(self, ids: Iterable[str], keys: tuple[str, ...] = ()) -> dict[str, dict[int, dict]]:
         """`graph_extras` of several traces at once (id -> graph index -> extra); `keys`: only those keys,
@@ -647,6 +655,17 @@ def _small_extra(extra: dict | None) -> str:
         else:
             omitted.append(k)
     return json.dumps({**small, "_omitted": omitted} if omitted else small, sort_keys=True)
+
+
+def _summaries_of(ids: list[str], answers) -> list[dict]:
+    """Summaries in the order of `ids` (those stored) from [(trace rows, graph rows)] of their queries."""
+    rows: dict[str, tuple] = {}
+    graphs: dict[str, list] = {}
+    for trace_rows, graph_rows in answers:
+        rows.update((r[0], r) for r in trace_rows)
+        for r in graph_rows:
+            graphs.setdefault(r[0], []).append(r[1:])
+    return [_summary(rows[t], graphs.get(t, [])) for t in ids if t in rows]
 
 
 def _chunks(ids: list[str], size: int = 500):
