@@ -328,3 +328,14 @@ def test_a_write_answers_its_summaries_from_its_own_transaction(store_ref):
     with pytest.raises(RuntimeError):
         store.add_traces_summarised([(TraceMeta("half", "test", "ggml-head"), broken(), None)])
     assert store.trace_ids() == before and store.generation() == g0 + 2
+
+
+def test_postgresql_writes_have_the_sqlite_stores_durability(pg_url, tmp_path):
+    """A PostgreSQL write commits without waiting for the WAL flush, as the SQLite store commits in WAL mode
+    with synchronous=NORMAL (docs/team.md): both may lose the last moment of writes to a power loss, never
+    half of one."""
+    pg, lite = open_store(pg_url), open_store(tmp_path / "s")
+    with pg._be.write() as db:
+        assert db.execute("SHOW synchronous_commit").fetchone()[0] == "off"
+    assert lite.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert lite.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL

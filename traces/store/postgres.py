@@ -124,6 +124,11 @@ class _Connection:
         return cur
 
 
+def _configure(conn) -> None:
+    """Each pooled connection, once: its writes commit without waiting for the WAL flush (write())."""
+    conn.execute("SET synchronous_commit = off")
+
+
 class Later:
     """The rows of a query sent inside a write, read when the transaction has committed (`rows`): in a
     pipeline, its answer comes back with the COMMIT's, in the same round trip."""
@@ -159,7 +164,7 @@ class PostgresBackend:
         self._psycopg = psycopg
         self.errors = (psycopg.Error,)
         self.pool = ConnectionPool(url, min_size=1, max_size=POOL_MAX, kwargs={"autocommit": True},
-                                   open=False, name="alloctrace")
+                                   configure=_configure, open=False, name="alloctrace")
         try:
             self.pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - PoolTimeout hides the reason: ask once more for it
@@ -223,8 +228,6 @@ class PostgresBackend:
             with self.pool.connection(timeout=60) as conn:
                 with conn.pipeline() if pipeline else nullcontext():
                     conn.execute(begin)
-                    if pipeline:  # the SQLite store's durability (WAL, synchronous=NORMAL), see write()
-                        conn.execute("SET LOCAL synchronous_commit = off")
                     db = _Connection(conn)
                     try:
                         yield db

@@ -48,6 +48,10 @@ GRAPH_COLUMNS = "idx, role, n_events, max_size, buffer_size, oom, consistent, " 
 ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
 FULL_ID_RE = re.compile(r"^[0-9a-f]{8}$")
 SMALL_VALUE = 1024  # an extra's value longer than this as JSON is left out of its small copy
+GRAPH_INSERT = ("trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, packed, "
+                "checksum, extra_small")
+GRAPH_MARKS = "(" + ",".join("?" * 13) + ")"
+BATCH_ROWS, BATCH_BYTES = 64, 8 << 20  # graph rows an INSERT takes at most (SQLite's 32766 variables; memory)
 KEY_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a key graph_extras_of may take out in SQL
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
 
@@ -222,9 +226,43 @@ class Store:
             " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
              json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION, content_hash))
+        rows: list[tuple] = []  # graph rows sent as one INSERT (a statement each cost PostgreSQL most of a write)
+        held = 0
         for g in graphs:
-            self._add_graph(db, tid, g)
+            row, derive = self._graph_row(tid, g)
+            rows.append(row)
+            held += len(row[9]) + len(row[10])
+            if derive or held > BATCH_BYTES or len(rows) == BATCH_ROWS:
+                self._insert_graphs(db, rows)
+                rows, held = [], 0
+            if derive:
+                self._add_derived_rows(db, tid, *derive)
+        self._insert_graphs(db, rows)
         return tid
+
+    @staticmethod
+    def _insert_graphs(db, rows: list[tuple]) -> None:
+        if rows:
+            db.execute(f"INSERT INTO graphs ({GRAPH_INSERT}) VALUES " + ",".join([GRAPH_MARKS] * len(rows)),
+                       [v for row in rows for v in row])
+
+    def _graph_row(self, tid: str, g: GraphRecord | EncodedGraph) -> tuple[tuple, tuple | None]:
+        """A graph's row, and what its derived rows are made from (None: it has none)."""
+        encoded = None
+        if isinstance(g, EncodedGraph):
+            strings, blobs, n = g.strings, g.blobs, g.n_events
+        else:
+            encoded = encode(g.events)
+            strings, blobs = pack(*encoded, self._zc.compress)
+            n = len(g.events)
+        packed = pack_blobs(blobs)
+        row = (tid, g.index, g.role, n, g.max_size, g.buffer_size,
+               None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
+               json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, packed, checksum(strings, packed),
+               _small_extra(g.extra))
+        if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
+            return row, (g, n, strings, blobs, encoded)
+        return row, None
 
     def stored_with(self, content_hashes: Iterable[str]) -> dict[str, list[str]]:
         """Content hash -> the ids of the traces read from an input of that hash (sources.input_hash: its
@@ -254,24 +292,6 @@ class Store:
     def trace_ids(self) -> set[str]:
         with self._snapshot() as db:
             return {r[0] for r in db.execute("SELECT id FROM traces")}
-
-    def _add_graph(self, db, tid: str, g: GraphRecord | EncodedGraph):
-        if isinstance(g, EncodedGraph):
-            strings, blobs, n = g.strings, g.blobs, g.n_events
-        else:
-            encoded = encode(g.events)
-            strings, blobs = pack(*encoded, self._zc.compress)
-            n = len(g.events)
-        packed = pack_blobs(blobs)
-        db.execute(
-            "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings,"
-            " packed, checksum, extra_small) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (tid, g.index, g.role, n, g.max_size, g.buffer_size,
-             None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
-             json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, packed, checksum(strings, packed),
-             _small_extra(g.extra)))
-        if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
-            self._add_derived_rows(db, tid, g, n, strings, blobs, encoded if isinstance(g, GraphRecord) else None)
 
     def _add_derived_rows(self, db, tid: str, g: GraphRecord | EncodedGraph, n: int, strings, blobs, encoded):
         """A long graph of ggml events (a PyTorch device's entries have no `kind`) gets the analyses' derived
