@@ -41,7 +41,9 @@ def test_a_stopped_sweep_kills_its_programs_removes_its_folders_and_says_so(tmp_
     cmd = [sys.executable, "-m", "alloctrace", "sweep", "--store", str(tmp_path / "s"), "--vary=-c=1,2,3", "-j", "2",
            "--", str(SLEEPER)]
     with open(err_file, "w") as err_out:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err_out)
+        # Ctrl-C's default disposition even where the suite itself runs with it ignored (nohup, a background job)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err_out,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # compiled replay: this process runs the points and stores c=1 while c=2 and c=3 run; without it the
         # first two points run while the readers are imported, and the workers fork once those end (never)

@@ -264,7 +264,7 @@ def test_a_child_that_waits_is_ended_at_the_wall_clock_cap():
     from alloctrace.traces.sources.child import read_in_child
 
     with pytest.raises(LimitExceeded) as e:
-        read_in_child(lambda: time.sleep(3600), "slow.bin", 64 << 20, 0.5)
+        read_in_child(lambda: time.sleep(3600), "slow.bin", 64 << 20, 0.5, wall_s=1)
     assert str(e.value).startswith("slow.bin: import took more than 1 s (wall-clock cap: twice the CPU cap"), e.value
 
 

@@ -13,11 +13,17 @@ DEFAULT_TIMEOUT = 900.0  # seconds a point's program may run (--timeout; 0: no l
 TIMED_OUT = "timed out"  # a status in place of the wait status: the program was killed at its time limit
 
 
+SLICE_S = 0.25  # the longest a wait blocks at once: a signal another thread took is acted on by then
+
+
 def wait_any(running: dict, timeout: float | None = None) -> None:
-    """Block until one of the running programs has ended (not reaping it), or `timeout` seconds pass: on a
-    process file descriptor where the system has them, else polling."""
+    """Block until one of the running programs has ended (not reaping it), or `timeout` seconds pass, or at
+    most SLICE_S (callers wait again): on a process file descriptor where the system has them, else polling.
+    The slice matters: Ctrl-C or SIGTERM delivered to a thread other than the main one (a library's) does not
+    interrupt the main thread's select, and Python acts on it only when the main thread runs again."""
     import select
 
+    timeout = SLICE_S if timeout is None else min(timeout, SLICE_S)
     fds = []
     try:
         fds = [os.pidfd_open(proc.pid) for proc in running.values()]

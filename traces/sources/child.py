@@ -81,16 +81,20 @@ def _out_of_memory(e: BaseException) -> bool:
     return False
 
 
+WALL_SLACK_S = 30.0  # a reading waits this long past its CPU cap at least: a busy machine lends it less than a core
+
+
 def read_in_child(read, label: str, budget: int, cpu_s: float, cancelled=None, spawn_args=None,
                   wall_s: float | None = None):
     """`read()` run in a child limited to `budget` more bytes of address space, `cpu_s` CPU seconds and
-    `wall_s` seconds of wall-clock time (default: twice the CPU time); its result, or the UserError it raised,
+    `wall_s` seconds of wall-clock time (default: twice the CPU time, and WALL_SLACK_S more than it at least);
+    its result, or the UserError it raised,
     here. Out of memory, at its memory limit, out of time or killed: one LimitExceeded.
 
     From any thread but the main one the fork server's child reads `_read_file(*spawn_args)` instead: a
     thread's malloc arena in a child forked here retries a 64 MiB heap on every small allocation once the
     limit is near, and other threads' locks would be copied held."""
-    wall_s = wall_s or 2 * cpu_s
+    wall_s = wall_s or max(2 * cpu_s, cpu_s + WALL_SLACK_S)
     if threading.current_thread() is not threading.main_thread():
         return _collect(_ForkServerChild(budget, cpu_s, spawn_args), label, budget, cpu_s, wall_s, cancelled)
     r, w = os.pipe()
@@ -299,8 +303,8 @@ def _collect(child, label: str, budget: int, cpu_s: float, wall_s: float, cancel
     if not data and (ended_for == "cpu" or signum == signal.SIGXCPU or cpu > cpu_s):
         raise LimitExceeded(f"{label}: import took more than {cpu_s:g} s of CPU time (cap: {ENV['max_cpu_s']})")
     if ended_for == "wall":
-        raise LimitExceeded(f"{label}: import took more than {wall_s:g} s (wall-clock cap: twice the CPU cap, "
-                            f"{ENV['max_cpu_s']})")
+        raise LimitExceeded(f"{label}: import took more than {wall_s:g} s (wall-clock cap: twice the CPU cap and "
+                            f"{WALL_SLACK_S:g} s past it at least, {ENV['max_cpu_s']})")
     if not data:
         raise _refused(label, budget)
     kind, value = pickle.loads(data)
