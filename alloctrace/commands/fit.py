@@ -8,7 +8,7 @@ import sys
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.textsafe import safe, safe_lines
 
-from ._common import add_store_arg, examples, open_store_from
+from ._common import add_store_arg, add_timeout_arg, checked_timeout, examples, open_store_from
 
 EXAMPLES = examples(
     "alloctrace fit --budget 8GiB --vary=-c=512..131072 --step 256 -- llama-fit-params -m model.gguf -v"
@@ -25,13 +25,14 @@ def register(subparsers):
                     "total grows with the value. Prints the answer and what fills the budget there; the answer's "
                     "run is stored as a trace. Write --vary=-c=512..131072 (with '=': the flag starts with a dash)."),
         epilog=EXAMPLES,
-        usage="%(prog)s --budget SIZE --vary=FLAG=LOW..HIGH [--step N] [--compute-only] [--json] -- PROGRAM [ARGS...]")
+        usage="%(prog)s --budget SIZE --vary=FLAG=LOW..HIGH [--step N] [--compute-only] [--timeout S] [--json] -- PROGRAM [ARGS...]")
     p.add_argument("--budget", required=True, metavar="SIZE", help="memory budget: 8GiB, 512MiB, 6GB, or bytes")
     p.add_argument("--vary", required=True, metavar="FLAG=LOW..HIGH", help="the flag to fit and its range")
     p.add_argument("--step", type=int, default=1, help="only multiples of N above LOW (default 1)")
     p.add_argument("--compute-only", action="store_true",
                    help="count only the compute buffers, not the weights and KV cache the program printed")
     add_store_arg(p)
+    add_timeout_arg(p)
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS...]")
     p.set_defaults(func=run)
@@ -46,6 +47,7 @@ def run(args) -> int:
     if not command:
         raise UserError("fit: name the program to run, after --")
     budget = parse_budget(args.budget)
+    timeout = checked_timeout(args.timeout)
     flag, lo, hi = parse_range(args.vary)
     store = open_store_from(args, create=True)
 
@@ -54,7 +56,7 @@ def run(args) -> int:
               file=sys.stderr, flush=True)
 
     out = fit(store, command, flag, lo, hi, budget, recorder_library(), step=args.step,
-              compute_only=args.compute_only, progress=progress)
+              compute_only=args.compute_only, progress=progress, timeout=timeout)
     print(json.dumps(out, indent=1) if args.json else safe_lines(report_lines(out)))
     return 0 if out["value"] is not None else 1
 

@@ -64,8 +64,8 @@ def register(subparsers):
 def run(args) -> int:
     from alloctrace.traces.sources import early
     from alloctrace.traces.sources.record.build import find_ggml_header, recorder_library
-    from alloctrace.traces.sources.record.run import run_recorded
-    from alloctrace.traces.sources.record.source import NO_GGML
+    from alloctrace.traces.sources.record.run import resolve_program, run_recorded
+    from alloctrace.traces.sources.record.ended import nothing_recorded as no_ggml
     from alloctrace.traces.sources.torch.recorder import hook_env, is_python_program, nothing_recorded, snapshots_in
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
@@ -97,7 +97,8 @@ def run(args) -> int:
         result = run_recorded(command, library, Path(tmp), env, started)
         snaps = snapshots_in(snap_dir) if torch else []
         if not result.recordings and not snaps:
-            why = nothing_recorded(snap_dir, ggml) if torch else NO_GGML
+            why = nothing_recorded(snap_dir, ggml) if torch else \
+                no_ggml(started.prog if started else resolve_program(command), result.returncode, None)
             print(f"alloctrace: error: {why}", file=sys.stderr)
             return result.exit_status or 2
         for s in snaps:

@@ -25,7 +25,7 @@ EXAMPLES = examples(
 def register(subparsers):
     import argparse
 
-    from ._common import add_store_arg
+    from ._common import add_store_arg, add_timeout_arg
 
     p = subparsers.add_parser(
         "sweep", help="run a ggml program once per flag combination (or replay a preset): exact buffers per point",
@@ -38,12 +38,14 @@ def register(subparsers):
                     "dash). With --preset: replay a built-in preset once per combination of --profile, --n-ctx and "
                     "--n-batch instead."),
         epilog=EXAMPLES,
-        usage="%(prog)s --vary=FLAG=V1,V2,... [--vary ...] [-j N] [--json] [--store DIR] -- PROGRAM [ARGS...]\n"
+        usage="%(prog)s --vary=FLAG=V1,V2,... [--vary ...] [-j N] [--timeout S] [--json] [--store DIR] -- PROGRAM [ARGS...]\n"
               "       %(prog)s --preset P --profile G[,G...] [--n-ctx N,...] [--n-batch N,...] [--json]")
     p.add_argument("--vary", action="append", metavar="FLAG=V1,V2,...",
                    help="a flag of PROGRAM and its values (repeatable; points are all combinations)")
     p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
-                   help="programs run at once (default: the number of cores)")
+                   help="programs run at once (default: the cores available divided by the program's own -t, "
+                        "1 without -t: llama.cpp then uses every core itself)")
+    add_timeout_arg(p)
     p.add_argument("--name", help="trace name prefix (default: the program's name)")
     add_store_arg(p)
     p.add_argument("--preset", help="replay this preset instead (see `alloctrace presets`)")
@@ -126,6 +128,9 @@ def run_program(args, command: list[str]) -> int:
         raise UserError("sweep: name the program to run, after --")
     if args.jobs is not None and not 1 <= args.jobs <= 256:
         raise UserError(f"-j wants 1 to 256 programs at once, got {args.jobs}")
+    from ._common import checked_timeout
+
+    timeout = checked_timeout(args.timeout)
     from alloctrace.traces.store.tags import parse_tags
     tags = parse_tags(args.tags)
     varies = [parse_vary(v) for v in args.vary]
@@ -134,7 +139,8 @@ def run_program(args, command: list[str]) -> int:
     library = recorder_library()
     with _progress("recording points") as advance:
         sid, points = run_points(store, command, varies, library, jobs=args.jobs, name=args.name,
-                                 progress=lambda done, n, p: advance(done, n, p), tags=tags)
+                                 progress=lambda done, n, p: advance(done, n, p), tags=tags,
+                                 timeout=timeout)
     import json
 
     from alloctrace.traces.preflight.sweeps import sweep_json
@@ -178,7 +184,9 @@ def program_lines(out: dict) -> list[str]:
                             for f in n["families"])
             lines.append(f"  {n['axis']} {n['a']} -> {n['b']}{(' ' + setting) if setting else ''}: "
                          f"{n['delta']:+,} B ({why or 'no family moved'}; diff {n['a_trace']} {n['b_trace']})")
-    lines += ["", f"stored as {len(pts)} traces tagged sweep={out['sweep']}; in the dashboard: /sweep?id={out['sweep']}"]
+    stored = sum(1 for p in pts if p["trace"])
+    lines += ["", f"stored as {stored} traces tagged sweep={out['sweep']}; in the dashboard: /sweep?id={out['sweep']}"
+              if stored else "nothing stored: no point's program used ggml's graph allocator"]
     return lines
 
 

@@ -41,7 +41,8 @@ def probe_total(p: Point, compute_only: bool) -> int:
 
 
 def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, library, *, step: int = 1,
-        compute_only: bool = False, jobs: int | None = None, progress=None) -> dict:
+        compute_only: bool = False, jobs: int | None = None, progress=None,
+        timeout: float | None = None) -> dict:
     """The largest value in lo..hi (a multiple of `step` above lo) whose total fits `budget`, assuming the
     total grows with the value; every probe's value and total are in the answer."""
     if step < 1:
@@ -59,7 +60,8 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
                 return seen[v]
             if len(probes) >= MAX_PROBES:
                 raise UserError(f"fit: more than {MAX_PROBES} probes; narrow the range or raise --step")
-            _sid, (p,) = run_points(tmp_store, argv, [Vary(flag, (str(v),))], library, jobs=1)
+            _sid, (p,) = run_points(tmp_store, argv, [Vary(flag, (str(v),))], library, jobs=1,
+                                    timeout=timeout)
             if p.error or not p.buffers:
                 raise UserError(f"fit: the run with {flag} {v} failed: {p.error or 'no compute buffer was made'}")
             pr = seen[v] = Probe(v, p, probe_total(p, compute_only))
@@ -70,11 +72,11 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
 
         first = run(lo)
         if first.total > budget:
-            return _answer(store, argv, flag, budget, None, first, probes, library, compute_only)
+            return _answer(store, argv, flag, budget, None, first, probes, library, compute_only, timeout)
         top = lo + (hi - lo) // step * step
         last = run(top)
         if last.total <= budget:
-            return _answer(store, argv, flag, budget, last, None, probes, library, compute_only)
+            return _answer(store, argv, flag, budget, last, None, probes, library, compute_only, timeout)
         good, bad = first, last  # good fits, bad does not; bisect on the step grid
         while (bad.value - good.value) > step:
             mid = good.value + ((bad.value - good.value) // step // 2) * step
@@ -86,14 +88,15 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
         if good.total > bad.total:
             raise UserError(f"fit: the total shrinks from {flag} {good.value} to {bad.value}: it does not grow "
                             "with the value, so bisection cannot answer; use sweep")
-        return _answer(store, argv, flag, budget, good, bad, probes, library, compute_only)
+        return _answer(store, argv, flag, budget, good, bad, probes, library, compute_only, timeout)
 
 
-def _answer(store, argv, flag, budget, good: Probe | None, bad: Probe | None, probes, library, compute_only) -> dict:
+def _answer(store, argv, flag, budget, good: Probe | None, bad: Probe | None, probes, library, compute_only,
+            timeout=None) -> dict:
     best = None
     if good is not None:  # once more into the real store: the answer is a trace like any other
         _sid, (best,) = run_points(store, argv, [Vary(flag, (str(good.value),))], library, jobs=1,
-                                   tags=(f"fit={flag}", f"budget={budget}"))
+                                   tags=(f"fit={flag}", f"budget={budget}"), timeout=timeout)
     return {"flag": flag, "budget": budget, "compute_only": compute_only,
             "value": good.value if good else None, "total": good.total if good else None,
             "point": best.to_json() if best else None,

@@ -27,7 +27,7 @@ from .printed import printed_sizes
 from .summary import summarise_imported
 from .vary import Vary, label, points as combinations, tags as point_tags, with_values
 
-OUTPUT_TAIL = 400  # characters of a failed program's output kept in the point's error
+OUTPUT_TAIL = 2000  # characters of a failed program's output kept in the point's error
 
 
 @dataclass
@@ -41,6 +41,7 @@ class Point:
     printed: dict = field(default_factory=dict)  # printed_sizes() of the program's output
     exit_status: int | None = None
     error: str | None = None
+    status: str | None = None  # "ok", "failed", "no allocator activity", "timed out after N s"
     graph: int | None = None  # the graph whose plan made the largest buffer
     all_families: list[dict] = field(default_factory=list)  # every family at that peak (for the growth laws)
     peak: object = None  # that graph's GraphPeak (for the attribution between neighbours)
@@ -52,10 +53,36 @@ class Point:
     def to_json(self) -> dict:
         return {"values": self.values, "buffers": self.buffers, "consistent": self.consistent, "trace": self.trace,
                 "graph": self.graph, "families": self.families, "printed": self.printed,
-                "exit_status": self.exit_status, "error": self.error}
+                "exit_status": self.exit_status, "status": self.status, "error": self.error}
 
 
-default_jobs = prestart.default_jobs
+DEFAULT_TIMEOUT = prestart.DEFAULT_TIMEOUT
+
+
+def program_threads(argvs: list[list[str]]) -> int | None:
+    """The most threads any of these programs is told to use (llama.cpp's -t/--threads, -tb/--threads-batch),
+    or None where one is not told (llama.cpp then uses every physical core)."""
+    most = 0
+    for argv in argvs:
+        told = 0
+        for i, w in enumerate(argv[1:], 1):
+            flag, eq, value = w.partition("=")
+            if flag in ("-t", "--threads", "-tb", "--threads-batch"):
+                value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+                if value.isdigit() and int(value) > 0:
+                    told = max(told, int(value))
+        if not told:
+            return None
+        most = max(most, told)
+    return most or None
+
+
+def default_jobs(argvs: list[list[str]] | None = None) -> int:
+    """Programs a sweep runs at once unless -j says: the cores this process may use divided by the threads each
+    program runs (its own -t; without one, llama.cpp takes every core itself, so one at a time)."""
+    cores = prestart.default_jobs()
+    threads = program_threads(argvs or [])
+    return max(1, cores // threads) if threads else 1
 
 
 def new_sweep_id() -> str:
@@ -90,26 +117,34 @@ class Ran:
     error: str | None = None
     summary: Point | None = None
     printed: dict = field(default_factory=dict)  # printed_sizes() of its whole output
+    status: str = "ok"  # as Point.status
+    returncode: int = 0  # as subprocess gives it (-N: killed by signal N)
 
 
-def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, status: int | None = None) -> Ran:
-    """A worker's whole share of a point: run it, then read, replay and sum up its recordings (the CPU-bound
-    part). `status`: the program has run already (run_points starts the first ones), its raw wait status.
-    What reading needs the workers share: run_points imports it before they fork."""
-    if status is None:
+def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, timeout: float | None = None,
+                 ended: tuple | None = None) -> Ran:
+    """A worker's whole share of a point: run it (killed past `timeout` seconds), then read, replay and sum up
+    its recordings (the CPU-bound part). `ended`: the program has run already (run_points starts the first
+    ones): (its exit code, the limit it was killed at or None). What reading needs the workers share:
+    run_points imports it before they fork."""
+    if ended is None:
         try:
             proc = start_program(argv, library, workdir)
         except UserError as e:
-            return Ran(127, "", [], str(e))
-        status = proc.wait()
-    from alloctrace.traces.sources.record.source import NO_GGML
+            return Ran(127, "", [], str(e), status="failed")
+        ended = (proc.wait(timeout), proc.timed_out)
+    status, timed_out = ended
+    from alloctrace.traces.sources.record import ended as how
 
     text = program_output(workdir)
     result = collect(argv, status, workdir)
     # what the program printed is read here, on every core, and only its end travels back
     printed, text = printed_sizes(text), text[-OUTPUT_TAIL:]
+    state = how.how(status, timed_out) if timed_out is not None else ("ok" if status == 0 else "failed")
     if not result.recordings:
-        return Ran(result.exit_status, text, [], NO_GGML, printed=printed)
+        why = how.nothing_recorded(argv[0], status, text, timed_out)
+        return Ran(result.exit_status, text, [], why, printed=printed,
+                   status=state if state != "ok" else "no allocator activity", returncode=status)
     events: list[dict] = []  # per trace: {graph index: the replay's events}, so nothing is decoded again
     try:
         traces = [t for path in result.recordings for t in read_recording(path, name, events)]
@@ -117,14 +152,17 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, statu
         return Ran(result.exit_status, text, [], str(e), printed=printed)
     summary = Point({}, [])
     summarise_imported(summary, traces[0], events[0])
-    return Ran(result.exit_status, text, traces, summary=summary, printed=printed)
+    error = None if state == "ok" else how.how(status, timed_out) + how.said(text)
+    return Ran(result.exit_status, text, traces, error, summary=summary, printed=printed, status=state,
+               returncode=status)
 
 
-def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str, status: int | None = None) -> Ran:
+def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str, timeout: float | None = None,
+                      ended: tuple | None = None) -> Ran:
     """`run_and_read`, then the point's folder removed by the worker that read it, while other points run:
     left to the end, removing them all delays every sweep's last line."""
     try:
-        return run_and_read(argv, library, workdir, name, status)
+        return run_and_read(argv, library, workdir, name, timeout, ended)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # what stays is removed with the sweep's folder
 
@@ -140,8 +178,11 @@ def read_recording(path: Path, name: str, events: list | None = None) -> list:
 
 
 def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, jobs: int | None = None,
-               name: str | None = None, sweep_id: str | None = None, progress=None, tags=()) -> tuple[str, list[Point]]:
-    """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
+               name: str | None = None, sweep_id: str | None = None, progress=None, tags=(),
+               timeout: float | None = DEFAULT_TIMEOUT) -> tuple[str, list[Point]]:
+    """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order). A
+    program still running `timeout` seconds after it started is killed with its group (None or 0: no limit);
+    its point says it timed out and the others go on.
     `progress(done, total, point)` is called as each point is stored. `store` is a Store, or a function
     that opens one, called once the workers run: importing and opening a store costs about a dry run of
     a small model, which they spend running programs instead."""
@@ -152,7 +193,16 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     base = name or os.path.basename(prog)
     pts = [Point(values, [prog, *with_values(argv, values)[1:]]) for values in combos]
     spec = [[v.flag, list(v.values)] for v in varies]
-    jobs = max(1, min(jobs or default_jobs(), len(pts)))
+    given_jobs = jobs
+    jobs = max(1, min(jobs or default_jobs([p.argv for p in pts]), len(pts)))
+    timeout = timeout or None
+    from alloctrace.traces.util import verbose
+
+    threads = program_threads([p.argv for p in pts])
+    verbose.note("programs at once (-j)", f"{jobs}" + ("" if given_jobs else (
+        f" (default: {prestart.default_jobs()} cores / {threads} threads each by -t)" if threads else
+        f" (default: the program has no -t, so it uses every core itself)")))
+    verbose.note("time limit per point", f"{timeout:g} s" if timeout else "none")
     here = jobs > 1 and reads_are_cheap()
     stored: dict = {"store": None, "ids": []}  # what a stop marks
     with stopped_by_signals(sid, stored, len(pts)):
@@ -162,11 +212,11 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
             dirs = [Path(tmp) / str(k) for k in range(len(pts))]
             for d in dirs:
                 d.mkdir(exist_ok=taken is not None)
-            tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
+            tasks = [(p.argv, library, d, f"{base} {label(p.values)}", timeout) for p, d in zip(pts, dirs)]
             tasks = first_programs_run(tasks, jobs) if jobs > 1 and not here else tasks
             with ForkPool(jobs, on_stop=prestart.end_all) as pool:
                 if here:  # this process runs the programs and reads each one's point as it ends
-                    results = read_here(tasks, jobs, taken.running if taken else None)
+                    results = read_here(tasks, jobs, taken.running if taken else None, timeout)
                 else:  # workers forked from this process run and read the points (replays run on every core)
                     results = pool.run(run_read_and_free, tasks) if jobs > 1 else \
                         ((k, run_read_and_free(*t)) for k, t in enumerate(tasks))
@@ -175,14 +225,12 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                     if store is None:
                         store = stored["store"] = opener()  # once the first programs run
                     p = pts[k]
-                    p.exit_status, p.printed, p.error = ran.exit_status, ran.printed, ran.error
+                    p.exit_status, p.printed, p.error, p.status = ran.exit_status, ran.printed, ran.error, ran.status
                     meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
-                            "argv": p.argv}
+                            "argv": p.argv, "status": p.status}
                     if ran.traces:
                         _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta)
                         stored["ids"].append(p.trace)
-                    if p.exit_status and p.error is None:
-                        p.error = f"exit status {p.exit_status}: {ran.text[-OUTPUT_TAIL:].strip()}"
                     if progress:
                         progress(done, len(pts), p)
     return sid, pts
@@ -258,7 +306,7 @@ def sweep_folder(taken):
         shutil.rmtree(taken.folder, ignore_errors=True)
 
 
-def read_here(tasks: list[tuple], jobs: int, started: dict | None = None):
+def read_here(tasks: list[tuple], jobs: int, started: dict | None = None, timeout: float | None = None):
     """(point index, Ran) as each point's program ends, `jobs` programs running at a time from this process:
     a program that ends is followed by the next point's at once, before its own point is read, so the
     programs never wait for the reading. While the readers are imported (import_readers) the programs that
@@ -270,15 +318,16 @@ def read_here(tasks: list[tuple], jobs: int, started: dict | None = None):
 
     def fill() -> None:
         nonlocal nxt
-        for k in [k for k, proc in running.items() if proc.poll() is not None]:
-            ended.append((k, running.pop(k).returncode))
+        for k in [k for k, proc in running.items() if proc.end_if_late(timeout) is not None]:
+            proc = running.pop(k)
+            ended.append((k, (proc.returncode, proc.timed_out)))
         while len(running) < jobs and nxt < len(tasks):
             argv, library, workdir = tasks[nxt][:3]
             try:  # os.posix_spawn: a subprocess.Popen costs this process a few ms per point
                 running[nxt] = prestart.spawn(argv, recorder_env(library, workdir), str(workdir / "output.txt"))
             except (OSError, UserError) as e:
                 why = e if isinstance(e, UserError) else f"cannot run {argv[0]}: {e.strerror}"
-                failed.append((nxt, Ran(127, "", [], str(why))))
+                failed.append((nxt, Ran(127, "", [], str(why), status="failed")))
             nxt += 1
 
     try:
@@ -289,27 +338,31 @@ def read_here(tasks: list[tuple], jobs: int, started: dict | None = None):
                 yield failed.pop(0)
                 continue
             if not ended:
-                wait_any(running)
+                wait_any(running, timeout)
             fill()
+            if not ended:
+                continue
             k, status = ended.pop(0)
-            yield k, run_read_and_free(*tasks[k][:4], status)
+            yield k, run_read_and_free(*tasks[k][:5], status)
     finally:  # interrupted (or the caller stopped): the programs end with the command
         for proc in running.values():
             proc.kill()
             proc.wait()
 
 
-def wait_any(running: dict) -> None:
-    """Block until one of the running programs has ended (not reaping it): on a process file descriptor
-    where the system has them, else polling."""
+def wait_any(running: dict, timeout: float | None = None) -> None:
+    """Block until one of the running programs has ended (not reaping it) or the first of them reaches
+    `timeout` seconds: on a process file descriptor where the system has them, else polling."""
     import select
 
+    until = min(proc.started for proc in running.values()) + timeout if timeout else None
     fds = []
     try:
         fds = [os.pidfd_open(proc.pid) for proc in running.values()]
-        select.select(fds, [], [])
+        select.select(fds, [], [], None if until is None else max(0.0, until - time.monotonic()))
     except (AttributeError, OSError):  # no pidfd (an old kernel, a filter): look every millisecond
-        while all(proc.poll() is None for proc in running.values()):
+        while all(proc.poll() is None for proc in running.values()) and \
+                (until is None or time.monotonic() < until):
             time.sleep(0.001)
     finally:
         for fd in fds:
@@ -331,13 +384,15 @@ def first_programs_run(tasks: list[tuple], jobs: int) -> list[tuple]:
     workers fork with their readers in hand and these points ready to read. A program that cannot start is
     left to its worker, which reports it."""
     running: dict[int, prestart.Spawned] = {}
-    status: dict[int, int] = {}
+    status: dict[int, tuple] = {}  # point -> (exit code, the limit it was killed at or None)
     nxt = 0
+    timeout = tasks[0][4] if tasks else None
 
     def refill(start: bool = True) -> None:
         nonlocal nxt
-        for k in [k for k, proc in running.items() if proc.poll() is not None]:
-            status[k] = running.pop(k).returncode
+        for k in [k for k, proc in running.items() if proc.end_if_late(timeout) is not None]:
+            proc = running.pop(k)
+            status[k] = (proc.returncode, proc.timed_out)
         while start and len(running) < jobs and nxt < len(tasks):
             try:
                 running[nxt] = start_program(*tasks[nxt][:3])
@@ -350,7 +405,7 @@ def first_programs_run(tasks: list[tuple], jobs: int) -> list[tuple]:
         import_readers(refill)
         refill(start=False)
         for k, proc in running.items():  # the last ones started: the workers fork once they end
-            status[k] = proc.wait()
+            status[k] = (proc.wait(timeout), proc.timed_out)
     except BaseException:  # interrupted: the programs end with the command
         for proc in running.values():
             proc.kill()

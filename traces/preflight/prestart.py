@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 _started: "Started | None" = None
 VALUE_OPTIONS = ("--name", "--store", "--tag")  # the sweep's options that take a value (besides --vary, -j)
+DEFAULT_TIMEOUT = 600.0  # seconds a sweep's or fit's program may run unless --timeout says (0: no limit)
 RESTORED = (13, 25)  # SIGPIPE, SIGXFSZ: Python ignores them; a program gets their defaults, as subprocess does
 
 
@@ -61,6 +63,8 @@ class Spawned:
 
     def __init__(self, pid: int):
         self.pid, self.returncode = pid, None
+        self.started = time.monotonic()
+        self.timed_out: float | None = None  # the limit it ran past, once killed for it
         LIVE.add(pid)
 
     def _reap(self, block: bool):
@@ -79,12 +83,45 @@ class Spawned:
     def poll(self):
         return self._reap(False)
 
-    def wait(self):
-        return self._reap(True)
+    def wait(self, limit: float | None = None):
+        """Its exit code once it has ended; with `limit` (seconds since it started) it is killed, with its
+        group, when it runs past it (`timed_out`)."""
+        if limit is None:
+            return self._reap(True)
+        while self.poll() is None:
+            left = self.started + limit - time.monotonic()
+            if left <= 0:
+                return self.end_if_late(limit)
+            wait_for(self.pid, min(left, 1.0))
+        return self.returncode
+
+    def end_if_late(self, limit: float | None):
+        """Kill it (and its group) if it is still running `limit` seconds after it started; its exit code or None."""
+        if limit is not None and self.poll() is None and time.monotonic() - self.started >= limit:
+            self.timed_out = limit
+            self.kill()
+            return self.wait()
+        return self.returncode
 
     def kill(self):
         if self.returncode is None:
             end_program(self.pid)
+
+
+def wait_for(pid: int, seconds: float) -> None:
+    """Block until the child `pid` ends or `seconds` pass (not reaping it): on a process file descriptor where
+    the system has them, else polling."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        time.sleep(min(seconds, 0.001))
+        return
+    try:
+        import select
+
+        select.select([fd], [], [], seconds)
+    finally:
+        os.close(fd)
 
 
 class Started:

@@ -14,8 +14,8 @@ from alloctrace.traces.sources.base import ImportedTrace
 from alloctrace.traces.sources.record.plans import Replayer
 from alloctrace.traces.sources.record.stream import MAGIC, RecordingError, read_processes
 
-NO_GGML = ("no ggml allocator calls were seen: is the program statically linked? build it with shared "
-           "libraries: -DBUILD_SHARED_LIBS=ON")
+NO_GGML = ("no ggml allocator calls were seen: the recorded program never used ggml's graph allocator (a run "
+           "that failed early, or ggml linked into the program itself: `alloctrace record` says which)")
 
 
 def unknown_layout(fields: list) -> str:
