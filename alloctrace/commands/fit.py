@@ -65,9 +65,10 @@ def report_lines(out: dict) -> list[str]:
     from alloctrace.traces.util.sizes import fmt_bytes
 
     flag, budget = out["flag"], out["budget"]
+    note = [f"  {out['ignored']['message']}"] if out.get("ignored") else []
     if out["value"] is None:
         nxt = out["next"]
-        return [f"nothing fits {fmt_bytes(budget)} ({budget:,} B): already {flag} {nxt['value']} needs "
+        return note + [f"nothing fits {fmt_bytes(budget)} ({budget:,} B): already {flag} {nxt['value']} needs "
                 f"{fmt_bytes(nxt['total'])} ({nxt['total']:,} B)"]
     p = out["point"]
     lines = [f"largest {flag} that fits {fmt_bytes(budget)} ({budget:,} B): {out['value']}"
@@ -87,4 +88,4 @@ def report_lines(out: dict) -> list[str]:
     if nxt:
         lines.append(f"  {flag} {nxt['value']} would need {fmt_bytes(nxt['total'])} ({nxt['total']:,} B), "
                      f"{fmt_bytes(nxt['total'] - budget)} over")
-    return lines
+    return lines + note

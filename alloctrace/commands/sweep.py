@@ -169,6 +169,8 @@ def program_lines(out: dict) -> list[str]:
                      "-" if p["consistent"] is None else ("yes" if p["consistent"] else "NO"), p["trace"] or "-",
                      p["error"] if p["error"] and not p["trace"] else fams])
     lines = [f"sweep {out['sweep']}: {len(pts)} points"] + ["  " + line for line in text_table(rows)]
+    if out.get("ignored"):
+        lines.append(f"  {out['ignored']['message']}")
     for p in pts:
         if p["error"] and p["trace"]:
             lines.append(f"  {' '.join(f'{k}={v}' for k, v in p['values'].items())}: {p['error']}")

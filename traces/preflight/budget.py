@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from alloctrace.traces.errors import UserError
 
+from .ignored import ignored
 from .points import Point, run_points
 from .printed import bytes_of, total_mib
 from .vary import Vary
@@ -102,4 +103,5 @@ def _answer(store, argv, flag, budget, good: Probe | None, bad: Probe | None, pr
             "point": best.to_json() if best else None,
             "next": {"value": bad.value, "total": bad.total, "buffers": bad.point.buffers,
                      "printed": bad.point.printed} if bad else None,
-            "probes": [{"value": p.value, "total": p.total, "fits": p.total <= budget} for p in probes]}
+            "probes": [{"value": p.value, "total": p.total, "fits": p.total <= budget} for p in probes],
+            "ignored": ignored([p.point.to_json() for p in probes], argv, [flag])}

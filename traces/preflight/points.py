@@ -23,6 +23,7 @@ from alloctrace.traces.sources.record.run import checked_program, collect, recor
 
 from . import prestart
 from .forkpool import ForkPool
+from .ignored import said_no_gpu
 from .printed import printed_sizes
 from .summary import summarise_imported
 from .vary import Vary, label, points as combinations, tags as point_tags, with_values
@@ -42,6 +43,7 @@ class Point:
     exit_status: int | None = None
     error: str | None = None
     status: str | None = None  # "ok", "failed", "no allocator activity", "timed out after N s"
+    no_gpu: bool = False  # the program said it found no usable GPU (ignored.py)
     graph: int | None = None  # the graph whose plan made the largest buffer
     all_families: list[dict] = field(default_factory=list)  # every family at that peak (for the growth laws)
     peak: object = None  # that graph's GraphPeak (for the attribution between neighbours)
@@ -53,36 +55,13 @@ class Point:
     def to_json(self) -> dict:
         return {"values": self.values, "buffers": self.buffers, "consistent": self.consistent, "trace": self.trace,
                 "graph": self.graph, "families": self.families, "printed": self.printed,
-                "exit_status": self.exit_status, "status": self.status, "error": self.error}
+                "exit_status": self.exit_status, "status": self.status, "error": self.error, "no_gpu": self.no_gpu}
 
 
 DEFAULT_TIMEOUT = prestart.DEFAULT_TIMEOUT
 
 
-def program_threads(argvs: list[list[str]]) -> int | None:
-    """The most threads any of these programs is told to use (llama.cpp's -t/--threads, -tb/--threads-batch),
-    or None where one is not told (llama.cpp then uses every physical core)."""
-    most = 0
-    for argv in argvs:
-        told = 0
-        for i, w in enumerate(argv[1:], 1):
-            flag, eq, value = w.partition("=")
-            if flag in ("-t", "--threads", "-tb", "--threads-batch"):
-                value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-                if value.isdigit() and int(value) > 0:
-                    told = max(told, int(value))
-        if not told:
-            return None
-        most = max(most, told)
-    return most or None
-
-
-def default_jobs(argvs: list[list[str]] | None = None) -> int:
-    """Programs a sweep runs at once unless -j says: the cores this process may use divided by the threads each
-    program runs (its own -t; without one, llama.cpp takes every core itself, so one at a time)."""
-    cores = prestart.default_jobs()
-    threads = program_threads(argvs or [])
-    return max(1, cores // threads) if threads else 1
+program_threads, default_jobs = prestart.program_threads, prestart.default_jobs
 
 
 def new_sweep_id() -> str:
@@ -119,6 +98,7 @@ class Ran:
     printed: dict = field(default_factory=dict)  # printed_sizes() of its whole output
     status: str = "ok"  # as Point.status
     returncode: int = 0  # as subprocess gives it (-N: killed by signal N)
+    no_gpu: bool = False  # the program said it found no usable GPU
 
 
 def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, timeout: float | None = None,
@@ -139,12 +119,12 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, timeo
     text = program_output(workdir)
     result = collect(argv, status, workdir)
     # what the program printed is read here, on every core, and only its end travels back
-    printed, text = printed_sizes(text), text[-OUTPUT_TAIL:]
+    printed, no_gpu, text = printed_sizes(text), said_no_gpu(text), text[-OUTPUT_TAIL:]
     state = how.how(status, timed_out) if timed_out is not None else ("ok" if status == 0 else "failed")
     if not result.recordings:
         why = how.nothing_recorded(argv[0], status, text, timed_out)
         return Ran(result.exit_status, text, [], why, printed=printed,
-                   status=state if state != "ok" else "no allocator activity", returncode=status)
+                   status=state if state != "ok" else "no allocator activity", returncode=status, no_gpu=no_gpu)
     events: list[dict] = []  # per trace: {graph index: the replay's events}, so nothing is decoded again
     try:
         traces = [t for path in result.recordings for t in read_recording(path, name, events)]
@@ -154,7 +134,7 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, timeo
     summarise_imported(summary, traces[0], events[0])
     error = None if state == "ok" else how.how(status, timed_out) + how.said(text)
     return Ran(result.exit_status, text, traces, error, summary=summary, printed=printed, status=state,
-               returncode=status)
+               returncode=status, no_gpu=no_gpu)
 
 
 def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str, timeout: float | None = None,
@@ -200,7 +180,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
 
     threads = program_threads([p.argv for p in pts])
     verbose.note("programs at once (-j)", f"{jobs}" + ("" if given_jobs else (
-        f" (default: {prestart.default_jobs()} cores / {threads} threads each by -t)" if threads else
+        f" (default: {prestart.cores_available()} cores / {threads} threads each by -t)" if threads else
         f" (default: the program has no -t, so it uses every core itself)")))
     verbose.note("time limit per point", f"{timeout:g} s" if timeout else "none")
     here = jobs > 1 and reads_are_cheap()
@@ -226,8 +206,9 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                         store = stored["store"] = opener()  # once the first programs run
                     p = pts[k]
                     p.exit_status, p.printed, p.error, p.status = ran.exit_status, ran.printed, ran.error, ran.status
+                    p.no_gpu = ran.no_gpu
                     meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
-                            "argv": p.argv, "status": p.status}
+                            "argv": p.argv, "status": p.status, "no_gpu": p.no_gpu}
                     if ran.traces:
                         _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta)
                         stored["ids"].append(p.trace)

@@ -20,14 +20,40 @@ import sys
 import time
 
 _started: "Started | None" = None
-VALUE_OPTIONS = ("--name", "--store", "--tag")  # the sweep's options that take a value (besides --vary, -j)
+VALUE_OPTIONS = ("--name", "--store", "--tag", "--timeout")  # the sweep's options that take a value (besides --vary, -j)
 DEFAULT_TIMEOUT = 600.0  # seconds a sweep's or fit's program may run unless --timeout says (0: no limit)
 RESTORED = (13, 25)  # SIGPIPE, SIGXFSZ: Python ignores them; a program gets their defaults, as subprocess does
 
 
-def default_jobs() -> int:
-    """Programs a sweep runs at once unless -j says: the cores this process may use."""
+def cores_available() -> int:
+    """The cores this process may use."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def program_threads(argvs: list[list[str]]) -> int | None:
+    """The most threads any of these programs is told to use (llama.cpp's -t/--threads, -tb/--threads-batch),
+    or None where one is not told (llama.cpp then uses every physical core)."""
+    most = 0
+    for argv in argvs:
+        told = 0
+        for i, w in enumerate(argv[1:], 1):
+            flag, eq, value = w.partition("=")
+            if flag in ("-t", "--threads", "-tb", "--threads-batch"):
+                value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+                if value.isdigit() and int(value) > 0:
+                    told = max(told, int(value))
+        if not told:
+            return None
+        most = max(most, told)
+    return most or None
+
+
+def default_jobs(argvs: list[list[str]] | None = None) -> int:
+    """Programs a sweep runs at once unless -j says: the cores this process may use divided by the threads each
+    program runs (its own -t; without one, llama.cpp takes every core itself, so one at a time)."""
+    cores = cores_available()
+    threads = program_threads(argvs or [])
+    return max(1, cores // threads) if threads else 1
 
 
 LIVE: set[int] = set()  # programs this process started and has not reaped: each leads its own process group
@@ -233,12 +259,12 @@ def begin(argv: list[str]) -> None:
         combos = points([parse_vary(t) for t in texts])
         if jobs is not None and not 1 <= jobs <= 256:
             return  # the command refuses it
-        jobs = max(1, min(jobs or default_jobs(), len(combos)))
+        prog = checked_program(program)
+        argvs = [[prog, *with_values(program, values)[1:]] for values in combos]
+        jobs = max(1, min(jobs or default_jobs(argvs), len(combos)))
         if jobs < 2:
             return  # one at a time: the command starts it as soon as it runs
-        prog = checked_program(program)
         library = recorder_library()
-        argvs = [[prog, *with_values(program, values)[1:]] for values in combos]
         import tempfile
 
         folder = tempfile.mkdtemp(prefix="alloctrace-sweep-")

@@ -4,6 +4,7 @@ store by the sweep's id (the `sweep=<id>` tag) for the dashboard.
 """
 from __future__ import annotations
 
+from .ignored import ignored
 from .laws import dominance, laws, numeric_flags
 from .points import Point
 from .summary import summarise
@@ -15,7 +16,8 @@ TOP_DELTAS = 3
 def sweep_json(store, sweep_id: str, varies: list, points: list[Point]) -> dict:
     dicts = [{**p.to_json(), "families_all": p.all_families, "_peak": p.peak} for p in points]
     out = {"sweep": sweep_id, "vary": varies, "points": [p.to_json() for p in points],
-           "laws": laws(dicts), "dominance": dominance(dicts), "neighbours": neighbours(store, dicts)}
+           "laws": laws(dicts), "dominance": dominance(dicts), "neighbours": neighbours(store, dicts),
+           "ignored": ignored(dicts, points[0].argv if points else [], [f for f, _ in varies])}
     return out
 
 
@@ -86,7 +88,7 @@ def load(store, sweep_id: str) -> dict:
         meta = store.meta(s["id"]).extra.get("sweep") or {}
         varies = varies or meta.get("vary")
         p = Point(dict(meta.get("values") or {}), list(meta.get("argv") or []), printed=meta.get("printed") or {},
-                  trace=s["id"], status=meta.get("status"))
+                  trace=s["id"], status=meta.get("status"), no_gpu=bool(meta.get("no_gpu")))
         summarise(store, p, s["id"])
         pts.append((int(meta.get("index", 0)), p))
     pts.sort(key=lambda kp: kp[0])
