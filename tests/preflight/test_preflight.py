@@ -188,7 +188,8 @@ def test_a_failing_point_is_reported_not_stored(tmp_path, capsys):
     assert rc == 1
     ok, bad = out["points"]
     assert ok["buffers"] and ok["error"] is None
-    assert bad["trace"] is None and bad["exit_status"] == 2 and "no ggml allocator calls" in bad["error"]
+    assert bad["trace"] is None and bad["exit_status"] == 2 and bad["status"] == "failed"
+    assert "exited with status 2" in bad["error"] and "invalid choice: 'maybe'" in bad["error"]  # argparse's words
     assert len(open_store(tmp_path).list()) == 1
 
 
