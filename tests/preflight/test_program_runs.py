@@ -99,6 +99,7 @@ def test_a_bad_timeout_is_one_line(tmp_path, capsys, seconds):
     (2, ["p", "-t=4"], 1),
     (8, ["p", "--threads", "2", "-tb", "4"], 2),
     (16, ["p", "--threads=2"], 8),
+    (2, ["/opt/llama/bin/llama-fit-params", "-m", "m.gguf"], 2),  # a dry run computes nothing
 ])
 def test_default_jobs_leave_room_for_the_programs_own_threads(monkeypatch, cores, argv, jobs):
     monkeypatch.setattr(prestart, "cores_available", lambda: cores)
@@ -112,7 +113,7 @@ def test_the_chosen_jobs_are_said_under_verbose(tmp_path, capsys):
     assert main(["sweep", "-v", "--store", str(tmp_path), "--vary=-c=64,128", "--", *PROGRAM, "-nh", "1", "-t",
                  "1"]) == 0
     cores = prestart.cores_available()
-    assert f"programs at once (-j): {min(cores, 2)} (default: {cores} cores / 1 threads each by -t)" in \
+    assert f"programs at once (-j): {min(cores, 2)} (default: {cores} cores / 1 threads each)" in \
         capsys.readouterr().err
 
 

@@ -61,7 +61,7 @@ class Point:
 DEFAULT_TIMEOUT = prestart.DEFAULT_TIMEOUT
 
 
-program_threads, default_jobs = prestart.program_threads, prestart.default_jobs
+default_jobs = prestart.default_jobs
 
 
 def new_sweep_id() -> str:
@@ -173,15 +173,10 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     base = name or os.path.basename(prog)
     pts = [Point(values, [prog, *with_values(argv, values)[1:]]) for values in combos]
     spec = [[v.flag, list(v.values)] for v in varies]
-    given_jobs = jobs
-    jobs = max(1, min(jobs or default_jobs([p.argv for p in pts]), len(pts)))
+    jobs = prestart.chosen_jobs(jobs, [p.argv for p in pts])
     timeout = timeout or None
     from alloctrace.traces.util import verbose
 
-    threads = program_threads([p.argv for p in pts])
-    verbose.note("programs at once (-j)", f"{jobs}" + ("" if given_jobs else (
-        f" (default: {prestart.cores_available()} cores / {threads} threads each by -t)" if threads else
-        f" (default: the program has no -t, so it uses every core itself)")))
     verbose.note("time limit per point", f"{timeout:g} s" if timeout else "none")
     here = jobs > 1 and reads_are_cheap()
     stored: dict = {"store": None, "ids": []}  # what a stop marks

@@ -25,6 +25,9 @@ DEFAULT_TIMEOUT = 600.0  # seconds a sweep's or fit's program may run unless --t
 RESTORED = (13, 25)  # SIGPIPE, SIGXFSZ: Python ignores them; a program gets their defaults, as subprocess does
 
 
+DRY_RUNS = ("llama-fit-params",)
+
+
 def cores_available() -> int:
     """The cores this process may use."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
@@ -32,9 +35,13 @@ def cores_available() -> int:
 
 def program_threads(argvs: list[list[str]]) -> int | None:
     """The most threads any of these programs is told to use (llama.cpp's -t/--threads, -tb/--threads-batch),
-    or None where one is not told (llama.cpp then uses every physical core)."""
+    or None where one is not told (llama.cpp then uses every physical core). llama.cpp's weightless dry run
+    (DRY_RUNS) plans its graphs without computing them: one thread each, whatever it is told."""
     most = 0
     for argv in argvs:
+        if os.path.basename(argv[0]) in DRY_RUNS:
+            most = max(most, 1)
+            continue
         told = 0
         for i, w in enumerate(argv[1:], 1):
             flag, eq, value = w.partition("=")
@@ -54,6 +61,18 @@ def default_jobs(argvs: list[list[str]] | None = None) -> int:
     cores = cores_available()
     threads = program_threads(argvs or [])
     return max(1, cores // threads) if threads else 1
+
+
+def chosen_jobs(jobs: int | None, argvs: list[list[str]]) -> int:
+    """-j as given, else the default, never more than the points; noted for -v with the reason."""
+    chosen = max(1, min(jobs or default_jobs(argvs), len(argvs)))
+    threads = program_threads(argvs)
+    why = "" if jobs else f" (default: {cores_available()} cores / {threads} threads each)" if threads else \
+        " (default: the program has no -t, so it uses every core itself)"
+    from alloctrace.traces.util import verbose
+
+    verbose.note("programs at once (-j)", f"{chosen}{why}")
+    return chosen
 
 
 LIVE: set[int] = set()  # programs this process started and has not reaped: each leads its own process group
