@@ -18,10 +18,10 @@ from sweep_program import expected_bytes
 
 HERE = Path(__file__).resolve().parents[1]
 PROGRAM = [sys.executable, str(HERE / "sweep_program.py"), "-nh", "2"]
-# a shell that notes whether the command had loaded _contextvars when it started (the command's own setup, -v's
-# notes, loads it before the command starts the program itself: absent means the entry point started it), the
+# a shell that notes whether the command had loaded ctypes when it started (the compiled replay's loader, which
+# the command loads before it starts the program itself: absent means the entry point started it), the
 # descriptors it was given and the signals it ignores; then runs the program it is given and exits with EXIT
-NOTING = ('if grep -q _contextvars /proc/$PPID/maps; then echo late; else echo early; fi > "$NOTES/when"; '
+NOTING = ('if grep -q _ctypes /proc/$PPID/maps; then echo late; else echo early; fi > "$NOTES/when"; '
           'ls /proc/$$/fd > "$NOTES/fds"; grep SigIgn /proc/$$/status > "$NOTES/ignored"; '
           '"$@"; exit ${EXIT:-$?}')
 
