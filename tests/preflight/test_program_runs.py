@@ -51,8 +51,11 @@ def test_a_fit_probe_that_fails_says_what_the_program_printed(tmp_path, capsys):
     assert err.startswith("alloctrace: error: fit: the run with -c 64 failed: ") and MODEL_ERROR in err
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])
-def test_a_hung_point_times_out_and_the_others_are_stored(tmp_path, capsys, jobs):
+@pytest.mark.parametrize("jobs, here", [("1", True), ("2", True), ("2", False)])
+def test_a_hung_point_times_out_and_the_others_are_stored(tmp_path, capsys, monkeypatch, jobs, here):
+    from alloctrace.traces.preflight import points
+
+    monkeypatch.setattr(points, "reads_are_cheap", lambda: here)  # False: forked workers run and read the points
     t0 = time.monotonic()
     rc, out, _ = sweep_json(capsys, tmp_path, "-j", jobs, "--timeout", "3", "--vary=--sleep=0,60,0.01", "--",
                             *PROGRAM, "-c", "64")  # 3 s: the quick points' 0.3 s, on a busy machine
