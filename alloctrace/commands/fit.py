@@ -25,7 +25,8 @@ def register(subparsers):
                     "total grows with the value. Prints the answer and what fills the budget there; the answer's "
                     "run is stored as a trace. Write --vary=-c=512..131072 (with '=': the flag starts with a dash)."),
         epilog=EXAMPLES,
-        usage="%(prog)s --budget SIZE --vary=FLAG=LOW..HIGH [--step N] [--compute-only] [--timeout S] [--json] -- PROGRAM [ARGS...]")
+        usage="%(prog)s --budget SIZE --vary=FLAG=LOW..HIGH [--step N] [--compute-only] [--timeout S] [--json] "
+              "-- PROGRAM [ARGS...]")
     p.add_argument("--budget", required=True, metavar="SIZE", help="memory budget: 8GiB, 512MiB, 6GB, or bytes")
     p.add_argument("--vary", required=True, metavar="FLAG=LOW..HIGH", help="the flag to fit and its range")
     p.add_argument("--step", type=int, default=1, help="only multiples of N above LOW (default 1)")

@@ -66,7 +66,8 @@ def run(args) -> int:
     from alloctrace.traces.sources.record.build import find_ggml_header, recorder_library
     from alloctrace.traces.sources.record.run import resolve_program, run_recorded
     from alloctrace.traces.sources.record.ended import nothing_recorded as no_ggml
-    from alloctrace.traces.sources.record import source  # noqa: F401 - the reader, imported while an early-started program runs
+    # the reader, imported now: while a program started early runs, that costs nothing
+    from alloctrace.traces.sources.record import source  # noqa: F401
     from alloctrace.traces.sources.torch.recorder import hook_env, is_python_program, nothing_recorded, snapshots_in
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program

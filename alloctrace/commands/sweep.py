@@ -38,7 +38,8 @@ def register(subparsers):
                     "dash). With --preset: replay a built-in preset once per combination of --profile, --n-ctx and "
                     "--n-batch instead."),
         epilog=EXAMPLES,
-        usage="%(prog)s --vary=FLAG=V1,V2,... [--vary ...] [-j N] [--timeout S] [--json] [--store DIR] -- PROGRAM [ARGS...]\n"
+        usage="%(prog)s --vary=FLAG=V1,V2,... [--vary ...] [-j N] [--timeout S] [--json] [--store DIR] "
+              "-- PROGRAM [ARGS...]\n"
               "       %(prog)s --preset P --profile G[,G...] [--n-ctx N,...] [--n-batch N,...] [--json]")
     p.add_argument("--vary", action="append", metavar="FLAG=V1,V2,...",
                    help="a flag of PROGRAM and its values (repeatable; points are all combinations)")
