@@ -13,12 +13,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 
 from alloctrace.traces.errors import UserError
 from alloctrace.server import upload
 from alloctrace.traces.store.kinds import TORCH, kind_of_source, require_kind, trace_kind
 from alloctrace.traces.util.lru import LRU
+from alloctrace.server.graphs import BudgetJSONResponse as JSONResponse
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,4})?$"
@@ -148,7 +148,8 @@ def get_timeline(request: Request, trace_id: TraceId, d: Device,
 
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/state", summary="Segments and blocks after N entries")
 def get_state(request: Request, trace_id: TraceId, d: Device,
-              event: Annotated[int, Query(ge=0, description="entries applied (0..n)")],
+              event: Annotated[int, Query(ge=0, description="entries applied (0..n): the state after entry event-1, "
+                                                               "its `after_entry` in the answer")],
               max_blocks: Annotated[int, Query(ge=1, le=100_000)] = 20_000, skip: Skip = None):
     from alloctrace.traces.state.torch_device import state
     dev = _device(request, trace_id, d)

@@ -1,12 +1,7 @@
 """A ggml program for `alloctrace sweep` tests: one attention score block in real ggml (ggml-python), sized by
 llama.cpp-like flags, planned and allocated by ggml's own graph allocator.
 
-    python sweep_program.py [-c N_CTX] [-ub N_UBATCH] [-nh N_HEAD] [-fa on|off] [-t N] [-ngl N]
-                            [--sleep S] [--fail TEXT]
-
--t and -ngl are taken and ignored, as a CPU build of llama.cpp ignores -ngl (saying so in its own words).
---sleep S waits S seconds first (a hung point); --fail TEXT prints TEXT on stderr and exits with status 3 before
-any graph is made (a model that does not load).
+    python sweep_program.py [-c N_CTX] [-ub N_UBATCH] [-nh N_HEAD] [-fa on|off]
 
 q [64, n_ubatch, n_head] and k [64, n_ctx, n_head] are f32 inputs; kq = k·q [n_ctx, n_ubatch, n_head] f32, then
 an unnamed SCALE and `kq_soft_max` (both in place on kq's bytes). With `-fa on` the scores are never made:
@@ -40,21 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("-ub", type=int, default=64)
     ap.add_argument("-nh", type=int, default=4)
     ap.add_argument("-fa", choices=("on", "off"), default="off")
-    ap.add_argument("-t", type=int, default=0)
-    ap.add_argument("-ngl", type=int, default=None)
-    ap.add_argument("--sleep", type=float, default=0.0)
-    ap.add_argument("--fail", default=None)
     a = ap.parse_args(argv)
-    if a.ngl is not None:  # llama.cpp's CPU build, word for word
-        print("warning: no usable GPU found, --gpu-layers option will be ignored", file=sys.stderr)
-    if a.sleep:
-        import time
-
-        time.sleep(a.sleep)
-    if a.fail is not None:
-        print("loading model", file=sys.stderr)
-        print(a.fail, file=sys.stderr)
-        return 3
     ctx = ggml.ggml_init(ggml.ggml_init_params(mem_size=ggml.ggml_tensor_overhead() * 64
                                                + ggml.ggml_graph_overhead(), mem_buffer=None, no_alloc=True))
     f32 = ggml.GGML_TYPE_F32

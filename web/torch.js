@@ -178,13 +178,14 @@ class SnapshotView {
       el("h2", {}, `Out of memory at entry ${fmtInt(card.event)}${card.n_ooms > 1 ? ` (the first of ${fmtInt(card.n_ooms)})` : ""}`),
       el("p", { id: "oom-cause", class: `oom-cause ${card.cause.kind}` }, `Cause: ${card.cause.text}.`),
       el("dl", { class: "facts" }, fact("requested", exactEl(card.requested)), fact("segment needed", exactEl(card.segment_needed)),
-        fact("allocated", exactEl(card.allocated)), fact("reserved", exactEl(card.reserved)),
-        fact("cached (reserved − allocated)", exactEl(card.cached)),
+        ...(card.unknown ? [fact("allocated, reserved, free blocks", el("span", { id: "oom-unknown", title: card.unknown }, "unknown"))]
+          : [fact("allocated", exactEl(card.allocated)), fact("reserved", exactEl(card.reserved)),
+            fact("cached (reserved − allocated)", exactEl(card.cached))]),
         ...(cap ? [fact("memory cap", el("span", { id: "oom-cap" }, `${fmtInt(cap.lower)} – ${fmtInt(cap.upper - 1)} B (inferred)`,
           ...(cap.roundest !== null ? [el("br"), `roundest value in range: ${fmtBytes(cap.roundest)} (${fmtInt(cap.roundest)} B)`] : [])))] : []),
         fact("retries (whole run)", el("span", { id: "oom-retries" }, card.retries === null || card.retries === undefined ? "–" : fmtInt(card.retries))),
-        fact("largest free block (large pool)", exactEl(card.largest_free.large)),
-        fact("largest free block (small pool)", exactEl(card.largest_free.small)),
+        ...(card.largest_free ? [fact("largest free block (large pool)", exactEl(card.largest_free.large)),
+          fact("largest free block (small pool)", exactEl(card.largest_free.small))] : []),
         fact("device free", card.device_free === null ? "–" : exactEl(card.device_free)),
         ...card.cache_releases.slice(-1).map((r) => fact("cache emptied before", `${r.segments} segments, ${fmtBytes(r.bytes)} at entries ${r.first}–${r.end - 1}`)),
         ...(card.meta ? [fact("metadata", card.meta)] : [])),
@@ -220,11 +221,22 @@ class SnapshotView {
 
   async state(k) {
     k = Math.max(0, Math.min(k, this.dev.n_events));
-    $("state-event").value = String(k);
+    $("state-event").value = k > 0 ? String(k - 1) : "";
     loading($("state-note"), "Rebuilding the allocator state…");
     const s = await torchState(this.id, this.d, k, this.skip).finally(() => loaded($("state-note")));
     const t = s.totals;
-    clear($("state-totals")).append(fact("after entry", fmtInt(s.event)), fact("segments", fmtInt(t.segments)),
+    if (!t) {   // a trace whose start could not be recovered: its totals are unknown, never zeros
+      clear($("state-totals")).append(fact(...where(s)),
+        fact("reserved, allocated, free blocks", el("span", { id: "state-unknown" }, "unknown")),
+        fact("held by allocations the trace made", `${fmtBytes(s.held_since_start.bytes)} in ${fmtInt(s.held_since_start.allocations)} allocations`),
+        ...(s.next ? [fact("next entry", `${s.next.action} ${fmtBytes(s.next.size)}`)] : []));
+      clear($("segments"));
+      $("segments").style.height = "auto";
+      Object.assign($("segments").dataset, { event: String(s.event), segments: "unknown" });
+      $("state-note").textContent = `Unknown: ${s.unknown}.`;
+      return;
+    }
+    clear($("state-totals")).append(fact(...where(s)), fact("segments", fmtInt(t.segments)),
       fact("reserved", bytesEl(t.reserved)), fact("allocated", bytesEl(t.allocated)), fact("requested", bytesEl(t.requested)),
       fact("reserved − allocated", bytesEl(t.cached)), fact("pending free", bytesEl(t.pending_free)),
       fact("largest free (large)", bytesEl(t.largest_free.large)), fact("largest free (small)", bytesEl(t.largest_free.small)),
@@ -247,6 +259,12 @@ class SnapshotView {
     Object.assign(div.dataset, { event: String(s.event), segments: String(s.segments.length) });
     $("state-note").textContent = `Each row is a segment (cudaMalloc); blocks: allocated (blue), freed but waiting for its stream (orange), free/cached (green).${s.truncated ? " Only the first 20,000 blocks are drawn." : ""}`;
   }
+}
+
+/** The state's heading fact: after which entry (the numbering of the peak and the flamegraph), or the start. */
+function where(s) {
+  return s.after_entry === null || s.after_entry === undefined ? ["at the start", "before entry 0"]
+    : ["after entry", el("span", { id: "state-after" }, fmtInt(s.after_entry))];
 }
 
 async function single(id, d) {
@@ -274,7 +292,8 @@ async function single(id, d) {
       el("a", { href: `/torch?id=${enc(id)}&device=${x.device}`, style: "margin-right:8px" }, String(x.device)))))] : []));
   $("state-event").max = dev.n_events;
   const fail = (e) => setStatus(e.message, true);
-  $("state-go").onclick = () => v.state(Number($("state-event").value || 0)).catch(fail);
+  // "after entry N" is entries 0..N applied, as the peak, the flamegraph and the OOM card number entries
+  $("state-go").onclick = () => v.state($("state-event").value === "" ? 0 : Number($("state-event").value) + 1).catch(fail);
   $("state-peak").onclick = () => v.state(v.peakEvent + 1).catch(fail);
   $("state-end").onclick = () => v.state(dev.n_events).catch(fail);
   $("skip-go").onclick = () => { v.skip = $("skip").value; v.peak().catch(fail); v.flame($("flame-event").value || "peak").catch(fail); };
@@ -292,7 +311,7 @@ async function single(id, d) {
     v.flame(urlParam("view") === "oom" && dev.oom_events.length ? "oom" : "peak")]);
   const at = urlParam("event");
   if (urlParam("view") === "oom" && dev.oom_events.length) await v.state(dev.oom_events[0]);
-  else await v.state(at !== null ? Number(at) : dev.n_events);
+  else await v.state(at !== null ? Number(at) + 1 : dev.n_events);
 }
 
 /** The ranks of a distributed job (a device each) side by side: table, curves over time, what differed. */

@@ -15,22 +15,6 @@ def examples(*lines: str) -> str:
     return "\n".join(out)
 
 
-def add_timeout_arg(parser):
-    from alloctrace.traces.preflight.prestart import DEFAULT_TIMEOUT
-
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"kill a point's program (its whole process group) after SECONDS; the point reads "
-                             f"'timed out after SECONDS s' and the others go on (default {DEFAULT_TIMEOUT:g}; 0: "
-                             "no limit)")
-
-
-def checked_timeout(seconds: float) -> float | None:
-    """--timeout as run_points takes it: None for no limit; a negative or not-a-number limit is refused."""
-    if not seconds >= 0:
-        raise UserError(f"--timeout wants seconds (0 for no limit), got {seconds:g}")
-    return seconds or None
-
-
 def add_store_arg(parser):
     parser.add_argument("--store", metavar="DIR|URL", default=None,
                         help="trace store directory, or a PostgreSQL URL postgresql://user@host:port/db "

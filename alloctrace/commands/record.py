@@ -64,11 +64,9 @@ def register(subparsers):
 def run(args) -> int:
     from alloctrace.traces.sources import early
     from alloctrace.traces.sources.record.build import find_ggml_header, recorder_library
-    from alloctrace.traces.sources.record.run import resolve_program, run_recorded
-    from alloctrace.traces.sources.record.ended import nothing_recorded as no_ggml
-    # the reader, imported now: while a program started early runs, that costs nothing
-    from alloctrace.traces.sources.record import source  # noqa: F401
-    from alloctrace.traces.sources.torch.recorder import hook_env, is_python_program, nothing_recorded, snapshots_in
+    from alloctrace.traces.sources.record.run import run_recorded
+    from alloctrace.traces.sources.record.source import no_allocator_calls
+    from alloctrace.traces.sources.record.program import is_python_program
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:
@@ -89,6 +87,8 @@ def run(args) -> int:
         except UserError:
             if not torch:
                 raise
+    if torch:  # the PyTorch hook's side, imported only for a Python program
+        from alloctrace.traces.sources.torch.recorder import hook_env, nothing_recorded, snapshots_in
     started = early.take(command, library, torch) if not args.output else None
     if started is None:
         early.abandon()
@@ -99,8 +99,8 @@ def run(args) -> int:
         result = run_recorded(command, library, Path(tmp), env, started)
         snaps = snapshots_in(snap_dir) if torch else []
         if not result.recordings and not snaps:
-            why = nothing_recorded(snap_dir, ggml) if torch else \
-                no_ggml(started.prog if started else resolve_program(command), result.returncode, None)
+            why = nothing_recorded(snap_dir, ggml) if torch else no_allocator_calls(
+                result.exit_status, None, _program_path(command))
             print(f"alloctrace: error: {why}", file=sys.stderr)
             return result.exit_status or 2
         for s in snaps:
@@ -121,6 +121,15 @@ def run(args) -> int:
             stored += import_snapshots(store, [s.path for s in snaps], name, tags)
     print(traces_table(stored), file=sys.stderr)  # the summaries the import answered: not read again
     return result.exit_status
+
+
+def _program_path(command: list[str]) -> str | None:
+    from alloctrace.traces.sources.record.program import resolve_program
+
+    try:
+        return resolve_program(command)
+    except UserError:
+        return None
 
 
 def _folder(started):

@@ -25,28 +25,29 @@ EXAMPLES = examples(
 def register(subparsers):
     import argparse
 
-    from ._common import add_store_arg, add_timeout_arg
+    from ._common import add_store_arg
 
     p = subparsers.add_parser(
         "sweep", help="run a ggml program once per flag combination (or replay a preset): exact buffers per point",
         description=("With --vary: run PROGRAM once per combination of the varied flags (each --vary replaces or "
                     "adds that flag in ARGS), each under the recorder, up to -j at a time, and store each point as "
                     "a trace tagged sweep=ID. Prints one row per point: the values, each buffer type's compute "
-                    "buffer in exact bytes, the weights and KV cache the program printed, consistency and the "
-                    "families that dominate its peak; then each family's growth law and the size attribution "
+                    "buffer in exact bytes, the weights and each KV cache the program printed, the total and "
+                    "whether it agrees with the program's own memory breakdown, consistency and the families that "
+                    "dominate its peak; then each family's growth law and the size attribution "
                     "between neighbouring points. Write --vary=-c=512,4096 (with '=': the flag starts with a "
                     "dash). With --preset: replay a built-in preset once per combination of --profile, --n-ctx and "
                     "--n-batch instead."),
         epilog=EXAMPLES,
-        usage="%(prog)s --vary=FLAG=V1,V2,... [--vary ...] [-j N] [--timeout S] [--json] [--store DIR] "
-              "-- PROGRAM [ARGS...]\n"
+        usage="%(prog)s --vary=FLAG=V1,V2,... [--vary ...] [-j N] [--json] [--store DIR] -- PROGRAM [ARGS...]\n"
               "       %(prog)s --preset P --profile G[,G...] [--n-ctx N,...] [--n-batch N,...] [--json]")
     p.add_argument("--vary", action="append", metavar="FLAG=V1,V2,...",
                    help="a flag of PROGRAM and its values (repeatable; points are all combinations)")
     p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
-                   help="programs run at once (default: the cores available divided by the program's own -t, "
-                        "1 without -t: llama.cpp then uses every core itself)")
-    add_timeout_arg(p)
+                   help="programs run at once (default: the cores divided by the program's -t/--threads; one at a "
+                        "time when it is not given one, as llama.cpp then uses every core)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="kill a point's program that runs longer; the point is 'timed out' (default 900; 0: none)")
     p.add_argument("--name", help="trace name prefix (default: the program's name)")
     add_store_arg(p)
     p.add_argument("--preset", help="replay this preset instead (see `alloctrace presets`)")
@@ -121,6 +122,8 @@ def run_program(args, command: list[str]) -> int:
 
     from alloctrace.traces.preflight.points import run_points
     from alloctrace.traces.preflight.vary import parse_vary, points as combinations
+
+    from .fit import timeout_of
     from alloctrace.traces.sources.record.build import recorder_library
 
     from ._common import open_store_from
@@ -129,9 +132,6 @@ def run_program(args, command: list[str]) -> int:
         raise UserError("sweep: name the program to run, after --")
     if args.jobs is not None and not 1 <= args.jobs <= 256:
         raise UserError(f"-j wants 1 to 256 programs at once, got {args.jobs}")
-    from ._common import checked_timeout
-
-    timeout = checked_timeout(args.timeout)
     from alloctrace.traces.store.tags import parse_tags
     tags = parse_tags(args.tags)
     varies = [parse_vary(v) for v in args.vary]
@@ -141,7 +141,7 @@ def run_program(args, command: list[str]) -> int:
     with _progress("recording points") as advance:
         sid, points = run_points(store, command, varies, library, jobs=args.jobs, name=args.name,
                                  progress=lambda done, n, p: advance(done, n, p), tags=tags,
-                                 timeout=timeout)
+                                 timeout=timeout_of(args))
     import json
 
     from alloctrace.traces.preflight.sweeps import sweep_json
@@ -160,21 +160,28 @@ def program_lines(out: dict) -> list[str]:
     pts = out["points"]
     flags = [f for f, _ in out["vary"]]
     bufts = list(dict.fromkeys(b for p in pts for b in p["buffers"]))
-    printed = [k for k in ("weights", "kv_cache") if any(k in p["printed"] for p in pts)]
-    rows = [[*flags, *(f"{b} compute (B)" for b in bufts), *(f"{k} (printed)" for k in printed), "consistent",
-             "trace", "dominant families"]]
+    # one column per printed size: each KV cache (a sliding-window model's second one too) on its own
+    printed = list(dict.fromkeys((k, label) for p in pts for k in ("weights", "kv_cache", "output")
+                                 for label in p["printed"].get(k) or {}))
+    rows = [[*flags, *(f"{b} compute (B)" for b in bufts), *(f"{k} {label} (printed)" for k, label in printed),
+             "total (B)", "breakdown", "consistent", "trace", "dominant families"]]
     for p in pts:
         fams = ", ".join(f"{f['family']} {fmt_bytes(f['bytes'])}" for f in p["families"][:3])
         rows.append([*(p["values"][f] for f in flags), *(exact_count(p["buffers"].get(b)) for b in bufts),
-                     *(_mib(p["printed"].get(k)) for k in printed),
+                     *(_mib((p["printed"].get(k) or {}).get(label)) for k, label in printed),
+                     exact_count(p.get("total")), _agrees(p.get("check")),
                      "-" if p["consistent"] is None else ("yes" if p["consistent"] else "NO"), p["trace"] or "-",
                      p["error"] if p["error"] and not p["trace"] else fams])
     lines = [f"sweep {out['sweep']}: {len(pts)} points"] + ["  " + line for line in text_table(rows)]
-    if out.get("ignored"):
-        lines.append(f"  {out['ignored']['message']}")
     for p in pts:
         if p["error"] and p["trace"]:
             lines.append(f"  {' '.join(f'{k}={v}' for k, v in p['values'].items())}: {p['error']}")
+        if p.get("check") and not p["check"]["agrees"]:
+            from alloctrace.traces.preflight.breakdown import check_lines
+
+            lines.append(f"  {' '.join(f'{k}={v}' for k, v in p['values'].items())}: the total differs from the "
+                         "program's own breakdown")
+            lines += check_lines(p["check"], "    ")
     if out["laws"]:
         lines += ["", "GROWTH (bytes at the peak, by family)"] + law_lines(out["laws"])
     if out["dominance"]:
@@ -187,16 +194,24 @@ def program_lines(out: dict) -> list[str]:
                             for f in n["families"])
             lines.append(f"  {n['axis']} {n['a']} -> {n['b']}{(' ' + setting) if setting else ''}: "
                          f"{n['delta']:+,} B ({why or 'no family moved'}; diff {n['a_trace']} {n['b_trace']})")
-    stored = sum(1 for p in pts if p["trace"])
-    lines += ["", f"stored as {stored} traces tagged sweep={out['sweep']}; in the dashboard: /sweep?id={out['sweep']}"
-              if stored else "nothing stored: no point's program used ggml's graph allocator"]
+    from .fit import ignored_line
+
+    ignored = sorted({f for p in pts for f in p.get("ignored") or ()})
+    lines += [""] + ignored_line(ignored) if ignored else []
+    same = [f for f in flags if f in ignored or f.lstrip("-") in {g.lstrip("-") for g in ignored}]
+    if same:
+        lines.append(f"  so the points along {', '.join(same)} are the same run: this build ignores the flag")
+    lines += ["", f"stored as {len(pts)} traces tagged sweep={out['sweep']}; in the dashboard: /sweep?id={out['sweep']}"]
     return lines
 
 
-def _mib(d) -> str:
-    if not d:
-        return "-"
-    return " + ".join(f"{v:.2f} MiB" for v in d.values()) if len(d) > 1 else f"{next(iter(d.values())):.2f} MiB"
+def _mib(v) -> str:
+    return "-" if v is None else f"{v:.2f} MiB"
+
+
+def _agrees(c) -> str:
+    """The point's total against the program's own breakdown: agrees, DIFFERS, or - (none printed)."""
+    return "-" if not c else ("agrees" if c["agrees"] else "DIFFERS")
 
 
 class _progress:

@@ -71,6 +71,20 @@ def test_torch_report_is_self_contained_and_holds_the_numbers(stored):
     assert max(d["timeline"]["allocated_max"]) == truth["memory_stats_subset"]["requested_bytes.all.peak"]
 
 
+def test_torch_report_oom_card_keeps_cause_cap_and_blocks(stored):
+    """The report's OOM card is the dashboard's: the cause, the inferred cap (the real 6 GiB inside it), the
+    largest free blocks and the largest blocks held, each with exact bytes."""
+    text = report(stored, stored[2]["oom"], "oom-card").read_text()
+    card = text[text.index('<div class="oom">'):]
+    card = card[:card.index("</div>", card.index("Who held the memory"))]
+    limit = sidecar("oom")["scenario_details"]["limit_bytes"]
+    assert "Cause:" in card and "set_per_process_memory_fraction" in card
+    lo, hi = (int(x.replace(",", "")) for x in re.search(r"memory cap</dt><dd>([\d,]+) – ([\d,]+) B", card).groups())
+    assert lo <= limit <= hi
+    assert "largest free block (large pool)" in card and "Largest blocks held" in card
+    assert "154,389,504" in card                      # the largest block held, exactly (as on the dashboard)
+
+
 def test_report_opens_offline_in_chromium_and_draws(stored, browser):
     out = report(stored, stored[2]["ranks"], "ranks")
     ctx = browser.new_context(offline=True, viewport={"width": 1300, "height": 900})

@@ -59,7 +59,8 @@ def test_dry_run_sweep_is_what_llama_prints_and_what_a_real_run_makes(llama, tmp
         r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL, timeout=120)
         assert PRINTED.findall(r.stdout + r.stderr)[-1] == f"{size / 2**20:.2f}"
         assert p["printed"]["compute"]["CPU"] == round(size / 2**20, 2)
-        assert p["printed"]["kv_cache"]["total"] == int(p["values"]["-c"]) / 512  # tiny-llama: 1 MiB per 512 cells
+        assert p["printed"]["kv_cache"] == {"CPU": int(p["values"]["-c"]) / 512}  # tiny-llama: 1 MiB per 512 cells
+        assert p["check"]["agrees"]  # the total against the breakdown the same run printed
     sizes = {(p["values"]["-c"], p["values"]["-fa"]): p["buffers"]["CPU"] for p in out["points"]}
     assert sizes[("512", "on")] == 6_961_152 and sizes[("512", "off")] == 12_593_152  # the allocator's own log
     for fa in ("on", "off"):  # a separate, real llama-completion run of two points
@@ -88,7 +89,8 @@ def test_kq_law_follows_its_shape(llama, tmp_path, capsys):
     assert all(d["runs"][0]["family"] == "kq" for d in out["dominance"])
     from alloctrace.traces.preflight.laws import law_lines
 
-    assert "  kq: 4·-c·-ub·8 B per layer (kq-0: f32 [-c, -ub, 8, 1])" in law_lines(out["laws"])
+    assert "  kq: 4·-c·-ub·8 B per layer (kq-0: f32 [-c, -ub, 8, 1])  [fitted on -c=512..1024, -ub=128..256]" \
+        in law_lines(out["laws"])
 
 
 def test_fit_finds_the_largest_context_of_an_exhaustive_scan(llama, tmp_path, capsys):

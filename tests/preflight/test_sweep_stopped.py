@@ -53,7 +53,13 @@ def test_a_stopped_sweep_kills_its_programs_removes_its_folders_and_says_so(tmp_
         started = [int(p) for p in pids.read_text().split()]
         assert len(started) >= want and all(alive(p) for p in started), err_file.read_text()
         proc.send_signal(sig)
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=120)    # (a loaded CI machine has been slow here: the diagnosis says where it was)
+        except subprocess.TimeoutExpired:
+            where = {k: Path(f"/proc/{proc.pid}/{k}").read_text(errors="replace")[:400] for k in ("wchan", "status")}
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text()
+            pytest.fail(f"the sweep did not end after signal {sig}: {where}; children {children!r}; stderr "
+                        f"{err_file.read_text()[-2000:]!r}")
     finally:
         if proc.poll() is None:
             proc.kill()

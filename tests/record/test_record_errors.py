@@ -140,38 +140,8 @@ def test_missing_program_and_no_ggml_calls(tmp_path, capsys):
     # a program that runs fine but never allocates a graph: its status if it failed, else 2
     assert main(["record", "-o", str(tmp_path / "r"), "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
     assert main(["record", "-o", str(tmp_path / "r"), "--", sys.executable, "-c", SIMPLE]) == 2
+    assert "-DBUILD_SHARED_LIBS=ON" in capsys.readouterr().err
     assert main(["record"]) == 2
-
-
-def test_a_program_that_fails_is_reported_by_its_status_not_a_guess(tmp_path, capfd):
-    fails = "import sys; print('error loading model: bad magic', file=sys.stderr); sys.exit(4)"
-    assert main(["record", "--ggml", "-o", str(tmp_path / "r"), "--", sys.executable, "-c", fails]) == 4
-    err = capfd.readouterr().err
-    assert "error loading model: bad magic" in err  # its own stderr, untouched
-    assert "exited with status 4 before any ggml allocator call was seen" in err
-    assert "statically" not in err and "BUILD_SHARED_LIBS" not in err
-    killed = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
-    assert main(["record", "--ggml", "-o", str(tmp_path / "r"), "--", sys.executable, "-c", killed]) == 128 + 11
-    assert "was killed by signal 11 (SIGSEGV)" in capfd.readouterr().err
-    assert main(["record", "--ggml", "-o", str(tmp_path / "r"), "--", sys.executable, "-c", SIMPLE]) == 2
-    err = capfd.readouterr().err
-    assert "exited with status 0 without using ggml's graph allocator" in err and "BUILD_SHARED_LIBS" not in err
-
-
-def test_the_static_link_hint_is_kept_for_a_program_carrying_ggml_itself(tmp_path, capsys):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler")
-    src = tmp_path / "g.c"  # ggml's allocator linked into the program: a preloaded library never sees its calls
-    src.write_text("int ggml_gallocr_alloc_graph(void *a, void *g) { return a == g; }\n"
-                   "int main(int argc, char **argv) { return ggml_gallocr_alloc_graph(argv, 0) * 0; }\n")
-    exe = tmp_path / "carries-ggml"
-    if subprocess.run([cc, "-o", str(exe), str(src)], capture_output=True).returncode:
-        pytest.skip("the C compiler failed")
-    assert not run.is_static_elf(str(exe))
-    assert main(["record", "-o", str(tmp_path / "r"), "--", str(exe)]) == 2
-    err = capsys.readouterr().err
-    assert "ggml is linked into the executable itself" in err and "-DBUILD_SHARED_LIBS=ON" in err
 
 
 def test_exit_status_passes_through_and_the_trace_is_stored(tmp_path, capfd):

@@ -282,3 +282,26 @@ def test_real_logs_name_the_generations_they_fit(fixtures, folder, name, want):
     imp = LogImport(fixtures / folder / name)
     log_records(imp)
     assert imp.candidates == want and imp.generation == want[0]
+
+
+@pytest.mark.parametrize("folder,name", [
+    ("v2023-08-28-parseseq", "gpt-2_tiny_short.AT.log"),
+    ("v2023-08-28-parseseq", "gpt-2_tiny_long.AT+DEBUG.log"),
+    ("v2023-08-28-parseseq", "harness_parseseq.AT.log"),
+    ("many-graphs", "gpt-2_117M_many.2023-08-28.AT.log.xz"),
+])
+def test_block_logs_two_generations_fit_have_the_same_sizes_under_both(fixtures, tmp_path, folder, name):
+    """The Aug 2023 logs fit 2023-08-22 and 2023-08-28, and the import says their sizes are exact under either
+    reading (0 bytes uncertain): read both ways, every graph's sizes and consistency agree."""
+    path = fixtures / folder / name
+    readings = {}
+    for gen in ("ggml-2023-08-28", "ggml-2023-08-22"):
+        (trace,) = GgmlLogSource().read(open(path, "rb"), filename=name, name=None, generation=gen)
+        readings[gen] = [(g.max_size, g.buffer_size, g.consistent, g.extra.get("uncertainty_bytes"))
+                         for g in trace.graphs]
+    assert readings["ggml-2023-08-28"] == readings["ggml-2023-08-22"]
+    assert all(r[2] for r in readings["ggml-2023-08-28"])
+    (trace,) = GgmlLogSource().read(open(path, "rb"), filename=name, name=None)
+    assert trace.meta.extra["generation_candidates"] == ["ggml-2023-08-28", "ggml-2023-08-22"]
+    assert "exact under either reading (0 bytes uncertain" in trace.meta.extra["generation_note"]
+    assert [(g.max_size, g.buffer_size) for g in trace.graphs] == [r[:2] for r in readings["ggml-2023-08-28"]]

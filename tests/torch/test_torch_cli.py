@@ -129,10 +129,39 @@ def test_state_at_the_oom(capsys, tmp_path):
     assert st["oom"]["requested"] > st["totals"]["largest_free"]["large"]
     rc, out, err = cli(capsys, "state", tid, "--event", "oom", "--store", tmp_path)
     assert rc == 0 and "the cache was emptied: 11 segments" in out
-    rc, out, err = cli(capsys, "state", f"{tid}:0", "--event", "0", "--json", "--store", tmp_path)
-    assert json.loads(out)["segments"] == []
+    rc, out, err = cli(capsys, "state", f"{tid}:0", "--event", "start", "--json", "--store", tmp_path)
+    assert json.loads(out)["segments"] == [] and json.loads(out)["after_entry"] is None
     rc, out, err = cli(capsys, "state", tid, "--event", "x", "--store", tmp_path)
     assert rc == 2 and err.startswith("alloctrace: error: --event")
+
+
+def test_entry_numbers_mean_the_same_entry_in_every_view(capsys, tmp_path):
+    """"At entry N" is entries 0..N applied in peak, flame, state, the OOM card, the API and the report: the peak
+    entry peak prints is the one state --event peak says it follows, and state after that entry holds exactly
+    the peak's requested bytes (one entry earlier it does not)."""
+    rc, out, err = cli(capsys, "import", DATA / "oom.pickle.gz", "--json", "--store", tmp_path)
+    tid = json.loads(out)["traces"][0]["id"]
+    rc, out, err = cli(capsys, "peak", tid, "--json", "--store", tmp_path)
+    p = json.loads(out)
+    p = p["devices"][0] if "devices" in p else p
+    k = p["event"]
+    rc, out, err = cli(capsys, "state", tid, "--event", "peak", "--json", "--store", tmp_path)
+    at_peak = json.loads(out)
+    assert at_peak["after_entry"] == k and at_peak["totals"]["requested"] == p["peak_requested"]
+    rc, out, err = cli(capsys, "state", tid, "--event", str(k), "--json", "--store", tmp_path)
+    assert json.loads(out)["totals"] == at_peak["totals"]
+    rc, out, err = cli(capsys, "state", tid, "--event", str(k - 1), "--json", "--store", tmp_path)
+    assert json.loads(out)["totals"]["requested"] != p["peak_requested"]
+    rc, out, err = cli(capsys, "state", tid, "--event", "peak", "--store", tmp_path)
+    assert f"after entry {k:,} " in out
+    rc, out, err = cli(capsys, "flame", tid, "--at", "peak", "-o", tmp_path / "f.svg", "--store", tmp_path)
+    assert rc == 0 and f"live at entry {k:,}" in err
+    rc, out, err = cli(capsys, "state", tid, "--event", "oom", "--store", tmp_path)
+    oom = json.loads(cli(capsys, "state", tid, "--event", "oom", "--json", "--store", tmp_path)[1])["oom"]["event"]
+    assert f"after entry {oom - 1:,}, just before the OOM at entry {oom:,}" in out
+    n = json.loads(cli(capsys, "state", tid, "--json", "--store", tmp_path)[1])["n_events"]
+    rc, out, err = cli(capsys, "state", tid, "--event", str(n), "--store", tmp_path)
+    assert rc == 2 and f"0..{n - 1}" in err
 
 
 def test_diff_refuses_a_snapshot_against_a_ggml_trace_in_one_line(capsys, tmp_path):

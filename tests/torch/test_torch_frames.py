@@ -110,3 +110,23 @@ def test_dladdr_symbolizer_snapshot_names_the_same_sites(dev, tmp_path):
     assert sorted(strip(other).values()) == sorted(strip(mine).values())
     assert set(strip(other)) == set(strip(mine))
     assert not any("??" in g["site"] or "python3" in g["site"] for g in other["by_call_site"])
+
+
+def _f(filename, line, name):
+    return {"filename": filename, "line": line, "name": name}
+
+
+TORCH_LINEAR = _f("/usr/lib/python3/site-packages/torch/nn/modules/linear.py", 125, "forward")
+TORCH_CALL = _f("/usr/lib/python3/site-packages/torch/nn/modules/module.py", 1751, "_call_impl")
+
+
+def test_exec_code_names_its_caller_not_torch():
+    """Innermost first, as snapshots list them: code run by exec() from train.py is named by train.py's line;
+    `python -c` code, with no file above it, by its own <string> line; never by a frame inside torch."""
+    from_exec = [TORCH_LINEAR, TORCH_CALL, _f("<string>", 3, "<module>"), _f("/home/u/train.py", 41, "main")]
+    assert site_label(from_exec) == "main (/home/u/train.py:41)"
+    dash_c = [_f("??", 0, "c10::cuda::CUDACachingAllocator::malloc"), TORCH_LINEAR, TORCH_CALL,
+              _f("<string>", 7, "step"), _f("<string>", 12, "<module>")]
+    assert site_label(dash_c) == "step (<string>:7)"
+    only_torch = site_label([TORCH_LINEAR, TORCH_CALL, _f("<frozen runpy>", 88, "_run_code")])
+    assert only_torch.startswith("forward (") and "linear.py:125" in only_torch   # the innermost, as before

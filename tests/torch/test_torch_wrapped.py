@@ -47,7 +47,9 @@ def cuts(tmp_path_factory):
     out = {}
     for name, path in (("gpt2_train_bs8", DATA / "gpt2_train_bs8.pickle.gz"),
                        ("oom", DATA / "oom.pickle.gz"), ("fragmentation", DATA / "fragmentation.pickle.gz"),
-                       ("train_roundup", PAIRS / "train_roundup.pickle.gz")):
+                       ("train_roundup", PAIRS / "train_roundup.pickle.gz"),
+                       ("train_expandable", PAIRS / "train_expandable.pickle.gz"),
+                       ("small_expandable", DATA / "small_expandable.pickle.gz")):
         snap = _snap(path)
         n = len(snap["device_traces"][0])
         [full] = import_paths(s, [path])
@@ -95,6 +97,10 @@ def test_peaks_of_the_cut_are_the_full_traces_over_the_kept_part(cuts):
 def test_whatif_of_the_cut_replays_the_recorded_part_exactly(cuts):
     s = cuts["store"]
     for (name, k), (full, cut, full_id, cut_id) in _cases(cuts):
+        if "expandable" in name:   # states and peaks are exact, the model cannot start mid-run: refused, saying why
+            with pytest.raises(PartialTrace, match="expandable segments"):
+                whatif_request(device_columns(s, cut_id, 0), device_info(s, cut_id, 0), [])
+            continue
         fcols = device_columns(s, full_id, 0)
         settings = AllocatorSettings.from_snapshot(full.extra["allocator_settings"],
                                                    memory_limit=6_442_450_944 if name == "oom" else None)
@@ -134,9 +140,15 @@ def test_real_wrapped_recording(tmp_path):
     assert torch_peak.peak(wd)["peak_requested"] == side["requested_peak"]
 
 
+def _unrecoverable(tmp_path):
+    """A cut of a capped run with expandable segments whose pages were unmapped: the state view cannot replay it
+    to its snapshot even whole, so its start cannot be recovered."""
+    snap = _snap(DATA / "small_cap_expandable.pickle.gz")
+    return _cut(snap, len(snap["device_traces"][0]) // 3, tmp_path / "exp.pickle")
+
+
 def test_a_start_that_cannot_be_recovered_refuses_whatif(tmp_path, capsys):
-    snap = _snap(PAIRS / "train_expandable.pickle.gz")     # expandable segments: map/unmap are not walked back
-    path = _cut(snap, 3000, tmp_path / "exp.pickle")
+    path = _unrecoverable(tmp_path)
     assert main(["whatif", str(path), "--store", str(tmp_path / "s"), "--set", "max_split_size_mb=128"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("alloctrace: error: ") and "starts mid-run" in err
@@ -147,6 +159,49 @@ def test_a_start_that_cannot_be_recovered_refuses_whatif(tmp_path, capsys):
         whatif_request(device_columns(s, tid, 0), info, [])
     assert main(["state", tid, "--event", "end", "--store", str(tmp_path / "s")]) == 0
     assert "cannot be recovered exactly" in capsys.readouterr().out
+
+
+def test_an_unknown_start_is_never_shown_as_zeros(tmp_path, capsys):
+    """The state replayed from nothing reads reserved 0: every face says unknown instead, and lists what the
+    trace itself holds (the bytes of its own live allocations, a fact)."""
+    s = open_store(tmp_path / "s")
+    [tid] = import_paths(s, [_unrecoverable(tmp_path)])
+    d = views.load_device(s, tid, 0)
+    assert d.extra["partial"]["partial"] and not d.extra["partial"]["exact"]
+    index = views.StateIndex(d)
+    k = d.n // 2
+    st = views.state(d, index, k)
+    assert st["totals"] is None and st["segments"] == [] and "unknown" in st["unknown"]
+    live = views.live_at(d, k - 1)
+    assert st["held_since_start"] == {"allocations": len(live), "bytes": int(d.allocations().size[live].sum())}
+    assert st["held_since_start"]["bytes"] > 0
+    assert main(["state", tid, "--event", str(k - 1), "--store", str(tmp_path / "s")]) == 0  # after entry k-1
+    out = capsys.readouterr().out
+    assert "reserved, allocated and free blocks: unknown" in out and "reserved 0 " not in out
+    assert f"{st['held_since_start']['bytes']:,} B" in out
+    assert main(["state", tid, "--event", str(k - 1), "--json", "--store", str(tmp_path / "s")]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"] is None
+    card = torch_peak.oom_card(d, index)     # the run's 5th OOM lies in the kept part
+    assert card is not None and card["reserved"] is None
+
+
+def test_expandable_wrapped_start_is_recovered(tmp_path):
+    """The real expandable-segments recording cut at several entries: seeded exactly (its maps walked back), and
+    its state at every 500th entry is the whole trace's."""
+    snap = _snap(PAIRS / "train_expandable.pickle.gz")
+    s = open_store(tmp_path / "s")
+    [full] = import_paths(s, [PAIRS / "train_expandable.pickle.gz"])
+    f = views.load_device(s, full, 0)
+    fi = views.StateIndex(f)
+    n = len(snap["device_traces"][0])
+    for k in (n // 5, n // 2):
+        [cut] = import_paths(s, [_cut(snap, k, tmp_path / f"e{k}.pickle")])
+        c = views.load_device(s, cut, 0)
+        assert c.extra["partial"]["exact"], c.extra["partial"]["reason"]
+        assert "whatif_refused" in c.extra["partial"]
+        ci = views.StateIndex(c)
+        for j in range(0, c.n + 1, 500):
+            assert _layout(views.state(c, ci, j)) == _layout(views.state(f, fi, k + j)), (k, j)
 
 
 def test_cli_says_partial_everywhere(tmp_path, capsys):
@@ -188,7 +243,7 @@ def test_api_refuses_whatif_on_an_unrecoverable_start_and_marks_partial_answers(
     from fastapi.testclient import TestClient
     from alloctrace.server.app import create_app
     s = open_store(tmp_path / "s")
-    [bad] = import_paths(s, [_cut(_snap(PAIRS / "train_expandable.pickle.gz"), 3000, tmp_path / "exp.pickle")])
+    [bad] = import_paths(s, [_unrecoverable(tmp_path)])
     [good] = import_paths(s, [PAIRS / "train_wrapped.pickle.gz"])
     with TestClient(create_app(store_dir=tmp_path / "s")) as c:
         r = c.get(f"/api/torch/traces/{bad}/devices/0/whatif")

@@ -249,3 +249,23 @@ def test_the_diff_page_shows_two_snapshots_peak_delta_and_first_difference(serve
     assert page.locator("#maps").is_hidden() and "No divergence" not in page.inner_text("body")
     shot(page, "diff")
     assert page.errors == []
+
+
+def test_state_and_peak_name_the_same_entry(server, page):
+    """The peak panel's "at entry N" and the state panel after "at the peak" show the same N; typing N into
+    the state box shows the same state (entries 0..N applied, as the flamegraph counts them)."""
+    page.goto(f"{server['base']}/torch?id={server['gpt2_train_bs8']}")
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    page.wait_for_function("document.getElementById('peak-note').textContent.includes('at entry')")
+    import re
+    k = re.search(r"at entry ([\d,]+)", page.inner_text("#peak-note")).group(1)
+    page.click("#state-peak")
+    page.wait_for_function(f"(document.getElementById('state-after') || {{}}).textContent === '{k}'")
+    assert page.input_value("#state-event") == k.replace(",", "")
+    shown = page.inner_text("#state-totals")
+    page.click("#state-end")
+    page.wait_for_function(f"document.getElementById('state-after').textContent !== '{k}'")
+    page.fill("#state-event", k.replace(",", ""))
+    page.click("#state-go")
+    page.wait_for_function(f"document.getElementById('state-after').textContent === '{k}'")
+    assert page.inner_text("#state-totals") == shown

@@ -88,3 +88,26 @@ def test_annotation_labels_never_overlap(server, page, width):
     page.wait_for_timeout(300)
     zoomed, bad = _overlaps(page)
     assert zoomed and not bad, bad[:3]
+
+
+def test_an_unrecoverable_start_shows_unknown_not_zeros(tmp_path, page):
+    """A wrapped trace (expandable segments, pages unmapped under a cap) whose start cannot be recovered: the state
+    panel and the OOM card say unknown where a replay from nothing would show reserved 0."""
+    import gzip
+    import pickle
+    snap = pickle.load(gzip.open(DATA / "small_cap_expandable.pickle.gz"))
+    cut = dict(snap, device_traces=[snap["device_traces"][0][len(snap["device_traces"][0]) // 3:]])
+    path = tmp_path / "wrapped.pickle"
+    path.write_bytes(pickle.dumps(cut, protocol=4))
+    with live_server(tmp_path / "store") as base:
+        with open(path, "rb") as f:
+            r = httpx.post(f"{base}/api/torch/traces", files={"file": ("wrapped.pickle", f)}, timeout=60)
+        assert r.status_code == 201, r.text
+        tid = r.json()["traces"][0]["id"]
+        _open(page, f"{base}/torch?id={tid}&view=oom")
+        page.wait_for_selector("#state-unknown")
+        totals = page.inner_text("#state-totals").lower()
+        assert "unknown" in totals and "held by allocations the trace made" in totals
+        assert "reserved\n0" not in totals and "Unknown:" in page.inner_text("#state-note")
+        page.wait_for_selector("#oom-unknown")
+        assert "largest free block" not in page.inner_text("#oom .facts")

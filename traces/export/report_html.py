@@ -123,23 +123,42 @@ def _chosen(ranks: dict | None, graphs: list[int]) -> list[int]:
 
 
 def oom_html(card: dict) -> str:
-    known = [("requested", fmt_bytes(card["requested"])), ("allocated", fmt_bytes(card["allocated"])),
-             ("reserved", fmt_bytes(card["reserved"])), ("cached (reserved − allocated)", fmt_bytes(card["cached"])),
-             ("device free", fmt_bytes(card.get("device_free")))]
-    for pool, v in (card.get("largest_free") or {}).items():
-        known.append((f"largest free block ({pool} pool)", fmt_bytes(v)))
+    """The OOM card as the dashboard shows it: the request, the cause, the cap, the allocator's totals, the largest
+    free and held blocks, and who held the memory."""
+    unknown = card.get("unknown")
+    known = [("requested", fmt_bytes(card["requested"])),
+             ("segment needed", fmt_bytes(card.get("segment_needed")))]
+    if not unknown:
+        known += [("allocated", fmt_bytes(card["allocated"])), ("reserved", fmt_bytes(card["reserved"])),
+                  ("cached (reserved − allocated)", fmt_bytes(card["cached"]))]
+        for pool, v in (card.get("largest_free") or {}).items():
+            known.append((f"largest free block ({pool} pool)", fmt_bytes(v)))
+    known.append(("device free", fmt_bytes(card.get("device_free"))))
+    cap = card.get("cap")
+    if cap:
+        known.append(("memory cap", f"{cap['lower']:,} – {cap['upper'] - 1:,} B ({cap.get('source', 'inferred')})"
+                      + (f", roundest {fmt_bytes(cap['roundest'])}" if cap.get("roundest") is not None else "")))
+    if card.get("retries") is not None:
+        known.append(("retries (whole run)", f"{card['retries']:,} ({card.get('retries_source', 'trace')})"))
     shown = {"event", "requested", "allocated", "reserved", "cached", "device_free", "largest_free", "holders",
-             "stack", "site", "cache_releases", "requested_live", "meta", "stream", "n_ooms"}
+             "stack", "site", "cache_releases", "requested_live", "meta", "stream", "n_ooms", "segment_needed",
+             "retries", "retries_source", "unknown"}
     known += [(k.replace("_", " "), v if not isinstance(v, int) or v < 4096 else fmt_bytes(v))
               for k, v in card.items() if k not in shown and isinstance(v, (int, float, str)) and v not in ("", None)]
     rel = (card.get("cache_releases") or [])[-1:]
     known += [("cache emptied before", f"{r['segments']} segments, {fmt_bytes(r['bytes'])}") for r in rel]
+    cause = (card.get("cause") or {}).get("text")
+    held = table(["bytes", "entry", "call site"],
+                 [[f"{b['bytes']:,}", f"{b['entry']:,}", b["site"]] for b in (card.get("largest_blocks") or [])[:10]],
+                 (0, 1))
     holders = table(["bytes", "share", "allocations", "call site"],
                     [[f"{g['bytes']:,}", f"{g['share']:.1%}", f"{g['count']:,}", g["site"]] for g in card["holders"]],
                     (0, 1, 2))
     return (f'<div class="oom"><h3>Out of memory at entry {card["event"]:,} ({card.get("n_ooms", 1)} in all)</h3>'
-            + facts(known) + f"<p>Failing request from <code>{e(card['site'])}</code></p><h4>Who held the memory</h4>"
-            + holders + "</div>")
+            + (f'<p class="cause"><b>Cause:</b> {e(cause)}</p>' if cause else "")
+            + (f'<p class="note">{e(unknown)}</p>' if unknown else "")
+            + facts(known) + f"<p>Failing request from <code>{e(card['site'])}</code></p>"
+            + "<h4>Largest blocks held</h4>" + held + "<h4>Who held the memory</h4>" + holders + "</div>")
 
 
 # --- ggml ----------------------------------------------------------------------------------------------

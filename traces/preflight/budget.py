@@ -1,7 +1,8 @@
 """`alloctrace fit`: the largest value of one flag whose run fits a memory budget, by bisection over dry runs.
 
 A probe's bytes are its exact compute buffers (all buffer types) plus, unless told to count compute only, the
-weights, KV cache and output buffers the program printed (rounded, as printed). Probes run into a scratch
+weights, every KV cache and the output buffers the program printed (rounded, as printed). The answer and the
+value one step above are checked against the program's own breakdown (breakdown.py). Probes run into a scratch
 store; the answer is run once more into the real store, so it can be opened, diffed and shown.
 """
 from __future__ import annotations
@@ -11,8 +12,8 @@ from dataclasses import dataclass
 
 from alloctrace.traces.errors import UserError
 
-from .ignored import ignored
-from .points import Point, run_points
+from .breakdown import check
+from .points import DEFAULT_TIMEOUT, Point, run_points
 from .printed import bytes_of, total_mib
 from .vary import Vary
 
@@ -43,7 +44,7 @@ def probe_total(p: Point, compute_only: bool) -> int:
 
 def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, library, *, step: int = 1,
         compute_only: bool = False, jobs: int | None = None, progress=None,
-        timeout: float | None = None) -> dict:
+        timeout: float | None = DEFAULT_TIMEOUT) -> dict:
     """The largest value in lo..hi (a multiple of `step` above lo) whose total fits `budget`, assuming the
     total grows with the value; every probe's value and total are in the answer."""
     if step < 1:
@@ -61,8 +62,7 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
                 return seen[v]
             if len(probes) >= MAX_PROBES:
                 raise UserError(f"fit: more than {MAX_PROBES} probes; narrow the range or raise --step")
-            _sid, (p,) = run_points(tmp_store, argv, [Vary(flag, (str(v),))], library, jobs=1,
-                                    timeout=timeout)
+            _sid, (p,) = run_points(tmp_store, argv, [Vary(flag, (str(v),))], library, jobs=1, timeout=timeout)
             if p.error or not p.buffers:
                 raise UserError(f"fit: the run with {flag} {v} failed: {p.error or 'no compute buffer was made'}")
             pr = seen[v] = Probe(v, p, probe_total(p, compute_only))
@@ -73,11 +73,13 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
 
         first = run(lo)
         if first.total > budget:
-            return _answer(store, argv, flag, budget, None, first, probes, library, compute_only, timeout)
+            return _answer(store, argv, (flag, lo, hi, step), budget, None, first, probes, library, compute_only,
+                           timeout)
         top = lo + (hi - lo) // step * step
         last = run(top)
         if last.total <= budget:
-            return _answer(store, argv, flag, budget, last, None, probes, library, compute_only, timeout)
+            return _answer(store, argv, (flag, lo, hi, step), budget, last, None, probes, library, compute_only,
+                           timeout)
         good, bad = first, last  # good fits, bad does not; bisect on the step grid
         while (bad.value - good.value) > step:
             mid = good.value + ((bad.value - good.value) // step // 2) * step
@@ -89,19 +91,28 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
         if good.total > bad.total:
             raise UserError(f"fit: the total shrinks from {flag} {good.value} to {bad.value}: it does not grow "
                             "with the value, so bisection cannot answer; use sweep")
-        return _answer(store, argv, flag, budget, good, bad, probes, library, compute_only, timeout)
+        return _answer(store, argv, (flag, lo, hi, step), budget, good, bad, probes, library, compute_only,
+                       timeout)
 
 
-def _answer(store, argv, flag, budget, good: Probe | None, bad: Probe | None, probes, library, compute_only,
-            timeout=None) -> dict:
-    best = None
+def _answer(store, argv, span, budget, good: Probe | None, bad: Probe | None, probes, library, compute_only,
+            timeout=DEFAULT_TIMEOUT) -> dict:
+    flag, lo, hi, step = span
+    best, sid = None, None
     if good is not None:  # once more into the real store: the answer is a trace like any other
-        _sid, (best,) = run_points(store, argv, [Vary(flag, (str(good.value),))], library, jobs=1,
-                                   tags=(f"fit={flag}", f"budget={budget}"), timeout=timeout)
+        # with every probe's sizes, so the pre-flight page draws the whole search, not one point
+        kept = {"flag": flag, "lo": lo, "hi": hi, "step": step, "budget": budget, "compute_only": compute_only,
+                "value": good.value, "probes": [{"value": p.value, "total": p.total, "fits": p.total <= budget,
+                                                 "buffers": p.point.buffers, "printed": p.point.printed}
+                                                for p in probes]}
+        sid, (best,) = run_points(store, argv, [Vary(flag, (str(good.value),))], library, jobs=1, timeout=timeout,
+                                  tags=(f"fit={flag}", f"budget={budget}"), extra={"fit": kept})
     return {"flag": flag, "budget": budget, "compute_only": compute_only,
             "value": good.value if good else None, "total": good.total if good else None,
-            "point": best.to_json() if best else None,
+            "point": best.to_json() if best else None, "sweep": sid,
+            "check": check(best.buffers, best.printed) if best else None,
             "next": {"value": bad.value, "total": bad.total, "buffers": bad.point.buffers,
-                     "printed": bad.point.printed} if bad else None,
+                     "printed": bad.point.printed, "check": check(bad.point.buffers, bad.point.printed)}
+            if bad else None,
             "probes": [{"value": p.value, "total": p.total, "fits": p.total <= budget} for p in probes],
-            "ignored": ignored([p.point.to_json() for p in probes], argv, [flag])}
+            "ignored": sorted({f for p in probes for f in p.point.ignored})}

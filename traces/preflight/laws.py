@@ -5,6 +5,12 @@ point is a number, one that equals a varied flag's value at every point is that 
 element (bytes / elements, the type's size for f32 / f16) the law is exact by construction and checked against
 every point's bytes ("kq: 4·(-c)·512·8 B per tensor"). Without shapes, or when a dimension follows no flag,
 the bytes themselves are fitted exactly: c·x^a·y^b (a, b in 0..2), then a + b·x; else no law is claimed.
+
+A program clamps: llama.cpp's n_ubatch is min(-ub, -c), its KV cells are -c padded to 256, a sliding-window
+cache has min(padded -c, window + n_ubatch) cells. A dimension is `min(FLAG, K)` only where the points show the
+cap, `pad(FLAG, P)` where they show the padding; where no one law holds along a flag, consecutive points are
+split into pieces that each have one (`piecewise`: the law changes between two points, a clamp lies there).
+Every law says the range it was fitted on (`fitted_on`) and holds only there: nothing here extrapolates.
 """
 from __future__ import annotations
 
@@ -13,6 +19,8 @@ from fractions import Fraction
 from itertools import product
 
 MAX_EXPONENT = 2
+PADS = (32, 64, 128, 256, 512, 1024)  # paddings tried, smallest first
+MIN_FITTED = 3  # points a fitted (not shape) piece of a piecewise law needs
 LAYER = re.compile(r"-\d+$")  # llama.cpp names a layer's tensors NAME-IL
 
 
@@ -44,6 +52,13 @@ def shape_law(rows: list[tuple[dict, dict]], flags: list[str]) -> dict | None:
             cap = max(vals)
             match = next(((fl, cap) for fl in flags
                           if all(min(int(p["values"][fl]), cap) == v for (p, _), v in zip(rows, vals))), None)
+        if match is None:  # the smaller of two flags: llama.cpp's n_ubatch is min(-ub, -c)
+            match = next((("min", a, b) for i, a in enumerate(flags) for b in flags[i + 1:]
+                          if all(min(int(p["values"][a]), int(p["values"][b])) == v
+                                 for (p, _), v in zip(rows, vals))), None)
+        if match is None:  # a flag rounded up: llama.cpp pads -c to 256 cells
+            match = next((("pad", fl, pad) for fl in flags for pad in PADS
+                          if all(-(-int(p["values"][fl]) // pad) * pad == v for (p, _), v in zip(rows, vals))), None)
         if match is None:
             return None
         dims.append(match)
@@ -108,20 +123,79 @@ def laws(points: list[dict]) -> list[dict]:
         law = _fit(rows, flags)
         by_setting = None
         if law is None and others:  # e.g. -fa on and off: one law per setting of the other flags
-            groups: dict[tuple, list] = {}
-            for p, f in rows:
-                groups.setdefault(tuple((k, p["values"][k]) for k in others), []).append((p, f))
-            by_setting = [{"setting": dict(k), "law": _fit(g, flags), "points": len(g)} for k, g in groups.items()]
-            if all(b["law"] is None for b in by_setting):
-                by_setting = None
+            by_setting = _by_setting(rows, others, flags)
+        if law is None and by_setting is None and len(flags) > 1:  # along the first numeric flag, per -ub
+            axis = flags[0]
+            by_setting = _by_setting(rows, [k for k in rows[0][0]["values"] if k != axis], [axis])
         where = [p["values"] for p, _ in rows]
         out.append({"family": fam, "law": law, "by_setting": by_setting, "points": len(rows), "of": len(ok),
                     "largest": biggest[fam], "present_at": where if len(rows) < len(ok) else None})
     return out
 
 
+def _by_setting(rows, keys: list[str], flags: list[str]) -> list[dict] | None:
+    """One law per setting of `keys`, fitted along `flags`; None when no setting has one."""
+    groups: dict[tuple, list] = {}
+    for p, f in rows:
+        groups.setdefault(tuple((k, p["values"][k]) for k in keys), []).append((p, f))
+    out = [{"setting": dict(k), "law": _fit(g, flags), "points": len(g)} for k, g in groups.items()]
+    return None if all(b["law"] is None for b in out) else out
+
+
 def _fit(rows, flags) -> dict | None:
-    return shape_law(rows, flags) or bytes_law(rows, flags)
+    law = shape_law(rows, flags) or bytes_law(rows, flags) or piecewise_law(rows, flags)
+    if law is not None:
+        law["fitted_on"] = fitted_on(rows, flags)
+    return law
+
+
+def fitted_on(rows, flags) -> dict:
+    """{flag: [lowest, highest]} of the points a law was fitted on: the only range where it holds."""
+    return {fl: [min(int(p["values"][fl]) for p, _ in rows), max(int(p["values"][fl]) for p, _ in rows)]
+            for fl in flags}
+
+
+def piecewise_law(rows, flags) -> dict | None:
+    """Where no one law holds along a single varied flag: consecutive points split into pieces, each the longest
+    run from its first point that one law fits (a fitted law on 3 points at least; a single point is its bytes
+    there). The law changes between two pieces: a clamp lies there, so no piece extends beyond its points."""
+    moving = [fl for fl in flags if len({p["values"][fl] for p, _ in rows}) > 1]
+    if len(moving) != 1 or len(rows) < 3:
+        return None
+    (axis,) = moving
+    rows = sorted(rows, key=lambda r: int(r[0]["values"][axis]))
+    pieces, start = [], 0
+    while start < len(rows):
+        end, law = start + 1, None
+        while end < len(rows):
+            law_next = shape_law(rows[start:end + 1], [axis]) or bytes_law(rows[start:end + 1], [axis])
+            if law_next is None:
+                break
+            law, end = law_next, end + 1
+        if law is not None and law["kind"] in ("product", "affine") and end - start < MIN_FITTED:
+            law, end = None, start + 1  # any line fits two points: not a law yet
+        part = rows[start:end]
+        if law is None:
+            law = {"kind": "constant", "formula": f"{part[0][1]['bytes']} B at this point only"}
+        law["fitted_on"] = fitted_on(part, [axis])
+        pieces.append(law)
+        start = end
+    if len(pieces) > 3 or all(len(_points_of(x, axis)) == 1 for x in pieces):
+        return None  # more pieces than clamps: no law, not a table of points
+    text = "; ".join(f"{axis}={_span(x['fitted_on'][axis])}: {x['formula']}" for x in pieces)
+    between = [[a["fitted_on"][axis][1], b["fitted_on"][axis][0]] for a, b in zip(pieces, pieces[1:])]
+    changes = ", ".join(f"{a} and {b}" for a, b in between)
+    return {"kind": "piecewise", "axis": axis, "pieces": pieces, "formula": text, "changes_between": between,
+            "note": f"the law changes between {axis}={changes} (a clamp); each piece holds only on its own points"}
+
+
+def _points_of(law, axis) -> list[int]:
+    lo, hi = law["fitted_on"][axis]
+    return [lo] if lo == hi else [lo, hi]
+
+
+def _span(v) -> str:
+    return str(v[0]) if v[0] == v[1] else f"{v[0]}..{v[1]}"
 
 
 def dominance(points: list[dict]) -> list[dict]:
@@ -152,6 +226,18 @@ def dominance(points: list[dict]) -> list[dict]:
 def law_text(law: dict | None) -> str:
     if law is None:
         return "no exact law in these points"
+    if law["kind"] == "piecewise":
+        return f"{law['formula']} ({law['note']})"
+    return _one_law_text(law) + _range_text(law)
+
+
+def _range_text(law: dict) -> str:
+    """"  [fitted on -c=512..4096]": where the law was seen to hold, and only there."""
+    spans = [f"{fl}={_span(v)}" for fl, v in (law.get("fitted_on") or {}).items()]
+    return f"  [fitted on {', '.join(spans)}]" if spans else ""
+
+
+def _one_law_text(law: dict) -> str:
     if law["kind"] == "shape":
         dims = ", ".join(str(d) for d in law["dims"])
         n = law["tensors_at_peak"]
@@ -194,12 +280,20 @@ def dominance_lines(ds: list[dict]) -> list[str]:
 def _dim(x, values: dict) -> int:
     if isinstance(x, int):
         return x
+    if isinstance(x, tuple) and x[0] == "pad":
+        return -(-int(values[x[1]]) // x[2]) * x[2]
+    if isinstance(x, tuple) and x[0] == "min":
+        return min(int(values[x[1]]), int(values[x[2]]))
     if isinstance(x, tuple):
         return min(int(values[x[0]]), x[1])
     return int(values[x])
 
 
 def _dim_text(x) -> str:
+    if isinstance(x, tuple) and x[0] == "pad":
+        return f"pad({x[1]}, {x[2]})"
+    if isinstance(x, tuple) and x[0] == "min":
+        return f"min({x[1]}, {x[2]})"
     if isinstance(x, tuple):
         return f"min({x[0]}, {x[1]})"
     return str(x)

@@ -10,10 +10,10 @@ recorded sweep again.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +23,13 @@ from alloctrace.traces.sources.record.run import checked_program, collect, recor
 
 from . import prestart
 from .forkpool import ForkPool
-from .ignored import said_no_gpu
 from .printed import printed_sizes
+from .programs import (DEFAULT_TIMEOUT, TIMED_OUT, deadline, ignored_flags, next_deadline, past_deadline, stop_late,
+                       wait_any, wait_until)
 from .summary import summarise_imported
 from .vary import Vary, label, points as combinations, tags as point_tags, with_values
 
-OUTPUT_TAIL = 2000  # characters of a failed program's output kept in the point's error
+OUTPUT_TAIL = 400  # characters of a failed program's output kept in the point's error
 
 
 @dataclass
@@ -42,8 +43,8 @@ class Point:
     printed: dict = field(default_factory=dict)  # printed_sizes() of the program's output
     exit_status: int | None = None
     error: str | None = None
-    status: str | None = None  # "ok", "failed", "no allocator activity", "timed out after N s"
-    no_gpu: bool = False  # the program said it found no usable GPU (ignored.py)
+    status: str = "ok"  # "ok", "failed" (error set) or "timed out"
+    ignored: list[str] = field(default_factory=list)  # flags the program said it ignores (a CPU build: -ngl)
     graph: int | None = None  # the graph whose plan made the largest buffer
     all_families: list[dict] = field(default_factory=list)  # every family at that peak (for the growth laws)
     peak: object = None  # that graph's GraphPeak (for the attribution between neighbours)
@@ -55,10 +56,8 @@ class Point:
     def to_json(self) -> dict:
         return {"values": self.values, "buffers": self.buffers, "consistent": self.consistent, "trace": self.trace,
                 "graph": self.graph, "families": self.families, "printed": self.printed,
-                "exit_status": self.exit_status, "status": self.status, "error": self.error, "no_gpu": self.no_gpu}
-
-
-DEFAULT_TIMEOUT = prestart.DEFAULT_TIMEOUT
+                "exit_status": self.exit_status, "error": self.error, "status": self.status,
+                "ignored": self.ignored}
 
 
 default_jobs = prestart.default_jobs
@@ -96,53 +95,56 @@ class Ran:
     error: str | None = None
     summary: Point | None = None
     printed: dict = field(default_factory=dict)  # printed_sizes() of its whole output
-    status: str = "ok"  # as Point.status
-    returncode: int = 0  # as subprocess gives it (-N: killed by signal N)
-    no_gpu: bool = False  # the program said it found no usable GPU
+    timed_out: bool = False
+    ignored: list[str] = field(default_factory=list)  # ignored_flags() of its output
 
 
-def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, timeout: float | None = None,
-                 ended: tuple | None = None) -> Ran:
-    """A worker's whole share of a point: run it (killed past `timeout` seconds), then read, replay and sum up
-    its recordings (the CPU-bound part). `ended`: the program has run already (run_points starts the first
-    ones): (its exit code, the limit it was killed at or None). What reading needs the workers share:
+def timed_out(argv: list[str], workdir: Path, timeout: float | None) -> Ran:
+    """A point whose program was killed at its time limit: what it printed, nothing read."""
+    text = program_output(workdir) if (workdir / "output.txt").exists() else ""
+    return Ran(128 + 9, text[-OUTPUT_TAIL:], [], f"timed out after {timeout or 0:g} s: the program was killed "
+               "(--timeout)", printed=printed_sizes(text), timed_out=True, ignored=ignored_flags(text))
+
+
+def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, status: int | str | None = None, *,
+                 timeout: float | None = None) -> Ran:
+    """A worker's whole share of a point: run it, then read, replay and sum up its recordings (the CPU-bound
+    part). `status`: the program has run already (run_points starts the first ones), its raw wait status (or
+    TIMED_OUT); else it runs here, killed after `timeout` seconds. What reading needs the workers share:
     run_points imports it before they fork."""
-    if ended is None:
+    if status is None:
         try:
             proc = start_program(argv, library, workdir)
         except UserError as e:
-            return Ran(127, "", [], str(e), status="failed")
-        ended = (proc.wait(timeout), proc.timed_out)
-    status, timed_out = ended
-    from alloctrace.traces.sources.record import ended as how
+            return Ran(127, "", [], str(e))
+        status = proc.returncode if wait_until(proc, deadline(proc, timeout)) else stop_late(proc)
+    if status == TIMED_OUT:
+        return timed_out(argv, workdir, timeout)
+    from alloctrace.traces.sources.record.source import no_allocator_calls
 
     text = program_output(workdir)
     result = collect(argv, status, workdir)
     # what the program printed is read here, on every core, and only its end travels back
-    printed, no_gpu, text = printed_sizes(text), said_no_gpu(text), text[-OUTPUT_TAIL:]
-    state = how.how(status, timed_out) if timed_out is not None else ("ok" if status == 0 else "failed")
+    printed, ignored, tail = printed_sizes(text), ignored_flags(text), text[-OUTPUT_TAIL:]
     if not result.recordings:
-        why = how.nothing_recorded(argv[0], status, text, timed_out)
-        return Ran(result.exit_status, text, [], why, printed=printed,
-                   status=state if state != "ok" else "no allocator activity", returncode=status, no_gpu=no_gpu)
+        return Ran(result.exit_status, tail, [], no_allocator_calls(result.exit_status, text, argv[0]),
+                   printed=printed, ignored=ignored)
     events: list[dict] = []  # per trace: {graph index: the replay's events}, so nothing is decoded again
     try:
         traces = [t for path in result.recordings for t in read_recording(path, name, events)]
     except UserError as e:
-        return Ran(result.exit_status, text, [], str(e), printed=printed)
+        return Ran(result.exit_status, tail, [], str(e), printed=printed, ignored=ignored)
     summary = Point({}, [])
     summarise_imported(summary, traces[0], events[0])
-    error = None if state == "ok" else how.how(status, timed_out) + how.said(text)
-    return Ran(result.exit_status, text, traces, error, summary=summary, printed=printed, status=state,
-               returncode=status, no_gpu=no_gpu)
+    return Ran(result.exit_status, tail, traces, summary=summary, printed=printed, ignored=ignored)
 
 
-def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str, timeout: float | None = None,
-                      ended: tuple | None = None) -> Ran:
+def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str, status: int | str | None = None, *,
+                      timeout: float | None = None) -> Ran:
     """`run_and_read`, then the point's folder removed by the worker that read it, while other points run:
     left to the end, removing them all delays every sweep's last line."""
     try:
-        return run_and_read(argv, library, workdir, name, timeout, ended)
+        return run_and_read(argv, library, workdir, name, status, timeout=timeout)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # what stays is removed with the sweep's folder
 
@@ -159,10 +161,9 @@ def read_recording(path: Path, name: str, events: list | None = None) -> list:
 
 def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, jobs: int | None = None,
                name: str | None = None, sweep_id: str | None = None, progress=None, tags=(),
-               timeout: float | None = DEFAULT_TIMEOUT) -> tuple[str, list[Point]]:
-    """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order). A
-    program still running `timeout` seconds after it started is killed with its group (None or 0: no limit);
-    its point says it timed out and the others go on.
+               timeout: float | None = DEFAULT_TIMEOUT, extra: dict | None = None) -> tuple[str, list[Point]]:
+    """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
+    `extra`: more of each point's trace's `extra` (a fit's probes, for the pre-flight page).
     `progress(done, total, point)` is called as each point is stored. `store` is a Store, or a function
     that opens one, called once the workers run: importing and opening a store costs about a dry run of
     a small model, which they spend running programs instead."""
@@ -173,11 +174,7 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     base = name or os.path.basename(prog)
     pts = [Point(values, [prog, *with_values(argv, values)[1:]]) for values in combos]
     spec = [[v.flag, list(v.values)] for v in varies]
-    jobs = prestart.chosen_jobs(jobs, [p.argv for p in pts])
-    timeout = timeout or None
-    from alloctrace.traces.util import verbose
-
-    verbose.note("time limit per point", f"{timeout:g} s" if timeout else "none")
+    jobs = max(1, min(jobs or default_jobs(argv), len(pts)))
     here = jobs > 1 and reads_are_cheap()
     stored: dict = {"store": None, "ids": []}  # what a stop marks
     with stopped_by_signals(sid, stored, len(pts)):
@@ -187,26 +184,33 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
             dirs = [Path(tmp) / str(k) for k in range(len(pts))]
             for d in dirs:
                 d.mkdir(exist_ok=taken is not None)
-            tasks = [(p.argv, library, d, f"{base} {label(p.values)}", timeout) for p, d in zip(pts, dirs)]
-            tasks = first_programs_run(tasks, jobs) if jobs > 1 and not here else tasks
+            tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
+            tasks = first_programs_run(tasks, jobs, timeout) if jobs > 1 and not here else tasks
+            work = functools.partial(run_read_and_free, timeout=timeout)
             with ForkPool(jobs, on_stop=prestart.end_all) as pool:
                 if here:  # this process runs the programs and reads each one's point as it ends
                     results = read_here(tasks, jobs, taken.running if taken else None, timeout)
                 else:  # workers forked from this process run and read the points (replays run on every core)
-                    results = pool.run(run_read_and_free, tasks) if jobs > 1 else \
-                        ((k, run_read_and_free(*t)) for k, t in enumerate(tasks))
+                    results = pool.run(work, tasks) if jobs > 1 else ((k, work(*t)) for k, t in enumerate(tasks))
                 store = None
                 for done, (k, ran) in enumerate(results, 1):
                     if store is None:
                         store = stored["store"] = opener()  # once the first programs run
                     p = pts[k]
-                    p.exit_status, p.printed, p.error, p.status = ran.exit_status, ran.printed, ran.error, ran.status
-                    p.no_gpu = ran.no_gpu
+                    p.exit_status, p.printed, p.error = ran.exit_status, ran.printed, ran.error
+                    p.ignored = ran.ignored
+                    p.status = "timed out" if ran.timed_out else "failed" if ran.error else "ok"
                     meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
-                            "argv": p.argv, "status": p.status, "no_gpu": p.no_gpu}
+                            "argv": p.argv, "ignored": p.ignored}
                     if ran.traces:
-                        _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta)
+                        _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta,
+                                     extra)
                         stored["ids"].append(p.trace)
+                    if p.exit_status and p.error is None:
+                        from alloctrace.traces.sources.record.source import last_lines
+
+                        p.error = f"exit status {p.exit_status}; its last lines: {last_lines(ran.text)}"
+                        p.status = "failed"
                     if progress:
                         progress(done, len(pts), p)
     return sid, pts
@@ -294,55 +298,42 @@ def read_here(tasks: list[tuple], jobs: int, started: dict | None = None, timeou
 
     def fill() -> None:
         nonlocal nxt
-        for k in [k for k, proc in running.items() if proc.end_if_late(timeout) is not None]:
-            proc = running.pop(k)
-            ended.append((k, (proc.returncode, proc.timed_out)))
+        for k in [k for k, proc in running.items() if proc.poll() is not None]:
+            ended.append((k, running.pop(k).returncode))
         while len(running) < jobs and nxt < len(tasks):
             argv, library, workdir = tasks[nxt][:3]
             try:  # os.posix_spawn: a subprocess.Popen costs this process a few ms per point
                 running[nxt] = prestart.spawn(argv, recorder_env(library, workdir), str(workdir / "output.txt"))
             except (OSError, UserError) as e:
                 why = e if isinstance(e, UserError) else f"cannot run {argv[0]}: {e.strerror}"
-                failed.append((nxt, Ran(127, "", [], str(why), status="failed")))
+                failed.append((nxt, Ran(127, "", [], str(why))))
             nxt += 1
 
-    try:
+    def fill_or_stop() -> None:
+        for k in past_deadline(running, timeout):  # a hung program ends its point as timed out
+            stop_late(running[k])
+            ended.append((k, TIMED_OUT))
+            del running[k]
         fill()
-        import_readers(fill)
+
+    try:
+        fill_or_stop()
+        import_readers(fill_or_stop)
         while running or ended or failed:
             if failed:
                 yield failed.pop(0)
                 continue
             if not ended:
-                wait_any(running, timeout)
-            fill()
+                wait_any(running, next_deadline(running, timeout))
+            fill_or_stop()
             if not ended:
                 continue
             k, status = ended.pop(0)
-            yield k, run_read_and_free(*tasks[k][:5], status)
+            yield k, run_read_and_free(*tasks[k][:4], status, timeout=timeout)
     finally:  # interrupted (or the caller stopped): the programs end with the command
         for proc in running.values():
             proc.kill()
             proc.wait()
-
-
-def wait_any(running: dict, timeout: float | None = None) -> None:
-    """Block until one of the running programs has ended (not reaping it) or the first of them reaches
-    `timeout` seconds: on a process file descriptor where the system has them, else polling."""
-    import select
-
-    until = min(proc.started for proc in running.values()) + timeout if timeout else None
-    fds = []
-    try:
-        fds = [os.pidfd_open(proc.pid) for proc in running.values()]
-        select.select(fds, [], [], None if until is None else max(0.0, until - time.monotonic()))
-    except (AttributeError, OSError):  # no pidfd (an old kernel, a filter): look every millisecond
-        while all(proc.poll() is None for proc in running.values()) and \
-                (until is None or time.monotonic() < until):
-            time.sleep(0.001)
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 # what a worker reads, replays and sums a point up with (import_readers), in the order they import
@@ -353,22 +344,22 @@ READERS = ("alloctrace.traces.store.columns", "alloctrace.traces.store.schema", 
            "alloctrace.traces.explain.peak_fast", "alloctrace.traces.explain.peak_shapes")
 
 
-def first_programs_run(tasks: list[tuple], jobs: int) -> list[tuple]:
+def first_programs_run(tasks: list[tuple], jobs: int, timeout: float | None = None) -> list[tuple]:
     """The first points' programs run while what the workers read with is imported (import_readers), `jobs` at
     a time: one that ends between two imports is followed by the next point's at once, so the cores run
     programs rather than wait for the import. Returns the tasks, those that ran with their wait statuses: the
     workers fork with their readers in hand and these points ready to read. A program that cannot start is
     left to its worker, which reports it."""
     running: dict[int, prestart.Spawned] = {}
-    status: dict[int, tuple] = {}  # point -> (exit code, the limit it was killed at or None)
+    status: dict[int, int] = {}
     nxt = 0
-    timeout = tasks[0][4] if tasks else None
 
     def refill(start: bool = True) -> None:
         nonlocal nxt
-        for k in [k for k, proc in running.items() if proc.end_if_late(timeout) is not None]:
-            proc = running.pop(k)
-            status[k] = (proc.returncode, proc.timed_out)
+        for k in past_deadline(running, timeout):
+            status[k] = stop_late(running.pop(k))
+        for k in [k for k, proc in running.items() if proc.poll() is not None]:
+            status[k] = running.pop(k).returncode
         while start and len(running) < jobs and nxt < len(tasks):
             try:
                 running[nxt] = start_program(*tasks[nxt][:3])
@@ -381,7 +372,7 @@ def first_programs_run(tasks: list[tuple], jobs: int) -> list[tuple]:
         import_readers(refill)
         refill(start=False)
         for k, proc in running.items():  # the last ones started: the workers fork once they end
-            status[k] = (proc.wait(timeout), proc.timed_out)
+            status[k] = proc.returncode if wait_until(proc, deadline(proc, timeout)) else stop_late(proc)
     except BaseException:  # interrupted: the programs end with the command
         for proc in running.values():
             proc.kill()
@@ -407,12 +398,12 @@ def import_readers(between=lambda: None) -> None:
     between()
 
 
-def _store_point(store, p: Point, ran: Ran, tags: list[str], meta: dict):
+def _store_point(store, p: Point, ran: Ran, tags: list[str], meta: dict, extra: dict | None = None):
     from alloctrace.traces.sources import store_traces
 
     for t in ran.traces:
         t.meta.tags = tags
-        t.meta.extra = {**t.meta.extra, "sweep": meta}
+        t.meta.extra = {**t.meta.extra, **(extra or {}), "sweep": meta}
     summaries = store_traces(store, ran.traces)
     p.trace = summaries[0]["id"]
     s = ran.summary

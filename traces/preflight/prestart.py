@@ -21,58 +21,41 @@ import time
 
 _started: "Started | None" = None
 VALUE_OPTIONS = ("--name", "--store", "--tag", "--timeout")  # the sweep's options that take a value (besides --vary, -j)
-DEFAULT_TIMEOUT = 600.0  # seconds a sweep's or fit's program may run unless --timeout says (0: no limit)
 RESTORED = (13, 25)  # SIGPIPE, SIGXFSZ: Python ignores them; a program gets their defaults, as subprocess does
 
 
-DRY_RUNS = ("llama-fit-params",)
-
-
-def cores_available() -> int:
+def cores() -> int:
     """The cores this process may use."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def program_threads(argvs: list[list[str]]) -> int | None:
-    """The most threads any of these programs is told to use (llama.cpp's -t/--threads, -tb/--threads-batch),
-    or None where one is not told (llama.cpp then uses every physical core). llama.cpp's weightless dry run
-    (DRY_RUNS) plans its graphs without computing them: one thread each, whatever it is told."""
-    most = 0
-    for argv in argvs:
-        if os.path.basename(argv[0]) in DRY_RUNS:
-            most = max(most, 1)
-            continue
-        told = 0
-        for i, w in enumerate(argv[1:], 1):
-            flag, eq, value = w.partition("=")
-            if flag in ("-t", "--threads", "-tb", "--threads-batch"):
-                value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-                if value.isdigit() and int(value) > 0:
-                    told = max(told, int(value))
-        if not told:
-            return None
-        most = max(most, told)
-    return most or None
+THREAD_FLAGS = ("-t", "--threads")
 
 
-def default_jobs(argvs: list[list[str]] | None = None) -> int:
-    """Programs a sweep runs at once unless -j says: the cores this process may use divided by the threads each
-    program runs (its own -t; without one, llama.cpp takes every core itself, so one at a time)."""
-    cores = cores_available()
-    threads = program_threads(argvs or [])
-    return max(1, cores // threads) if threads else 1
+def program_threads(argv: list[str]) -> int | None:
+    """The threads a program was told to use (`-t N`, `--threads N`, `--threads=N`), None when not told."""
+    for i, w in enumerate(argv):
+        if w in THREAD_FLAGS and i + 1 < len(argv) and argv[i + 1].isdigit():
+            return int(argv[i + 1])
+        if w.startswith("--threads=") and w[10:].isdigit():
+            return int(w[10:])
+    return None
 
 
-def chosen_jobs(jobs: int | None, argvs: list[list[str]]) -> int:
-    """-j as given, else the default, never more than the points; noted for -v with the reason."""
-    chosen = max(1, min(jobs or default_jobs(argvs), len(argvs)))
-    threads = program_threads(argvs)
-    why = "" if jobs else f" (default: {cores_available()} cores / {threads} threads each)" if threads else \
-        " (default: the program has no -t, so it uses every core itself)"
-    from alloctrace.traces.util import verbose
+# programs that plan their graphs without computing them (weightless dry runs): their threads sit idle
+DRY_RUNS = ("llama-fit-params",)
 
-    verbose.note("programs at once (-j)", f"{chosen}{why}")
-    return chosen
+
+def default_jobs(argv: list[str] | None = None) -> int:
+    """Programs a sweep runs at once unless -j says: the cores shared out by the threads each program runs.
+    A program not told its threads is taken to use every core (llama.cpp's default), so its points run one at
+    a time: side by side they only slow each other down (a 2-core machine ran a sweep 6.4x slower); a dry run
+    that computes nothing (llama-fit-params) runs on every core."""
+    argv = argv or []
+    threads = program_threads(argv)
+    if threads:
+        return max(1, cores() // threads)
+    return cores() if argv and os.path.basename(argv[0]) in DRY_RUNS else 1
 
 
 LIVE: set[int] = set()  # programs this process started and has not reaped: each leads its own process group
@@ -108,8 +91,7 @@ class Spawned:
 
     def __init__(self, pid: int):
         self.pid, self.returncode = pid, None
-        self.started = time.monotonic()
-        self.timed_out: float | None = None  # the limit it ran past, once killed for it
+        self.started = time.monotonic()  # for --timeout: a program's time counts from its start
         LIVE.add(pid)
 
     def _reap(self, block: bool):
@@ -128,45 +110,12 @@ class Spawned:
     def poll(self):
         return self._reap(False)
 
-    def wait(self, limit: float | None = None):
-        """Its exit code once it has ended; with `limit` (seconds since it started) it is killed, with its
-        group, when it runs past it (`timed_out`)."""
-        if limit is None:
-            return self._reap(True)
-        while self.poll() is None:
-            left = self.started + limit - time.monotonic()
-            if left <= 0:
-                return self.end_if_late(limit)
-            wait_for(self.pid, min(left, 1.0))
-        return self.returncode
-
-    def end_if_late(self, limit: float | None):
-        """Kill it (and its group) if it is still running `limit` seconds after it started; its exit code or None."""
-        if limit is not None and self.poll() is None and time.monotonic() - self.started >= limit:
-            self.timed_out = limit
-            self.kill()
-            return self.wait()
-        return self.returncode
+    def wait(self):
+        return self._reap(True)
 
     def kill(self):
         if self.returncode is None:
             end_program(self.pid)
-
-
-def wait_for(pid: int, seconds: float) -> None:
-    """Block until the child `pid` ends or `seconds` pass (not reaping it): on a process file descriptor where
-    the system has them, else polling."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        time.sleep(min(seconds, 0.001))
-        return
-    try:
-        import select
-
-        select.select([fd], [], [], seconds)
-    finally:
-        os.close(fd)
 
 
 class Started:
@@ -278,12 +227,12 @@ def begin(argv: list[str]) -> None:
         combos = points([parse_vary(t) for t in texts])
         if jobs is not None and not 1 <= jobs <= 256:
             return  # the command refuses it
-        prog = checked_program(program)
-        argvs = [[prog, *with_values(program, values)[1:]] for values in combos]
-        jobs = max(1, min(jobs or default_jobs(argvs), len(combos)))
+        jobs = max(1, min(jobs or default_jobs(program), len(combos)))
         if jobs < 2:
             return  # one at a time: the command starts it as soon as it runs
+        prog = checked_program(program)
         library = recorder_library()
+        argvs = [[prog, *with_values(program, values)[1:]] for values in combos]
         import tempfile
 
         folder = tempfile.mkdtemp(prefix="alloctrace-sweep-")

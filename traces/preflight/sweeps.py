@@ -4,7 +4,7 @@ store by the sweep's id (the `sweep=<id>` tag) for the dashboard.
 """
 from __future__ import annotations
 
-from .ignored import ignored
+from .breakdown import check
 from .laws import dominance, laws, numeric_flags
 from .points import Point
 from .summary import summarise
@@ -15,9 +15,20 @@ TOP_DELTAS = 3
 
 def sweep_json(store, sweep_id: str, varies: list, points: list[Point]) -> dict:
     dicts = [{**p.to_json(), "families_all": p.all_families, "_peak": p.peak} for p in points]
-    out = {"sweep": sweep_id, "vary": varies, "points": [p.to_json() for p in points],
+    out = {"sweep": sweep_id, "vary": varies, "points": [point_json(p) for p in points],
            "laws": laws(dicts), "dominance": dominance(dicts), "neighbours": neighbours(store, dicts),
-           "ignored": ignored(dicts, points[0].argv if points else [], [f for f, _ in varies])}
+           "ignored": sorted({f for p in points for f in p.ignored})}  # flags the program said it ignores
+    return out
+
+
+def point_json(p: Point) -> dict:
+    """A point with its total (exact compute + every printed weight, KV cache, output and recurrent state
+    buffer) and that total checked against the program's own breakdown (breakdown.py)."""
+    from .printed import bytes_of, total_mib
+
+    out = p.to_json()
+    out["total"] = p.total + bytes_of(total_mib(p.printed)) if p.buffers else None
+    out["check"] = check(p.buffers, p.printed) if p.buffers else None
     return out
 
 
@@ -60,8 +71,8 @@ def neighbours(store, points: list[dict]) -> list[dict]:
 
 
 def sweep_ids(store) -> list[dict]:
-    """Recorded sweeps in the store, newest first: {"sweep", "points", "name", "created", "stopped"} (stopped: the
-    signal that stopped the sweep before all its points ran, else None)."""
+    """Recorded sweeps in the store, newest first: {"sweep", "points", "name", "created", "stopped", "fit"} (stopped:
+    the signal that stopped the sweep before all its points ran, else None; fit: the flag, when a fit stored it)."""
     found: dict[str, dict] = {}
     for s in store.list():
         for tag in s.get("tags") or ():
@@ -71,6 +82,8 @@ def sweep_ids(store) -> list[dict]:
                 entry = found.setdefault(sid, {"sweep": sid, "points": 0, "name": program, "created": s["created"],
                                                "stopped": None})
                 entry["points"] += 1
+                fit = next((t[4:] for t in s.get("tags") or () if isinstance(t, str) and t.startswith("fit=")), None)
+                entry["fit"] = entry.get("fit") or fit  # a fit's answer: its page is /preflight, not a sweep
                 entry["stopped"] = entry["stopped"] or stopped_by(s.get("tags"))
     return list(found.values())
 
@@ -88,12 +101,14 @@ def load(store, sweep_id: str) -> dict:
         meta = store.meta(s["id"]).extra.get("sweep") or {}
         varies = varies or meta.get("vary")
         p = Point(dict(meta.get("values") or {}), list(meta.get("argv") or []), printed=meta.get("printed") or {},
-                  trace=s["id"], status=meta.get("status"), no_gpu=bool(meta.get("no_gpu")))
+                  trace=s["id"], ignored=list(meta.get("ignored") or []))
         summarise(store, p, s["id"])
         pts.append((int(meta.get("index", 0)), p))
     pts.sort(key=lambda kp: kp[0])
     out = sweep_json(store, sweep_id, varies or [], [p for _, p in pts])
     out["stopped"] = next((stopped_by(s.get("tags")) for s in members if stopped_by(s.get("tags"))), None)
+    out["fit"] = next((t[4:] for s in members for t in s.get("tags") or () if isinstance(t, str)
+                       and t.startswith("fit=")), None)  # a fit's answer: the pre-flight page draws its search
     return out
 
 

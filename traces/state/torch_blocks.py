@@ -64,9 +64,10 @@ class AllocatorState:
     Free blocks are found by their start address and live blocks by theirs, so each entry costs a few
     dictionary operations (the allocator hands out a free block's start; a free names a block's start)."""
 
-    def __init__(self, cols: dict[str, np.ndarray], max_split_size: int | None = None):
+    def __init__(self, cols: dict[str, np.ndarray], max_split_size: int | None = None, expandable: bool = False):
         self.cols = cols
         self.max_split = max_split_size if max_split_size and max_split_size > 0 else None
+        self.expandable = expandable     # with expandable segments every pool splits off any rest of 512 B or more
         self.segments: dict[int, Segment] = {}
         self.free_at: dict[int, Block] = {}
         self.live: dict[int, Block] = {}
@@ -74,16 +75,17 @@ class AllocatorState:
         self.mismatches: list[dict] = []
 
     @classmethod
-    def seeded(cls, cols: dict[str, np.ndarray], seed, max_split_size: int | None = None) -> "AllocatorState":
+    def seeded(cls, cols: dict[str, np.ndarray], seed, max_split_size: int | None = None,
+               expandable: bool = False) -> "AllocatorState":
         """The state at entry 0 of a trace that starts mid-run, from a wrapped.Seed (its segments and blocks)."""
-        st = cls(cols, max_split_size)
+        st = cls(cols, max_split_size, expandable)
         for addr, size, stream, small, blocks in getattr(seed, "segments", seed):
             s = st.segments[addr] = Segment(addr, size, stream, -1, small)
             st._chain(s, [Block(b[0], b[1], s, b[2], b[3]) for b in blocks])
         return st
 
     def clone(self) -> "AllocatorState":
-        other = AllocatorState(self.cols, self.max_split)
+        other = AllocatorState(self.cols, self.max_split, self.expandable)
         other.at, other.mismatches = self.at, list(self.mismatches)
         for seg in self.segments.values():
             s = other.segments[seg.addr] = Segment(seg.addr, seg.size, seg.stream, seg.event, seg.small)
@@ -205,7 +207,7 @@ class AllocatorState:
         rest = b.size - rounded
         if rest < 0:
             self._note(i, "alloc larger than the free block it lands in", addr)
-        elif (rest >= MIN_BLOCK) if seg.small else (rest > SMALL_SIZE and (self.max_split is None
+        elif (rest >= MIN_BLOCK) if seg.small or self.expandable else (rest > SMALL_SIZE and (self.max_split is None
                                                                             or rounded < self.max_split)):
             r = self.free_at[addr + rounded] = Block(addr + rounded, rest, seg)
             r.prev, r.next = b, b.next
@@ -296,9 +298,21 @@ def _contiguous(blocks: list[Block]) -> list[list[Block]]:
     return parts
 
 
-def state_at(cols: dict[str, np.ndarray], k: int, max_split_size: int | None = None) -> AllocatorState:
+def state_at(cols: dict[str, np.ndarray], k: int, max_split_size: int | None = None,
+             expandable: bool = False) -> AllocatorState:
     """The state after entries 0..k-1."""
-    return AllocatorState(cols, max_split_size).apply(k)
+    return AllocatorState(cols, max_split_size, expandable).apply(k)
+
+
+def initial_state(cols: dict[str, np.ndarray], settings: dict | None, seed=None) -> AllocatorState:
+    """The state at entry 0 under the recorded allocator settings (a snapshot's `allocator_settings`): empty, or
+    the seed of a trace that starts mid-run."""
+    settings = settings or {}
+    split = settings.get("max_split_size")
+    split = split if isinstance(split, int) else None
+    expandable = bool(settings.get("expandable_segments"))
+    return (AllocatorState.seeded(cols, seed, split, expandable) if seed
+            else AllocatorState(cols, split, expandable))
 
 
 SNAPSHOT_STATE = {0: ALLOCATED, 1: PENDING, 2: FREE}

@@ -12,15 +12,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from alloctrace.traces.state.torch_blocks import AllocatorState
+from alloctrace.traces.state.torch_blocks import AllocatorState, initial_state
 from alloctrace.traces.state.torch_frames import DEFAULT_SKIP, site_label  # noqa: F401 (DEFAULT_SKIP: the views' default)
 from alloctrace.traces.state.torch_wrapped import note as partial_note
 from alloctrace.traces.store.torch_stored import ACTIONS, ALLOC, FREE_REQUESTED, OOM, curves, device_tables
+from alloctrace.traces.util.answer_budget import charge
 
 NO_STACK = "(no Python stack)"
 PREEXISTING = "(allocated before the trace began)"
 CHECKPOINT_EVERY = 20_000
 MAX_BLOCKS = 20_000
+FRAME_JSON = len('{"name":"","filename":"","line":12345},')  # a frame's JSON besides its two texts
 
 
 @dataclass
@@ -75,14 +77,26 @@ class Device:
         self._cache["allocs"] = al
         return al
 
-    def frames(self, stack: int) -> list[dict]:
+    def frames(self, stack: int, answer: bool = False) -> list[dict]:
+        """The stack's frames, innermost first; `answer`: they go into an answer, charged against its budget
+        (traces/util/answer_budget.py) before they are built."""
         if stack < 0:
             return []
         t = self.cols
         lo, hi = int(t["stack_offsets"][stack]), int(t["stack_offsets"][stack + 1])
+        if answer:
+            charge(self.stack_bytes(lo, hi), "stack frames")
         s = self.strings
         return [{"name": s[t["frame_name"][f]], "filename": s[t["frame_file"][f]], "line": int(t["frame_line"][f])}
                 for f in t["stack_frames"][lo:hi].tolist()]
+
+    def stack_bytes(self, lo: int, hi: int) -> int:
+        """Bytes frames lo..hi take in a JSON answer, from the columns (nothing is built)."""
+        if "text_len" not in self._cache:
+            self._cache["text_len"] = np.fromiter(map(len, self.strings), dtype=np.int64, count=len(self.strings))
+        n, t = self._cache["text_len"], self.cols
+        f = t["stack_frames"][lo:hi]
+        return int(n[t["frame_name"][f]].sum() + n[t["frame_file"][f]].sum()) + FRAME_JSON * (hi - lo)
 
     def site(self, stack: int, skip=DEFAULT_SKIP) -> str:
         """The call site of a stack (frames.call_site: never a C++ frame while a Python frame exists)."""
@@ -155,7 +169,8 @@ class StateIndex:
         split = settings.get("max_split_size")
         self.split = split if isinstance(split, int) else None
         seed = (dev.extra.get("partial") or {}).get("seed")
-        first = AllocatorState.seeded(dev.cols, seed, self.split) if seed else AllocatorState(dev.cols, self.split)
+        first = initial_state(dev.cols, settings, seed)
+        self.unknown = unknown_start(dev.extra)
         self.checkpoints: dict[int, AllocatorState] = {0: first}
         self.cursor: AllocatorState | None = None
 
@@ -172,6 +187,17 @@ class StateIndex:
         return self.cursor
 
 
+def unknown_start(extra: dict) -> str | None:
+    """Why the allocator's totals at an entry are not known (a trace that starts mid-run from a state that could
+    not be recovered), or None. Its replay starts from nothing, so its totals would read as zeros: never shown."""
+    p = extra.get("partial") or {}
+    if not p.get("partial") or p.get("exact"):
+        return None
+    return (f"the allocator before this trace's first entry could not be recovered ({p.get('reason')}), so its "
+            "reserved, allocated and free blocks at any entry are unknown; the allocations the trace itself made "
+            "and still holds are listed")
+
+
 def entry(dev: Device, k: int, skip=DEFAULT_SKIP, frames: bool = False) -> dict | None:
     if not 0 <= k < dev.n:
         return None
@@ -181,13 +207,27 @@ def entry(dev: Device, k: int, skip=DEFAULT_SKIP, frames: bool = False) -> dict 
            "stream": int(c["stream"][k]), "time_us": int(c["time_us"][k]),
            "meta": dev.meta_text(int(c["meta"][k])), "site": dev.label(stack, k, skip)}
     if frames:
-        out["frames"] = dev.frames(stack)
+        out["frames"] = dev.frames(stack, answer=True)
     return out
 
 
 def state(dev: Device, index: StateIndex, k: int, skip=DEFAULT_SKIP, max_blocks: int = MAX_BLOCKS) -> dict:
-    """Segments and blocks after entries 0..k-1 (blocks: allocated / pending_free / free), and the totals."""
+    """Segments and blocks after entries 0..k-1 (blocks: allocated / pending_free / free), and the totals.
+    `after_entry` (k - 1, None at the start) is the number every face shows: the same entry numbering as peak,
+    flame and the OOM card, where "at entry N" means entries 0..N applied."""
+    out = _state(dev, index, k, skip, max_blocks)
+    out["after_entry"] = out["event"] - 1 if out["event"] > 0 else None
+    return out
+
+
+def _state(dev: Device, index: StateIndex, k: int, skip, max_blocks: int) -> dict:
     st = index.at(k)
+    if index.unknown:
+        rows = live_at(dev, st.at - 1) if st.at else np.zeros(0, dtype=np.int64)
+        al = dev.allocations()
+        return noted(dev, {"event": st.at, "n_events": dev.n, "totals": None, "unknown": index.unknown,
+                           "held_since_start": {"allocations": int(len(rows)), "bytes": int(al.size[rows].sum())},
+                           "segments": [], "truncated": False, "next": entry(dev, st.at, skip)})
     segments, n_blocks = [], 0
     for seg in st.ordered():
         blocks = []

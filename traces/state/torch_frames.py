@@ -4,10 +4,11 @@ Snapshots recorded with `stacks="all"` (what `_record_memory_history()` does by 
 (the allocator, the dispatcher, the interpreter's eval loop, libc) with the Python ones. A native frame says where
 the bytes were asked for inside torch, never in the user's program, so it is never the call site while the stack
 has a Python frame: the site is the first Python frame outside `skip` (torch's own files by default), else the
-innermost Python frame. A stack with C++ frames only (the autograd engine's thread) is named by its autograd node
-(`AddmmBackward0`) when it has one, else by its first native frame outside the interpreter, libc, libtorch and the
-CUDA libraries; when every frame is one of those, it has no call site of its own (the caller then names it by the
-annotation around it, as for entries without frames).
+program's own code without a file (`<string>` of exec or `python -c`), else the innermost Python frame. A
+stack with C++ frames only (the autograd engine's thread) is named by its autograd node (`AddmmBackward0`) when
+it has one, else by its first native frame outside the interpreter, libc, libtorch and the CUDA libraries; when
+every frame is one of those, it has no call site of its own (the caller then names it by the annotation around
+it, as for entries without frames).
 """
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import re
 
 DEFAULT_SKIP = ("site-packages/torch/", "dist-packages/torch/", "site-packages\\torch\\", "<frozen ",
                 "<built-in", "<string>")  # Python frames whose file name contains one of these are torch's own
+# the program's code without a file of its own (exec'd text, `python -c`, a REPL): skipped for a caller with a
+# file, but still the program's own when every other Python frame is torch's
+NO_FILE = ("<string>", "<stdin>", "<console>")
 
 # native frames: shared objects and binaries (file name parts, for symbolizers that give the object) ...
 NATIVE_FILES = ("/python2", "/python3", "libpython", "libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s",
@@ -59,7 +63,9 @@ def call_site(frames: list[dict], skip=DEFAULT_SKIP) -> tuple[dict | None, str]:
     frame does (no frames, or native ones of the runtime only)."""
     python = [f for f in frames if is_python(f)]
     if python:
-        pick = next((f for f in python if not any(p in f["filename"] for p in skip)), python[0])
+        pick = next((f for f in python if not any(p in f["filename"] for p in skip)), None)
+        if pick is None:    # exec'd code with no caller outside torch: that code, never a frame inside torch
+            pick = next((f for f in python if f["filename"].startswith(NO_FILE)), python[0])
         return pick, "python"
     for f in frames:
         m = AUTOGRAD_NODE.search(f["name"])

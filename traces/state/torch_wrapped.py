@@ -10,11 +10,16 @@ what the allocator itself listed at the end) back through the trace, undoing eac
   that swallowed it: its size is the request rounded, or the whole rest of that range when the allocator would not
   have split it (a rest of at most 1 MiB in the large pool, any rest of an oversize block); as no free block of the
   large pool is 1 MiB or smaller, such a sliver before it is the unsplit rest of the allocated block before;
-- `segment_alloc`: the segment, whole and free again, goes; `segment_free`: it comes back, whole and free.
+- `segment_alloc`: the segment, whole and free again, goes; `segment_free`: it comes back, whole and free;
+- expandable segments: `segment_map`'s pages, the free tail of their mapped range, are cut off again;
+  `segment_unmap`'s come back free and join the ranges beside them; every pool then splits off any rest of
+  512 B or more, so a freed block is the request rounded.
 
 The seed is then checked by replaying the trace forward from it: the rebuilt state at the end must be the
 snapshot's, entry for entry without a surprise. Only then is it `exact` (states, peaks and what-if runs are exact
-for every kept entry); otherwise `reason` says why (expandable segments' map/unmap are not walked back).
+for every kept entry); otherwise `reason` says why, and every view says the state is unknown rather than showing
+the zeros a replay from nothing would give. With expandable segments what-if is refused even from an exact seed:
+the model would also need the address ranges reserved before the first entry.
 """
 from __future__ import annotations
 
@@ -90,15 +95,67 @@ def detect(cols: dict, tables: dict) -> dict:
             "orphan_segment_frees": orphan_segment_frees, "segments_older_than_trace": older}
 
 
+def _unmap_back(i: int, segs: dict, seg_starts: SortedList, ad: int, sz: int):
+    """Undo a segment_map: the mapped pages are the free tail of the range they extended (or a whole free range
+    of their own), as the state view's forward replay grows an expandable segment."""
+    k = seg_starts.bisect_right(ad) - 1
+    start = seg_starts[k] if k >= 0 else None
+    seg = segs.get(start)
+    if seg is None or start + seg[0] != ad + sz:
+        raise _Walk(i, f"segment_map at {ad:#x} is not the end of a mapped range after it")
+    keys, blocks = seg[3], seg[4]
+    last = keys[-1]
+    if blocks[last][1] != FREE or last > ad:
+        raise _Walk(i, f"segment_map at {ad:#x}: its pages are not free after it")
+    if start == ad:
+        del segs[start]
+        seg_starts.remove(start)
+        return
+    seg[0] -= sz
+    blocks[last][0] -= sz
+    if blocks[last][0] == 0:
+        del blocks[last]
+        keys.remove(last)
+
+
+def _map_back(segs: dict, seg_starts: SortedList, ad: int, sz: int, stream: int):
+    """Undo a segment_unmap: the pages come back free, joining the mapped ranges that end and start at them."""
+    k = seg_starts.bisect_left(ad) - 1
+    before = seg_starts[k] if k >= 0 and seg_starts[k] + segs[seg_starts[k]][0] == ad else None
+    after = ad + sz if ad + sz in segs else None
+    seg = [sz, stream, False, SortedList([ad]), {ad: [sz, FREE, 0]}]
+    if after is not None:
+        nxt = segs.pop(after)
+        seg_starts.remove(after)
+        seg[0] += nxt[0]
+        seg[3].update(nxt[3])
+        seg[4].update(nxt[4])
+        if nxt[4][after][1] == FREE:
+            seg[4][ad][0] += seg[4].pop(after)[0]
+            seg[3].remove(after)
+    if before is not None:
+        prev = segs[before]
+        prev[0] += seg[0]
+        last = prev[3][-1]
+        if prev[4][last][1] == FREE:
+            prev[4][last][0] += seg[4][ad][0]
+            del seg[4][ad]
+            seg[3].remove(ad)
+        prev[3].update(seg[3])
+        prev[4].update(seg[4])
+        return
+    segs[ad] = seg
+    seg_starts.add(ad)
+
+
 def seed_from_snapshot(cols: dict, tables: dict, settings: AllocatorSettings | None = None) -> Seed:
     """Walk the snapshot's segments back through the trace to its first entry. Raises ValueError (with the
     entry) where the walk finds something the allocator could not have done."""
     settings = settings or AllocatorSettings()
     segs: dict[int, list] = {}                 # addr -> [size, stream, small, SortedList(starts), {start: [size, st, req]}]
     starts = tables["seg_block0"].tolist()
+    expandable = settings.expandable_segments or bool(np.asarray(tables["seg_expandable"]).any())
     for k, sa in enumerate(tables["seg_address"].tolist()):
-        if tables["seg_expandable"][k]:
-            raise ValueError("expandable segments are not walked back")
         blocks = {}
         for j in range(starts[k], starts[k + 1]):
             st = SNAP_STATES.get(int(tables["blk_state"][j]))
@@ -156,9 +213,10 @@ def seed_from_snapshot(cols: dict, tables: dict, settings: AllocatorSettings | N
                 rest = end - ad - rounded
                 if rest < 0:
                     raise _Walk(i, f"free_completed at {ad:#x}: {rounded} B do not fit the free range")
-                if rest and not seg[2] and (rest <= NO_SPLIT_REST or (mss and rounded >= mss and rest < OVERSIZE_REST)):
+                if rest and not seg[2] and not expandable and (
+                        rest <= NO_SPLIT_REST or (mss and rounded >= mss and rest < OVERSIZE_REST)):
                     rounded += rest                 # the allocator kept that rest in the block
-                if ad > f0 and not seg[2] and ad - f0 <= NO_SPLIT_REST:
+                if ad > f0 and not seg[2] and not expandable and ad - f0 <= NO_SPLIT_REST:
                     # no free block of the large pool is that small: it is the unsplit rest of the block before
                     k = keys.index(f0)
                     before = blocks[keys[k - 1]] if k > 0 else None
@@ -189,8 +247,10 @@ def seed_from_snapshot(cols: dict, tables: dict, settings: AllocatorSettings | N
                     raise _Walk(i, f"segment {ad:#x} overlaps another one before its segment_free")
                 segs[ad] = [sz, int(cols["stream"][i]), sz == SMALL_SEGMENT, SortedList([ad]), {ad: [sz, FREE, 0]}]
                 seg_starts.add(ad)
-            elif a in (SEGMENT_MAP, SEGMENT_UNMAP):
-                raise _Walk(i, "expandable segments' map/unmap are not walked back")
+            elif a == SEGMENT_MAP:
+                _unmap_back(i, segs, seg_starts, ad, sz)
+            elif a == SEGMENT_UNMAP:
+                _map_back(segs, seg_starts, ad, sz, int(cols["stream"][i]))
             elif a == OOM:
                 continue
     except _Walk as e:
@@ -205,11 +265,11 @@ def check_seed(cols: dict, tables: dict, seed: Seed, settings: AllocatorSettings
     (roundup_power2_divisions), the caching-allocator model's checked replay from the seed decides."""
     from alloctrace.traces.state.torch_blocks import AllocatorState, compare_with_snapshot
     split = settings.max_split_size if settings.max_split_size != NO_LIMIT else None
-    st = AllocatorState.seeded(cols, seed, split).apply(len(cols["action"]))
+    st = AllocatorState.seeded(cols, seed, split, settings.expandable_segments).apply(len(cols["action"]))
     problem = (f"entry {st.mismatches[0]['event']}: {st.mismatches[0]['problem']}" if st.mismatches
                else next(iter(compare_with_snapshot(st, tables)), None))
-    if problem is None:
-        return None
+    if problem is None or settings.expandable_segments:
+        return problem
     from alloctrace.traces.whatif.torch_request import infer_memory_limit
     from alloctrace.traces.whatif.torch_model import replay_check, seed_reserved
     limit = infer_memory_limit(cols, settings, seed_reserved(seed.segments))
@@ -230,6 +290,11 @@ def analyse(cols: dict, tables: dict, allocator_settings: dict | None = None) ->
         seed, problem = None, str(e)
     out["exact"] = problem is None
     out["reason"] = problem
+    if problem is None and settings.expandable_segments:
+        # the model's expandable segments also need the address ranges they reserved and the pages unmapped
+        # before the first entry, which no snapshot lists
+        out["whatif_refused"] = ("with expandable segments, the caching-allocator model cannot start mid-run: the "
+                                 "address ranges reserved before the first entry are not in the snapshot")
     out["seed"] = seed.segments if problem is None else None
     out["seed_totals"] = seed.totals() if problem is None else None
     return out
@@ -244,10 +309,12 @@ def note(extra: dict) -> str | None:
              f"{p['segments_older_than_trace']:,} segments older than its first entry")
     if p.get("exact"):
         t = p["seed_totals"]
-        return (f"partial trace (its ring buffer wrapped or recording began late: {signs}); states, peaks and "
-                f"what-if are exact from entry 0 on, the allocator there seeded from the snapshot's segments walked "
+        views = "states and peaks are" if p.get("whatif_refused") else "states, peaks and what-if are"
+        return (f"partial trace (its ring buffer wrapped or recording began late: {signs}); {views} "
+                f"exact from entry 0 on, the allocator there seeded from the snapshot's segments walked "
                 f"back through the trace ({t['segments']:,} segments, {t['reserved']:,} B reserved, "
                 f"{t['allocated']:,} B allocated at entry 0)")
     return (f"partial trace ({signs}); the allocator before its first entry cannot be recovered exactly "
-            f"({p.get('reason')}): states and what-if do not hold what came before")
+            f"({p.get('reason')}): its allocator totals at any entry are unknown (never shown as zeros) and what-if "
+            f"is refused")
 

@@ -124,6 +124,9 @@ def starting_seed(info: dict, trace: str = "the trace") -> list | None:
         raise PartialTrace(f"{trace} starts mid-run (its ring buffer wrapped: {p.get('orphan_frees', 0):,} frees of "
                            f"blocks it never allocated) and the allocator before its first entry cannot be recovered "
                            f"exactly ({p.get('reason')}); a what-if from it would start from an unknown state")
+    if p.get("whatif_refused"):
+        raise PartialTrace(f"{trace} starts mid-run (its ring buffer wrapped); its states and peaks are exact, but no "
+                           f"what-if from it: {p['whatif_refused']}")
     return p["seed"]
 
 

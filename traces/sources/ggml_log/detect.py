@@ -64,7 +64,9 @@ AMBIGUITY = {  # what tells two generations apart that a log may not show
         "buffer is max_size; this log's sizes are all multiples of 64 and no leaf is allocated after a node",
     frozenset({"ggml-2023-08-22", "ggml-2023-08-28"}):
         "ggml-2023-08-22 walks a parse_seq as a pure reorder with immediate frees, ggml-2023-08-28 defers frees "
-        "to its -1 barriers; only an out-of-space assert's line (139 or 140) tells them apart",
+        "to its -1 barriers; only an out-of-space assert's line (139 or 140) tells them apart; the sizes are exact "
+        "under either reading (0 bytes uncertain: this log style prints every tensor's address, the readings "
+        "differ only in when a tensor is freed, which changes why a tensor went where, not how much was used)",
     frozenset({"ggml-2026-08-21", "ggml-head"}):
         "ggml-head (ggml 0.25.3) lets CLAMP reuse its parent, ggml-2026-08-21 (ggml 0.21.0) makes it a view; "
         "the logs look the same",

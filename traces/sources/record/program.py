@@ -17,6 +17,39 @@ STATIC = ("{prog} is statically linked, so no library can be preloaded into it: 
           "libraries: -DBUILD_SHARED_LIBS=ON")
 
 
+PYTHON_NAMES = ("python", "pypy", "torchrun", "accelerate", "deepspeed")
+
+
+def _python_name(name: str) -> bool:
+    """python, python3.12, pypy3, torchrun, accelerate, deepspeed (without a regular expression: this runs
+    before the program starts, where every import delays it)."""
+    for base in PYTHON_NAMES:
+        if name == base or (base in ("python", "pypy") and name.startswith(base)
+                            and all(c in "0123456789." for c in name[len(base):])):
+            return True
+    return False
+
+
+def is_python_program(argv: list[str]) -> bool:
+    """A Python interpreter, a launcher of Python workers (torchrun), or a script whose #! line names Python."""
+    if not argv:
+        return False
+    prog = argv[0]
+    if os.path.basename(prog) == "env":  # env VAR=... PROGRAM
+        rest = [w for w in argv[1:] if "=" not in w and not w.startswith("-")]
+        return is_python_program(rest)
+    if _python_name(os.path.basename(prog)):
+        return True
+    path = prog if os.sep in prog else shutil.which(prog)
+    try:
+        with open(path or prog, "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+
 def resolve_program(argv: list[str]) -> str:
     prog = argv[0]
     path = prog if os.sep in prog else shutil.which(prog)
@@ -46,6 +79,25 @@ def is_static_elf(path: str) -> bool:
     types = [int.from_bytes(table[i * phentsize:i * phentsize + 4], order) for i in range(phnum)]
     PT_INTERP, PT_DYNAMIC = 3, 2
     return PT_INTERP not in types and PT_DYNAMIC not in types
+
+
+def holds_ggml_allocator(path: str, limit: int = 1 << 30) -> bool:
+    """Whether the executable itself contains ggml's graph allocator (its symbol names): ggml linked into it
+    statically, so its calls to the allocator never pass through a preloaded library."""
+    want, keep = b"ggml_gallocr_", 32
+    try:
+        with open(path, "rb") as f:
+            tail, read = b"", 0
+            while read < limit:
+                block = f.read(1 << 20)
+                if not block:
+                    return False
+                if want in tail + block:
+                    return True
+                tail, read = block[-keep:], read + len(block)
+    except OSError:
+        return False
+    return False
 
 
 RECORD_FOLDER = "rec"  # inside the run's private folder: where the recorder may create files, until collected

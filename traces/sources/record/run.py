@@ -19,7 +19,6 @@ from .program import NOT_LINUX, RECORD_FOLDER, STATIC, checked_program, is_stati
 class RunResult:
     exit_status: int  # the program's, as a shell reports it (128 + signal when killed)
     recordings: list[Path]  # one per process that used ggml's allocator, in pid order
-    returncode: int = 0  # as subprocess gives it (-N: killed by signal N)
 
 
 def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict | None = None,
@@ -58,7 +57,7 @@ def collect(argv: list[str], rc: int, out_dir: Path) -> RunResult:
     try:
         os.rename(out_dir / RECORD_FOLDER, closed)
     except FileNotFoundError:
-        return RunResult(status, [], rc)
+        return RunResult(status, [])
     os.mkdir(done, 0o700)
     trailer = b"Z " + json.dumps({"argv": argv, "exit_status": status}).encode() + b"\n"
     files = []
@@ -68,7 +67,7 @@ def collect(argv: list[str], rc: int, out_dir: Path) -> RunResult:
         if _seal(closed / name, done / name, trailer):
             files.append(done / name)
     shutil.rmtree(closed, ignore_errors=True)
-    return RunResult(status, files, rc)
+    return RunResult(status, files)
 
 
 def _pid_order(name: str):

@@ -14,8 +14,39 @@ from alloctrace.traces.sources.base import ImportedTrace
 from alloctrace.traces.sources.record.plans import Replayer
 from alloctrace.traces.sources.record.stream import MAGIC, RecordingError, read_processes
 
-NO_GGML = ("no ggml allocator calls were seen: the recorded program never used ggml's graph allocator (a run "
-           "that failed early, or ggml linked into the program itself: `alloctrace record` says which)")
+NO_GGML = "no ggml allocator calls were seen"
+TAIL_LINES, TAIL_CHARS = 3, 600  # of a failed program's output, in its message
+
+
+def no_allocator_calls(exit_status: int | None, output: str | None = None, program: str | None = None) -> str:
+    """Why a run left no recording, from what is known rather than a guess: the program's exit status (or the
+    signal that killed it) and its own last lines (`output`: None when they went to the terminal); for a
+    program that ran to the end, whether it holds ggml's allocator itself (linked statically)."""
+    import signal
+
+    if exit_status:
+        how = (f"was killed by {signal.Signals(exit_status - 128).name}"
+               if 128 < exit_status < 128 + 65 and exit_status - 128 in signal.Signals._value2member_map_
+               else f"exited with status {exit_status}")
+        said = last_lines(output) if output else ""
+        return (f"{NO_GGML}: the program {how} before using ggml's graph allocator"
+                + (f"; its last lines: {said}" if said else "; its output is above" if output is None else
+                   "; its output was empty (a logger thread can lose the last lines of a program that exits at "
+                   "once: run it by hand to see why)"))
+    from alloctrace.traces.sources.record.program import holds_ggml_allocator
+
+    if program and holds_ggml_allocator(program):
+        return (f"{NO_GGML}: {program} has ggml linked in statically, so its calls never reach the recorder: "
+                "build it with shared libraries (-DBUILD_SHARED_LIBS=ON)")
+    return (f"{NO_GGML}: the program ended normally (exit status 0) without allocating a ggml graph (does this "
+            "run build one? a model that fails to load, --help or a dry run of another tool allocates none)")
+
+
+def last_lines(output: str) -> str:
+    """A program's last non-empty lines, joined with ' | ', at most TAIL_CHARS (their end)."""
+    lines = [line.strip() for line in output[-8 * TAIL_CHARS:].splitlines() if line.strip()]
+    text = " | ".join(lines[-TAIL_LINES:])
+    return text if len(text) <= TAIL_CHARS else "..." + text[-TAIL_CHARS:]
 
 
 def unknown_layout(fields: list) -> str:

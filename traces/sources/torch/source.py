@@ -23,7 +23,7 @@ from alloctrace.traces.sources.base import ImportedTrace
 from alloctrace.traces.sources.sniffers import torch_snapshot
 
 from alloctrace.traces.sources.torch.columns import OOM, DeviceData, split_devices
-from alloctrace.traces.state.torch_blocks import AllocatorState, compare_with_snapshot
+from alloctrace.traces.state.torch_blocks import compare_with_snapshot, initial_state
 from alloctrace.traces.store.torch_stored import curves
 from alloctrace.traces.sources.torch.bounds import Budget, check_work
 from alloctrace.traces.sources.torch.unpickle import DEFAULT_MAX_BYTES, SnapshotError, load_plain_sized
@@ -114,11 +114,9 @@ def device_facts(dev: DeviceData, strings: list[str] | None = None, tick=lambda 
     peak_req, at_req = _peak(req)
     peak_res, at_res = _peak(res)
     settings = dev.extra.get("allocator_settings") or {}
-    split = settings.get("max_split_size") if isinstance(settings.get("max_split_size"), int) else None
     partial = wrapped.analyse(cols, tables, settings)
     dev.extra["partial"] = partial   # read back by the model check below and by every view
-    seed = partial.get("seed")
-    state = AllocatorState.seeded(cols, seed, split) if seed else AllocatorState(cols, split)
+    state = initial_state(cols, settings, partial.get("seed"))
     oom = None
     ooms = np.flatnonzero(cols["action"] == OOM)
     if len(ooms):
