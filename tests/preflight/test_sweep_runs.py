@@ -141,3 +141,12 @@ def test_a_cpu_build_says_it_ignores_gpu_layers(tmp_path):
     r = _sweep(tmp_path, env, "--vary=-ngl=0,99", "--json", "--", str(bindir / "llama-fit-params"), "-m", str(model))
     out = json.loads(r.stdout)
     assert out["ignored"] == ["-ngl"] and all(p["ignored"] == ["-ngl"] for p in out["points"])
+
+
+def test_verbose_says_the_jobs_chosen_and_why(tmp_path):
+    _pids, _tmp, env = _env(tmp_path)
+    run = _sweep(tmp_path, env, "-v", "--vary=-c=64,128", "--", sys.executable, str(SWEEP_PROGRAM), "-nh", "1")
+    assert run.returncode == 0, run.stderr
+    assert "programs at once (-j): 1 (default: the program has no -t, so it uses every core itself)" in run.stderr
+    run = _sweep(tmp_path, env, "-v", "-j", "2", "--vary=-c=64,128", "--", sys.executable, str(SWEEP_PROGRAM))
+    assert "programs at once (-j): 2 (given with -j)" in run.stderr

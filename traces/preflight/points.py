@@ -174,7 +174,10 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
     base = name or os.path.basename(prog)
     pts = [Point(values, [prog, *with_values(argv, values)[1:]]) for values in combos]
     spec = [[v.flag, list(v.values)] for v in varies]
-    jobs = max(1, min(jobs or default_jobs(argv), len(pts)))
+    from alloctrace.traces.util import verbose
+
+    given, jobs = jobs, max(1, min(jobs or default_jobs(argv), len(pts)))
+    verbose.note("programs at once (-j)", f"{jobs} ({prestart.jobs_reason(given, argv)})")
     here = jobs > 1 and reads_are_cheap()
     stored: dict = {"store": None, "ids": []}  # what a stop marks
     with stopped_by_signals(sid, stored, len(pts)):

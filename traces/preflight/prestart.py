@@ -58,6 +58,18 @@ def default_jobs(argv: list[str] | None = None) -> int:
     return cores() if argv and os.path.basename(argv[0]) in DRY_RUNS else 1
 
 
+def jobs_reason(given: int | None, argv: list[str]) -> str:
+    """Why a sweep runs the programs it runs at once, for -v: given, or how the default came out."""
+    if given:
+        return "given with -j"
+    threads = program_threads(argv)
+    if threads:
+        return f"default: {cores()} cores / {threads} threads each (its -t)"
+    if argv and os.path.basename(argv[0]) in DRY_RUNS:
+        return f"default: {cores()} cores, one dry run on each"
+    return "default: the program has no -t, so it uses every core itself"
+
+
 LIVE: set[int] = set()  # programs this process started and has not reaped: each leads its own process group
 
 
