@@ -185,6 +185,10 @@ def get_entries(request: Request, trace_id: TraceId, d: Device, start: Annotated
     dev = _device(request, trace_id, d)
     sk = _skip(skip)
     rows = [entry(dev, k, sk, frames) for k in range(min(start, dev.n), min(start + limit, dev.n))]
+    if frames:  # where each entry's stack sits in the flamegraph (its kept frames, outermost first)
+        from alloctrace.traces.explain.torch_flame import stack_path
+        for r in rows:
+            r["flame_path"] = stack_path(dev, int(dev.cols["stack"][r["i"]]), r["i"], sk)
     return {"total": dev.n, "start": start, "entries": rows}
 
 

@@ -3,7 +3,7 @@
 // are data: always text, never markup.
 import { listTraces, uploadSnapshot, torchSummary, torchTimeline, torchEntry, torchOom, torchPeak, torchState,
   torchDiff, torchFlame, torchRanks } from "./api.js";
-import { $, el, clear, enc, bytesEl, exactEl, fmtBytes, fmtInt, topNav, nameColor, plotConfig, plotTheme, loading, loaded,
+import { $, el, clear, enc, bytesEl, exactEl, fmtBytes, fmtInt, topNav, nameColor, allocColor, plotConfig, plotTheme, loading, loaded,
   urlParam, FREE_COLOR, fact, pct, plotlyReady, plotlyAfter, afterPaint } from "./common.js";
 import { plotText, byteTicks, PLOTLY_WAIT_MS } from "./memmap.js";
 import { sketchFigure } from "./sketch.js";
@@ -94,7 +94,7 @@ class SnapshotView {
       const top = b.base.map((v) => v + b.size);
       const text = `${fmtBytes(b.size)} · entries ${b.alloc}–${b.free ?? "end"} · ${b.site}${b.meta ? ` · ${b.meta}` : ""}`;
       traces.push({ x: b.x.concat(b.x.slice().reverse()), y: b.base.concat(top.reverse()), type: "scatter", mode: "lines",
-        fill: "toself", fillcolor: nameColor(b.site), line: { width: 0.5, color: theme.paper }, showlegend: false,
+        fill: "toself", fillcolor: allocColor(b.alloc), line: { width: 0.5, color: theme.paper }, showlegend: false,
         hoveron: "fills", name: "", customdata: [b.alloc], text: plotText(text), hoverinfo: "text" });
     }
     const shapes = [], annotations = [];
@@ -161,10 +161,36 @@ class SnapshotView {
     const box = clear($("allocation"));
     box.hidden = false;
     if (!e) { box.append(el("p", { class: "empty" }, `No entry ${fmtInt(k)}.`)); return; }
+    box.style.borderLeft = `6px solid ${allocColor(e.i)}`;
+    box.dataset.color = allocColor(e.i);
+    this.markFlame(e.flame_path || [], allocColor(e.i));
     box.append(el("h2", {}, `Allocation at entry ${fmtInt(e.i)}: ${fmtBytes(e.size)}`),
       el("p", {}, `${e.site}${e.meta ? ` · ${e.meta}` : ""} · address 0x${e.addr.toString(16)} · stream ${e.stream}`),
       e.frames.length ? el("ol", { class: "mono" }, e.frames.map((f) => el("li", {}, `${f.name}  ${f.filename}:${f.line}`)))
         : el("p", { class: "hint" }, "No Python frames (made on the autograd thread)."));
+  }
+
+  /** Outline an allocation's stack in the flamegraph in its colour (its kept frames, outermost first): the box
+   * of each frame lies inside the box of its caller. Boxes of other allocations lose their mark. */
+  markFlame(path, color) {
+    this.marked = { path, color };
+    const gs = [...$("flame").querySelectorAll("g[data-depth]")];
+    for (const g of gs) { g.removeAttribute("data-marked"); g.querySelector("rect").removeAttribute("stroke"); }
+    let lo = -Infinity, hi = Infinity, n = 0;
+    path.forEach((name, i) => {
+      if (n !== i) return;
+      const g = gs.find((x) => Number(x.dataset.depth) === i + 1 && x.dataset.name === name && (() => {
+        const r = x.querySelector("rect"), a = Number(r.getAttribute("x"));
+        return a >= lo - 0.01 && a + Number(r.getAttribute("width")) <= hi + 0.01;
+      })());
+      if (!g) return;
+      const r = g.querySelector("rect");
+      lo = Number(r.getAttribute("x")); hi = lo + Number(r.getAttribute("width"));
+      r.setAttribute("stroke", color); r.setAttribute("stroke-width", "3");
+      g.dataset.marked = color;
+      n += 1;
+    });
+    $("flame").dataset.marked = String(n);
   }
 
   async oom() {
@@ -216,6 +242,7 @@ class SnapshotView {
     svg.setAttribute("style", "max-width:100%;height:auto");
     clear($("flame")).append(svg);
     Object.assign($("flame").dataset, { event: String(f.event), bytes: String(f.bytes), ready: "1" });
+    if (this.marked) this.markFlame(this.marked.path, this.marked.color);
     $("flame-note").textContent = `${fmtBytes(f.bytes)} live after entry ${fmtInt(f.event)}: ${fmtInt(f.live_allocations)} allocations. Each Python frame outside the skipped files is a box as wide as the bytes allocated under it, callers below callees; the top boxes are the call sites of the table below. Hover a box for its bytes.`;
   }
 
@@ -247,7 +274,8 @@ class SnapshotView {
     const theme = plotTheme();
     const data = Object.entries(bins).map(([state, bs]) => ({ type: "bar", orientation: "h", name: state.replace("_", " "),
       x: bs.map((b) => b.size), y: bs.map((b) => b.row), base: bs.map((b) => b.offset),
-      marker: { color: BLOCK_COLORS[state], line: { width: 0.5, color: theme.paper } }, textposition: "none", hoverinfo: "text",
+      marker: { color: state === "allocated" ? bs.map((b) => (b.alloc !== null && b.alloc !== undefined ? allocColor(b.alloc) : BLOCK_COLORS.allocated))
+        : BLOCK_COLORS[state], line: { width: 0.5, color: theme.paper } }, customdata: bs.map((b) => b.alloc ?? null), textposition: "none", hoverinfo: "text",
       text: bs.map((b) => plotText(`${b.state} ${fmtBytes(b.size)} at +${fmtBytes(b.offset)}${b.site ? ` · ${b.site}` : ""}${b.alloc !== null && b.alloc !== undefined ? ` · entry ${b.alloc}` : ""}`)) }));
     const div = $("segments");
     div.style.height = `${Math.min(Math.max(220, 16 * s.segments.length + 80), 2400)}px`;
@@ -257,7 +285,14 @@ class SnapshotView {
       yaxis: { autorange: "reversed", type: "category", categoryorder: "array", categoryarray: labels, tickfont: { size: 9 } },
       legend: { orientation: "h", y: -0.1 } }), plotConfig());
     Object.assign(div.dataset, { event: String(s.event), segments: String(s.segments.length) });
-    $("state-note").textContent = `Each row is a segment (cudaMalloc); blocks: allocated (blue), freed but waiting for its stream (orange), free/cached (green).${s.truncated ? " Only the first 20,000 blocks are drawn." : ""}`;
+    if (!div.dataset.wired) {  // a block of an allocation: its stack, as a click on the timeline shows it
+      div.dataset.wired = "1";
+      div.on("plotly_click", (ev) => {
+        const k = ev.points && ev.points.length ? ev.points[0].customdata : null;
+        if (k !== null && k !== undefined) this.allocation(k).catch((e) => setStatus(e.message, true));
+      });
+    }
+    $("state-note").textContent = `Each row is a segment (cudaMalloc); blocks: allocated (each in its allocation's colour, as on the timeline), freed but waiting for its stream (orange), free/cached (green).${s.truncated ? " Only the first 20,000 blocks are drawn." : ""}`;
   }
 }
 

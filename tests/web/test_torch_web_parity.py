@@ -1,0 +1,62 @@
+"""The PyTorch snapshot page's views that follow one another, in a real headless Chromium against a real
+server: one colour per allocation in every view, scrubbing through time, stacks on hover, flamegraph zoom."""
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import live_server
+
+
+pytest.importorskip("playwright.sync_api")
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "torch"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with live_server(tmp_path_factory.mktemp("store")) as base:
+        ids = {}
+        for name in ("oom", "gpt2_train_bs8"):
+            with open(DATA / f"{name}.pickle.gz", "rb") as f:
+                r = httpx.post(f"{base}/api/torch/traces", files={"file": (f"{name}.pickle.gz", f)}, timeout=60)
+            assert r.status_code == 201, r.text
+            ids[name] = r.json()["traces"][0]["id"]
+        yield {"base": base, **ids}
+
+
+def open_page(page, server, name="gpt2_train_bs8"):
+    page.goto(f"{server['base']}/torch?id={server[name]}")
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    page.wait_for_selector("#timeline[data-ready='1']")
+    page.wait_for_selector("#flame[data-ready='1']")
+
+
+def test_an_allocation_has_one_colour_in_the_timeline_the_state_and_the_flamegraph(server, page):
+    open_page(page, server)
+    tid = server["gpt2_train_bs8"]
+    peak = httpx.get(f"{server['base']}/api/torch/traces/{tid}/devices/0/peak", timeout=60).json()["event"]
+    # the largest drawn allocation live at the peak (so its stack is in the peak's flamegraph)
+    band = page.evaluate(f"""() => {{ const d = document.getElementById('timeline');
+        const i = d.data.findIndex(t => t.customdata && t.customdata[0] <= {peak}
+            && Math.max(...t.x) > {peak});
+        d.emit('plotly_click', {{points: [{{x: d.data[i].x[0], data: d.data[i]}}]}});
+        return {{alloc: d.data[i].customdata[0], color: d.data[i].fillcolor,
+                 others: [...new Set(d.data.filter(t => t.customdata).map(t => t.fillcolor))].length}}; }}""")
+    assert band["others"] > 5  # allocations are told apart, not one colour per call site
+    page.wait_for_selector("#allocation[data-color]")
+    assert page.get_attribute("#allocation", "data-color") == band["color"]
+    # the flamegraph outlines its stack, frame by frame, in the same colour
+    entry = httpx.get(f"{server['base']}/api/torch/traces/{tid}/devices/0/entries",
+                      params={"start": band["alloc"], "limit": 1, "frames": "true"}, timeout=60).json()["entries"][0]
+    assert entry["flame_path"]
+    page.wait_for_selector("#flame[data-marked]")
+    assert page.get_attribute("#flame", "data-marked") == str(len(entry["flame_path"]))
+    strokes = page.eval_on_selector_all("#flame g[data-marked] rect", "rs => rs.map(r => r.getAttribute('stroke'))")
+    assert strokes and set(strokes) == {band["color"]}
+    names = page.eval_on_selector_all("#flame g[data-marked]", "gs => gs.map(g => g.dataset.name)")
+    assert names == entry["flame_path"]
+    # the state view (after that entry) draws its block in the same colour
+    page.wait_for_selector(f"#segments[data-event='{band['alloc'] + 1}']", timeout=30000)
+    block = page.evaluate(f"""() => {{ const t = document.getElementById('segments').data.find(t => t.name === 'allocated');
+        return t.marker.color[t.customdata.indexOf({band['alloc']})]; }}""")
+    assert block == band["color"]
