@@ -167,6 +167,17 @@ def get_peak(request: Request, trace_id: TraceId, d: Device, skip: Skip = None,
     return JSONResponse(peak(_device(request, trace_id, d), _skip(skip), top))
 
 
+@router.get("/api/torch/traces/{trace_id}/devices/{d}/live", summary="The largest allocations live after an entry")
+def get_live(request: Request, trace_id: TraceId, d: Device,
+             at: Annotated[int, Query(ge=0, description="after entry `at` (entries 0..at applied)")],
+             skip: Skip = None, top: Annotated[int, Query(ge=1, le=200)] = 10):
+    from alloctrace.traces.explain.torch_peak import largest_live
+    dev = _device(request, trace_id, d)
+    if at >= max(dev.n, 1):
+        raise UserError(f"entry {at} is out of range (0..{max(dev.n - 1, 0)})")
+    return JSONResponse({"after_entry": at, "largest": largest_live(dev, at, _skip(skip), top)})
+
+
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/oom", summary="The OOM card (null when none)")
 def get_oom(request: Request, trace_id: TraceId, d: Device, skip: Skip = None,
             which: Annotated[int, Query(ge=0, le=1_000_000)] = 0):

@@ -334,6 +334,11 @@ export function torchSummary(id) { return call(torchTrace(id)); }
 export function torchTimeline(id, d, win = {}) { return call(torchUrl.timeline(id, d, win)); }
 
 /** One entry with its stack: {i, size, site, meta, addr, stream, frames: [{name, filename, line}]}. */
+/** The largest allocations live after entry k: {after_entry, largest: [{bytes, entry, addr, site}]}. */
+export async function torchLive(id, d, k, skip = null, top = 10) {
+  return call(`${torchDevice(id, d)}/live?${withSkip(new URLSearchParams({ at: k, top }), skip)}`);
+}
+
 export async function torchEntry(id, d, k, skip = null) {
   const q = withSkip(new URLSearchParams({ start: k, limit: 1, frames: "true" }), skip);
   return ((await call(`${torchDevice(id, d)}/entries?${q}`)).entries || [])[0] || null;

@@ -2,7 +2,7 @@
 // allocator state at any entry, the OOM card, the peak by call site) and the diff of two. Names from snapshots
 // are data: always text, never markup.
 import { listTraces, uploadSnapshot, torchSummary, torchTimeline, torchEntry, torchOom, torchPeak, torchState,
-  torchDiff, torchFlame, torchRanks } from "./api.js";
+  torchDiff, torchFlame, torchRanks, torchLive } from "./api.js";
 import { $, el, clear, enc, bytesEl, exactEl, fmtBytes, fmtInt, topNav, nameColor, allocColor, plotConfig, plotTheme, loading, loaded,
   urlParam, FREE_COLOR, fact, pct, plotlyReady, plotlyAfter, afterPaint } from "./common.js";
 import { plotText, byteTicks, PLOTLY_WAIT_MS } from "./memmap.js";
@@ -81,6 +81,46 @@ async function home() {
 class SnapshotView {
   constructor(id, d, dev) {
     this.id = id; this.d = d; this.dev = dev; this.skip = null; this.peakEvent = dev.peak_requested_event || 0;
+    this.at = null; this.asked = 0;  // the entry the state shows (null: the start); the latest state asked for
+  }
+
+  /** The line through the timeline at the entry the state shows. */
+  scrubLine() {
+    return { type: "line", xref: "x", yref: "paper", x0: this.at, x1: this.at, y0: 0, y1: 1, name: "scrub",
+      line: { color: plotTheme().ink, width: 1.5, dash: "dash" } };
+  }
+
+  markTimeline() {
+    const div = $("timeline");
+    if (!div.layout || !window.Plotly) return;
+    const shapes = (div.layout.shapes || []).filter((x) => x.name !== "scrub");
+    if (this.at !== null) shapes.push(this.scrubLine());
+    window.Plotly.relayout(div, { shapes });
+  }
+
+  /** The slider under the timeline: dragging shows the entry at once, asks for its state once it rests. */
+  wireScrub() {
+    const input = $("scrub");
+    input.max = String(Math.max(0, this.dev.n_events - 1));
+    let timer = null;
+    input.addEventListener("input", () => {
+      $("scrub-at").textContent = fmtInt(Number(input.value));
+      clearTimeout(timer);
+      timer = setTimeout(() => this.state(Number(input.value) + 1).catch((e) => setStatus(e.message, true)), 200);
+    });
+  }
+
+  async live(k) {
+    if (k <= 0) { clear($("live-top")); $("live-note").textContent = "Nothing is live before entry 0."; return; }
+    const r = await torchLive(this.id, this.d, k - 1, this.skip);
+    if (this.asked !== k) return;
+    $("live-note").textContent = `The largest allocations live after entry ${fmtInt(r.after_entry)}, in their colours; click one for its stack.`;
+    clear($("live-top")).append(table(["", "bytes", "made at entry", "call site"], r.largest.map((a) =>
+      [el("span", { class: "swatch", style: `display:inline-block;width:12px;height:12px;background:${allocColor(a.entry)}` }),
+        exactEl(a.bytes), el("a", { href: "#allocation", "data-entry": String(a.entry) }, fmtInt(a.entry)), a.site]), [1, 2]));
+    $("live-top").querySelectorAll("a[data-entry]").forEach((a) => a.addEventListener("click", () =>
+      this.allocation(Number(a.dataset.entry)).catch((e) => setStatus(e.message, true))));
+    $("live-top").dataset.after = String(r.after_entry);
   }
 
   async timeline(x0, x1) {
@@ -128,6 +168,7 @@ class SnapshotView {
       yaxis: { title: { text: "bytes" }, rangemode: "tozero", ...bytesAxis(top * 1.05) }, shapes, annotations, hovermode: "closest",
       showlegend: true, legend: { orientation: "h", y: -0.15 }, uirevision: "keep" });
     if (x0 !== undefined) layout.xaxis.range = [x0, x1];
+    if (this.at !== null) shapes.push(this.scrubLine());
     if (this.cancelPlotly) { this.cancelPlotly(); this.cancelPlotly = null; }
     let sketch = null;
     if (!window.Plotly) {  // the first picture while Plotly.js loads: the same figure on a canvas
@@ -248,9 +289,15 @@ class SnapshotView {
 
   async state(k) {
     k = Math.max(0, Math.min(k, this.dev.n_events));
+    this.asked = k;
     $("state-event").value = k > 0 ? String(k - 1) : "";
+    this.at = k > 0 ? k - 1 : null;
+    $("scrub").value = String(k > 0 ? k - 1 : 0);
+    $("scrub-at").textContent = k > 0 ? fmtInt(k - 1) : "–";
+    this.markTimeline();
     loading($("state-note"), "Rebuilding the allocator state…");
-    const s = await torchState(this.id, this.d, k, this.skip).finally(() => loaded($("state-note")));
+    const [s] = await Promise.all([torchState(this.id, this.d, k, this.skip).finally(() => loaded($("state-note"))), this.live(k)]);
+    if (this.asked !== k) return;  // a later entry was asked for meanwhile (scrubbing): its answer draws
     const t = s.totals;
     if (!t) {   // a trace whose start could not be recovered: its totals are unknown, never zeros
       clear($("state-totals")).append(fact(...where(s)),
@@ -326,6 +373,7 @@ async function single(id, d) {
     ...(sum.devices.length > 1 ? [fact("devices", el("span", {}, sum.devices.map((x) =>
       el("a", { href: `/torch?id=${enc(id)}&device=${x.device}`, style: "margin-right:8px" }, String(x.device)))))] : []));
   $("state-event").max = dev.n_events;
+  v.wireScrub();
   const fail = (e) => setStatus(e.message, true);
   // "after entry N" is entries 0..N applied, as the peak, the flamegraph and the OOM card number entries
   $("state-go").onclick = () => v.state($("state-event").value === "" ? 0 : Number($("state-event").value) + 1).catch(fail);
@@ -342,7 +390,7 @@ async function single(id, d) {
     if (details.open && !$("whatif").firstChild) mountWhatIf($("whatif"), { trace: id, device: d, fixed: true });
   });
   if (urlParam("view") === "whatif") details.open = true;
-  await Promise.all([v.timeline().finally(() => loaded($("timeline-note"))).then(() => v.wireTimeline()), v.peak(), v.oom(),
+  await Promise.all([v.timeline().finally(() => loaded($("timeline-note"))).then(() => { v.wireTimeline(); v.markTimeline(); }), v.peak(), v.oom(),
     v.flame(urlParam("view") === "oom" && dev.oom_events.length ? "oom" : "peak")]);
   const at = urlParam("event");
   if (urlParam("view") === "oom" && dev.oom_events.length) await v.state(dev.oom_events[0]);

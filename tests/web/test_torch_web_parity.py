@@ -60,3 +60,34 @@ def test_an_allocation_has_one_colour_in_the_timeline_the_state_and_the_flamegra
     block = page.evaluate(f"""() => {{ const t = document.getElementById('segments').data.find(t => t.name === 'allocated');
         return t.marker.color[t.customdata.indexOf({band['alloc']})]; }}""")
     assert block == band["color"]
+
+
+def test_scrubbing_moves_the_state_the_live_table_and_the_line_together(server, page):
+    open_page(page, server)
+    tid = server["gpt2_train_bs8"]
+    page.wait_for_selector("#segments[data-event]")
+    asked = []
+    page.on("request", lambda r: asked.append(r.url) if "/state?" in r.url else None)
+    # a drag: many positions in a row, one state asked for where it rests
+    page.evaluate("""() => { const s = document.getElementById('scrub');
+        for (const v of [100, 900, 1500, 2000, 2500]) { s.value = String(v); s.dispatchEvent(new Event('input')); } }""")
+    page.wait_for_selector("#segments[data-event='2501']", timeout=30000)
+    page.wait_for_selector("#live-top[data-after='2500']", timeout=30000)
+    assert len(asked) == 1 and "event=2501" in asked[0]
+    assert page.inner_text("#state-after") == "2,500"  # "after entry N": entries 0..N applied
+    assert page.input_value("#state-event") == "2500"
+    # the table is the server's largest allocations live after that entry, in their colours
+    live = httpx.get(f"{server['base']}/api/torch/traces/{tid}/devices/0/live", params={"at": 2500}, timeout=60).json()
+    state = httpx.get(f"{server['base']}/api/torch/traces/{tid}/devices/0/state", params={"event": 2501}, timeout=60).json()
+    held = {b["alloc"] for g in state["segments"] for b in g["blocks"] if b["state"] == "allocated"}
+    assert live["largest"] and {a["entry"] for a in live["largest"]} <= held
+    entries = page.eval_on_selector_all("#live-top a[data-entry]", "as => as.map(a => Number(a.dataset.entry))")
+    assert entries == [a["entry"] for a in live["largest"]]
+    line = page.evaluate("document.getElementById('timeline').layout.shapes.filter(s => s.name === 'scrub').map(s => s.x0)")
+    assert line == [2500]
+    # a zoom keeps the line where it is
+    page.evaluate("Plotly.relayout('timeline', {'xaxis.range[0]': 2000, 'xaxis.range[1]': 3000})")
+    page.wait_for_selector("#timeline[data-x0='2000'][data-x1='3000']", timeout=30000)
+    line = page.evaluate("document.getElementById('timeline').layout.shapes.filter(s => s.name === 'scrub').map(s => s.x0)")
+    assert line == [2500]
+
