@@ -138,12 +138,13 @@ def get_timeline(request: Request, trace_id: TraceId, d: Device,
                  x0: Annotated[int | None, Query(ge=0)] = None, x1: Annotated[int | None, Query(ge=1)] = None,
                  max_points: Annotated[int, Query(ge=10, le=5000)] = 1000,
                  max_bands: Annotated[int, Query(ge=0, le=500)] = 120,
-                 band_points: Annotated[int, Query(ge=2, le=2000)] = 300, skip: Skip = None):
+                 band_points: Annotated[int, Query(ge=2, le=2000)] = 300, skip: Skip = None,
+                 frames: Annotated[int, Query(ge=0, le=16, description="frames of each band's stack, for hover")] = 0):
     from alloctrace.traces.memmap.torch_timeline import timeline
     dev = _device(request, trace_id, d)
     if x0 is not None and x1 is not None and x1 <= x0:
         raise UserError(f"empty entry range: x1 ({x1}) must be above x0 ({x0})")
-    return JSONResponse(timeline(dev, x0, x1, max_points, max_bands, band_points, _skip(skip)))
+    return JSONResponse(timeline(dev, x0, x1, max_points, max_bands, band_points, _skip(skip), frames))
 
 
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/state", summary="Segments and blocks after N entries")

@@ -299,13 +299,13 @@ const torchDevice = (id, d) => `${torchTrace(id)}/devices/${enc(d)}`;
 const withSkip = (q, skip) => { if (skip !== null && skip !== undefined) q.set("skip", skip); return q; };
 
 /** Timeline request sizes (prefetch.js asks for the same first view). */
-export const TORCH_TIMELINE = { max_points: 800, max_bands: 120 };
+export const TORCH_TIMELINE = { max_points: 800, max_bands: 120, frames: 8 };  // frames: each band's stack, for hover
 
 export const torchUrl = {
   trace: torchTrace,
   /** The first timeline (no window, no skip): what the page draws first. */
   timeline: (id, d, { x0, x1, skip } = {}) => {
-    const q = new URLSearchParams({ max_points: TORCH_TIMELINE.max_points, max_bands: TORCH_TIMELINE.max_bands });
+    const q = new URLSearchParams({ max_points: TORCH_TIMELINE.max_points, max_bands: TORCH_TIMELINE.max_bands, frames: TORCH_TIMELINE.frames });
     if (x0 !== undefined && x0 !== null) { q.set("x0", x0); q.set("x1", x1); }
     return `${torchDevice(id, d)}/timeline?${withSkip(q, skip)}`;
   },

@@ -135,7 +135,8 @@ class SnapshotView {
       const text = `${fmtBytes(b.size)} · entries ${b.alloc}–${b.free ?? "end"} · ${b.site}${b.meta ? ` · ${b.meta}` : ""}`;
       traces.push({ x: b.x.concat(b.x.slice().reverse()), y: b.base.concat(top.reverse()), type: "scatter", mode: "lines",
         fill: "toself", fillcolor: allocColor(b.alloc), line: { width: 0.5, color: theme.paper }, showlegend: false,
-        hoveron: "fills", name: "", customdata: [b.alloc], text: plotText(text), hoverinfo: "text" });
+        hoveron: "fills", name: "", customdata: [b.alloc], hoverinfo: "text",
+        text: [text, ...(b.stack || []).map((f) => `  ${f}`)].map(plotText).join("<br>") });
     }
     const shapes = [], annotations = [];
     const div = $("timeline");

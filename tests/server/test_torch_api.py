@@ -153,3 +153,17 @@ def test_live_after_an_entry_is_the_largest_allocations_of_the_state_there(app):
     assert app.get(f"{base}/live?at=-1").status_code == 422
     e = app.get(f"{base}/entries?start={live['largest'][0]['entry']}&limit=1&frames=true").json()["entries"][0]
     assert e["action"] == "alloc" and isinstance(e["flame_path"], list) and e["flame_path"]
+
+
+def test_timeline_bands_carry_their_stack_only_when_asked(app):
+    base = f"/api/torch/traces/{app.ids['gpt2_train_bs8']}/devices/0"
+    plain = app.get(f"{base}/timeline?max_bands=20").json()["bands"]
+    assert plain and all("stack" not in b for b in plain)
+    bands = app.get(f"{base}/timeline?max_bands=20&frames=3").json()["bands"]
+    assert [b["alloc"] for b in bands] == [b["alloc"] for b in plain]
+    assert all(len(b["stack"]) <= 3 for b in bands) and any(len(b["stack"]) == 3 for b in bands)
+    for b in [b for b in bands if b["stack"]][:5]:  # frames of the entry's own stack, innermost first
+        names = [f["name"] for f in app.get(f"{base}/entries?start={b['alloc']}&limit=1&frames=true").json()["entries"][0]["frames"]]
+        at = [names.index(s.split(" (")[0]) for s in b["stack"]]
+        assert at == sorted(at)
+    assert app.get(f"{base}/timeline?frames=17").status_code == 422

@@ -91,3 +91,24 @@ def test_scrubbing_moves_the_state_the_live_table_and_the_line_together(server, 
     line = page.evaluate("document.getElementById('timeline').layout.shapes.filter(s => s.name === 'scrub').map(s => s.x0)")
     assert line == [2500]
 
+
+
+def test_hovering_an_allocation_on_the_timeline_shows_its_stack(server, page):
+    open_page(page, server)
+    tid = server["gpt2_train_bs8"]
+    api = httpx.get(f"{server['base']}/api/torch/traces/{tid}/devices/0/timeline",
+                    params={"max_points": 800, "max_bands": 120, "frames": 8}, timeout=60).json()
+    band = max(api["bands"], key=lambda b: b["size"] * len(b["x"]))
+    assert 0 < len(band["stack"]) <= 8
+    # the mouse in the middle of that band's polygon, in screen pixels
+    at = page.evaluate(f"""() => {{ const d = document.getElementById('timeline'), L = d._fullLayout;
+        const t = d.data.find(t => t.customdata && t.customdata[0] === {band['alloc']});
+        const n = t.x.length / 2, j = Math.floor(n / 2);
+        const x = t.x[j], y = (t.y[j] + t.y[t.y.length - 1 - j]) / 2;
+        const box = d.querySelector('.nsewdrag').getBoundingClientRect();
+        return {{x: box.left + L.xaxis.l2p(x), y: box.top + L.yaxis.l2p(y)}}; }}""")
+    page.mouse.move(at["x"], at["y"])
+    page.wait_for_selector("#timeline .hoverlayer .hovertext", timeout=10000)
+    shown = page.evaluate("document.querySelector('#timeline .hoverlayer').textContent")
+    assert f"entries {band['alloc']}" in shown
+    assert band["stack"][0].split(" (")[0] in shown and band["stack"][-1].split(" (")[0] in shown
