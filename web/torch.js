@@ -218,21 +218,66 @@ class SnapshotView {
     this.marked = { path, color };
     const gs = [...$("flame").querySelectorAll("g[data-depth]")];
     for (const g of gs) { g.removeAttribute("data-marked"); g.querySelector("rect").removeAttribute("stroke"); }
+    const boxOf = (g) => { const r = g.querySelector("rect"); return [Number(r.dataset.x ?? r.getAttribute("x")), Number(r.dataset.w ?? r.getAttribute("width"))]; };
     let lo = -Infinity, hi = Infinity, n = 0;
     path.forEach((name, i) => {
       if (n !== i) return;
       const g = gs.find((x) => Number(x.dataset.depth) === i + 1 && x.dataset.name === name && (() => {
-        const r = x.querySelector("rect"), a = Number(r.getAttribute("x"));
-        return a >= lo - 0.01 && a + Number(r.getAttribute("width")) <= hi + 0.01;
+        const [a, w] = boxOf(x);
+        return a >= lo - 0.01 && a + w <= hi + 0.01;
       })());
       if (!g) return;
       const r = g.querySelector("rect");
-      lo = Number(r.getAttribute("x")); hi = lo + Number(r.getAttribute("width"));
+      [lo, hi] = boxOf(g); hi += lo;
       r.setAttribute("stroke", color); r.setAttribute("stroke-width", "3");
       g.dataset.marked = color;
       n += 1;
     });
     $("flame").dataset.marked = String(n);
+  }
+
+  /** Zoom the flamegraph into a box (null: the whole graph): it and its callees fill the width, its callers
+   * span it below, the rest is hidden; the breadcrumbs lead back. Drawn in the page, from the boxes the server
+   * drew (a box too narrow to draw at full width stays absent). */
+  zoomFlame(target) {
+    const svg = $("flame").querySelector("svg");
+    if (!svg) return;
+    const gs = [...svg.querySelectorAll("g[data-depth]")], full = svg.viewBox.baseVal.width;
+    const box = (g) => { const r = g.querySelector("rect"); r.dataset.x ??= r.getAttribute("x"); r.dataset.w ??= r.getAttribute("width");
+      return [Number(r.dataset.x), Number(r.dataset.w)]; };
+    const root = gs.find((g) => g.dataset.depth === "0");
+    if (!root) return;
+    const [pad] = box(root), span = full - 2 * pad;
+    const [bx, bw] = box(target || root), depth = Number((target || root).dataset.depth), scale = span / Math.max(bw, 1e-9);
+    const inside = (x, w) => x >= bx - 0.01 && x + w <= bx + bw + 0.01;
+    const chain = [];
+    for (const g of gs) {
+      const [x, w] = box(g), d = Number(g.dataset.depth), r = g.querySelector("rect"), t = g.querySelector("text");
+      let nx, nw;
+      if (d < depth && x <= bx + 0.01 && x + w >= bx + bw - 0.01) { nx = pad; nw = span; chain.push(g); }
+      else if (d >= depth && inside(x, w)) { nx = pad + (x - bx) * scale; nw = w * scale; }
+      g.style.display = nx === undefined ? "none" : "";
+      if (nx === undefined) continue;
+      r.setAttribute("x", nx.toFixed(2)); r.setAttribute("width", nw.toFixed(2));
+      const fit = Math.floor((nw - 6) / 6.6), name = g.dataset.name;
+      const label = fit < 3 ? "" : name.length <= fit ? name : `${name.slice(0, fit - 2)}..`;
+      if (label && !t) g.append(Object.assign(document.createElementNS("http://www.w3.org/2000/svg", "text"),
+        { textContent: label }));
+      const tt = g.querySelector("text");
+      if (tt) { tt.textContent = label; tt.setAttribute("x", (nx + 3).toFixed(2));
+        tt.setAttribute("y", String(Number(r.getAttribute("y")) + Number(r.getAttribute("height")) - 4)); }
+    }
+    chain.sort((a, b) => a.dataset.depth - b.dataset.depth);
+    if (target && target !== root) chain.push(target);
+    const crumbs = clear($("flame-crumbs"));
+    crumbs.hidden = !chain.length;
+    chain.forEach((g, i) => {
+      if (i) crumbs.append(" › ");
+      crumbs.append(i === chain.length - 1 ? el("span", { "aria-current": "true" }, g.dataset.name)
+        : el("button", { type: "button", class: "link" }, g.dataset.name === "all" ? "all" : g.dataset.name));
+      if (i < chain.length - 1) crumbs.lastChild.onclick = () => this.zoomFlame(g === root ? null : g);
+    });
+    $("flame").dataset.zoom = target && target !== root ? target.dataset.name : "";
   }
 
   async oom() {
@@ -283,9 +328,11 @@ class SnapshotView {
     const svg = document.importNode(doc.documentElement, true);
     svg.setAttribute("style", "max-width:100%;height:auto");
     clear($("flame")).append(svg);
+    svg.addEventListener("click", (ev) => { const g = ev.target.closest("g[data-depth]"); if (g) this.zoomFlame(g); });
+    this.zoomFlame(null);
     Object.assign($("flame").dataset, { event: String(f.event), bytes: String(f.bytes), ready: "1" });
     if (this.marked) this.markFlame(this.marked.path, this.marked.color);
-    $("flame-note").textContent = `${fmtBytes(f.bytes)} live after entry ${fmtInt(f.event)}: ${fmtInt(f.live_allocations)} allocations. Each Python frame outside the skipped files is a box as wide as the bytes allocated under it, callers below callees; the top boxes are the call sites of the table below. Hover a box for its bytes.`;
+    $("flame-note").textContent = `${fmtBytes(f.bytes)} live after entry ${fmtInt(f.event)}: ${fmtInt(f.live_allocations)} allocations. Each Python frame outside the skipped files is a box as wide as the bytes allocated under it, callers below callees; the top boxes are the call sites of the table below. Hover a box for its bytes; click one to zoom into it, the breadcrumbs above lead back.`;
   }
 
   async state(k) {

@@ -112,3 +112,34 @@ def test_hovering_an_allocation_on_the_timeline_shows_its_stack(server, page):
     shown = page.evaluate("document.querySelector('#timeline .hoverlayer').textContent")
     assert f"entries {band['alloc']}" in shown
     assert band["stack"][0].split(" (")[0] in shown and band["stack"][-1].split(" (")[0] in shown
+
+
+def test_clicking_a_flamegraph_frame_zooms_into_it_and_the_breadcrumbs_lead_back(server, page):
+    open_page(page, server)
+    boxes = """() => [...document.querySelectorAll('#flame g[data-depth]')].map(g => ({name: g.dataset.name,
+        depth: Number(g.dataset.depth), x: Number(g.querySelector('rect').getAttribute('x')),
+        w: Number(g.querySelector('rect').getAttribute('width')), shown: g.style.display !== 'none'}))"""
+    before = page.evaluate(boxes)
+    full = max(b["w"] for b in before)
+    # a frame two levels up that is well under the whole width and has callees above it
+    pick = next(i for i, b in enumerate(before) if b["depth"] == 2 and 0.05 * full < b["w"] < 0.9 * full
+                and any(c["depth"] == 3 and b["x"] <= c["x"] and c["x"] + c["w"] <= b["x"] + b["w"] + 0.01 for c in before))
+    target = before[pick]
+    page.locator("#flame g[data-depth]").nth(pick).locator("rect").click()
+    page.wait_for_selector("#flame[data-zoom]:not([data-zoom=''])")
+    after = page.evaluate(boxes)
+    assert abs(after[pick]["w"] - full) < 0.1  # the frame fills the width
+    inside = [i for i, c in enumerate(before) if c["depth"] > 2 and target["x"] <= c["x"]
+              and c["x"] + c["w"] <= target["x"] + target["w"] + 0.01]
+    assert inside and all(after[i]["shown"] for i in inside)
+    for i in inside:  # its callees keep their share of it
+        assert abs(after[i]["w"] / full - before[i]["w"] / target["w"]) < 0.002
+    outside = [i for i, c in enumerate(before) if c["depth"] == 2 and i != pick]
+    assert all(not after[i]["shown"] for i in outside)
+    crumbs = page.inner_text("#flame-crumbs")
+    assert crumbs.startswith("all") and crumbs.endswith(target["name"]) and crumbs.count("›") == 2
+    # back to the whole graph: every box where the server drew it
+    page.click("#flame-crumbs button >> text=all")
+    page.wait_for_selector("#flame[data-zoom='']")
+    assert page.evaluate(boxes) == before
+    assert page.is_hidden("#flame-crumbs")
