@@ -422,6 +422,7 @@ async function single(id, d) {
       el("a", { href: `/torch?id=${enc(id)}&device=${x.device}`, style: "margin-right:8px" }, String(x.device)))))] : []));
   $("state-event").max = dev.n_events;
   v.wireScrub();
+  compareWith(id, d);
   const fail = (e) => setStatus(e.message, true);
   // "after entry N" is entries 0..N applied, as the peak, the flamegraph and the OOM card number entries
   $("state-go").onclick = () => v.state($("state-event").value === "" ? 0 : Number($("state-event").value) + 1).catch(fail);
@@ -443,6 +444,30 @@ async function single(id, d) {
   const at = urlParam("event");
   if (urlParam("view") === "oom" && dev.oom_events.length) await v.state(dev.oom_events[0]);
   else await v.state(at !== null ? Number(at) + 1 : dev.n_events);
+}
+
+/** "Compare with…": the other PyTorch snapshots, filtered by a name or id as it is typed (the first 20 that
+ * match); each opens the diff of this snapshot (A) and it (B). Listed once the box is opened. */
+function compareWith(id, d) {
+  const box = $("compare");
+  let others = null;
+  const show = () => {
+    const q = $("compare-q").value.trim().toLowerCase();
+    const hits = others.filter((t) => !q || t.name.toLowerCase().includes(q) || t.id.includes(q));
+    const list = clear($("compare-list"));
+    if (!hits.length) list.append(el("li", { class: "empty" }, others.length ? "No other snapshot matches." : "No other snapshot is stored."));
+    for (const t of hits.slice(0, 20))
+      list.append(el("li", {}, el("a", { href: `/torch?a=${enc(d ? `${id}:${d}` : id)}&b=${enc(t.id)}` }, t.name), ` (${t.id})`));
+    if (hits.length > 20) list.append(el("li", { class: "hint" }, `${fmtInt(hits.length - 20)} more: type more of the name.`));
+    list.dataset.hits = String(hits.length);
+  };
+  box.addEventListener("toggle", async () => {
+    if (!box.open || others) return;
+    others = (await listTraces()).filter((t) => t.source === "torch" && t.id !== id);
+    show();
+    $("compare-q").focus();
+  });
+  $("compare-q").addEventListener("input", () => { if (others) show(); });
 }
 
 /** The ranks of a distributed job (a device each) side by side: table, curves over time, what differed. */

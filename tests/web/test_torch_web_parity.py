@@ -143,3 +143,20 @@ def test_clicking_a_flamegraph_frame_zooms_into_it_and_the_breadcrumbs_lead_back
     page.wait_for_selector("#flame[data-zoom='']")
     assert page.evaluate(boxes) == before
     assert page.is_hidden("#flame-crumbs")
+
+
+def test_compare_with_finds_another_snapshot_and_opens_the_diff(server, page):
+    open_page(page, server)
+    page.click("#compare summary")
+    page.wait_for_selector("#compare-list[data-hits]")
+    names = page.eval_on_selector_all("#compare-list a", "as => as.map(a => a.textContent)")
+    assert names == ["oom.pickle.gz"]  # every other snapshot, not this one
+    page.fill("#compare-q", "nothing like it")
+    page.wait_for_selector("#compare-list[data-hits='0']")
+    assert "No other snapshot matches" in page.inner_text("#compare-list")
+    page.fill("#compare-q", server["oom"][:5])  # by id as well as by name
+    page.wait_for_selector("#compare-list[data-hits='1']")
+    page.click("#compare-list a")
+    page.wait_for_url(f"**/torch?a={server['gpt2_train_bs8']}&b={server['oom']}")
+    page.wait_for_selector("body[data-loaded='1']", timeout=30000)
+    assert page.inner_text("#title") == "Diff: gpt2_train_bs8.pickle.gz (A) → oom.pickle.gz (B)"
