@@ -160,3 +160,21 @@ def test_compare_with_finds_another_snapshot_and_opens_the_diff(server, page):
     page.wait_for_url(f"**/torch?a={server['gpt2_train_bs8']}&b={server['oom']}")
     page.wait_for_selector("body[data-loaded='1']", timeout=30000)
     assert page.inner_text("#title") == "Diff: gpt2_train_bs8.pickle.gz (A) → oom.pickle.gz (B)"
+
+
+def test_the_snapshot_page_fits_a_phone(server, browser):
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        open_page(page, server)
+        page.click("#compare summary")
+        page.wait_for_selector("#compare-list[data-hits]")
+        page.wait_for_selector("#live-top[data-after]", timeout=30000)
+        wide = page.evaluate("""() => [...document.querySelectorAll('body *')].filter(e => {
+            if (e.closest('.table-scroll, .js-plotly-plot, svg')) return false;
+            const r = e.getBoundingClientRect(); return r.width > 0 && r.right > window.innerWidth + 1; })
+            .map(e => e.tagName + '#' + e.id + '.' + e.className).slice(0, 5)""")
+        assert wide == []
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        assert page.evaluate("document.getElementById('scrub').getBoundingClientRect().right") <= 390
+    finally:
+        page.close()
