@@ -6,7 +6,8 @@ other trace intact (same summary, same events, `PRAGMA integrity_check` ok).
 
 --only disk runs only the rows of bench/hostile_disk.py (planted libraries, amplified and impossible
 PyTorch snapshots, damaged stores, the smaller refusals), each with its wall time; --only decode the rows
-of bench/hostile_decode.py (compression bombs of each codec, the densest snapshot, a nested pickle).
+of bench/hostile_decode.py (compression bombs of each codec, the densest snapshot, a nested pickle); --only child
+what reading each upload in a child costs the server (fork server vs in process vs a fresh interpreter).
 
 --quick shrinks the slowest inputs (the 5 GB gzip text bomb becomes 1 GB, the 10^6-event
 /state graph 600k). Every attack runs in a fresh child process; peak RSS is its ru_maxrss.
@@ -98,13 +99,16 @@ def battery(work: Path, quick: bool, only: str | None = None):
         rows.append((name, result, peak, st_intact or st.intact(), wall))
         print(f"  {name}: {result}", file=sys.stderr, flush=True)
 
-    from hostile_decode import battery as decode_battery
+    from hostile_decode import battery as decode_battery, child_cost
     from hostile_disk import battery as disk_battery
     if only == "disk":
         disk_battery(work, st, row)
         return rows
     if only == "decode":
         decode_battery(work, st, row, serve_code, outcome)
+        return rows
+    if only == "child":
+        child_cost(work, st, row)
         return rows
 
     # 1: decompression bombs
@@ -208,7 +212,8 @@ def battery(work: Path, quick: bool, only: str | None = None):
 
     # 9: terminal escapes
     evil = "evil\x1b]0;pwned\x07\nFAKE row"
-    p = cli("import", GPT2, "--store", st.path, "--name", evil, "--json")
+    # a tag of its own: the same file imported again with the same tags is the sentinel's trace (stored_before)
+    p = cli("import", GPT2, "--store", st.path, "--name", evil, "--tag", "row=9", "--json")
     tid = json.loads(p.stdout)["traces"][0]["id"]
     out = cli("list", "--store", st.path).stdout
     row("9 list with an OSC sequence and a newline in a name",
@@ -257,6 +262,7 @@ def battery(work: Path, quick: bool, only: str | None = None):
             f"exit 0, truncated={s['truncated']}, last graph complete={s['graphs'][-1]['complete']}")
         cli("rm", tid, "--store", st.path)
     decode_battery(work, st, row, serve_code, outcome)
+    child_cost(work, st, row)
     disk_battery(work, st, row)
     return rows
 
@@ -265,8 +271,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller slow inputs")
     ap.add_argument("--work", type=Path, help="folder for the generated inputs (kept between runs)")
-    ap.add_argument("--only", choices=["disk", "decode"], help="only the rows of bench/hostile_disk.py, "
-                    "or of bench/hostile_decode.py (the decoding budget)")
+    ap.add_argument("--only", choices=["disk", "decode", "child"], help="only the rows of bench/hostile_disk.py, "
+                    "of bench/hostile_decode.py (the decoding budget), or the cost of reading an upload in a "
+                    "child (hostile_decode.child_cost)")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="hostile-"))
     work.mkdir(parents=True, exist_ok=True)

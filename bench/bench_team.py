@@ -3,7 +3,8 @@ with 1, 2 and 4 server workers over PostgreSQL.
 
 Imports the same real files into an SQLite store and a PostgreSQL database (a throwaway cluster made with
 initdb/pg_ctl, or $ALLOCTRACE_TEST_PG), then lists them; figures are PostgreSQL's time as a ratio to SQLite's
-in the same run. Then `alloctrace serve --workers N` over the PostgreSQL store, driven by --clients clients
+in the same run. Then each trace again into both stores in turn: the median time to store one, per backend
+(on a machine busy with other work, the whole-import ratio swings with the load; this one much less). Then `alloctrace serve --workers N` over the PostgreSQL store, driven by --clients clients
 (fresh connections) asking for trace summaries, a tag's list and memory-map windows of 6 traces: --warmup
 seconds unmeasured (workers start, caches fill), then --seconds measured; figures are ratios to 1 worker.
 The history: --history-traces tagged traces (commit, config, model) stored on each backend, then the history
@@ -66,6 +67,29 @@ def import_and_list(ref: str, copies: int) -> dict:
     out["traces"] = len(store.trace_ids())
     store.close()
     return out
+
+
+def store_interleaved(refs: dict[str, str], copies: int) -> dict:
+    """Each parsed trace stored (store_traces: a transaction and its summary) into every store in turn, timed
+    one by one: the median per backend, so a burst of other work on the machine falls on both alike."""
+    import statistics
+
+    from alloctrace.traces.sources import read_file, store_traces
+    from alloctrace.traces.store.store import open_store
+
+    stores = {k: open_store(ref) for k, ref in refs.items()}
+    read = [t for f in FILES for t in read_file(f)]
+    took: dict[str, list[float]] = {k: [] for k in stores}
+    for k in range(copies):
+        for t in read:
+            t.meta.tags = [f"again={k}"]
+            for name, store in stores.items():
+                t0 = time.perf_counter()
+                store_traces(store, [t])
+                took[name].append(time.perf_counter() - t0)
+    for store in stores.values():
+        store.close()
+    return {name: statistics.median(v) for name, v in took.items()}
 
 
 def history_at(ref: str, n: int) -> dict:
@@ -175,8 +199,14 @@ def main():
         if "import" in parts or "serve" in parts:
             with tempfile.TemporaryDirectory() as tmp:
                 lite = import_and_list(str(Path(tmp) / "s"), args.copies)
-            pg = import_and_list(url, args.copies)
-            results["sqlite"], results["postgresql"] = lite, pg
+                pg = import_and_list(url, args.copies)
+                results["sqlite"], results["postgresql"] = lite, pg
+                each = store_interleaved({"sqlite": str(Path(tmp) / "s"), "postgresql": url}, args.copies)
+            results["store one trace, median ms"] = {k: round(v * 1000, 3) for k, v in each.items()}
+            results["store_one ratio pg/sqlite"] = round(each["postgresql"] / each["sqlite"], 2)
+            figures.append(Figure("PostgreSQL store: one trace stored (median, the two stores in turn), ratio to "
+                                  "SQLite", results["store_one ratio pg/sqlite"], "x",
+                                  baseline=f"SQLite {each['sqlite'] * 1000:.2f} ms"))
             for k in ("import_s", "list_s", "list_tag_s"):
                 results[f"{k} ratio pg/sqlite"] = round(pg[k] / lite[k], 2)
             figures += [Figure(f"PostgreSQL store: {what}, ratio to SQLite", results[f"{k} ratio pg/sqlite"], "x",

@@ -175,9 +175,13 @@ def _drop_all_but(st):
 def _damaged(work: Path, st, row):
     import json
 
+    victims = iter(range(1, 1 << 20))
+
     def victim(path=GPT2) -> str:
+        # a tag of its own: the same file imported again with the same tags is the trace stored before (the
+        # sentinel's), which this would damage and delete
         p = subprocess.run([sys.executable, "-m", "alloctrace", "import", str(path), "--store", str(st.path),
-                            "--json"], capture_output=True, text=True)
+                            "--tag", f"victim={next(victims)}", "--json"], capture_output=True, text=True)
         return json.loads(p.stdout)["traces"][0]["id"]
 
     def sql(statement, *args):

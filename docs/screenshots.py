@@ -4,7 +4,8 @@
     python docs/screenshots.py --out DIR --store DIR
 
 The store holds the legacy harness log (its measure and failing eval graphs), the shipped 302-graph
-gpt-2 log (a long run) and a PyTorch snapshot that ran out of memory. Each page is opened in Chromium
+gpt-2 log (a long run), a PyTorch snapshot that ran out of memory, and a fit and a `plan --vary` search
+(tests/preflight_results.py) for the pre-flight page. Each page is opened in Chromium
 (/usr/bin/chromium through Playwright), waited for until its charts are drawn, and saved as
 `PAGE-desktop.png` (1440x900) and `PAGE-phone.png` (390x844). It also prints, per page and width, whether
 the page is wider than the window (it must not be).
@@ -39,9 +40,24 @@ def build_store(path: Path) -> dict:
         for key, file, name in (("legacy", LEGACY, "legacy harness (2023-08-16, fails)"),
                                 ("long", LONG, "gpt-2 117M, 300 tokens"), ("torch", TORCH, "PyTorch OOM")):
             [ids[key]] = import_paths(store, [file], name=name)
-        return ids
     finally:
         store.close()
+    ids.update(preflight_results(path))
+    return ids
+
+
+def preflight_results(path: Path) -> dict:
+    """A fit of a real ggml program and a `plan --vary` search of a real PyTorch step (tests/preflight_results.py),
+    for the pre-flight page; none when ggml-python or torch is missing."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        import preflight_results
+    except ImportError as e:  # ggml-python missing: the page is shot without them
+        print(f"  (no pre-flight examples: {e})", file=sys.stderr)
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        got = preflight_results.build(path, Path(tmp))
+    return {"fit": got["fit"]["sweep"], **({"plan": got["plan"]["plan"]} if got["plan"] else {})}
 
 
 def pages(ids: dict) -> dict[str, str]:
@@ -52,6 +68,9 @@ def pages(ids: dict) -> dict[str, str]:
             "diff": f"/diff?a={ids['legacy']}:0&b={ids['legacy']}:1", "torch-list": "/torch",
             "torch": f"/torch?id={ids['torch']}", "whatif": f"/whatif?trace={ids['torch']}&device=0",
             "sweep": "/sweep", "replay": "/replay", "not-found": "/traces/0000dead"}
+    for key in ("fit", "plan"):
+        if key in ids:
+            shown[f"preflight-{key}"] = f"/preflight?id={ids[key]}"
     for route in PAGES:  # a page added later is shot too, as it opens without parameters
         if route not in shown.values():
             shown[route.strip("/").replace("/", "-")] = route

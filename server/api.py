@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.requests import ClientDisconnect
 
@@ -31,6 +31,7 @@ from alloctrace.traces.util.textsafe import safe
 from alloctrace.traces.sources.bounded_io import Cancelled
 from alloctrace.traces.store.records import TraceList, TraceSummary
 from alloctrace.traces.store.store import NotFound
+from alloctrace.server.graphs import BudgetJSONResponse as JSONResponse
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,6})?$"
@@ -240,6 +241,23 @@ def get_sweeps(request: Request):
 def get_recorded_sweep(request: Request, sweep_id: Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$")]):
     from alloctrace.traces.preflight.sweeps import load
     return JSONResponse(ctx(request).call(lambda s: load(s, sweep_id)))
+
+
+@router.get("/preflight", summary="Stored pre-flight results (sweeps, fits, `plan --vary` searches), newest first")
+def get_preflights(request: Request):
+    from alloctrace.traces.preflight.curves import listed
+    return {"results": ctx(request).call(listed)}
+
+
+@router.get("/preflight/{pid}", summary="A pre-flight result as curves against its knob: every buffer, KV cache or "
+                                        "category, the total, laws, predicted points, the budget and the answer")
+def get_preflight(request: Request, pid: Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$")],
+                  budget: Annotated[str | None, Query(max_length=40, description="another budget: 8GiB, "
+                                                      "512MiB or bytes")] = None):
+    from alloctrace.traces.preflight.budget import parse_budget
+    from alloctrace.traces.preflight.curves import load
+    given = parse_budget(budget) if budget else None
+    return JSONResponse(ctx(request).call(lambda s: load(s, pid, given)))
 
 
 @router.get("/diff", summary="Diff two graphs (ID:G) or two whole traces (ID)")

@@ -29,6 +29,7 @@ from alloctrace.server.assets import IMMUTABLE, REVALIDATE, Assets, respond
 from alloctrace.server.api import ACCESS, TRACE_ID, router
 from alloctrace.server.context import Context
 from alloctrace.server.torch_api import is_torch_trace as torch_page_for, router as torch_router
+from alloctrace.server.graphs import AnswerBudget, BudgetJSONResponse
 from alloctrace.server.guard import OriginGuard, one_line_loop_errors, os_error_response
 from alloctrace.server.mapjson_fast import MemoryMapFastPath
 from alloctrace.server.upload import UploadError
@@ -63,6 +64,7 @@ def check_read_tokens(token: str | None, read_tokens) -> tuple[str, ...]:
 
 
 PAGES = {"/": "index.html", "/diff": "diff.html", "/replay": "replay.html", "/sweep": "sweep.html",
+         "/preflight": "preflight.html",
          "/torch": "torch.html", "/whatif": "whatif.html", "/history": "history.html", "/docs": "apidocs.html"}
 GUARDED = ("/api", "/openapi.json", "/docs")  # the API and its description need the token; other pages do not
 
@@ -170,6 +172,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
 
     # /docs is the dashboard's own page over /openapi.json (no assets from another site: it works offline)
     app = FastAPI(title="alloctrace", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  default_response_class=BudgetJSONResponse,
                   description="Stored ggml graph-allocator traces: upload, browse, memory maps, diff, replay.")
     app.state.ctx = ctx
     app.state.web_dir = web
@@ -179,6 +182,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     app.include_router(regress_router)  # compare and history, over tagged traces
     _errors(app)
     _pages(app, web)
+    app.add_middleware(AnswerBudget)  # each answer's byte budget (graphs.py)
     app.add_middleware(MemoryMapFastPath, ctx=ctx)  # innermost: after the guards below
     if token:
         app.add_middleware(TokenGuard, token=token, read_tokens=read_tokens)

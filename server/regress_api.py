@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from alloctrace.server.api import ctx
 from alloctrace.traces.errors import UserError
+from alloctrace.server.graphs import BudgetJSONResponse as JSONResponse
 
 router = APIRouter(prefix="/api")
 Tag = Annotated[list[str], Query(max_length=300, description="key=value; repeat: all must match")]

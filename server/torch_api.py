@@ -13,12 +13,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 
 from alloctrace.traces.errors import UserError
 from alloctrace.server import upload
 from alloctrace.traces.store.kinds import TORCH, kind_of_source, require_kind, trace_kind
 from alloctrace.traces.util.lru import LRU
+from alloctrace.server.graphs import BudgetJSONResponse as JSONResponse
 
 TRACE_ID = r"^[0-9a-f]{8}$"
 REF = r"^[0-9a-f]{8}(:[0-9]{1,4})?$"

@@ -94,12 +94,16 @@ def many_graphs_zstd(path: Path, n_graphs: int) -> Path:
 
 def peak_rss_of(code: str, *args: str, env=None, timeout: float = 120) -> tuple[subprocess.CompletedProcess, int]:
     """Run `code` in a fresh Python; returns the finished process and its peak RSS in bytes: the
-    high-water mark of its own memory (VmHWM). Not ru_maxrss: Linux carries the parent's peak across
-    fork and exec into it, so a child of a big test process would report the parent's size."""
+    high-water mark of its own memory (VmHWM), or of a child where a server's uploads were read (its fork
+    server's, which reaps them). Not its own ru_maxrss: Linux carries the parent's peak across fork and exec
+    into it, so a child of a big test process would report the parent's size."""
     prog = textwrap.dedent(code) + textwrap.dedent("""
-        import re as _re, sys as _s
-        _hwm = _re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read())
-        print("PEAK_RSS", int(_hwm.group(1)) * 1024, file=_s.stderr)
+        import re as _re, resource as _r, sys as _s
+        _hwm = int(_re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+        if "alloctrace.traces.sources.child" in _s.modules:  # a server's readings run in its fork server's children
+            _s.modules["alloctrace.traces.sources.child"].stop_fork_server()
+            _hwm = max(_hwm, _r.getrusage(_r.RUSAGE_CHILDREN).ru_maxrss * 1024)
+        print("PEAK_RSS", _hwm, file=_s.stderr)
     """)
     p = subprocess.run([sys.executable, "-c", prog, *args], capture_output=True, text=True, env=env,
                        timeout=timeout)
@@ -270,5 +274,16 @@ def shared_long_string_snapshot(path: Path, n_entries: int = 2000, text_len: int
     text = "/" + "x" * (text_len - 4) + ".py"
     entries = [{"action": "alloc", "addr": 4096 * (i + 1), "size": 512, "stream": 0,
                 "frames": [{"name": "f", "filename": text, "line": i * depth + k} for k in range(depth)]}
+               for i in range(n_entries)]
+    return write_pickle(path, _snapshot(entries=entries))
+
+
+def shared_long_stack_snapshot(path: Path, n_entries: int = 300, n_frames: int = 20_000, text_len: int = 2000) -> Path:
+    """One frames list of `n_frames` frames naming one `text_len`-character file (each kept whole by the
+    import's 2,048-character cut) shared by `n_entries` entries: a 0.35 MB pickle whose entries page with
+    frames writes n_entries x n_frames x text_len characters (300 x 20,000 x 2,000: 12 GB)."""
+    text = "/" + "x" * (text_len - 4) + ".py"
+    frames = [{"name": "f", "filename": text, "line": k} for k in range(n_frames)]
+    entries = [{"action": "alloc", "addr": 4096 * (i + 1), "size": 512, "stream": 0, "frames": frames}
                for i in range(n_entries)]
     return write_pickle(path, _snapshot(entries=entries))

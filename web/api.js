@@ -292,6 +292,19 @@ export async function recordedSweeps() { return (await call("/api/sweeps")).swee
  */
 export function recordedSweep(id) { return call(`/api/sweeps/${enc(id)}`); }
 
+/** Stored pre-flight results (sweeps, fits, plan --vary searches): [{id, kind, name, points, created}]. */
+export async function preflights() { return (await call("/api/preflight")).results || []; }
+
+/**
+ * A pre-flight result as curves: {id, kind: "sweep"|"fit"|"plan", axis, budget, stored_budget, range, curves:
+ * [{name, kind, setting, points: [{x, bytes, uncertainty_bytes, measured, oom, trace}], law: {formula,
+ * intercept, slope, exact}|null, predicted: [{x, bytes, uncertainty_bytes}]}], answers: [{setting, value,
+ * bytes, law_value}], traces}. `budget` (a size such as 8GiB) answers for another budget.
+ */
+export function preflight(id, budget = null) {
+  return call(`/api/preflight/${enc(id)}${budget ? `?budget=${enc(budget)}` : ""}`);
+}
+
 // --- PyTorch snapshots (docs/torch.md) ----------------------------------------------------------------------
 // Fields are passed on as the server names them (snake_case); each function lists the ones pages read.
 const torchTrace = (id) => `/api/torch/traces/${enc(id)}`;

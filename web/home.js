@@ -96,6 +96,8 @@ function traceRow(t) {
     const a = graphs[0].index, b = graphs[1].index;
     links.append(" · ", el("a", { href: `/diff?a=${enc(`${t.id}:${a}`)}&b=${enc(`${t.id}:${b}`)}`, class: "open-diff" }, `diff ${a} vs ${b}`));
   }
+  const result = (t.tags || []).find((g) => /^(sweep|plan)=[0-9a-f]{1,32}$/.test(g));
+  if (result) links.append(" · ", el("a", { href: `/preflight?id=${enc(result.split("=")[1])}`, class: "open-preflight" }, "pre-flight"));
   const del = el("button", { class: "danger write-only", title: "Delete this trace", "aria-label": `Delete ${t.name}` }, "delete");
   del.addEventListener("click", async () => {
     if (!confirm(`Delete trace "${t.name}"?`)) return;

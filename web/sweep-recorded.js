@@ -129,9 +129,11 @@ export async function showRecorded(id) {
   status.className = "status";
   status.textContent = "Loading the recorded sweep…";
   const sweep = await recordedSweep(id);
+  if (sweep.fit) { location.replace(`/preflight?id=${enc(sweep.sweep)}`); return sweep; }  // one point: the search is there
   const axis = axisOf(sweep);
   $("rec-result").hidden = false;
-  $("rec-title").textContent = `Sweep ${sweep.sweep}: ${sweep.points.length} points`;
+  clear($("rec-title")).append(`Sweep ${sweep.sweep}: ${sweep.points.length} points `,
+    el("a", { id: "rec-preflight", class: "preflight-link", href: `/preflight?id=${enc(sweep.sweep)}` }, "every buffer and KV cache, with a budget →"));
   const settings = [...groups(sweep.points, axis).keys()];
   const pick = clear($("rec-stack"));
   for (const s of settings) pick.append(el("option", { value: s }, s || "every point"));
@@ -155,7 +157,12 @@ export async function listRecorded(onPick) {
   try { sweeps = await recordedSweeps(); } catch (e) { list.append(el("li", { class: "error" }, `Recorded sweeps unavailable: ${e.message}`)); return; }
   if (!sweeps.length) list.append(el("li", { class: "hint" }, "None yet: alloctrace sweep --vary=-c=512,4096 -- PROGRAM ... records one."));
   for (const s of sweeps) {
+    const curves = el("a", { class: "preflight-link", href: `/preflight?id=${enc(s.sweep)}` }, s.fit ? "fit: pre-flight page →" : "pre-flight page →");
+    if (s.fit) {  // a fit's answer is one point: its whole search is drawn on the pre-flight page
+      list.append(el("li", {}, el("a", { href: `/preflight?id=${enc(s.sweep)}` }, `${s.sweep}`), ` — fit of ${s.fit}, ${s.name}, ${s.created} · `, curves));
+      continue;
+    }
     list.append(el("li", {}, el("a", { href: `/sweep?id=${enc(s.sweep)}`, onclick: (ev) => { ev.preventDefault(); setUrlParams({ id: s.sweep }); onPick(s.sweep); } },
-      `${s.sweep}`), ` — ${s.points} points, ${s.name}, ${s.created}`));
+      `${s.sweep}`), ` — ${s.points} points, ${s.name}, ${s.created} · `, curves));
   }
 }

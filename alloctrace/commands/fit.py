@@ -112,4 +112,5 @@ def report_lines(out: dict) -> list[str]:
         lines.append(f"  {flag} {nxt['value']} would need {fmt_bytes(nxt['total'])} ({nxt['total']:,} B), "
                      f"{fmt_bytes(nxt['total'] - budget)} over; checked against what the program printed there:")
         lines += check_lines(nxt.get("check"), "    ")
+    lines.append(f"  every run of the search, drawn: alloctrace serve, then /preflight?id={out['sweep']}")
     return lines + ignored_line(out.get("ignored") or [])

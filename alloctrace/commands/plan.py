@@ -25,7 +25,8 @@ def register(subparsers):
                      "max_memory_reserved, fragmentation and bytes per category at the peak, and where a card "
                      "of --total bytes would run out of memory. With --vary and --budget: the largest value of "
                      "the knob ({NAME} in the script's arguments) whose step runs under the budget. The predicted "
-                     "run is stored as a PyTorch trace (peak, flame, state, report and diff work on it)."),
+                     "run is stored as a PyTorch trace (peak, flame, state, report and diff work on it); with --vary, "
+                     "the answer's run with every point of the search (the dashboard's /preflight page)."),
         epilog=EXAMPLES,
         usage="%(prog)s [--total SIZE] [--alloc-conf STRING] [--cap SIZE] [--vary NAME=LO..HI --budget SIZE] "
               "[--json] [--no-store] [--name NAME] [--store DIR|URL] -- python SCRIPT [ARGS...]")
@@ -61,8 +62,14 @@ def run(args) -> int:
     settings = torch_plan.settings_from(args.alloc_conf, total, args.cap)
     argv = torch_plan.script_argv(args.program)
     if knob:
-        out = torch_plan.vary_script(argv, knob[0], knob[1], knob[2], budget, settings)
+        plans: dict = {}
+        out = torch_plan.vary_script(argv, knob[0], knob[1], knob[2], budget, settings, keep=plans)
         out["name"] = knob[0]
+        if not args.no_store:
+            from alloctrace.traces.preflight.torch_plan_store import store_vary
+
+            out.update(store_vary(open_store_from(args, create=True), out, plans, settings, total,
+                                  args.name or (f"plan --vary {args.vary} " + " ".join(argv))[:200]))
         print(json.dumps(out, indent=1) if args.json else safe_lines(vary_lines(out)))
         return 0 if out["value"] is not None else 1
     result = torch_plan.run_script(argv, settings, total)
@@ -109,9 +116,11 @@ def vary_lines(out: dict) -> list[str]:
     from alloctrace.traces.util.sizes import fmt_bytes
 
     name, budget = out["name"], out["budget"]
+    stored = [f"stored as plan {out['plan']} (trace {out['trace']}; the curve: alloctrace serve, then "
+              f"/preflight?id={out['plan']})"] if out.get("plan") else []
     if out["value"] is None:
         return [f"nothing fits {fmt_bytes(budget)} ({budget:,} B): {name} {out['points'][0]['value']} already "
-                f"runs out of memory"]
+                f"runs out of memory", *stored]
     lines = [f"largest {name} that runs under {fmt_bytes(budget)} ({budget:,} B): {out['value']}  "
              f"({len(out['points'])} points captured)"]
     for p in out["points"]:
@@ -120,4 +129,4 @@ def vary_lines(out: dict) -> list[str]:
     for cat, law in out["laws"].items():
         lines.append(f"  {cat}: {law['a']:,} + {law['b_per_unit']:,}·{name} B"
                      f"{'' if law['linear'] else ' (not linear across the points)'}")
-    return lines
+    return lines + stored

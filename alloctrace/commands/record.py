@@ -66,7 +66,7 @@ def run(args) -> int:
     from alloctrace.traces.sources.record.build import find_ggml_header, recorder_library
     from alloctrace.traces.sources.record.run import run_recorded
     from alloctrace.traces.sources.record.source import no_allocator_calls
-    from alloctrace.traces.sources.torch.recorder import hook_env, is_python_program, nothing_recorded, snapshots_in
+    from alloctrace.traces.sources.record.program import is_python_program
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:
@@ -87,6 +87,8 @@ def run(args) -> int:
         except UserError:
             if not torch:
                 raise
+    if torch:  # the PyTorch hook's side, imported only for a Python program
+        from alloctrace.traces.sources.torch.recorder import hook_env, nothing_recorded, snapshots_in
     started = early.take(command, library, torch) if not args.output else None
     if started is None:
         early.abandon()

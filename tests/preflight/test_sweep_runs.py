@@ -118,6 +118,7 @@ def test_jobs_follow_the_programs_threads(monkeypatch):
     assert default_jobs(["llama", "-m", "x"]) == 1            # not told: it uses every core itself
     assert default_jobs(["llama", "-t", "2"]) == 4 and default_jobs(["llama", "-t", "16"]) == 1
     assert default_jobs(["llama", "--threads", "1"]) == 8
+    assert default_jobs(["/opt/bin/llama-fit-params", "-m", "x"]) == 8   # a dry run computes nothing
 
 
 def test_ignored_flags_are_read_from_what_the_program_says():

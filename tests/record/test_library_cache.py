@@ -277,7 +277,7 @@ def test_a_library_swapped_after_its_checks_is_not_what_runs(monkeypatch, tmp_pa
     monkeypatch.setattr(cbuild, "installed_path", lambda *a: copy)
     monkeypatch.setattr(cbuild, "open_trusted", open_then_swap)
     monkeypatch.setattr(cbuild, "_OPENED", {})
-    monkeypatch.setattr(fastlog, "_LIB", [])
+    monkeypatch.setattr(fastlog._FAST, "_tried", [])
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
     lib = fastlog.library()
     assert lib is not None and not marker.exists()
@@ -309,7 +309,7 @@ def test_a_library_that_fails_a_check_is_never_loaded(monkeypatch, tmp_path, dam
         subprocess.run([cc, "-shared", "-fPIC", "-o", str(copy), str(src)], check=True)
     monkeypatch.setattr(cbuild, "installed_path", lambda *a: copy)
     monkeypatch.setattr(cbuild, "_OPENED", {})
-    monkeypatch.setattr(fastlog, "_LIB", [])
+    monkeypatch.setattr(fastlog._FAST, "_tried", [])
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
     assert fastlog.library() is None
     why = {"folder-writable": "writable by other users", "parent-writable": "writable by other users",
@@ -343,7 +343,7 @@ def test_no_private_folder_is_one_line_for_record_and_the_python_path_for_import
     monkeypatch.setattr(cbuild, "_PRELOADS", {})
     monkeypatch.setattr(cbuild, "_OPENED", {})
     monkeypatch.setattr(cbuild.tempfile, "mkdtemp", full)
-    monkeypatch.setattr(fastlog, "_LIB", [])
+    monkeypatch.setattr(fastlog._FAST, "_tried", [])
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
     assert main(["record", "-o", str(tmp_path / "r"), "--", "/bin/true"]) == 2
     err = capsys.readouterr().err
@@ -395,14 +395,14 @@ def test_import_verbose_says_which_path_read(monkeypatch, tmp_path, capsys):
     # what earlier tests in this process loaded (or faked) is not what this command finds
     monkeypatch.setattr(cbuild, "_OPENED", {})
     monkeypatch.setattr(cbuild, "LOADED", {})
-    monkeypatch.setattr(fastlog, "_LIB", [])
+    monkeypatch.setattr(fastlog._FAST, "_tried", [])
     assert main(["import", "--verbose", str(LOG), "--store", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
     lib = os.path.realpath(cbuild.installed_path(fastlog.SOURCE, "fastlog", cbuild.SHARED_FLAGS))
     assert f"alloctrace: ggml logs: the compiled path, loaded from {lib}\n" in err
     monkeypatch.setattr(cbuild, "installed_path", lambda *a: tmp_path / "missing.so")
     monkeypatch.setattr(cbuild, "_OPENED", {})
-    monkeypatch.setattr(fastlog, "_LIB", [])
+    monkeypatch.setattr(fastlog._FAST, "_tried", [])
     assert main(["import", "-v", str(LOG), "--store", str(tmp_path / "b")]) == 0
     err = capsys.readouterr().err
     assert f"alloctrace: ggml logs: the pure Python path (cannot open {tmp_path}/missing.so: No such file" in err

@@ -128,3 +128,16 @@ def test_a_program_that_records_nothing_is_reported_the_same(tmp_path):
                       ALLOCTRACE_PRESTART=mode)
         assert run.returncode == 2 and run.stderr.startswith("alloctrace: error: no ggml allocator calls")
     assert not list(tmp_path.glob("alloctrace-rec-*"))
+
+
+def test_recording_a_ggml_program_imports_nothing_of_the_pytorch_hook_or_the_server(tmp_path):
+    """The record path of a program that is not Python does without the PyTorch hook's side (its dataclasses,
+    json) and the server's fork server (socket): each costs the fixed part of every recording a few ms."""
+    code = ("import sys; from alloctrace.cli import main; "
+            f"main(['record', '--store', {str(tmp_path / 's')!r}, '--', 'true']); "
+            "print(sorted(m for m in ('alloctrace.traces.sources.torch.recorder', 'socket') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr
+    code = code.replace("'true'", f"{sys.executable!r}, '-c', 'pass'")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "'alloctrace.traces.sources.torch.recorder'" in out.stdout, out.stderr   # a Python program: the hook

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(plans_fast.library() is None, reason="no C compi
 @pytest.fixture
 def pure_python(monkeypatch):
     """The Python path alone (as without a compiler)."""
-    monkeypatch.setattr(plans_fast, "_LIB", [None])
+    monkeypatch.setattr(plans_fast._FAST, "_tried", [None])
 
 
 def read_bytes(name: str) -> bytes:
@@ -61,7 +61,7 @@ def test_a_committed_recording_stores_the_same_bytes_on_both_paths(name, monkeyp
     monkeypatch.setattr(plans_fast, "reserve", lambda *a, **k: taken.append(real(*a, **k)) or taken[-1])
     fast = stored(data)
     took = list(taken)
-    monkeypatch.setattr(plans_fast, "_LIB", [None])
+    monkeypatch.setattr(plans_fast._FAST, "_tried", [None])
     assert stored(data) == fast
     assert all(t is not None for t in took)  # every reserve the recorder wrote is one the compiled path covers
 
@@ -211,7 +211,7 @@ def test_generated_graphs_reach_every_outcome():
 def test_a_name_that_is_not_ascii_is_left_to_the_python_path(pure_python):
     lines = [tensor_line("n", 0x10, "f32", "ADD", "ADD", 2, (4, 1, 1, 1), 16, 0, 0, 0, [], [], "größe")]
     g = Gallocr(get_profile("ggml-head"))
-    plans_fast._LIB.clear()
+    plans_fast._FAST._tried.clear()
     assert plans_fast.reserve(g, lines, 1, 0, None, None, 0, False, True, 10) is None
     assert g.buffer_chunk_sizes == [None]  # a declined call leaves the model alone
 

@@ -68,14 +68,15 @@ def test_reads_answer_while_an_upload_transaction_is_open(live, fixtures, monkey
     """Blocked inside the import's transaction: readers see the last committed state, not half a trace."""
     srv, c, tid = live
     started, release = threading.Event(), threading.Event()
-    original = Store._add_graph
+    original = Store._insert_graphs
 
-    def slow_add_graph(self, *args):  # (db, trace_id, graph)
-        original(self, *args)
-        started.set()
-        assert release.wait(60)
+    def slow_insert_graphs(db, rows):  # graph rows written, the transaction still open
+        original(db, rows)
+        if rows:
+            started.set()
+            assert release.wait(60)
 
-    monkeypatch.setattr(Store, "_add_graph", slow_add_graph)
+    monkeypatch.setattr(Store, "_insert_graphs", staticmethod(slow_insert_graphs))
     t, result = held_upload(srv, fixtures, "slow write")
     assert started.wait(30)
     names = reads_answer(c, tid)

@@ -208,10 +208,10 @@ def test_an_import_past_the_memory_budget_is_one_line(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
 
 
-@pytest.mark.skip(reason="known issue: on a loaded 2-core machine the server's reading child near its memory "
-                         "limit can crawl for minutes before it is refused (CLI refusal is tested above)")
 def test_the_server_refuses_an_upload_past_the_memory_budget_and_keeps_serving(tmp_path):
-    """150,000 entries of their own (8 MB of pickle, about 125 MB once unpickled) against a 64 MiB budget."""
+    """150,000 entries of their own (8 MB of pickle, about 125 MB once unpickled) against a 64 MiB budget.
+    The child, out of memory, spun in an exception handler until its 900 s CPU cap (CPython retries a handler
+    whose entry needs memory); the server now ends a child that stays at its limit."""
     path = dense_snapshot_zstd(tmp_path / "dense.pickle.zst", 150_000)
     prog = textwrap.dedent("""
         import os, sys
@@ -233,3 +233,70 @@ def test_the_server_refuses_an_upload_past_the_memory_budget_and_keeps_serving(t
     assert first == "413 d.pickle.zst: refused: over the memory budget of 67,108,864 bytes " \
         "(ALLOCTRACE_MAX_IMPORT_MEMORY raises it)", first
     assert third == "200 []"
+
+
+def _spin_at_the_limit():
+    """What CPython does out of memory in an exception handler, in Python: allocate, fail, try again."""
+    keep = []
+    while True:
+        try:
+            keep.append(bytearray(1 << 20))
+        except MemoryError:
+            pass
+
+
+def test_a_child_that_spins_at_its_memory_limit_is_refused_for_memory_not_cpu():
+    """Without the watch the child would run until its CPU cap and be refused for CPU time."""
+    from alloctrace.traces.sources.bounded_io import LimitExceeded
+    from alloctrace.traces.sources.child import read_in_child
+
+    with pytest.raises(LimitExceeded) as e:
+        read_in_child(_spin_at_the_limit, "spin.bin", 64 << 20, 120.0)
+    assert str(e.value) == "spin.bin: refused: over the memory budget of 67,108,864 bytes " \
+        "(ALLOCTRACE_MAX_IMPORT_MEMORY raises it)"
+
+
+def test_a_child_that_waits_is_ended_at_the_wall_clock_cap():
+    """Sleeping uses no CPU time: RLIMIT_CPU alone would let it hold an upload (and a thread) forever."""
+    import time
+
+    from alloctrace.traces.sources.bounded_io import LimitExceeded
+    from alloctrace.traces.sources.child import read_in_child
+
+    with pytest.raises(LimitExceeded) as e:
+        read_in_child(lambda: time.sleep(3600), "slow.bin", 64 << 20, 0.5)
+    assert str(e.value).startswith("slow.bin: import took more than 1 s (wall-clock cap: twice the CPU cap"), e.value
+
+
+def test_the_import_fork_server_imports_nothing_from_the_working_folder(tmp_path):
+    """Another user (uid 65534) plants numpy.py and zstandard.py in a shared folder the server was started in:
+    `python -c` puts the working folder first on sys.path, so the fork server runs with the safe path (-P)."""
+    import os
+    import shutil
+
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to act as a second user")
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="alloctrace-shared-", dir="/tmp"))  # /tmp/pytest-of-root is private
+    shared.chmod(0o1777)
+    planted = "import pathlib; pathlib.Path(__file__).with_suffix('.ran').write_text('ran')\n"
+    for name in ("numpy.py", "zstandard.py"):
+        subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c",
+                        f"printf %s \"$0\" > {shared / name}", planted], check=True)
+    prog = textwrap.dedent("""
+        import sys
+        sys.path.remove("")  # this program itself must not import the planted files
+        from pathlib import Path
+        from fastapi.testclient import TestClient
+        from alloctrace.server.app import create_app
+        with TestClient(create_app(store_dir=Path(sys.argv[2]))) as c:
+            r = c.post("/api/torch/traces", files={"file": ("g.pickle.gz", Path(sys.argv[1]).read_bytes())})
+            print(r.status_code)
+    """)
+    p = subprocess.run([sys.executable, "-c", prog, str(FIXTURE), str(tmp_path / "s")], capture_output=True,
+                       text=True, timeout=120, cwd=shared)
+    assert p.returncode == 0 and p.stdout.split() == ["201"], (p.stdout, p.stderr[-2000:])
+    ran = sorted(f.name for f in shared.iterdir())
+    shutil.rmtree(shared)
+    assert ran == ["numpy.py", "zstandard.py"]

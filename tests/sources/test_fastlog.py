@@ -32,9 +32,9 @@ MUTATED_FROM = [FIXTURES / "v2023-08-16-legacy" / "harness_plain.AT.log",
 
 @pytest.fixture(autouse=True)
 def fresh_library():
-    fastlog._LIB.clear()
+    fastlog._FAST._tried.clear()
     yield
-    fastlog._LIB.clear()
+    fastlog._FAST._tried.clear()
 
 
 def stored(tmp_path, data: bytes, pure: bool, monkeypatch, name="in.log", **options):
@@ -96,7 +96,7 @@ def test_repeated_graphs_come_from_the_recovery_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "1")
     pure = fast_run(io.BytesIO(data))
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
-    fastlog._LIB.clear()
+    fastlog._FAST._tried.clear()
     imp = fast_run(io.BytesIO(data))
     assert imp.fast and imp.fast_hits == pure.cache.hits >= 12
 
@@ -171,13 +171,13 @@ def test_without_an_install_time_library_the_python_path_imports(tmp_path, monke
     """Nothing is compiled on use: no library in the package is the Python path, even with a compiler."""
     monkeypatch.setattr(cbuild, "installed_path", lambda *a: tmp_path / "fastlog-missing.so")
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
-    fastlog._LIB.clear()
+    fastlog._FAST._tried.clear()
     assert fastlog.library() is None and "fastlog-missing.so" in fastlog.unavailable()
     log = SUPPORTED[0]
     imp = fast_run(log)
     assert not imp.fast
     monkeypatch.undo()
-    fastlog._LIB.clear()
+    fastlog._FAST._tried.clear()
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
     assert_same_store(tmp_path, log.read_bytes(), monkeypatch)
 

@@ -298,3 +298,44 @@ def test_an_unreachable_postgresql_store_is_one_line(command):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("alloctrace: error: cannot open store postgresql://"), r.stderr
+
+
+def test_a_write_answers_its_summaries_from_its_own_transaction(store_ref):
+    """add_traces_summarised reads the new traces' summaries inside the write (on PostgreSQL, answered with
+    the COMMIT): the same as a read after it, in the order given; a failed write answers nothing and
+    leaves nothing."""
+    store = open_store(store_ref)
+    metas = []
+    for k in range(3):
+        meta, recs = _trace(n=200 + k)
+        meta.tags = [f"copy={k}"]
+        metas.append((meta, recs, f"hash{k}"))
+    g0 = store.generation()
+    got = store.add_traces_summarised(metas)
+    assert [s["tags"] for s in got] == [["copy=0"], ["copy=1"], ["copy=2"]]
+    assert got == open_store(store_ref).summaries([s["id"] for s in got])
+    assert [g["n_events"] for g in got[1]["graphs"]] == [len(r.events) for r in metas[1][1]]
+    assert store.generation() == g0 + 1
+    assert store.stored_with(["hash2"]) == {"hash2": [got[2]["id"]]}
+    meta, recs = _trace(n=50)
+    (plain,) = store.add_traces([(meta, recs, None)])  # the plain form: ids only, stored all the same
+    assert store.summary(plain)["graphs"] == [r.summary() for r in recs]
+
+    def broken():
+        yield metas[0][1][0]
+        raise RuntimeError("cut")
+    before = store.trace_ids()
+    with pytest.raises(RuntimeError):
+        store.add_traces_summarised([(TraceMeta("half", "test", "ggml-head"), broken(), None)])
+    assert store.trace_ids() == before and store.generation() == g0 + 2
+
+
+def test_postgresql_writes_have_the_sqlite_stores_durability(pg_url, tmp_path):
+    """A PostgreSQL write commits without waiting for the WAL flush, as the SQLite store commits in WAL mode
+    with synchronous=NORMAL (docs/team.md): both may lose the last moment of writes to a power loss, never
+    half of one."""
+    pg, lite = open_store(pg_url), open_store(tmp_path / "s")
+    with pg._be.write() as db:
+        assert db.execute("SHOW synchronous_commit").fetchone()[0] == "off"
+    assert lite.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert lite.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL

@@ -12,7 +12,7 @@ import pytest
 
 from alloctrace.cli import main
 from alloctrace.traces.store.store import open_store
-from alloctrace.traces.sources.torch.recorder import is_python_program
+from alloctrace.traces.sources.record.program import is_python_program
 from alloctrace.traces.store.torch_stored import device_columns, device_info
 
 FAKE = Path(__file__).parents[1] / "data" / "faketorch"

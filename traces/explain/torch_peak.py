@@ -60,7 +60,7 @@ def oom_card(dev: Device, index: StateIndex, skip=DEFAULT_SKIP, which: int = 0) 
             "stream": int(dev.cols["stream"][k]), "allocated": t["allocated"], "requested_live": t["requested"],
             "reserved": t["reserved"], "cached": t["cached"], "largest_free": t["largest_free"],
             "device_free": None if free is None else int(free[k]),
-            "cache_releases": cache_releases(dev, k), "site": dev.label(stack, k, skip), "stack": dev.frames(stack),
+            "cache_releases": cache_releases(dev, k), "site": dev.label(stack, k, skip), "stack": dev.frames(stack, answer=True),
             "meta": dev.meta_text(int(dev.cols["meta"][k])),
             "holders": by_call_site(dev, live_at(dev, k), k, skip, top=15),
             "largest_blocks": largest_live(dev, k, skip)}

@@ -73,11 +73,13 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
 
         first = run(lo)
         if first.total > budget:
-            return _answer(store, argv, flag, budget, None, first, probes, library, compute_only, timeout)
+            return _answer(store, argv, (flag, lo, hi, step), budget, None, first, probes, library, compute_only,
+                           timeout)
         top = lo + (hi - lo) // step * step
         last = run(top)
         if last.total <= budget:
-            return _answer(store, argv, flag, budget, last, None, probes, library, compute_only, timeout)
+            return _answer(store, argv, (flag, lo, hi, step), budget, last, None, probes, library, compute_only,
+                           timeout)
         good, bad = first, last  # good fits, bad does not; bisect on the step grid
         while (bad.value - good.value) > step:
             mid = good.value + ((bad.value - good.value) // step // 2) * step
@@ -89,18 +91,25 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
         if good.total > bad.total:
             raise UserError(f"fit: the total shrinks from {flag} {good.value} to {bad.value}: it does not grow "
                             "with the value, so bisection cannot answer; use sweep")
-        return _answer(store, argv, flag, budget, good, bad, probes, library, compute_only, timeout)
+        return _answer(store, argv, (flag, lo, hi, step), budget, good, bad, probes, library, compute_only,
+                       timeout)
 
 
-def _answer(store, argv, flag, budget, good: Probe | None, bad: Probe | None, probes, library, compute_only,
+def _answer(store, argv, span, budget, good: Probe | None, bad: Probe | None, probes, library, compute_only,
             timeout=DEFAULT_TIMEOUT) -> dict:
-    best = None
+    flag, lo, hi, step = span
+    best, sid = None, None
     if good is not None:  # once more into the real store: the answer is a trace like any other
-        _sid, (best,) = run_points(store, argv, [Vary(flag, (str(good.value),))], library, jobs=1, timeout=timeout,
-                                   tags=(f"fit={flag}", f"budget={budget}"))
+        # with every probe's sizes, so the pre-flight page draws the whole search, not one point
+        kept = {"flag": flag, "lo": lo, "hi": hi, "step": step, "budget": budget, "compute_only": compute_only,
+                "value": good.value, "probes": [{"value": p.value, "total": p.total, "fits": p.total <= budget,
+                                                 "buffers": p.point.buffers, "printed": p.point.printed}
+                                                for p in probes]}
+        sid, (best,) = run_points(store, argv, [Vary(flag, (str(good.value),))], library, jobs=1, timeout=timeout,
+                                  tags=(f"fit={flag}", f"budget={budget}"), extra={"fit": kept})
     return {"flag": flag, "budget": budget, "compute_only": compute_only,
             "value": good.value if good else None, "total": good.total if good else None,
-            "point": best.to_json() if best else None,
+            "point": best.to_json() if best else None, "sweep": sid,
             "check": check(best.buffers, best.printed) if best else None,
             "next": {"value": bad.value, "total": bad.total, "buffers": bad.point.buffers,
                      "printed": bad.point.printed, "check": check(bad.point.buffers, bad.point.printed)}

@@ -161,8 +161,9 @@ def read_recording(path: Path, name: str, events: list | None = None) -> list:
 
 def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, jobs: int | None = None,
                name: str | None = None, sweep_id: str | None = None, progress=None, tags=(),
-               timeout: float | None = DEFAULT_TIMEOUT) -> tuple[str, list[Point]]:
+               timeout: float | None = DEFAULT_TIMEOUT, extra: dict | None = None) -> tuple[str, list[Point]]:
     """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
+    `extra`: more of each point's trace's `extra` (a fit's probes, for the pre-flight page).
     `progress(done, total, point)` is called as each point is stored. `store` is a Store, or a function
     that opens one, called once the workers run: importing and opening a store costs about a dry run of
     a small model, which they spend running programs instead."""
@@ -202,7 +203,8 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                     meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
                             "argv": p.argv, "ignored": p.ignored}
                     if ran.traces:
-                        _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta)
+                        _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta,
+                                     extra)
                         stored["ids"].append(p.trace)
                     if p.exit_status and p.error is None:
                         from alloctrace.traces.sources.record.source import last_lines
@@ -396,12 +398,12 @@ def import_readers(between=lambda: None) -> None:
     between()
 
 
-def _store_point(store, p: Point, ran: Ran, tags: list[str], meta: dict):
+def _store_point(store, p: Point, ran: Ran, tags: list[str], meta: dict, extra: dict | None = None):
     from alloctrace.traces.sources import store_traces
 
     for t in ran.traces:
         t.meta.tags = tags
-        t.meta.extra = {**t.meta.extra, "sweep": meta}
+        t.meta.extra = {**t.meta.extra, **(extra or {}), "sweep": meta}
     summaries = store_traces(store, ran.traces)
     p.trace = summaries[0]["id"]
     s = ran.summary

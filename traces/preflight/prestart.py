@@ -42,12 +42,20 @@ def program_threads(argv: list[str]) -> int | None:
     return None
 
 
+# programs that plan their graphs without computing them (weightless dry runs): their threads sit idle
+DRY_RUNS = ("llama-fit-params",)
+
+
 def default_jobs(argv: list[str] | None = None) -> int:
     """Programs a sweep runs at once unless -j says: the cores shared out by the threads each program runs.
     A program not told its threads is taken to use every core (llama.cpp's default), so its points run one at
-    a time: running them side by side only makes each slower (a 2-core machine ran a sweep 6.4x slower)."""
-    threads = program_threads(argv or [])
-    return max(1, cores() // threads) if threads else 1
+    a time: side by side they only slow each other down (a 2-core machine ran a sweep 6.4x slower); a dry run
+    that computes nothing (llama-fit-params) runs on every core."""
+    argv = argv or []
+    threads = program_threads(argv)
+    if threads:
+        return max(1, cores() // threads)
+    return cores() if argv and os.path.basename(argv[0]) in DRY_RUNS else 1
 
 
 LIVE: set[int] = set()  # programs this process started and has not reaped: each leads its own process group

@@ -71,8 +71,8 @@ def neighbours(store, points: list[dict]) -> list[dict]:
 
 
 def sweep_ids(store) -> list[dict]:
-    """Recorded sweeps in the store, newest first: {"sweep", "points", "name", "created", "stopped"} (stopped: the
-    signal that stopped the sweep before all its points ran, else None)."""
+    """Recorded sweeps in the store, newest first: {"sweep", "points", "name", "created", "stopped", "fit"} (stopped:
+    the signal that stopped the sweep before all its points ran, else None; fit: the flag, when a fit stored it)."""
     found: dict[str, dict] = {}
     for s in store.list():
         for tag in s.get("tags") or ():
@@ -82,6 +82,8 @@ def sweep_ids(store) -> list[dict]:
                 entry = found.setdefault(sid, {"sweep": sid, "points": 0, "name": program, "created": s["created"],
                                                "stopped": None})
                 entry["points"] += 1
+                fit = next((t[4:] for t in s.get("tags") or () if isinstance(t, str) and t.startswith("fit=")), None)
+                entry["fit"] = entry.get("fit") or fit  # a fit's answer: its page is /preflight, not a sweep
                 entry["stopped"] = entry["stopped"] or stopped_by(s.get("tags"))
     return list(found.values())
 
@@ -105,6 +107,8 @@ def load(store, sweep_id: str) -> dict:
     pts.sort(key=lambda kp: kp[0])
     out = sweep_json(store, sweep_id, varies or [], [p for _, p in pts])
     out["stopped"] = next((stopped_by(s.get("tags")) for s in members if stopped_by(s.get("tags"))), None)
+    out["fit"] = next((t[4:] for s in members for t in s.get("tags") or () if isinstance(t, str)
+                       and t.startswith("fit=")), None)  # a fit's answer: the pre-flight page draws its search
     return out
 
 

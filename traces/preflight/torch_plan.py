@@ -233,10 +233,20 @@ def run_script(argv: list[str], settings: AllocatorSettings, total: int | None =
         sys.argv, sys.path[:] = saved_argv, saved_path
 
 
-def vary_script(argv: list[str], name: str, lo: int, hi: int, budget: int, settings: AllocatorSettings) -> dict:
-    """`largest_fitting` over the script with `{name}` in its arguments replaced by each value tried."""
+def vary_script(argv: list[str], name: str, lo: int, hi: int, budget: int, settings: AllocatorSettings,
+                keep: dict | None = None) -> dict:
+    """`largest_fitting` over the script with `{name}` in its arguments replaced by each value tried; `keep`
+    gets each value's Plan (its capture, to store the answer's run)."""
     marker = "{" + name + "}"
     if not any(marker in a for a in argv):
         raise UserError(f"--vary {name}: the program's arguments have no {marker} to replace")
-    return largest_fitting(lambda v, s: run_script([a.replace(marker, str(v)) for a in argv], s),
-                           lo, hi, budget, settings)
+
+    def point(v, s):
+        plan = run_script([a.replace(marker, str(v)) for a in argv], s)
+        if keep is not None:
+            keep[v] = plan
+        return plan
+
+    out = largest_fitting(point, lo, hi, budget, settings)
+    out["lo"], out["hi"] = lo, hi
+    return out

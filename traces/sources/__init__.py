@@ -129,11 +129,10 @@ def import_file(store, src, *, name: str | None = None, filename: str | None = N
 def store_traces(store, traces: list[ImportedTrace], content_hash: str | None = None) -> list[dict]:
     """Store what `read_file` read in one transaction: all of it or, on any failure or interrupt, none.
     The summaries carry the source's `report` where it gave one."""
-    return _summaries(store, store.add_traces([(t.meta, t.graphs, content_hash) for t in traces]), traces)
+    return _reported(store.add_traces_summarised([(t.meta, t.graphs, content_hash) for t in traces]), traces)
 
 
-def _summaries(store, tids: list[str], traces: list[ImportedTrace]) -> list[dict]:
-    summaries = store.summaries(tids)  # one read for all (a round trip each on PostgreSQL otherwise)
+def _reported(summaries: list[dict], traces: list[ImportedTrace]) -> list[dict]:
     for s, t in zip(summaries, traces):
         if t.report:
             s["report"] = t.report
@@ -178,11 +177,12 @@ def import_files(store, paths, *, name: str | None = None, progress: bool = Fals
         seen.add(key)
         label = name if name is None or len(paths) == 1 else f"{name} ({i + 1})"
         read.append((read_file(p, name=label, progress=progress, **options), key))
-    tids = store.add_traces([(t.meta, t.graphs, key) for traces, key in read for t in traces]) if read else []
+    stored = store.add_traces_summarised([(t.meta, t.graphs, key) for traces, key in read for t in traces]) \
+        if read else []  # their summaries read in the same transaction
     new: dict[str, list[dict]] = {}
     at = 0
     for traces, key in read:
-        new[key] = _summaries(store, tids[at:at + len(traces)], traces)
+        new[key] = _reported(stored[at:at + len(traces)], traces)
         at += len(traces)
     done: list[dict] = []
     for key, before in order:

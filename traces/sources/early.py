@@ -95,8 +95,7 @@ def begin(argv: list[str]) -> None:
 
     try:
         from alloctrace.traces.sources.record.build import recorder_library
-        from alloctrace.traces.sources.record.program import checked_program, recorder_env
-        from alloctrace.traces.sources.torch.recorder import is_python_program
+        from alloctrace.traces.sources.record.program import checked_program, is_python_program, recorder_env
         from alloctrace.traces.store.tags import parse_tags
 
         parse_tags(tags)  # a bad tag is refused before anything runs

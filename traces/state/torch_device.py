@@ -16,11 +16,13 @@ from alloctrace.traces.state.torch_blocks import AllocatorState, initial_state
 from alloctrace.traces.state.torch_frames import DEFAULT_SKIP, site_label  # noqa: F401 (DEFAULT_SKIP: the views' default)
 from alloctrace.traces.state.torch_wrapped import note as partial_note
 from alloctrace.traces.store.torch_stored import ACTIONS, ALLOC, FREE_REQUESTED, OOM, curves, device_tables
+from alloctrace.traces.util.answer_budget import charge
 
 NO_STACK = "(no Python stack)"
 PREEXISTING = "(allocated before the trace began)"
 CHECKPOINT_EVERY = 20_000
 MAX_BLOCKS = 20_000
+FRAME_JSON = len('{"name":"","filename":"","line":12345},')  # a frame's JSON besides its two texts
 
 
 @dataclass
@@ -75,14 +77,26 @@ class Device:
         self._cache["allocs"] = al
         return al
 
-    def frames(self, stack: int) -> list[dict]:
+    def frames(self, stack: int, answer: bool = False) -> list[dict]:
+        """The stack's frames, innermost first; `answer`: they go into an answer, charged against its budget
+        (traces/util/answer_budget.py) before they are built."""
         if stack < 0:
             return []
         t = self.cols
         lo, hi = int(t["stack_offsets"][stack]), int(t["stack_offsets"][stack + 1])
+        if answer:
+            charge(self.stack_bytes(lo, hi), "stack frames")
         s = self.strings
         return [{"name": s[t["frame_name"][f]], "filename": s[t["frame_file"][f]], "line": int(t["frame_line"][f])}
                 for f in t["stack_frames"][lo:hi].tolist()]
+
+    def stack_bytes(self, lo: int, hi: int) -> int:
+        """Bytes frames lo..hi take in a JSON answer, from the columns (nothing is built)."""
+        if "text_len" not in self._cache:
+            self._cache["text_len"] = np.fromiter(map(len, self.strings), dtype=np.int64, count=len(self.strings))
+        n, t = self._cache["text_len"], self.cols
+        f = t["stack_frames"][lo:hi]
+        return int(n[t["frame_name"][f]].sum() + n[t["frame_file"][f]].sum()) + FRAME_JSON * (hi - lo)
 
     def site(self, stack: int, skip=DEFAULT_SKIP) -> str:
         """The call site of a stack (frames.call_site: never a C++ frame while a Python frame exists)."""
@@ -193,7 +207,7 @@ def entry(dev: Device, k: int, skip=DEFAULT_SKIP, frames: bool = False) -> dict 
            "stream": int(c["stream"][k]), "time_us": int(c["time_us"][k]),
            "meta": dev.meta_text(int(c["meta"][k])), "site": dev.label(stack, k, skip)}
     if frames:
-        out["frames"] = dev.frames(stack)
+        out["frames"] = dev.frames(stack, answer=True)
     return out
 
 

@@ -111,6 +111,7 @@ class _Connection:
 
     def __init__(self, conn):
         self.conn = conn
+        self.deferred: list[Later] = []
 
     def execute(self, sql: str, args=()):
         cur = self.conn.cursor(binary=True)
@@ -121,6 +122,23 @@ class _Connection:
         cur = self.conn.cursor(binary=True)
         cur.executemany(translate(sql), list(rows))
         return cur
+
+
+def _configure(conn) -> None:
+    """Each pooled connection, once: its writes commit without waiting for the WAL flush (write())."""
+    conn.execute("SET synchronous_commit = off")
+
+
+class Later:
+    """The rows of a query sent inside a write, read when the transaction has committed (`rows`): in a
+    pipeline, its answer comes back with the COMMIT's, in the same round trip."""
+
+    def __init__(self, cursor=None, rows=None):
+        self.cursor, self.rows = cursor, rows
+
+    def resolve(self):
+        if self.cursor is not None:
+            self.rows, self.cursor = self.cursor.fetchall(), None
 
 
 class PostgresBackend:
@@ -146,7 +164,7 @@ class PostgresBackend:
         self._psycopg = psycopg
         self.errors = (psycopg.Error,)
         self.pool = ConnectionPool(url, min_size=1, max_size=POOL_MAX, kwargs={"autocommit": True},
-                                   open=False, name="alloctrace")
+                                   configure=_configure, open=False, name="alloctrace")
         try:
             self.pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - PoolTimeout hides the reason: ask once more for it
@@ -207,18 +225,22 @@ class PostgresBackend:
         of a result waits for those before it): an import of many graphs is not a round trip per row."""
         psycopg = self._psycopg
         try:
-            with self.pool.connection(timeout=60) as conn, (conn.pipeline() if pipeline else nullcontext()):
-                conn.execute(begin)
-                try:
-                    yield _Connection(conn)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if not conn.closed:
-                        try:
-                            conn.execute("ROLLBACK")
-                        except psycopg.Error:
-                            pass
-                    raise
+            with self.pool.connection(timeout=60) as conn:
+                with conn.pipeline() if pipeline else nullcontext():
+                    conn.execute(begin)
+                    db = _Connection(conn)
+                    try:
+                        yield db
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        if not conn.closed:
+                            try:
+                                conn.execute("ROLLBACK")
+                            except psycopg.Error:
+                                pass
+                        raise
+                for later in db.deferred:  # answered by the pipeline's last sync; the connection is still ours
+                    later.resolve()
         except psycopg.errors.InsufficientPrivilege:
             raise StoreReadOnly(f"store {self.where} is read-only: this database role may only read it (nothing "
                                 "was written)") from None
@@ -229,10 +251,22 @@ class PostgresBackend:
             raise StoreUnavailable(f"store {self.where} is unavailable: {str(e).strip().splitlines()[0]}") \
                 from None
 
+    @staticmethod
+    def later(db: _Connection, sql: str, args=()) -> Later:
+        """A query inside a write whose rows are read once it has committed (Later.rows): no round trip of
+        its own."""
+        later = Later(cursor=db.execute(sql, args))
+        db.deferred.append(later)
+        return later
+
     def read(self):
         return self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
     def write(self):
+        """One write transaction, pipelined. Its COMMIT does not wait for the WAL to reach the disk: as the
+        SQLite store (WAL, synchronous=NORMAL), a power loss or OS crash may undo the last fraction of a second
+        of writes but never half of one, and a crash of PostgreSQL itself loses nothing; an import run again
+        stores what is missing (input_hash), and the wait was most of a small import's time."""
         return self._transaction("BEGIN", pipeline=True)
 
     def generation(self, wait: bool, sql: str):

@@ -12,6 +12,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 from alloctrace.traces.errors import UserError
 
@@ -124,6 +125,11 @@ class SqliteBackend:
             except sqlite3.Error:
                 pass
             raise StoreFull(f"disk full: cannot write to the store {self.where} (nothing was stored)") from None
+
+    @staticmethod
+    def later(db, sql: str, args=()):
+        """A query inside a write, answered at once (postgres.Later's shape: `rows`)."""
+        return SimpleNamespace(rows=db.execute(sql, args).fetchall())
 
     def generation(self, wait: bool, sql: str):
         """The generation row (None: none yet); False when `wait` is False and the connection is busy."""

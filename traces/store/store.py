@@ -48,6 +48,10 @@ GRAPH_COLUMNS = "idx, role, n_events, max_size, buffer_size, oom, consistent, " 
 ID_RE = re.compile(r"^[0-9a-f]{1,8}$")
 FULL_ID_RE = re.compile(r"^[0-9a-f]{8}$")
 SMALL_VALUE = 1024  # an extra's value longer than this as JSON is left out of its small copy
+GRAPH_INSERT = ("trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, packed, "
+                "checksum, extra_small")
+GRAPH_MARKS = "(" + ",".join("?" * 13) + ")"
+BATCH_ROWS, BATCH_BYTES = 64, 8 << 20  # graph rows an INSERT takes at most (SQLite's 32766 variables; memory)
 KEY_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a key graph_extras_of may take out in SQL
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
 
@@ -171,13 +175,25 @@ class Store:
     def add_traces(self, traces: Iterable[tuple]) -> list[str]:
         """Store traces [(meta, graphs, content_hash)] in one transaction: all of them or, on any failure or
         interrupt, none. `content_hash` names the input they were read from (stored_with finds it again)."""
+        return [s["id"] for s in self.add_traces_summarised(traces, summaries=False)]
+
+    def add_traces_summarised(self, traces: Iterable[tuple], summaries: bool = True) -> list[dict]:
+        """`add_traces`, answering the new traces' summaries (as `summaries`), read in the same transaction:
+        on PostgreSQL their queries ride in the write's pipeline, answered with its COMMIT (no read
+        transaction's four round trips after it)."""
         traces = list(traces)
         with self._be.write() as db:
             ids = self._ids_for(db, [meta for meta, _, _ in traces])
             tids = [self._insert_trace(db, meta, graphs, content_hash, tid)
                     for (meta, graphs, content_hash), tid in zip(traces, ids)]
-            self._bump(db)  # last: on PostgreSQL the row stays locked until the commit
-        return tids
+            self._bump(db)  # on PostgreSQL the row stays locked until the commit
+            asked = [(self._be.later(db, f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})", part),
+                      self._be.later(db, f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN "
+                                         f"({marks}) ORDER BY trace_id, idx", part))
+                     for part, marks in (_chunks(tids) if summaries else ())]
+        if not summaries:
+            return [{"id": t} for t in tids]
+        return _summaries_of(tids, [(t.rows, g.rows) for t, g in asked])
 
     @staticmethod
     def _ids_for(db, metas: list[TraceMeta]) -> list[str]:
@@ -210,9 +226,43 @@ class Store:
             " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
              json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION, content_hash))
+        rows: list[tuple] = []  # graph rows sent as one INSERT (a statement each cost PostgreSQL most of a write)
+        held = 0
         for g in graphs:
-            self._add_graph(db, tid, g)
+            row, derive = self._graph_row(tid, g)
+            rows.append(row)
+            held += len(row[9]) + len(row[10])
+            if derive or held > BATCH_BYTES or len(rows) == BATCH_ROWS:
+                self._insert_graphs(db, rows)
+                rows, held = [], 0
+            if derive:
+                self._add_derived_rows(db, tid, *derive)
+        self._insert_graphs(db, rows)
         return tid
+
+    @staticmethod
+    def _insert_graphs(db, rows: list[tuple]) -> None:
+        if rows:
+            db.execute(f"INSERT INTO graphs ({GRAPH_INSERT}) VALUES " + ",".join([GRAPH_MARKS] * len(rows)),
+                       [v for row in rows for v in row])
+
+    def _graph_row(self, tid: str, g: GraphRecord | EncodedGraph) -> tuple[tuple, tuple | None]:
+        """A graph's row, and what its derived rows are made from (None: it has none)."""
+        encoded = None
+        if isinstance(g, EncodedGraph):
+            strings, blobs, n = g.strings, g.blobs, g.n_events
+        else:
+            encoded = encode(g.events)
+            strings, blobs = pack(*encoded, self._zc.compress)
+            n = len(g.events)
+        packed = pack_blobs(blobs)
+        row = (tid, g.index, g.role, n, g.max_size, g.buffer_size,
+               None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
+               json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, packed, checksum(strings, packed),
+               _small_extra(g.extra))
+        if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
+            return row, (g, n, strings, blobs, encoded)
+        return row, None
 
     def stored_with(self, content_hashes: Iterable[str]) -> dict[str, list[str]]:
         """Content hash -> the ids of the traces read from an input of that hash (sources.input_hash: its
@@ -242,24 +292,6 @@ class Store:
     def trace_ids(self) -> set[str]:
         with self._snapshot() as db:
             return {r[0] for r in db.execute("SELECT id FROM traces")}
-
-    def _add_graph(self, db, tid: str, g: GraphRecord | EncodedGraph):
-        if isinstance(g, EncodedGraph):
-            strings, blobs, n = g.strings, g.blobs, g.n_events
-        else:
-            encoded = encode(g.events)
-            strings, blobs = pack(*encoded, self._zc.compress)
-            n = len(g.events)
-        packed = pack_blobs(blobs)
-        db.execute(
-            "INSERT INTO graphs (trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings,"
-            " packed, checksum, extra_small) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (tid, g.index, g.role, n, g.max_size, g.buffer_size,
-             None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
-             json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, packed, checksum(strings, packed),
-             _small_extra(g.extra)))
-        if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
-            self._add_derived_rows(db, tid, g, n, strings, blobs, encoded if isinstance(g, GraphRecord) else None)
 
     def _add_derived_rows(self, db, tid: str, g: GraphRecord | EncodedGraph, n: int, strings, blobs, encoded):
         """A long graph of ggml events (a PyTorch device's entries have no `kind`) gets the analyses' derived
@@ -413,16 +445,12 @@ class Store:
     def summaries(self, ids: Iterable[str]) -> list[dict]:
         """The summaries of these traces (those still stored) in the order given, a query per 500 ids."""
         ids = list(dict.fromkeys(ids))
-        rows: dict[str, tuple] = {}
-        graphs: dict[str, list] = {}
         with self._snapshot() as db:
-            for part, marks in _chunks(ids):
-                rows.update((r[0], r) for r in db.execute(f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})",
-                                                          part))
-                for r in db.execute(f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN ({marks}) "
-                                    "ORDER BY trace_id, idx", part):
-                    graphs.setdefault(r[0], []).append(r[1:])
-        return [_summary(rows[t], graphs.get(t, [])) for t in ids if t in rows]
+            answers = [(db.execute(f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})", part).fetchall(),
+                        db.execute(f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN ({marks}) "
+                                   "ORDER BY trace_id, idx", part).fetchall())
+                       for part, marks in _chunks(ids)]
+        return _summaries_of(ids, answers)
 
     def graph_extras_of(self, ids: Iterable[str], keys: tuple[str, ...] = ()) -> dict[str, dict[int, dict]]:
         """`graph_extras` of several traces at once (id -> graph index -> extra); `keys`: only those keys,
@@ -647,6 +675,17 @@ def _small_extra(extra: dict | None) -> str:
         else:
             omitted.append(k)
     return json.dumps({**small, "_omitted": omitted} if omitted else small, sort_keys=True)
+
+
+def _summaries_of(ids: list[str], answers) -> list[dict]:
+    """Summaries in the order of `ids` (those stored) from [(trace rows, graph rows)] of their queries."""
+    rows: dict[str, tuple] = {}
+    graphs: dict[str, list] = {}
+    for trace_rows, graph_rows in answers:
+        rows.update((r[0], r) for r in trace_rows)
+        for r in graph_rows:
+            graphs.setdefault(r[0], []).append(r[1:])
+    return [_summary(rows[t], graphs.get(t, [])) for t in ids if t in rows]
 
 
 def _chunks(ids: list[str], size: int = 500):

@@ -185,6 +185,46 @@ def check_sizes(lib, function: str, structs: dict) -> None:
                                  "the C struct and its ctypes mirror differ")
 
 
+class InstalledLibrary:
+    """One install-time library as a fast path sees it: loaded, checked and bound once (`get()`: what `bind`
+    made of it, or None), why not (`unavailable()`), and which path runs, in words (`path_line()`). The one
+    prologue every compiled fast path shares; ALLOCTRACE_PURE_PYTHON=1 turns them all off."""
+
+    def __init__(self, source: Path, stem: str, symbols: tuple, sizes: tuple[str, dict], bind, what: str,
+                 on_untrusted=None):
+        self.source, self.stem, self.symbols, self.sizes, self.bind = source, stem, symbols, sizes, bind
+        self.what, self.on_untrusted = what, on_untrusted  # on_untrusted(why): a debug line, say
+        self._tried: list = []  # [bound library or None], once tried
+        self._why: str | None = None
+
+    def get(self):
+        if os.environ.get("ALLOCTRACE_PURE_PYTHON") == "1":
+            return None
+        if not self._tried:
+            try:
+                lib = load_installed(self.source, self.stem, self.symbols)
+            except Untrusted as e:
+                self._why, lib = str(e), None
+                if self.on_untrusted is not None:
+                    self.on_untrusted(self._why)
+            if lib is not None:
+                check_sizes(lib, *self.sizes)
+                lib = self.bind(lib)
+            self._tried.append(lib)
+        return self._tried[0]
+
+    def unavailable(self) -> str | None:
+        if os.environ.get("ALLOCTRACE_PURE_PYTHON") == "1":
+            return "ALLOCTRACE_PURE_PYTHON=1"
+        return None if self.get() is not None else (self._why or "not loaded")
+
+    def path_line(self) -> str:
+        why = self.unavailable()
+        if why is None:
+            return f"{self.what}: the compiled path, loaded from {LOADED.get(self.stem, 'the package')}"
+        return f"{self.what}: the pure Python path ({why})"
+
+
 def preload_safe(path: Path) -> bool:
     """An absolute path the dynamic loader reads as one entry of LD_PRELOAD."""
     s = str(path)

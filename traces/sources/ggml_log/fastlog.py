@@ -21,7 +21,7 @@ from pathlib import Path
 
 from alloctrace.allocator.profiles import PROFILES
 
-from alloctrace.traces.util.cbuild import Untrusted, check_sizes, load_installed
+from alloctrace.traces.util.cbuild import InstalledLibrary
 from alloctrace.traces.store.columns import EncodedGraph, STR_FIELDS, compressor
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.sources.logio import LogReader, _why
@@ -70,57 +70,30 @@ N, INDEX, MAX_SIZE, BUFFER_SIZE, OOM_NEEDED, OOM_LARGEST, INCOMPLETE, OOM_TENSOR
 
 SYMBOLS = ("fl_sizeof", "fl_new", "fl_free", "fl_release", "fl_reason", "fl_feed", "fl_queued", "fl_features",
            "fl_configure", "fl_next", "fl_tune")  # each one library() binds
-_LIB: list = []  # [library or None], once tried
-_WHY: list = []  # why it is None
+def _bind(lib):
+    """The library's functions given their C types."""
+    lib.fl_new.restype = ctypes.c_void_p
+    lib.fl_free.argtypes = [ctypes.c_void_p]
+    lib.fl_release.argtypes = [ctypes.c_void_p]
+    lib.fl_reason.restype = ctypes.c_char_p
+    lib.fl_reason.argtypes = [ctypes.c_void_p]
+    lib.fl_feed.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int]
+    lib.fl_queued.argtypes = [ctypes.c_void_p]
+    lib.fl_queued.restype = ctypes.c_int64
+    lib.fl_features.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
+    lib.fl_features.restype = ctypes.c_int64
+    lib.fl_configure.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                 ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
+    lib.fl_next.argtypes = [ctypes.c_void_p, ctypes.POINTER(GraphOut)]
+    lib.fl_tune.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    return lib
 
 
-def unavailable() -> str | None:
-    """Why the compiled path does not run (None: it does)."""
-    if os.environ.get("ALLOCTRACE_PURE_PYTHON") == "1":
-        return "ALLOCTRACE_PURE_PYTHON=1"
-    return None if library() is not None else (_WHY[0] if _WHY else "not loaded")
-
-
-def path_line() -> str:
-    """Which path reads ggml logs in this process, in words (`import --verbose`)."""
-    from alloctrace.traces.util.cbuild import LOADED
-
-    why = unavailable()
-    if why is None:
-        return f"ggml logs: the compiled path, loaded from {LOADED.get('fastlog', 'the package')}"
-    return f"ggml logs: the pure Python path ({why})"
-
-
-def library():
-    """The install-time library, or None (not built at install time, failing a check, or
-    ALLOCTRACE_PURE_PYTHON=1; `unavailable()` says why)."""
-    if os.environ.get("ALLOCTRACE_PURE_PYTHON") == "1":
-        return None
-    if not _LIB:
-        try:
-            lib = load_installed(SOURCE, "fastlog", SYMBOLS)
-        except Untrusted as e:
-            debug(__name__, "fast log import unavailable: %s", e)
-            _WHY[:] = [str(e)]
-            lib = None
-        if lib is not None:
-            check_sizes(lib, "fl_sizeof", {"GraphOut": GraphOut})
-            lib.fl_new.restype = ctypes.c_void_p
-            lib.fl_free.argtypes = [ctypes.c_void_p]
-            lib.fl_release.argtypes = [ctypes.c_void_p]
-            lib.fl_reason.restype = ctypes.c_char_p
-            lib.fl_reason.argtypes = [ctypes.c_void_p]
-            lib.fl_feed.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int]
-            lib.fl_queued.argtypes = [ctypes.c_void_p]
-            lib.fl_queued.restype = ctypes.c_int64
-            lib.fl_features.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
-            lib.fl_features.restype = ctypes.c_int64
-            lib.fl_configure.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
-                                         ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
-            lib.fl_next.argtypes = [ctypes.c_void_p, ctypes.POINTER(GraphOut)]
-            lib.fl_tune.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
-        _LIB.append(lib)
-    return _LIB[0]
+_FAST = InstalledLibrary(SOURCE, "fastlog", SYMBOLS, ("fl_sizeof", {"GraphOut": GraphOut}), _bind, "ggml logs",
+                         on_untrusted=lambda why: debug(__name__, "fast log import unavailable: %s", why))
+library = _FAST.get               # the bound library, or None (not built at install time, a failed check,
+unavailable = _FAST.unavailable   # ALLOCTRACE_PURE_PYTHON=1); unavailable() says why
+path_line = _FAST.path_line       # which path reads ggml logs, in words (`import --verbose`)
 
 
 class Replayable:

@@ -22,7 +22,7 @@ from alloctrace.allocator.dyn_tallocr import Chunk, SIZE_MAX
 from alloctrace.allocator.events import Event
 from alloctrace.allocator.gallocr import INVALID, NO_ALLOC
 from alloctrace.traces.store.columns import INT_FIELDS, INT_TYPES, STR_FIELDS, EventColumns
-from alloctrace.traces.util.cbuild import Untrusted, check_sizes, load_installed
+from alloctrace.traces.util.cbuild import InstalledLibrary
 
 SOURCE = Path(__file__).with_name("plans_fast.c")
 COLUMNS = INT_FIELDS + STR_FIELDS + ("srcs", "extra")  # plans_fast.c's column order (encode_arrays')
@@ -49,50 +49,22 @@ class RfOut(ctypes.Structure):
                 ("shapes", ctypes.c_void_p), ("shapes_len", I64), ("state", _P(I64)), ("state_len", I64)]
 
 
-_LIB: list = []  # [(library, its state) or None], once tried
-_WHY: list = []  # why it is None
+def _bind(lib):
+    """(the library, its state handle), its functions given their C types."""
+    lib.rf_new.restype = ctypes.c_void_p
+    lib.rf_free.argtypes = [ctypes.c_void_p]
+    lib.rf_reason.restype = ctypes.c_char_p
+    lib.rf_reason.argtypes = [ctypes.c_void_p]
+    lib.rf_reserve.argtypes = [ctypes.c_void_p, _P(RfIn), _P(RfOut)]
+    lib.rf_reserve.restype = ctypes.c_int
+    return lib, lib.rf_new()
 
 
-def unavailable() -> str | None:
-    """Why the compiled replay does not run (None: it does)."""
-    if os.environ.get("ALLOCTRACE_PURE_PYTHON") == "1":
-        return "ALLOCTRACE_PURE_PYTHON=1"
-    return None if library() is not None else (_WHY[0] if _WHY else "not loaded")
-
-
-def path_line() -> str:
-    """Which path reads recordings in this process, in words (`import --verbose`)."""
-    from alloctrace.traces.util.cbuild import LOADED
-
-    why = unavailable()
-    if why is None:
-        return f"recordings: the compiled path, loaded from {LOADED.get('plans_fast', 'the package')}"
-    return f"recordings: the pure Python path ({why})"
-
-
-def library():
-    """(the install-time library, its state handle), or None (not built at install time, failing a check,
-    ALLOCTRACE_PURE_PYTHON=1; `unavailable()` says why)."""
-    if os.environ.get("ALLOCTRACE_PURE_PYTHON") == "1":
-        return None
-    if not _LIB:
-        try:
-            lib = load_installed(SOURCE, "plans_fast", SYMBOLS)
-        except Untrusted as e:
-            _WHY[:] = [str(e)]
-            lib = None
-        if lib is not None:
-            check_sizes(lib, "rf_sizeof", {"RfIn": RfIn, "RfOut": RfOut})
-            lib.rf_new.restype = ctypes.c_void_p
-            lib.rf_free.argtypes = [ctypes.c_void_p]
-            lib.rf_reason.restype = ctypes.c_char_p
-            lib.rf_reason.argtypes = [ctypes.c_void_p]
-            lib.rf_reserve.argtypes = [ctypes.c_void_p, _P(RfIn), _P(RfOut)]
-            lib.rf_reserve.restype = ctypes.c_int
-            _LIB.append((lib, lib.rf_new()))
-        else:
-            _LIB.append(None)
-    return _LIB[0]
+_FAST = InstalledLibrary(SOURCE, "plans_fast", SYMBOLS, ("rf_sizeof", {"RfIn": RfIn, "RfOut": RfOut}), _bind,
+                         "recordings")
+library = _FAST.get               # (the library, its state handle), or None (not built at install time, a failed
+unavailable = _FAST.unavailable   # check, ALLOCTRACE_PURE_PYTHON=1); unavailable() says why
+path_line = _FAST.path_line       # which path reads recordings, in words (`import --verbose`)
 
 
 @dataclass

@@ -17,6 +17,39 @@ STATIC = ("{prog} is statically linked, so no library can be preloaded into it: 
           "libraries: -DBUILD_SHARED_LIBS=ON")
 
 
+PYTHON_NAMES = ("python", "pypy", "torchrun", "accelerate", "deepspeed")
+
+
+def _python_name(name: str) -> bool:
+    """python, python3.12, pypy3, torchrun, accelerate, deepspeed (without a regular expression: this runs
+    before the program starts, where every import delays it)."""
+    for base in PYTHON_NAMES:
+        if name == base or (base in ("python", "pypy") and name.startswith(base)
+                            and all(c in "0123456789." for c in name[len(base):])):
+            return True
+    return False
+
+
+def is_python_program(argv: list[str]) -> bool:
+    """A Python interpreter, a launcher of Python workers (torchrun), or a script whose #! line names Python."""
+    if not argv:
+        return False
+    prog = argv[0]
+    if os.path.basename(prog) == "env":  # env VAR=... PROGRAM
+        rest = [w for w in argv[1:] if "=" not in w and not w.startswith("-")]
+        return is_python_program(rest)
+    if _python_name(os.path.basename(prog)):
+        return True
+    path = prog if os.sep in prog else shutil.which(prog)
+    try:
+        with open(path or prog, "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+
 def resolve_program(argv: list[str]) -> str:
     prog = argv[0]
     path = prog if os.sep in prog else shutil.which(prog)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from alloctrace.traces.sources.torch.hook import HOOK_DIR
 
-PYTHON_NAME = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|torchrun|accelerate|deepspeed)$")
 STACKS = ("python", "all")
 
 
@@ -26,25 +24,6 @@ class Snapshot:
     def rank(self) -> int | None:
         r = self.facts.get("rank")
         return r if isinstance(r, int) else None
-
-
-def is_python_program(argv: list[str]) -> bool:
-    """A Python interpreter, a launcher of Python workers (torchrun), or a script whose #! line names Python."""
-    if not argv:
-        return False
-    prog = argv[0]
-    if os.path.basename(prog) == "env":  # env VAR=... PROGRAM
-        rest = [w for w in argv[1:] if "=" not in w and not w.startswith("-")]
-        return is_python_program(rest)
-    if PYTHON_NAME.match(os.path.basename(prog)):
-        return True
-    path = prog if os.sep in prog else shutil.which(prog)
-    try:
-        with open(path or prog, "rb") as f:
-            first = f.readline(200)
-    except OSError:
-        return False
-    return first.startswith(b"#!") and b"python" in first
 
 
 def hook_env(out_dir: Path, stacks: str = "python", max_entries: int = 1_000_000,
