@@ -127,7 +127,9 @@ def get_summary(request: Request, trace_id: TraceId):
     store = _store(request)
     _check_id(trace_id)
     require_kind(store, trace_id, TORCH)
+    from alloctrace.traces.store.torch_stored import categories
     out = torch_summary(store, trace_id)
+    out["categories"] = categories(store, trace_id)
     for d in out["devices"]:
         d.update(device_summary(_views(request).device(store, trace_id, d["device"])))
     return out

@@ -423,6 +423,7 @@ async function single(id, d) {
   $("state-event").max = dev.n_events;
   v.wireScrub();
   compareWith(id, d);
+  categoriesPanel(sum.categories);
   const fail = (e) => setStatus(e.message, true);
   // "after entry N" is entries 0..N applied, as the peak, the flamegraph and the OOM card number entries
   $("state-go").onclick = () => v.state($("state-event").value === "" ? 0 : Number($("state-event").value) + 1).catch(fail);
@@ -444,6 +445,18 @@ async function single(id, d) {
   const at = urlParam("event");
   if (urlParam("view") === "oom" && dev.oom_events.length) await v.state(dev.oom_events[0]);
   else await v.state(at !== null ? Number(at) + 1 : dev.n_events);
+}
+
+/** Bytes by category at the peak (parameters, gradients, optimizer state, activations, ...) where the trace
+ * knows them, else why it does not. */
+function categoriesPanel(c) {
+  const box = clear($("categories"));
+  box.dataset.known = String(Boolean(c && c.known));
+  if (!c || !c.known) { $("categories-note").textContent = `No categories for this trace: ${c ? c.why : "unknown"}.`; return; }
+  $("categories-note").textContent = `At the peak allocated that alloctrace plan predicted for ${c.name} = ${c.value}` +
+    `${c.fits === false ? " (over the budget)" : ""}: ${fmtBytes(c.total)} in all.`;
+  box.append(table(["category", "bytes", "share", ""], Object.entries(c.categories).map(([name, b]) => [name, exactEl(b),
+    pct(b / Math.max(1, c.total)), el("span", { class: "cat-bar", style: `display:inline-block;height:10px;width:${(100 * b / Math.max(1, c.total)).toFixed(1)}px;background:${nameColor(name)}` })]), [1, 2]));
 }
 
 /** "Compare with…": the other PyTorch snapshots, filtered by a name or id as it is typed (the first 20 that

@@ -167,3 +167,8 @@ def test_timeline_bands_carry_their_stack_only_when_asked(app):
         at = [names.index(s.split(" (")[0]) for s in b["stack"]]
         assert at == sorted(at)
     assert app.get(f"{base}/timeline?frames=17").status_code == 422
+
+
+def test_a_snapshot_summary_says_why_it_has_no_categories(app):
+    c = app.get(f"/api/torch/traces/{app.ids['oom']}").json()["categories"]
+    assert c["known"] is False and "plan --vary" in c["why"]

@@ -12,10 +12,34 @@ pytest.importorskip("playwright.sync_api")
 DATA = Path(__file__).resolve().parents[1] / "data" / "torch"
 
 
+# a `plan --vary` search as store_vary keeps it: the run at its answer, every point with its bytes per category
+VARY = {"name": "batch", "budget": 8 << 30, "value": 16, "lo": 8, "hi": 64, "laws": {}, "stored_value": 16,
+        "points": [{"value": 8, "fits": True, "categories": {"parameters": 500_000_000, "activations": 90_000_000}},
+                   {"value": 16, "fits": True, "peak_allocated": 1_100_000_000,
+                    "categories": {"parameters": 500_000_000, "gradients": 500_000_000, "activations": 180_000_000,
+                                   "temporaries": 4_000_000}}]}
+
+
+def store_plan_like(store_dir):
+    from alloctrace.traces.sources import read_file, store_traces
+    from alloctrace.traces.store.store import open_store
+    store = open_store(store_dir)
+    try:
+        with open(DATA / "small_default.pickle.gz", "rb") as f:
+            traces = read_file(f, name="plan batch=16", filename="plan.pickle.gz", tags=("vary=batch",))
+        for t in traces:
+            t.meta.extra = {**t.meta.extra, "plan_vary": VARY}
+        return store_traces(store, traces)[0]["id"]
+    finally:
+        store.close()
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with live_server(tmp_path_factory.mktemp("store")) as base:
-        ids = {}
+    store_dir = tmp_path_factory.mktemp("store")
+    plan = store_plan_like(store_dir)
+    with live_server(store_dir) as base:
+        ids = {"plan": plan}
         for name in ("oom", "gpt2_train_bs8"):
             with open(DATA / f"{name}.pickle.gz", "rb") as f:
                 r = httpx.post(f"{base}/api/torch/traces", files={"file": (f"{name}.pickle.gz", f)}, timeout=60)
@@ -150,7 +174,7 @@ def test_compare_with_finds_another_snapshot_and_opens_the_diff(server, page):
     page.click("#compare summary")
     page.wait_for_selector("#compare-list[data-hits]")
     names = page.eval_on_selector_all("#compare-list a", "as => as.map(a => a.textContent)")
-    assert names == ["oom.pickle.gz"]  # every other snapshot, not this one
+    assert sorted(names) == ["oom.pickle.gz", "plan batch=16"]  # every other snapshot, not this one
     page.fill("#compare-q", "nothing like it")
     page.wait_for_selector("#compare-list[data-hits='0']")
     assert "No other snapshot matches" in page.inner_text("#compare-list")
@@ -178,3 +202,16 @@ def test_the_snapshot_page_fits_a_phone(server, browser):
         assert page.evaluate("document.getElementById('scrub').getBoundingClientRect().right") <= 390
     finally:
         page.close()
+
+
+def test_the_category_view_shows_a_plans_bytes_per_category_and_says_why_a_snapshot_has_none(server, page):
+    open_page(page, server, "plan")
+    page.wait_for_selector("#categories[data-known='true']")
+    rows = page.eval_on_selector_all("#categories tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.innerText))")
+    want = VARY["points"][1]["categories"]
+    assert [r[0] for r in rows] == sorted(want, key=lambda k: (-want[k], k))
+    assert all(f"{want[r[0]]:,} B" in r[1] for r in rows)
+    assert "batch = 16" in page.inner_text("#categories-note")
+    open_page(page, server, "gpt2_train_bs8")
+    page.wait_for_selector("#categories[data-known='false']")
+    assert "not what a tensor is for" in page.inner_text("#categories-note")
