@@ -127,7 +127,9 @@ def get_summary(request: Request, trace_id: TraceId):
     store = _store(request)
     _check_id(trace_id)
     require_kind(store, trace_id, TORCH)
+    from alloctrace.traces.store.torch_stored import categories
     out = torch_summary(store, trace_id)
+    out["categories"] = categories(store, trace_id)
     for d in out["devices"]:
         d.update(device_summary(_views(request).device(store, trace_id, d["device"])))
     return out
@@ -138,12 +140,13 @@ def get_timeline(request: Request, trace_id: TraceId, d: Device,
                  x0: Annotated[int | None, Query(ge=0)] = None, x1: Annotated[int | None, Query(ge=1)] = None,
                  max_points: Annotated[int, Query(ge=10, le=5000)] = 1000,
                  max_bands: Annotated[int, Query(ge=0, le=500)] = 120,
-                 band_points: Annotated[int, Query(ge=2, le=2000)] = 300, skip: Skip = None):
+                 band_points: Annotated[int, Query(ge=2, le=2000)] = 300, skip: Skip = None,
+                 frames: Annotated[int, Query(ge=0, le=16, description="frames of each band's stack, for hover")] = 0):
     from alloctrace.traces.memmap.torch_timeline import timeline
     dev = _device(request, trace_id, d)
     if x0 is not None and x1 is not None and x1 <= x0:
         raise UserError(f"empty entry range: x1 ({x1}) must be above x0 ({x0})")
-    return JSONResponse(timeline(dev, x0, x1, max_points, max_bands, band_points, _skip(skip)))
+    return JSONResponse(timeline(dev, x0, x1, max_points, max_bands, band_points, _skip(skip), frames))
 
 
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/state", summary="Segments and blocks after N entries")
@@ -167,6 +170,17 @@ def get_peak(request: Request, trace_id: TraceId, d: Device, skip: Skip = None,
     return JSONResponse(peak(_device(request, trace_id, d), _skip(skip), top))
 
 
+@router.get("/api/torch/traces/{trace_id}/devices/{d}/live", summary="The largest allocations live after an entry")
+def get_live(request: Request, trace_id: TraceId, d: Device,
+             at: Annotated[int, Query(ge=0, description="after entry `at` (entries 0..at applied)")],
+             skip: Skip = None, top: Annotated[int, Query(ge=1, le=200)] = 10):
+    from alloctrace.traces.explain.torch_peak import largest_live
+    dev = _device(request, trace_id, d)
+    if at >= max(dev.n, 1):
+        raise UserError(f"entry {at} is out of range (0..{max(dev.n - 1, 0)})")
+    return JSONResponse({"after_entry": at, "largest": largest_live(dev, at, _skip(skip), top)})
+
+
 @router.get("/api/torch/traces/{trace_id}/devices/{d}/oom", summary="The OOM card (null when none)")
 def get_oom(request: Request, trace_id: TraceId, d: Device, skip: Skip = None,
             which: Annotated[int, Query(ge=0, le=1_000_000)] = 0):
@@ -185,6 +199,10 @@ def get_entries(request: Request, trace_id: TraceId, d: Device, start: Annotated
     dev = _device(request, trace_id, d)
     sk = _skip(skip)
     rows = [entry(dev, k, sk, frames) for k in range(min(start, dev.n), min(start + limit, dev.n))]
+    if frames:  # where each entry's stack sits in the flamegraph (its kept frames, outermost first)
+        from alloctrace.traces.explain.torch_flame import stack_path
+        for r in rows:
+            r["flame_path"] = stack_path(dev, int(dev.cols["stack"][r["i"]]), r["i"], sk)
     return {"total": dev.n, "start": start, "entries": rows}
 
 

@@ -312,13 +312,13 @@ const torchDevice = (id, d) => `${torchTrace(id)}/devices/${enc(d)}`;
 const withSkip = (q, skip) => { if (skip !== null && skip !== undefined) q.set("skip", skip); return q; };
 
 /** Timeline request sizes (prefetch.js asks for the same first view). */
-export const TORCH_TIMELINE = { max_points: 800, max_bands: 120 };
+export const TORCH_TIMELINE = { max_points: 800, max_bands: 120, frames: 8 };  // frames: each band's stack, for hover
 
 export const torchUrl = {
   trace: torchTrace,
   /** The first timeline (no window, no skip): what the page draws first. */
   timeline: (id, d, { x0, x1, skip } = {}) => {
-    const q = new URLSearchParams({ max_points: TORCH_TIMELINE.max_points, max_bands: TORCH_TIMELINE.max_bands });
+    const q = new URLSearchParams({ max_points: TORCH_TIMELINE.max_points, max_bands: TORCH_TIMELINE.max_bands, frames: TORCH_TIMELINE.frames });
     if (x0 !== undefined && x0 !== null) { q.set("x0", x0); q.set("x1", x1); }
     return `${torchDevice(id, d)}/timeline?${withSkip(q, skip)}`;
   },
@@ -347,6 +347,11 @@ export function torchSummary(id) { return call(torchTrace(id)); }
 export function torchTimeline(id, d, win = {}) { return call(torchUrl.timeline(id, d, win)); }
 
 /** One entry with its stack: {i, size, site, meta, addr, stream, frames: [{name, filename, line}]}. */
+/** The largest allocations live after entry k: {after_entry, largest: [{bytes, entry, addr, site}]}. */
+export async function torchLive(id, d, k, skip = null, top = 10) {
+  return call(`${torchDevice(id, d)}/live?${withSkip(new URLSearchParams({ at: k, top }), skip)}`);
+}
+
 export async function torchEntry(id, d, k, skip = null) {
   const q = withSkip(new URLSearchParams({ start: k, limit: 1, frames: "true" }), skip);
   return ((await call(`${torchDevice(id, d)}/entries?${q}`)).entries || [])[0] || null;

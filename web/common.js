@@ -98,6 +98,9 @@ export function opColor(op) { return opColors.of(op); }
 export function familyColor(family) { return familyColors.of(family); }
 /** A colour from a tensor name's hash (logs that name no op: too many names to keep apart). */
 export function nameColor(name) { return COLORS[fnv1a(String(name || "?")) % COLORS.length]; }
+/** The colour of one allocation of a PyTorch trace, from the entry that made it (its identity in the trace):
+ * the same in the timeline, the allocator state and the flamegraph, and across reloads. */
+export function allocColor(entry) { return COLORS[fnv1a(`allocation ${entry}`) % COLORS.length]; }
 
 // --- Plotly ------------------------------------------------------------------------------------------
 let plotlyLoading = null;

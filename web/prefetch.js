@@ -20,7 +20,7 @@
     if (b[0] !== a[0]) urls.push("/api/traces/" + enc(b[0]));
   } else if (location.pathname === "/torch" && q.get("id") && !q.get("a")) {
     var base = "/api/torch/traces/" + enc(q.get("id"));  // api.js torchSummary() and torchUrl.timeline()
-    urls = [base, base + "/devices/" + enc(Number(q.get("device") || 0)) + "/timeline?max_points=800&max_bands=120"];
+    urls = [base, base + "/devices/" + enc(Number(q.get("device") || 0)) + "/timeline?max_points=800&max_bands=120&frames=8"];
   }
   urls.forEach(function (u) {
     var link = document.createElement("link");

@@ -2,8 +2,8 @@
 // allocator state at any entry, the OOM card, the peak by call site) and the diff of two. Names from snapshots
 // are data: always text, never markup.
 import { listTraces, uploadSnapshot, torchSummary, torchTimeline, torchEntry, torchOom, torchPeak, torchState,
-  torchDiff, torchFlame, torchRanks } from "./api.js";
-import { $, el, clear, enc, bytesEl, exactEl, fmtBytes, fmtInt, topNav, nameColor, plotConfig, plotTheme, loading, loaded,
+  torchDiff, torchFlame, torchRanks, torchLive } from "./api.js";
+import { $, el, clear, enc, bytesEl, exactEl, fmtBytes, fmtInt, topNav, nameColor, allocColor, plotConfig, plotTheme, loading, loaded,
   urlParam, FREE_COLOR, fact, pct, plotlyReady, plotlyAfter, afterPaint } from "./common.js";
 import { plotText, byteTicks, PLOTLY_WAIT_MS } from "./memmap.js";
 import { sketchFigure } from "./sketch.js";
@@ -81,6 +81,46 @@ async function home() {
 class SnapshotView {
   constructor(id, d, dev) {
     this.id = id; this.d = d; this.dev = dev; this.skip = null; this.peakEvent = dev.peak_requested_event || 0;
+    this.at = null; this.asked = 0;  // the entry the state shows (null: the start); the latest state asked for
+  }
+
+  /** The line through the timeline at the entry the state shows. */
+  scrubLine() {
+    return { type: "line", xref: "x", yref: "paper", x0: this.at, x1: this.at, y0: 0, y1: 1, name: "scrub",
+      line: { color: plotTheme().ink, width: 1.5, dash: "dash" } };
+  }
+
+  markTimeline() {
+    const div = $("timeline");
+    if (!div.layout || !window.Plotly) return;
+    const shapes = (div.layout.shapes || []).filter((x) => x.name !== "scrub");
+    if (this.at !== null) shapes.push(this.scrubLine());
+    window.Plotly.relayout(div, { shapes });
+  }
+
+  /** The slider under the timeline: dragging shows the entry at once, asks for its state once it rests. */
+  wireScrub() {
+    const input = $("scrub");
+    input.max = String(Math.max(0, this.dev.n_events - 1));
+    let timer = null;
+    input.addEventListener("input", () => {
+      $("scrub-at").textContent = fmtInt(Number(input.value));
+      clearTimeout(timer);
+      timer = setTimeout(() => this.state(Number(input.value) + 1).catch((e) => setStatus(e.message, true)), 200);
+    });
+  }
+
+  async live(k) {
+    if (k <= 0) { clear($("live-top")); $("live-note").textContent = "Nothing is live before entry 0."; return; }
+    const r = await torchLive(this.id, this.d, k - 1, this.skip);
+    if (this.asked !== k) return;
+    $("live-note").textContent = `The largest allocations live after entry ${fmtInt(r.after_entry)}, in their colours; click one for its stack.`;
+    clear($("live-top")).append(table(["", "bytes", "made at entry", "call site"], r.largest.map((a) =>
+      [el("span", { class: "swatch", style: `display:inline-block;width:12px;height:12px;background:${allocColor(a.entry)}` }),
+        exactEl(a.bytes), el("a", { href: "#allocation", "data-entry": String(a.entry) }, fmtInt(a.entry)), a.site]), [1, 2]));
+    $("live-top").querySelectorAll("a[data-entry]").forEach((a) => a.addEventListener("click", () =>
+      this.allocation(Number(a.dataset.entry)).catch((e) => setStatus(e.message, true))));
+    $("live-top").dataset.after = String(r.after_entry);
   }
 
   async timeline(x0, x1) {
@@ -94,8 +134,9 @@ class SnapshotView {
       const top = b.base.map((v) => v + b.size);
       const text = `${fmtBytes(b.size)} · entries ${b.alloc}–${b.free ?? "end"} · ${b.site}${b.meta ? ` · ${b.meta}` : ""}`;
       traces.push({ x: b.x.concat(b.x.slice().reverse()), y: b.base.concat(top.reverse()), type: "scatter", mode: "lines",
-        fill: "toself", fillcolor: nameColor(b.site), line: { width: 0.5, color: theme.paper }, showlegend: false,
-        hoveron: "fills", name: "", customdata: [b.alloc], text: plotText(text), hoverinfo: "text" });
+        fill: "toself", fillcolor: allocColor(b.alloc), line: { width: 0.5, color: theme.paper }, showlegend: false,
+        hoveron: "fills", name: "", customdata: [b.alloc], hoverinfo: "text",
+        text: [text, ...(b.stack || []).map((f) => `  ${f}`)].map(plotText).join("<br>") });
     }
     const shapes = [], annotations = [];
     const div = $("timeline");
@@ -128,6 +169,7 @@ class SnapshotView {
       yaxis: { title: { text: "bytes" }, rangemode: "tozero", ...bytesAxis(top * 1.05) }, shapes, annotations, hovermode: "closest",
       showlegend: true, legend: { orientation: "h", y: -0.15 }, uirevision: "keep" });
     if (x0 !== undefined) layout.xaxis.range = [x0, x1];
+    if (this.at !== null) shapes.push(this.scrubLine());
     if (this.cancelPlotly) { this.cancelPlotly(); this.cancelPlotly = null; }
     let sketch = null;
     if (!window.Plotly) {  // the first picture while Plotly.js loads: the same figure on a canvas
@@ -161,10 +203,81 @@ class SnapshotView {
     const box = clear($("allocation"));
     box.hidden = false;
     if (!e) { box.append(el("p", { class: "empty" }, `No entry ${fmtInt(k)}.`)); return; }
+    box.style.borderLeft = `6px solid ${allocColor(e.i)}`;
+    box.dataset.color = allocColor(e.i);
+    this.markFlame(e.flame_path || [], allocColor(e.i));
     box.append(el("h2", {}, `Allocation at entry ${fmtInt(e.i)}: ${fmtBytes(e.size)}`),
       el("p", {}, `${e.site}${e.meta ? ` · ${e.meta}` : ""} · address 0x${e.addr.toString(16)} · stream ${e.stream}`),
       e.frames.length ? el("ol", { class: "mono" }, e.frames.map((f) => el("li", {}, `${f.name}  ${f.filename}:${f.line}`)))
         : el("p", { class: "hint" }, "No Python frames (made on the autograd thread)."));
+  }
+
+  /** Outline an allocation's stack in the flamegraph in its colour (its kept frames, outermost first): the box
+   * of each frame lies inside the box of its caller. Boxes of other allocations lose their mark. */
+  markFlame(path, color) {
+    this.marked = { path, color };
+    const gs = [...$("flame").querySelectorAll("g[data-depth]")];
+    for (const g of gs) { g.removeAttribute("data-marked"); g.querySelector("rect").removeAttribute("stroke"); }
+    const boxOf = (g) => { const r = g.querySelector("rect"); return [Number(r.dataset.x ?? r.getAttribute("x")), Number(r.dataset.w ?? r.getAttribute("width"))]; };
+    let lo = -Infinity, hi = Infinity, n = 0;
+    path.forEach((name, i) => {
+      if (n !== i) return;
+      const g = gs.find((x) => Number(x.dataset.depth) === i + 1 && x.dataset.name === name && (() => {
+        const [a, w] = boxOf(x);
+        return a >= lo - 0.01 && a + w <= hi + 0.01;
+      })());
+      if (!g) return;
+      const r = g.querySelector("rect");
+      [lo, hi] = boxOf(g); hi += lo;
+      r.setAttribute("stroke", color); r.setAttribute("stroke-width", "3");
+      g.dataset.marked = color;
+      n += 1;
+    });
+    $("flame").dataset.marked = String(n);
+  }
+
+  /** Zoom the flamegraph into a box (null: the whole graph): it and its callees fill the width, its callers
+   * span it below, the rest is hidden; the breadcrumbs lead back. Drawn in the page, from the boxes the server
+   * drew (a box too narrow to draw at full width stays absent). */
+  zoomFlame(target) {
+    const svg = $("flame").querySelector("svg");
+    if (!svg) return;
+    const gs = [...svg.querySelectorAll("g[data-depth]")], full = svg.viewBox.baseVal.width;
+    const box = (g) => { const r = g.querySelector("rect"); r.dataset.x ??= r.getAttribute("x"); r.dataset.w ??= r.getAttribute("width");
+      return [Number(r.dataset.x), Number(r.dataset.w)]; };
+    const root = gs.find((g) => g.dataset.depth === "0");
+    if (!root) return;
+    const [pad] = box(root), span = full - 2 * pad;
+    const [bx, bw] = box(target || root), depth = Number((target || root).dataset.depth), scale = span / Math.max(bw, 1e-9);
+    const inside = (x, w) => x >= bx - 0.01 && x + w <= bx + bw + 0.01;
+    const chain = [];
+    for (const g of gs) {
+      const [x, w] = box(g), d = Number(g.dataset.depth), r = g.querySelector("rect"), t = g.querySelector("text");
+      let nx, nw;
+      if (d < depth && x <= bx + 0.01 && x + w >= bx + bw - 0.01) { nx = pad; nw = span; chain.push(g); }
+      else if (d >= depth && inside(x, w)) { nx = pad + (x - bx) * scale; nw = w * scale; }
+      g.style.display = nx === undefined ? "none" : "";
+      if (nx === undefined) continue;
+      r.setAttribute("x", nx.toFixed(2)); r.setAttribute("width", nw.toFixed(2));
+      const fit = Math.floor((nw - 6) / 6.6), name = g.dataset.name;
+      const label = fit < 3 ? "" : name.length <= fit ? name : `${name.slice(0, fit - 2)}..`;
+      if (label && !t) g.append(Object.assign(document.createElementNS("http://www.w3.org/2000/svg", "text"),
+        { textContent: label }));
+      const tt = g.querySelector("text");
+      if (tt) { tt.textContent = label; tt.setAttribute("x", (nx + 3).toFixed(2));
+        tt.setAttribute("y", String(Number(r.getAttribute("y")) + Number(r.getAttribute("height")) - 4)); }
+    }
+    chain.sort((a, b) => a.dataset.depth - b.dataset.depth);
+    if (target && target !== root) chain.push(target);
+    const crumbs = clear($("flame-crumbs"));
+    crumbs.hidden = !chain.length;
+    chain.forEach((g, i) => {
+      if (i) crumbs.append(" › ");
+      crumbs.append(i === chain.length - 1 ? el("span", { "aria-current": "true" }, g.dataset.name)
+        : el("button", { type: "button", class: "link" }, g.dataset.name === "all" ? "all" : g.dataset.name));
+      if (i < chain.length - 1) crumbs.lastChild.onclick = () => this.zoomFlame(g === root ? null : g);
+    });
+    $("flame").dataset.zoom = target && target !== root ? target.dataset.name : "";
   }
 
   async oom() {
@@ -215,15 +328,24 @@ class SnapshotView {
     const svg = document.importNode(doc.documentElement, true);
     svg.setAttribute("style", "max-width:100%;height:auto");
     clear($("flame")).append(svg);
+    svg.addEventListener("click", (ev) => { const g = ev.target.closest("g[data-depth]"); if (g) this.zoomFlame(g); });
+    this.zoomFlame(null);
     Object.assign($("flame").dataset, { event: String(f.event), bytes: String(f.bytes), ready: "1" });
-    $("flame-note").textContent = `${fmtBytes(f.bytes)} live after entry ${fmtInt(f.event)}: ${fmtInt(f.live_allocations)} allocations. Each Python frame outside the skipped files is a box as wide as the bytes allocated under it, callers below callees; the top boxes are the call sites of the table below. Hover a box for its bytes.`;
+    if (this.marked) this.markFlame(this.marked.path, this.marked.color);
+    $("flame-note").textContent = `${fmtBytes(f.bytes)} live after entry ${fmtInt(f.event)}: ${fmtInt(f.live_allocations)} allocations. Each Python frame outside the skipped files is a box as wide as the bytes allocated under it, callers below callees; the top boxes are the call sites of the table below. Hover a box for its bytes; click one to zoom into it, the breadcrumbs above lead back.`;
   }
 
   async state(k) {
     k = Math.max(0, Math.min(k, this.dev.n_events));
+    this.asked = k;
     $("state-event").value = k > 0 ? String(k - 1) : "";
+    this.at = k > 0 ? k - 1 : null;
+    $("scrub").value = String(k > 0 ? k - 1 : 0);
+    $("scrub-at").textContent = k > 0 ? fmtInt(k - 1) : "–";
+    this.markTimeline();
     loading($("state-note"), "Rebuilding the allocator state…");
-    const s = await torchState(this.id, this.d, k, this.skip).finally(() => loaded($("state-note")));
+    const [s] = await Promise.all([torchState(this.id, this.d, k, this.skip).finally(() => loaded($("state-note"))), this.live(k)]);
+    if (this.asked !== k) return;  // a later entry was asked for meanwhile (scrubbing): its answer draws
     const t = s.totals;
     if (!t) {   // a trace whose start could not be recovered: its totals are unknown, never zeros
       clear($("state-totals")).append(fact(...where(s)),
@@ -247,7 +369,8 @@ class SnapshotView {
     const theme = plotTheme();
     const data = Object.entries(bins).map(([state, bs]) => ({ type: "bar", orientation: "h", name: state.replace("_", " "),
       x: bs.map((b) => b.size), y: bs.map((b) => b.row), base: bs.map((b) => b.offset),
-      marker: { color: BLOCK_COLORS[state], line: { width: 0.5, color: theme.paper } }, textposition: "none", hoverinfo: "text",
+      marker: { color: state === "allocated" ? bs.map((b) => (b.alloc !== null && b.alloc !== undefined ? allocColor(b.alloc) : BLOCK_COLORS.allocated))
+        : BLOCK_COLORS[state], line: { width: 0.5, color: theme.paper } }, customdata: bs.map((b) => b.alloc ?? null), textposition: "none", hoverinfo: "text",
       text: bs.map((b) => plotText(`${b.state} ${fmtBytes(b.size)} at +${fmtBytes(b.offset)}${b.site ? ` · ${b.site}` : ""}${b.alloc !== null && b.alloc !== undefined ? ` · entry ${b.alloc}` : ""}`)) }));
     const div = $("segments");
     div.style.height = `${Math.min(Math.max(220, 16 * s.segments.length + 80), 2400)}px`;
@@ -257,7 +380,14 @@ class SnapshotView {
       yaxis: { autorange: "reversed", type: "category", categoryorder: "array", categoryarray: labels, tickfont: { size: 9 } },
       legend: { orientation: "h", y: -0.1 } }), plotConfig());
     Object.assign(div.dataset, { event: String(s.event), segments: String(s.segments.length) });
-    $("state-note").textContent = `Each row is a segment (cudaMalloc); blocks: allocated (blue), freed but waiting for its stream (orange), free/cached (green).${s.truncated ? " Only the first 20,000 blocks are drawn." : ""}`;
+    if (!div.dataset.wired) {  // a block of an allocation: its stack, as a click on the timeline shows it
+      div.dataset.wired = "1";
+      div.on("plotly_click", (ev) => {
+        const k = ev.points && ev.points.length ? ev.points[0].customdata : null;
+        if (k !== null && k !== undefined) this.allocation(k).catch((e) => setStatus(e.message, true));
+      });
+    }
+    $("state-note").textContent = `Each row is a segment (cudaMalloc); blocks: allocated (each in its allocation's colour, as on the timeline), freed but waiting for its stream (orange), free/cached (green).${s.truncated ? " Only the first 20,000 blocks are drawn." : ""}`;
   }
 }
 
@@ -291,6 +421,9 @@ async function single(id, d) {
     ...(sum.devices.length > 1 ? [fact("devices", el("span", {}, sum.devices.map((x) =>
       el("a", { href: `/torch?id=${enc(id)}&device=${x.device}`, style: "margin-right:8px" }, String(x.device)))))] : []));
   $("state-event").max = dev.n_events;
+  v.wireScrub();
+  compareWith(id, d);
+  categoriesPanel(sum.categories);
   const fail = (e) => setStatus(e.message, true);
   // "after entry N" is entries 0..N applied, as the peak, the flamegraph and the OOM card number entries
   $("state-go").onclick = () => v.state($("state-event").value === "" ? 0 : Number($("state-event").value) + 1).catch(fail);
@@ -307,11 +440,47 @@ async function single(id, d) {
     if (details.open && !$("whatif").firstChild) mountWhatIf($("whatif"), { trace: id, device: d, fixed: true });
   });
   if (urlParam("view") === "whatif") details.open = true;
-  await Promise.all([v.timeline().finally(() => loaded($("timeline-note"))).then(() => v.wireTimeline()), v.peak(), v.oom(),
+  await Promise.all([v.timeline().finally(() => loaded($("timeline-note"))).then(() => { v.wireTimeline(); v.markTimeline(); }), v.peak(), v.oom(),
     v.flame(urlParam("view") === "oom" && dev.oom_events.length ? "oom" : "peak")]);
   const at = urlParam("event");
   if (urlParam("view") === "oom" && dev.oom_events.length) await v.state(dev.oom_events[0]);
   else await v.state(at !== null ? Number(at) + 1 : dev.n_events);
+}
+
+/** Bytes by category at the peak (parameters, gradients, optimizer state, activations, ...) where the trace
+ * knows them, else why it does not. */
+function categoriesPanel(c) {
+  const box = clear($("categories"));
+  box.dataset.known = String(Boolean(c && c.known));
+  if (!c || !c.known) { $("categories-note").textContent = `No categories for this trace: ${c ? c.why : "unknown"}.`; return; }
+  $("categories-note").textContent = `At the peak allocated that alloctrace plan predicted for ${c.name} = ${c.value}` +
+    `${c.fits === false ? " (over the budget)" : ""}: ${fmtBytes(c.total)} in all.`;
+  box.append(table(["category", "bytes", "share", ""], Object.entries(c.categories).map(([name, b]) => [name, exactEl(b),
+    pct(b / Math.max(1, c.total)), el("span", { class: "cat-bar", style: `display:inline-block;height:10px;width:${(100 * b / Math.max(1, c.total)).toFixed(1)}px;background:${nameColor(name)}` })]), [1, 2]));
+}
+
+/** "Compare with…": the other PyTorch snapshots, filtered by a name or id as it is typed (the first 20 that
+ * match); each opens the diff of this snapshot (A) and it (B). Listed once the box is opened. */
+function compareWith(id, d) {
+  const box = $("compare");
+  let others = null;
+  const show = () => {
+    const q = $("compare-q").value.trim().toLowerCase();
+    const hits = others.filter((t) => !q || t.name.toLowerCase().includes(q) || t.id.includes(q));
+    const list = clear($("compare-list"));
+    if (!hits.length) list.append(el("li", { class: "empty" }, others.length ? "No other snapshot matches." : "No other snapshot is stored."));
+    for (const t of hits.slice(0, 20))
+      list.append(el("li", {}, el("a", { href: `/torch?a=${enc(d ? `${id}:${d}` : id)}&b=${enc(t.id)}` }, t.name), ` (${t.id})`));
+    if (hits.length > 20) list.append(el("li", { class: "hint" }, `${fmtInt(hits.length - 20)} more: type more of the name.`));
+    list.dataset.hits = String(hits.length);
+  };
+  box.addEventListener("toggle", async () => {
+    if (!box.open || others) return;
+    others = (await listTraces()).filter((t) => t.source === "torch" && t.id !== id);
+    show();
+    $("compare-q").focus();
+  });
+  $("compare-q").addEventListener("input", () => { if (others) show(); });
 }
 
 /** The ranks of a distributed job (a device each) side by side: table, curves over time, what differed. */

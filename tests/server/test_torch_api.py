@@ -134,3 +134,41 @@ def test_the_generic_diff_of_two_snapshots_is_the_torch_diff_and_a_mixed_pair_is
     assert same["delta_requested"] == 0 and same["first_difference"] is None
     mixed = app.get(f"/api/diff?a={a}&b={app.ggml}")
     assert mixed.status_code == 400 and "same kind" in mixed.text and "\n" not in mixed.json()["detail"]
+
+
+def test_live_after_an_entry_is_the_largest_allocations_of_the_state_there(app):
+    tid = app.ids["oom"]
+    base = f"/api/torch/traces/{tid}/devices/0"
+    n = app.get(f"{base}/timeline?max_bands=0").json()["n_events"]
+    k = n // 2
+    live = app.get(f"{base}/live?at={k}&top=5").json()
+    assert live["after_entry"] == k and 0 < len(live["largest"]) <= 5
+    sizes = [a["bytes"] for a in live["largest"]]
+    assert sizes == sorted(sizes, reverse=True)
+    held = [b for g in app.get(f"{base}/state?event={k + 1}").json()["segments"] for b in g["blocks"]
+            if b["state"] == "allocated"]
+    by_entry = {b["alloc"]: b for b in held}
+    assert all(a["entry"] <= k and a["entry"] in by_entry for a in live["largest"])
+    assert app.get(f"{base}/live?at={n}").status_code == 400
+    assert app.get(f"{base}/live?at=-1").status_code == 422
+    e = app.get(f"{base}/entries?start={live['largest'][0]['entry']}&limit=1&frames=true").json()["entries"][0]
+    assert e["action"] == "alloc" and isinstance(e["flame_path"], list) and e["flame_path"]
+
+
+def test_timeline_bands_carry_their_stack_only_when_asked(app):
+    base = f"/api/torch/traces/{app.ids['gpt2_train_bs8']}/devices/0"
+    plain = app.get(f"{base}/timeline?max_bands=20").json()["bands"]
+    assert plain and all("stack" not in b for b in plain)
+    bands = app.get(f"{base}/timeline?max_bands=20&frames=3").json()["bands"]
+    assert [b["alloc"] for b in bands] == [b["alloc"] for b in plain]
+    assert all(len(b["stack"]) <= 3 for b in bands) and any(len(b["stack"]) == 3 for b in bands)
+    for b in [b for b in bands if b["stack"]][:5]:  # frames of the entry's own stack, innermost first
+        names = [f["name"] for f in app.get(f"{base}/entries?start={b['alloc']}&limit=1&frames=true").json()["entries"][0]["frames"]]
+        at = [names.index(s.split(" (")[0]) for s in b["stack"]]
+        assert at == sorted(at)
+    assert app.get(f"{base}/timeline?frames=17").status_code == 422
+
+
+def test_a_snapshot_summary_says_why_it_has_no_categories(app):
+    c = app.get(f"/api/torch/traces/{app.ids['oom']}").json()["categories"]
+    assert c["known"] is False and "plan --vary" in c["why"]

@@ -55,9 +55,11 @@ def test_timeline_marks_the_oom_entry(server, page):
     _open(page, f"{server['base']}/torch?id={server['oom']}")
     k = sidecar("oom")["snapshot_analysis"]["trace_entries_per_device"][0] - 1
     assert page.get_attribute("#timeline", "data-oom-marks") == "1"
-    lines = page.evaluate("document.getElementById('timeline').layout.shapes.filter(s => s.type === 'line')"
+    lines = page.evaluate("document.getElementById('timeline').layout.shapes.filter(s => s.name === 'oom-line')"
                           ".map(s => s.x0)")
-    assert lines == [k]
+    assert lines == [k]  # the other line is the slider's entry (here the snapshot's, drawn dashed)
+    assert page.evaluate("document.getElementById('timeline').layout.shapes.filter(s => s.type === 'line')"
+                         ".map(s => s.name).sort()") == ["oom-line", "scrub"]
     assert page.locator("#timeline .annotation-text-g", has_text="OOM").count() == 1
 
 

@@ -22,6 +22,11 @@ def escape(text: str) -> str:
     return _escape(_NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
 
 
+def attr(text: str) -> str:
+    """`text` for a double-quoted attribute value."""
+    return escape(text).replace('"', "&quot;")
+
+
 def color(name: str) -> str:
     """A warm colour from the name: the same frame has the same colour in every graph."""
     h = hashlib.blake2s(name.encode("utf-8", "surrogatepass"), digest_size=3).digest()
@@ -54,7 +59,7 @@ def svg(f: dict, title: str | None = None) -> str:
         y = height - PAD - (level + 1) * ROW
         share = node["value"] / total
         tip = f"{node['name']}: {fmt_bytes(node['value'])} ({node['value']:,} B, {share:.1%}), {node['count']:,} allocations"
-        out.append(f'<g><title>{escape(tip)}</title><rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{ROW - 1}" '
+        out.append(f'<g data-name="{attr(node["name"])}" data-depth="{level}"><title>{escape(tip)}</title><rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{ROW - 1}" '
                    f'fill="{color(node["name"])}" rx="2"/>')
         fit = int((w - 6) / CHAR)
         if fit >= 3:

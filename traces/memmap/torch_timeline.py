@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from alloctrace.traces.state.torch_device import DEFAULT_SKIP, Device, noted
+from alloctrace.traces.state.torch_frames import is_python, short
 
 
 def _grid(x0: int, x1: int, n: int) -> np.ndarray:
@@ -25,10 +26,11 @@ def _envelope(curve: np.ndarray, grid: np.ndarray, x1: int) -> tuple[list, list]
 
 
 def timeline(dev: Device, x0: int | None = None, x1: int | None = None, max_points: int = 1000,
-             max_bands: int = 120, band_points: int = 300, skip=DEFAULT_SKIP) -> dict:
+             max_bands: int = 120, band_points: int = 300, skip=DEFAULT_SKIP, frames: int = 0) -> dict:
     """Allocated (requested) bytes over entries, stacked by allocation in allocation order, as the official
     viewer draws it: each drawn allocation is a band from the bytes allocated before it and still live to that
-    plus its size. Only the `max_bands` largest allocations live in the window are drawn."""
+    plus its size. Only the `max_bands` largest allocations live in the window are drawn; with `frames`, each
+    drawn band carries the first `frames` frames of its stack (see `hover_stack`)."""
     n = dev.n
     x0 = 0 if x0 is None else max(0, min(x0, n))
     x1 = n if x1 is None else max(x0, min(x1, n))
@@ -64,8 +66,18 @@ def timeline(dev: Device, x0: int | None = None, x1: int | None = None, max_poin
         out["bands"].append({"alloc": s, "free": e if e < n else None, "size": z, "x": xs.tolist(),
                              "base": base.tolist(), "site": dev.label(int(al.stack[r]), s, skip),
                              "meta": dev.meta_text(int(al.meta[r]))})
+        if frames:
+            out["bands"][-1]["stack"] = hover_stack(dev, int(al.stack[r]), skip, frames)
     out["annotations"] = annotation_bands(dev, x0, x1)
     return noted(dev, out)
+
+
+def hover_stack(dev: Device, stack: int, skip=DEFAULT_SKIP, limit: int = 8) -> list[str]:
+    """The first `limit` frames of a stack, innermost first, as `name (file:line)`: the Python frames outside
+    `skip` where there are any (what the peak names), else the frames as recorded (C++ only stacks)."""
+    every = dev.frames(stack) if stack >= 0 else []
+    kept = [f for f in every if is_python(f) and not any(p in f["filename"] for p in skip)] or every
+    return [f"{f['name']} ({short(f['filename'])}:{f['line']})" for f in kept[:limit]]
 
 
 def annotation_bands(dev: Device, x0: int, x1: int, limit: int = 200) -> list[dict]:

@@ -115,3 +115,21 @@ def curves(cols: dict[str, np.ndarray], baseline: tuple[int, int] = (0, 0)) -> t
     res = (np.where((a == SEGMENT_ALLOC) | (a == SEGMENT_MAP), size, 0)
            - np.where((a == SEGMENT_FREE) | (a == SEGMENT_UNMAP), size, 0))
     return np.cumsum(req) + baseline[0], np.cumsum(res) + baseline[1]
+
+
+NO_CATEGORIES = ("a memory snapshot records sizes, addresses and stacks, not what a tensor is for; "
+                 "`alloctrace plan --vary` stores the bytes per category at the peak with the run it keeps")
+
+
+def categories(store, trace_id: str) -> dict:
+    """Bytes per category (parameters, gradients, optimizer state, activations, ...) at the peak allocated, where
+    the trace knows them: a `plan --vary` run keeps them for every point of its search, and the stored run is
+    the point at `stored_value`. {"known": False, "why": ...} for any other trace."""
+    kept = (store.meta(trace_id).extra or {}).get("plan_vary") or {}
+    point = next((p for p in kept.get("points") or [] if p.get("value") == kept.get("stored_value")), None)
+    if not point or not point.get("categories"):
+        return {"known": False, "why": NO_CATEGORIES}
+    cats = {str(k): int(v) for k, v in point["categories"].items()}
+    return {"known": True, "name": kept.get("name"), "value": point["value"], "fits": point.get("fits"),
+            "peak_allocated": point.get("peak_allocated"), "total": sum(cats.values()),
+            "categories": dict(sorted(cats.items(), key=lambda kv: (-kv[1], kv[0])))}
