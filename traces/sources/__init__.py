@@ -142,17 +142,21 @@ def _reported(summaries: list[dict], traces: list[ImportedTrace]) -> list[dict]:
 def input_hash(path, options: dict) -> str:
     """What names an import of a file: the SHA-256 of its bytes (as given: compressed or not) with the options
     that change what is stored (tags, a generation, salvage), so a re-run finds what it stored before."""
-    import hashlib
     import json
+    import os
 
-    h = hashlib.sha256()
+    from alloctrace.traces.store.blobs import new_sha256
+
     with open(path, "rb") as f:
+        h = new_sha256(os.fstat(f.fileno()).st_size)
         while chunk := f.read(1 << 20):
             h.update(chunk)
     limits = options.get("limits")
     how = {"tags": sorted(options.get("tags") or ()), "generation": options.get("generation"),
            "salvage": bool(getattr(limits, "salvage", False))}
-    return f"sha256:{h.hexdigest()}:" + hashlib.sha256(json.dumps(how, sort_keys=True).encode()).hexdigest()[:16]
+    options_hash = new_sha256(0)
+    options_hash.update(json.dumps(how, sort_keys=True).encode())
+    return f"sha256:{h.hexdigest()}:" + options_hash.hexdigest()[:16]
 
 
 def import_files(store, paths, *, name: str | None = None, progress: bool = False, **options) -> list[dict]:

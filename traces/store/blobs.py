@@ -44,13 +44,35 @@ def unpack_blobs(packed: bytes) -> list[tuple[str, str, memoryview]]:
     return out
 
 
+SMALL_HASH = 256 << 10  # bytes Python's own SHA-256 hashes in about the time loading OpenSSL's takes
+
+
+def new_sha256(nbytes: int):
+    """An empty SHA-256 hash for about `nbytes` of data: hashlib's (OpenSSL, ten times faster per byte) for
+    large data or once loaded, else Python's own module: loading OpenSSL's libcrypto costs a short command
+    (a small recording's import) a few milliseconds, more than hashing its few kilobytes. The same digest."""
+    import sys
+
+    if nbytes < SMALL_HASH and "hashlib" not in sys.modules:
+        try:
+            from _sha256 import sha256 as new  # Python 3.11
+        except ImportError:
+            try:
+                from _sha2 import sha256 as new  # Python 3.12 and later
+            except ImportError:
+                from hashlib import sha256 as new
+        return new()
+    import hashlib
+
+    return hashlib.sha256()
+
+
 def checksum(strings, packed) -> str:
     """A graph's content checksum (stored in `graphs.checksum`, verified on every read and by `doctor`): SHA-256
     over its string table and its packed columns (a graph stored a row per column: pack_blobs of its rows in
     name order), so a lost, cut or changed blob is damage, not an empty graph."""
-    import hashlib
-
-    h = hashlib.sha256(len(strings).to_bytes(8, "little"))
+    h = new_sha256(len(strings) + len(packed))
+    h.update(len(strings).to_bytes(8, "little"))
     h.update(strings)
     h.update(packed)
     return h.hexdigest()

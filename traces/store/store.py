@@ -28,7 +28,7 @@ from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.gcpause import without_gc
 
-from alloctrace.traces.store import derived, postgres
+from alloctrace.traces.store import derived
 from alloctrace.traces.util import verbose
 from alloctrace.traces.store.blobs import _decompress, checkpoint_rows, checksum, pack_blobs, unpack_blobs  # noqa: F401
 from alloctrace.traces.store.columns import EncodedGraph, decode_events, encode, pack, public_columns
@@ -79,8 +79,12 @@ class NotFound(KeyError, UserError):
 
 def store_url(path=None) -> str | None:
     """The PostgreSQL URL that names the store (explicit, else $ALLOCTRACE_STORE), None for a directory."""
-    where = path if path else os.environ.get("ALLOCTRACE_STORE")
-    return str(where) if postgres.is_url(str(where or "")) else None
+    where = str((path if path else os.environ.get("ALLOCTRACE_STORE")) or "")
+    if "://" not in where and "=" not in where:
+        return None  # neither a URL nor a key=value string: a folder, told without importing postgres.py
+    from alloctrace.traces.store import postgres
+
+    return where if postgres.is_url(where) else None
 
 
 def store_dir(path=None) -> Path:
@@ -110,6 +114,8 @@ def _open_store(path, create: bool) -> "Store":
     url = store_url(path)
     if url is not None:
         verbose.note("store", f"postgresql {verbose.hide_password(url)}")
+        from alloctrace.traces.store import postgres
+
         return Store(backend=postgres.PostgresBackend(url))
     d = store_dir(path)
     if d.exists() and not d.is_dir():
