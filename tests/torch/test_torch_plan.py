@@ -228,11 +228,7 @@ def test_accumulation_zero_grad_keeping_grads_and_fp16_grad_scaler(run):
         assert p.peak_allocated == run["max_memory_allocated"]
 
 
-def test_checkpointing_and_compile_stop_the_step_with_one_named_line():
-    p = torch_plan.plan_callable(W.train_variant, "gpt", 2, "fp32", steps=1, checkpoint=True)
-    assert p.partial and "activation checkpointing" in p.error and "torch_plan_workloads.py" in p.error
-    assert p.peak_allocated > 0                      # the sequence up to there is kept
-
+def test_compile_stops_the_step_with_one_named_line():
     def compiled():
         with torch.device("cuda"):
             lin = torch.nn.Linear(8, 8)

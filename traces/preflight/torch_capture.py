@@ -234,12 +234,21 @@ def capture(*, workspace: int | None = None):
             grad_tensors = (grad_tensors,) * len(tensors) if len(tensors) == 1 else (None,) * len(tensors)
         grads = [g if g is not None else torch.ones_like(t, memory_format=torch.preserve_format)
                  for t, g in zip(tensors, grad_tensors)]
-        rec.phase = "backward"
+        outer, rec.phase = rec.phase, "backward"     # a reentrant checkpoint's backward runs one inside
+        tasks.append(len(tasks) + 1)
         try:
             torch_engine.run_backward(saved, tensors, grads, retain_graph=bool(retain_graph),
                                       on_grad=lambda g: rec.mark(g, "gradients", overwrite=True))
         finally:
-            rec.phase = "forward"
+            rec.phase = outer
+            tasks.pop()
+
+    # non-reentrant checkpointing keeps what it recomputed per graph task (the engine's id of one backward);
+    # outside the engine's own backward the id is -1 and every saved tensor read would recompute afresh
+    tasks: list[int] = []
+
+    def graph_task_id():
+        return tasks[-1] if tasks else -1
 
     def tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         backward(self, gradient, retain_graph, create_graph, inputs)
@@ -263,8 +272,7 @@ def capture(*, workspace: int | None = None):
             raise NotImplementedError(f"{what} is not followed by a plan (run the step without it)")
         return refused
 
-    refusals = [(torch, "compile", refuse("torch.compile")),
-                (torch.utils.checkpoint, "checkpoint", refuse("activation checkpointing (torch.utils.checkpoint)"))]
+    refusals = [(torch, "compile", refuse("torch.compile"))]
     import torch.amp.grad_scaler as scaler_mod
 
     def opt_step(self, optimizer, optimizer_state, *args, **kwargs):
@@ -284,10 +292,11 @@ def capture(*, workspace: int | None = None):
     type_lists = [optim_mod._foreach_supported_types, foreach_mod._foreach_supported_types]
     for lst in type_lists:
         lst.append(FakeTensor)
-    old = (torch.autograd.backward, torch.Tensor.backward)
+    old = (torch.autograd.backward, torch.Tensor.backward, torch._C._current_graph_task_id)
     h1 = register_optimizer_step_pre_hook(pre_step)
     h2 = register_optimizer_step_post_hook(post_step)
     torch.autograd.backward, torch.Tensor.backward = backward, tensor_backward
+    torch._C._current_graph_task_id = graph_task_id
     try:
         with _patched_cuda_checks(), fake, Mode(), saved.hooks():
             try:
@@ -299,7 +308,7 @@ def capture(*, workspace: int | None = None):
                     cap.partial = True
                     cap.error = _failure_line(exc)
     finally:
-        torch.autograd.backward, torch.Tensor.backward = old
+        torch.autograd.backward, torch.Tensor.backward, torch._C._current_graph_task_id = old
         for mod, attr, fn in originals:
             setattr(mod, attr, fn)
         for lst in type_lists:
