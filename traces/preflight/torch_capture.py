@@ -25,7 +25,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.preflight import torch_scratch
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "inputs", "temporaries",
-              "workspace", "other")
+              "workspace", "other", "measured_workspace")
 SM90_WORKSPACE = 4096 * 1024 * 8           # ":4096:8", PyTorch's default for Hopper and later
 MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "_addmm_activation", "addbmm", "linear")
 # frames of torch's dispatch machinery (and ours) say nothing about where a program asked for memory
@@ -99,8 +99,9 @@ def _frames(limit: int = 80) -> list:
 class _Recorder:
     """The dispatch mode's body (kept apart so torch is imported only when a capture runs)."""
 
-    def __init__(self, cap: Capture, workspace: int):
+    def __init__(self, cap: Capture, workspace: int, measured: dict | None = None):
         self.cap = cap
+        self.measured = measured or {}            # op signature -> bytes measured on a GPU (cuDNN workspaces)
         self.live: dict[int, int] = {}            # storage key -> event key
         self.next_key = 1
         self.workspace = workspace
@@ -155,6 +156,13 @@ class _Recorder:
                                          (self.lt_workspace,), frames or _frames(), self.phase))
 
         temps += [self._temp(size, name) for size in after]
+        if self.measured:
+            size = torch_scratch.measured_scratch(
+                self.measured, torch_scratch.op_signature(getattr(func, "__name__", str(func)), args))
+            if size:
+                key = self._temp(size, f"{name} (measured workspace)")
+                self.cap.category[key] = "measured_workspace"
+                temps.append(key)
         for key in reversed(temps):
             self.cap.events.append(Event("free", key, 0))
 
@@ -203,12 +211,13 @@ def _failure_line(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def capture(*, workspace: int | None = None):
+def capture(*, workspace: int | None = None, measured: dict | None = None):
     """Run the body on fake CUDA tensors; yields the `Capture` that fills in as it runs.
 
     A failure inside the body (an `.item()` on a fake, a data-dependent shape, a custom CUDA kernel) stops the
     run: the capture keeps what was recorded up to there, `partial` set and `error` naming the operation and
-    the call site; the exception is not raised again."""
+    the call site; the exception is not raised again. `measured` ({op signature: bytes}, see
+    torch_scratch.measured_table) adds scratch recorded on a GPU, in the category "measured_workspace"."""
     import torch
     import torch.utils.checkpoint
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -218,7 +227,7 @@ def capture(*, workspace: int | None = None):
     from alloctrace.traces.preflight import torch_engine
 
     cap = Capture(workspace=workspace_size() if workspace is None else workspace)
-    rec = _Recorder(cap, cap.workspace)
+    rec = _Recorder(cap, cap.workspace, measured)
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -134,10 +134,11 @@ def plan(*, device: str = "cuda:0", total: str | int | None = None, alloc_conf: 
     run.result = replay(c, run.settings, total_b)
 
 
-def plan_callable(fn, *args, settings: AllocatorSettings | None = None, total: int | None = None, **kwargs) \
-        -> Plan:
-    """`fn(*args, **kwargs)` captured on fake CUDA tensors and replayed under `settings` (a card of `total`)."""
-    with torch_capture.capture() as c:
+def plan_callable(fn, *args, settings: AllocatorSettings | None = None, total: int | None = None,
+                  measured: dict | None = None, **kwargs) -> Plan:
+    """`fn(*args, **kwargs)` captured on fake CUDA tensors and replayed under `settings` (a card of `total`);
+    `measured`: scratch recorded on a GPU per op signature (torch_scratch.measured_table)."""
+    with torch_capture.capture(measured=measured) as c:
         fn(*args, **kwargs)
     if not any(e.kind == "alloc" for e in c.events) and not c.partial:
         raise UserError("the program never allocated on a CUDA device (build the model and inputs on 'cuda')")
