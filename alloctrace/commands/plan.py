@@ -61,8 +61,16 @@ def run(args) -> int:
     settings = torch_plan.settings_from(args.alloc_conf, total, args.cap)
     argv = torch_plan.script_argv(args.program)
     if knob:
-        out = torch_plan.vary_script(argv, knob[0], knob[1], knob[2], budget, settings)
+        plans: dict = {}
+        out = torch_plan.vary_script(argv, knob[0], knob[1], knob[2], budget, settings, plans)
         out["name"] = knob[0]
+        if not args.no_store:
+            from alloctrace.traces.preflight.torch_plan_store import store_points
+
+            traces = store_points(open_store_from(args, create=True), plans, settings, budget,
+                                  args.name or ("plan " + " ".join(argv))[:200])
+            for point in out["points"]:
+                point["trace"] = traces[point["value"]]
         print(json.dumps(out, indent=1) if args.json else safe_lines(vary_lines(out)))
         return 0 if out["value"] is not None else 1
     result = torch_plan.run_script(argv, settings, total)

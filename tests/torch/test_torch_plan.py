@@ -179,6 +179,12 @@ def test_cli_json_answers_and_vary(tmp_path):
     assert r.returncode == 0 and out["value"] == truth["value"]
     assert all({"value", "peak_reserved", "fits"} <= set(p) for p in out["points"])
     assert out["laws"]["parameters"]["b_per_unit"] == 0
+    ids = [p["trace"] for p in out["points"]]             # every point tried is stored, each its own trace
+    assert len(set(ids)) == len(ids) == len(out["points"])
+    fits = next(p for p in out["points"] if p["value"] == truth["value"])
+    peak = subprocess.run([sys.executable, "-m", "alloctrace", "peak", fits["trace"], *store, "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert peak.returncode == 0, peak.stderr
 
 
 def _user_frames_only(snap: dict) -> dict:

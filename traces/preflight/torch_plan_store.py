@@ -68,3 +68,11 @@ def store_plan(store, cap: torch_capture.Capture, settings: AllocatorSettings, t
     data = pickle.dumps(snapshot_of(cap, settings, total), protocol=4)
     summaries = import_file(store, io.BytesIO(data), name=name, filename="plan.pickle")
     return summaries[0]["id"]
+
+
+def store_points(store, plans: dict, settings: AllocatorSettings, budget: int, name: str) -> dict[int, str]:
+    """Each point of a `--vary` search stored as its own trace (replayed under the budget): {value: trace id}."""
+    from dataclasses import replace
+
+    capped = replace(settings, memory_limit=budget)
+    return {v: store_plan(store, p.capture, capped, None, f"{name} [{v}]"[:200]) for v, p in sorted(plans.items())}
