@@ -1,6 +1,7 @@
 """Record what the caching allocator really does for the steps of torch_plan_workloads.py (a GPU machine).
 
     python3 bench/record_torch_plan_truths.py OUT_DIR
+    python3 bench/record_torch_plan_truths.py --more OUT_DIR         # ResNet-50 and reentrant checkpointing
     python3 bench/record_torch_plan_truths.py --variants OUT_DIR     # accumulation, checkpointing, set_to_none,
                                                                      # fp16 with a GradScaler (variants.json)
 
@@ -149,8 +150,99 @@ def main(out_dir):
         json.dump(result, f, indent=1)
 
 
+def op_scratch(name, batch, dtype):
+    """Every op of two steps on the real GPU: its new output storages and the bytes it took beyond them and
+    gave back before returning (peak minus what is left after it), e.g. cuDNN's convolution workspaces."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    rows = {}
+
+    def sig(args):
+        out = []
+        for a in tree_leaves(args):
+            if isinstance(a, torch.Tensor):
+                out.append(f"{str(a.dtype).replace('torch.', '')}{list(a.shape)}")
+            elif isinstance(a, (int, float, bool)) or a is None:
+                out.append(repr(a))
+        return " ".join(out)
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            out = func(*args, **(kwargs or {}))
+            after = torch.cuda.memory_allocated()
+            peak = torch.cuda.max_memory_allocated()
+            key = f"{func.__name__} {sig(args)}"
+            row = rows.setdefault(key, {"op": func.__name__, "args": sig(args), "calls": 0, "scratch": 0,
+                                        "grown": 0})
+            row["calls"] += 1
+            row["scratch"] = max(row["scratch"], peak - after)
+            row["grown"] = max(row["grown"], after - before)
+            return out
+
+    fresh()
+    with Mode():
+        train(name, batch, dtype)
+    torch.cuda.synchronize()
+    fresh()
+    return [r for r in rows.values() if r["scratch"]]
+
+
+def more(out_dir):
+    """ResNet-50 (every dtype and batch, its ops' scratch, the largest batch under a cap, one snapshot) and
+    reentrant / non-reentrant activation checkpointing of the GPT-2-like and ViT-like steps (more.json)."""
+    from torch_plan_workloads import RESNET_BATCHES, VARIANTS_MORE, train_checkpoint_reentrant
+    import torch_plan_workloads as w
+    os.makedirs(out_dir, exist_ok=True)
+    total = torch.cuda.get_device_properties(0).total_memory
+    result = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+              "device": torch.cuda.get_device_name(0), "total_memory": total,
+              "cudnn_benchmark": torch.backends.cudnn.benchmark, "runs": [], "scratch": [], "largest": [],
+              "variants": []}
+    for dtype in DTYPES:
+        for batch in RESNET_BATCHES:
+            snap = os.path.join(out_dir, f"resnet50_{dtype}_b{batch}.pickle.gz") if batch == 16 else None
+            result["runs"].append(measure("resnet50", batch, dtype, snap))
+            print(result["runs"][-1], flush=True)
+            result["scratch"].append({"model": "resnet50", "dtype": dtype, "batch": batch,
+                                      "ops": op_scratch("resnet50", batch, dtype)})
+    with open(os.path.join(out_dir, "more.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    for name, batch in (("gpt", 8), ("vit", 32)):
+        for dtype in DTYPES:
+            for label in VARIANTS_MORE:
+                left = fresh()
+                t0 = time.perf_counter()
+                if label == "checkpoint_reentrant":
+                    train_checkpoint_reentrant(name, batch, dtype)
+                else:
+                    w.train_variant(name, batch, dtype, **VARIANTS_MORE[label])
+                torch.cuda.synchronize()
+                result["variants"].append({"model": name, "dtype": dtype, "batch": batch, "variant": label,
+                                           "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                                           "max_memory_reserved": torch.cuda.max_memory_reserved(),
+                                           "wall_s": time.perf_counter() - t0, **left})
+                print(result["variants"][-1], flush=True)
+    with open(os.path.join(out_dir, "more.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    for dtype in DTYPES:
+        run = next(r for r in result["runs"] if (r["dtype"], r["batch"]) == (dtype, RESNET_BATCHES[-1]))
+        cap = int(run["max_memory_reserved"] * 1.5) // (1 << 20) * (1 << 20)
+        value, tried = largest_batch("resnet50", dtype, cap / total, RESNET_BATCHES[-1] * 4)
+        result["largest"].append({"model": "resnet50", "dtype": dtype, "fraction": cap / total,
+                                  "cap": int(cap / total * total), "value": value,
+                                  "tried": {str(k): v for k, v in sorted(tried.items())}})
+        print(result["largest"][-1], flush=True)
+        with open(os.path.join(out_dir, "more.json"), "w") as f:
+            json.dump(result, f, indent=1)
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--variants"]:
+    if sys.argv[1:2] == ["--more"]:
+        train("mlp", 8, "fp32")                 # warm-up
+        more(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--variants"]:
         train("mlp", 8, "fp32")                 # warm-up
         variants(sys.argv[2] if len(sys.argv) > 2 else "out")
     else:

@@ -204,3 +204,78 @@ def train_variant(name: str, batch: int, dtype: str, steps: int = STEPS, *, accu
                 del x, y, loss
     finally:
         Block.forward = _plain_forward
+
+
+# -- ResNet-50 and reentrant checkpointing, recorded later (record_torch_plan_truths.py --more) ----------------
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = width * 4
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)), inplace=True)
+        y = F.relu(self.bn2(self.conv2(y)), inplace=True)
+        y = self.bn3(self.conv3(y))
+        return F.relu(y + (x if self.down is None else self.down(x)), inplace=True)
+
+
+class ResNet50(nn.Module):
+    """ResNet-50's layout (torchvision's v1.5: stride on the 3x3), written out; no weights."""
+
+    def __init__(self, image=224, classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+                                  nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for i in range(blocks):
+                layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                cin = width * 4
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+        self.image, self.classes = image, classes
+
+    def batch(self, n):
+        return (torch.randn(n, 3, self.image, self.image, device="cuda"),
+                torch.randint(0, self.classes, (n,), device="cuda"))
+
+    def loss(self, img, y):
+        x = self.layers(self.stem(img))
+        return F.cross_entropy(self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)), y)
+
+
+MODELS["resnet50"] = ResNet50
+OPTIMIZERS["resnet50"] = lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-4)
+RESNET_BATCHES = (16, 32, 64)
+BATCHES = {**BATCHES, "resnet50": RESNET_BATCHES}
+
+
+def _checkpointed_reentrant(self, x):
+    import torch.utils.checkpoint
+    return torch.utils.checkpoint.checkpoint(_plain_forward.__get__(self), x, use_reentrant=True)
+
+
+VARIANTS_MORE = {"checkpoint_reentrant": {"checkpoint": "reentrant", "zero_grad_first": True},
+                 "checkpoint": {"checkpoint": True, "zero_grad_first": True}}
+
+
+def train_checkpoint_reentrant(name: str, batch: int, dtype: str, steps: int = STEPS):
+    """`train_variant(..., checkpoint=True, zero_grad_first=True)` with `use_reentrant=True`."""
+    Block.forward = _checkpointed_reentrant
+    saved = globals()["_checkpointed"]
+    globals()["_checkpointed"] = _checkpointed_reentrant
+    try:
+        return train_variant(name, batch, dtype, steps, checkpoint=True, zero_grad_first=True)
+    finally:
+        globals()["_checkpointed"] = saved
+        Block.forward = _plain_forward

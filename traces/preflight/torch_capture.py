@@ -25,7 +25,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.preflight import torch_scratch
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "inputs", "temporaries",
-              "workspace", "other")
+              "workspace", "other", "measured_workspace")
 SM90_WORKSPACE = 4096 * 1024 * 8           # ":4096:8", PyTorch's default for Hopper and later
 MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "_addmm_activation", "addbmm", "linear")
 # frames of torch's dispatch machinery (and ours) say nothing about where a program asked for memory
@@ -99,8 +99,9 @@ def _frames(limit: int = 80) -> list:
 class _Recorder:
     """The dispatch mode's body (kept apart so torch is imported only when a capture runs)."""
 
-    def __init__(self, cap: Capture, workspace: int):
+    def __init__(self, cap: Capture, workspace: int, measured: dict | None = None):
         self.cap = cap
+        self.measured = measured or {}            # op signature -> bytes measured on a GPU (cuDNN workspaces)
         self.live: dict[int, int] = {}            # storage key -> event key
         self.next_key = 1
         self.workspace = workspace
@@ -155,6 +156,13 @@ class _Recorder:
                                          (self.lt_workspace,), frames or _frames(), self.phase))
 
         temps += [self._temp(size, name) for size in after]
+        if self.measured:
+            size = torch_scratch.measured_scratch(
+                self.measured, torch_scratch.op_signature(getattr(func, "__name__", str(func)), args))
+            if size:
+                key = self._temp(size, f"{name} (measured workspace)")
+                self.cap.category[key] = "measured_workspace"
+                temps.append(key)
         for key in reversed(temps):
             self.cap.events.append(Event("free", key, 0))
 
@@ -203,12 +211,13 @@ def _failure_line(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def capture(*, workspace: int | None = None):
+def capture(*, workspace: int | None = None, measured: dict | None = None):
     """Run the body on fake CUDA tensors; yields the `Capture` that fills in as it runs.
 
     A failure inside the body (an `.item()` on a fake, a data-dependent shape, a custom CUDA kernel) stops the
     run: the capture keeps what was recorded up to there, `partial` set and `error` naming the operation and
-    the call site; the exception is not raised again."""
+    the call site; the exception is not raised again. `measured` ({op signature: bytes}, see
+    torch_scratch.measured_table) adds scratch recorded on a GPU, in the category "measured_workspace"."""
     import torch
     import torch.utils.checkpoint
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -218,7 +227,7 @@ def capture(*, workspace: int | None = None):
     from alloctrace.traces.preflight import torch_engine
 
     cap = Capture(workspace=workspace_size() if workspace is None else workspace)
-    rec = _Recorder(cap, cap.workspace)
+    rec = _Recorder(cap, cap.workspace, measured)
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -234,12 +243,21 @@ def capture(*, workspace: int | None = None):
             grad_tensors = (grad_tensors,) * len(tensors) if len(tensors) == 1 else (None,) * len(tensors)
         grads = [g if g is not None else torch.ones_like(t, memory_format=torch.preserve_format)
                  for t, g in zip(tensors, grad_tensors)]
-        rec.phase = "backward"
+        outer, rec.phase = rec.phase, "backward"     # a reentrant checkpoint's backward runs one inside
+        tasks.append(len(tasks) + 1)
         try:
             torch_engine.run_backward(saved, tensors, grads, retain_graph=bool(retain_graph),
                                       on_grad=lambda g: rec.mark(g, "gradients", overwrite=True))
         finally:
-            rec.phase = "forward"
+            rec.phase = outer
+            tasks.pop()
+
+    # non-reentrant checkpointing keeps what it recomputed per graph task (the engine's id of one backward);
+    # outside the engine's own backward the id is -1 and every saved tensor read would recompute afresh
+    tasks: list[int] = []
+
+    def graph_task_id():
+        return tasks[-1] if tasks else -1
 
     def tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         backward(self, gradient, retain_graph, create_graph, inputs)
@@ -263,8 +281,7 @@ def capture(*, workspace: int | None = None):
             raise NotImplementedError(f"{what} is not followed by a plan (run the step without it)")
         return refused
 
-    refusals = [(torch, "compile", refuse("torch.compile")),
-                (torch.utils.checkpoint, "checkpoint", refuse("activation checkpointing (torch.utils.checkpoint)"))]
+    refusals = [(torch, "compile", refuse("torch.compile"))]
     import torch.amp.grad_scaler as scaler_mod
 
     def opt_step(self, optimizer, optimizer_state, *args, **kwargs):
@@ -284,10 +301,11 @@ def capture(*, workspace: int | None = None):
     type_lists = [optim_mod._foreach_supported_types, foreach_mod._foreach_supported_types]
     for lst in type_lists:
         lst.append(FakeTensor)
-    old = (torch.autograd.backward, torch.Tensor.backward)
+    old = (torch.autograd.backward, torch.Tensor.backward, torch._C._current_graph_task_id)
     h1 = register_optimizer_step_pre_hook(pre_step)
     h2 = register_optimizer_step_post_hook(post_step)
     torch.autograd.backward, torch.Tensor.backward = backward, tensor_backward
+    torch._C._current_graph_task_id = graph_task_id
     try:
         with _patched_cuda_checks(), fake, Mode(), saved.hooks():
             try:
@@ -299,7 +317,7 @@ def capture(*, workspace: int | None = None):
                     cap.partial = True
                     cap.error = _failure_line(exc)
     finally:
-        torch.autograd.backward, torch.Tensor.backward = old
+        torch.autograd.backward, torch.Tensor.backward, torch._C._current_graph_task_id = old
         for mod, attr, fn in originals:
             setattr(mod, attr, fn)
         for lst in type_lists:

@@ -13,10 +13,13 @@ tensors after it ran, as the engine does, frees them here too.
 from __future__ import annotations
 
 import heapq
+import os
+import sys
 
 import torch
 
 ACCUMULATE = "AccumulateGrad"
+CHECKPOINT_FILE = os.path.join("torch", "utils", "checkpoint.py")
 
 
 class Holder:
@@ -40,15 +43,28 @@ class SavedTensors:
         return Holder(tensor)
 
     def unpack(self, holder: Holder):
-        if self.unpacked is not None:
+        if self.unpacked is not None and not _inside_recomputation():
             self.unpacked.append(holder)
         if holder.tensor is None:
             raise RuntimeError("a saved tensor was used after its node ran: a second backward without "
-                               "retain_graph=True, or activation checkpointing (not followed by a plan)")
+                               "retain_graph=True")
         return holder.tensor
 
     def hooks(self):
         return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+
+def _inside_recomputation() -> bool:
+    """Non-reentrant checkpointing reads its frame's saved inputs while recomputing for another node: those
+    belong to the checkpoint's own input node, and are released when that node runs, not this one."""
+    frame = sys._getframe(2)
+    for _ in range(12):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "get_inputs" and frame.f_code.co_filename.endswith(CHECKPOINT_FILE):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _outputs_of(result) -> tuple:
@@ -165,11 +181,12 @@ def _run_node(saved: SavedTensors, node, buffers: dict, deps: dict, retain_graph
         if inputs[0] is not None:
             _accumulate_into_leaf(node.variable, inputs[0], on_grad)
         return []
-    saved.unpacked = []
+    outer, saved.unpacked = saved.unpacked, []     # a reentrant checkpoint runs a backward inside a node
     try:
-        result = node(*inputs)
+        # a custom Function's node (reentrant checkpointing's among them) is run through `apply`
+        result = node(*inputs) if callable(node) else node.apply(*inputs)
     finally:
-        used, saved.unpacked = saved.unpacked, None
+        used, saved.unpacked = saved.unpacked, outer
     # validate_outputs runs inside the call, before the inputs and saved tensors go
     outputs = [None if nxt is None else _validated(nxt, pos, grad)
                for (nxt, pos), grad in zip(node.next_functions, _outputs_of(result))]

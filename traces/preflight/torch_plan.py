@@ -134,10 +134,11 @@ def plan(*, device: str = "cuda:0", total: str | int | None = None, alloc_conf: 
     run.result = replay(c, run.settings, total_b)
 
 
-def plan_callable(fn, *args, settings: AllocatorSettings | None = None, total: int | None = None, **kwargs) \
-        -> Plan:
-    """`fn(*args, **kwargs)` captured on fake CUDA tensors and replayed under `settings` (a card of `total`)."""
-    with torch_capture.capture() as c:
+def plan_callable(fn, *args, settings: AllocatorSettings | None = None, total: int | None = None,
+                  measured: dict | None = None, **kwargs) -> Plan:
+    """`fn(*args, **kwargs)` captured on fake CUDA tensors and replayed under `settings` (a card of `total`);
+    `measured`: scratch recorded on a GPU per op signature (torch_scratch.measured_table)."""
+    with torch_capture.capture(measured=measured) as c:
         fn(*args, **kwargs)
     if not any(e.kind == "alloc" for e in c.events) and not c.partial:
         raise UserError("the program never allocated on a CUDA device (build the model and inputs on 'cuda')")
@@ -157,10 +158,12 @@ def parse_range(text: str) -> tuple[str, int, int]:
     return name.strip(), lo_i, hi_i
 
 
-def largest_fitting(point, lo: int, hi: int, budget: int, settings: AllocatorSettings) -> dict:
+def largest_fitting(point, lo: int, hi: int, budget: int, settings: AllocatorSettings,
+                    keep: dict | None = None) -> dict:
     """Bisect for the largest value in lo..hi whose step runs under `budget` bytes (the allocator's cap: it
     releases its cache and retries before an OOM, as the real one does). `point(value)` -> Plan under the
-    budget. Returns value (None when even `lo` fails), the points tried and a growth law per category."""
+    budget. Returns value (None when even `lo` fails), the points tried and a growth law per category; `keep`
+    (a dict) receives each point's Plan by value, so a caller can store them."""
     capped = replace(settings, memory_limit=budget)
     tried: dict[int, Plan] = {}
 
@@ -182,6 +185,8 @@ def largest_fitting(point, lo: int, hi: int, budget: int, settings: AllocatorSet
             mid = (good + bad) // 2
             good, bad = (mid, bad) if fits(mid) else (good, mid)
         value = good
+    if keep is not None:
+        keep.update(tried)
     points = [{"value": v, "fits": p.oom is None, **p.as_dict()} for v, p in sorted(tried.items())]
     return {"value": value, "budget": budget, "points": points, "laws": growth_laws(points)}
 
@@ -236,17 +241,11 @@ def run_script(argv: list[str], settings: AllocatorSettings, total: int | None =
 def vary_script(argv: list[str], name: str, lo: int, hi: int, budget: int, settings: AllocatorSettings,
                 keep: dict | None = None) -> dict:
     """`largest_fitting` over the script with `{name}` in its arguments replaced by each value tried; `keep`
-    gets each value's Plan (its capture, to store the answer's run)."""
+    gets each value's Plan (its capture, to store the search's runs)."""
     marker = "{" + name + "}"
     if not any(marker in a for a in argv):
         raise UserError(f"--vary {name}: the program's arguments have no {marker} to replace")
-
-    def point(v, s):
-        plan = run_script([a.replace(marker, str(v)) for a in argv], s)
-        if keep is not None:
-            keep[v] = plan
-        return plan
-
-    out = largest_fitting(point, lo, hi, budget, settings)
+    out = largest_fitting(lambda v, s: run_script([a.replace(marker, str(v)) for a in argv], s),
+                          lo, hi, budget, settings, keep)
     out["lo"], out["hi"] = lo, hi
     return out

@@ -71,25 +71,32 @@ def store_plan(store, cap: torch_capture.Capture, settings: AllocatorSettings, t
 
 
 def store_vary(store, out: dict, plans: dict, settings: AllocatorSettings, total: int | None, name: str) -> dict:
-    """A `plan --vary` search stored: the run at its answer (at its lowest value when nothing fits), replayed
-    under the budget, as a PyTorch trace tagged `plan=<id>`, with every point of the search in its
-    `extra.plan_vary` (what the pre-flight page draws). {"plan": id, "trace": trace id}."""
+    """A `plan --vary` search stored: every point tried as its own PyTorch trace (its run replayed under the
+    budget), all tagged `plan=<id>`, each with the whole search in its `extra.plan_vary` (what the pre-flight
+    page draws; `stored_value` says which point the trace is). Each point's `trace` is set in `out`.
+    {"plan": id, "trace": the answer's trace (the lowest value's when nothing fits)}."""
     from dataclasses import replace
 
     from alloctrace.traces.preflight.points import new_sweep_id
     from alloctrace.traces.sources import read_file, store_traces
 
-    value = out["value"] if out["value"] is not None else out["points"][0]["value"]
+    answer = out["value"] if out["value"] is not None else out["points"][0]["value"]
     capped = replace(settings, memory_limit=out["budget"])
     pid = new_sweep_id()
     keep = ("value", "fits", "peak_allocated", "peak_reserved", "fragmentation_at_peak", "categories", "oom",
             "partial")
     kept = {"name": out["name"], "budget": out["budget"], "value": out["value"], "lo": out.get("lo"),
-            "hi": out.get("hi"), "laws": out["laws"], "stored_value": value,
+            "hi": out.get("hi"), "laws": out["laws"],
             "points": [{k: p.get(k) for k in keep} for p in out["points"]]}
-    data = pickle.dumps(snapshot_of(plans[value].capture, capped, total), protocol=4)
-    traces = read_file(io.BytesIO(data), name=name, filename="plan.pickle",
-                       tags=(f"plan={pid}", f"vary={out['name']}", f"budget={out['budget']}"))
-    for t in traces:
-        t.meta.extra = {**t.meta.extra, "plan_vary": kept}
-    return {"plan": pid, "trace": store_traces(store, traces)[0]["id"]}
+    ids: dict = {}
+    for value, plan in sorted(plans.items()):
+        data = pickle.dumps(snapshot_of(plan.capture, capped, total), protocol=4)
+        traces = read_file(io.BytesIO(data), name=f"{name} [{out['name']}={value}]"[:200], filename="plan.pickle",
+                           tags=(f"plan={pid}", f"vary={out['name']}", f"budget={out['budget']}",
+                                 f"{out['name']}={value}"))
+        for t in traces:
+            t.meta.extra = {**t.meta.extra, "plan_vary": {**kept, "stored_value": value}}
+        ids[value] = store_traces(store, traces)[0]["id"]
+    for point in out["points"]:
+        point["trace"] = ids.get(point["value"])
+    return {"plan": pid, "trace": ids[answer]}

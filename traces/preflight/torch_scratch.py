@@ -10,11 +10,16 @@ source and checked against snapshots recorded on an H200 (torch 2.11, tests/data
 - `embedding` / `embedding_dense_backward` with non-contiguous indices: the indices made contiguous first;
 - `_softmax_backward_data`: a second buffer of the gradient's size, freed at once.
 
+Some scratch cannot be worked out on a CPU (cuDNN picks a convolution algorithm, and its workspace, on the
+device): `measured_table` reads what a GPU run recorded per op signature; a capture given that table adds it,
+kept in its own category ("measured_workspace") so the exact part of a plan stays apart.
+
 `scratch(name, args, out)` answers ([(bytes, before_output)], ...) for one op: sizes to allocate around its
 output, in order, each freed when the op returns.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 REDUCTIONS = ("sum", "mean")
@@ -143,3 +148,52 @@ def scratch(name: str, args: tuple, out, gpu: Gpu = Gpu()) -> tuple[list[int], l
     if name == "_softmax_backward_data" and isinstance(out, torch.Tensor):
         return [], [out.untyped_storage().nbytes()]
     return [], []
+
+
+def op_signature(op: str, args) -> str:
+    """An op and its arguments as `record_torch_plan_truths.py --more` keys its measured scratch: the overload's
+    name, then each tensor argument's dtype[shape] and each scalar argument, in order."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+    parts = [op]
+    for a in tree_leaves(args):
+        if isinstance(a, torch.Tensor):
+            parts.append(f"{str(a.dtype).replace('torch.', '')}{list(a.shape)}")
+        elif isinstance(a, (int, float, bool)) or a is None:
+            parts.append(repr(a))
+    return " ".join(parts)
+
+
+def measured_table(recorded: dict) -> dict[str, int]:
+    """{op signature: bytes} from a `--more` recording's "scratch" lists: what ops (cuDNN's convolutions) took
+    and gave back inside the call on the GPU that recorded them, which a CPU cannot work out."""
+    table: dict[str, int] = {}
+    for run in recorded.get("scratch", []):
+        for row in run["ops"]:
+            key = f"{row['op']} {row['args']}".rstrip()
+            table[key] = max(table.get(key, 0), int(row["scratch"]))
+            batch = _leading(key)
+            if batch:                   # bytes per sample, for batches the GPU run did not record
+                each = _per_sample(key)
+                table[each] = max(table.get(each, 0), -(-int(row["scratch"]) // batch))
+    return table
+
+
+def _leading(signature: str) -> int:
+    m = re.search(r"\[(\d+)[,\]]", signature)
+    return int(m.group(1)) if m else 0
+
+
+def _per_sample(signature: str) -> str:
+    return "per-sample " + re.sub(r"\[\d+([,\]])", r"[N\1", signature, count=1)
+
+
+def measured_scratch(table: dict[str, int], signature: str) -> int:
+    """The measured bytes for an op signature; at a batch not recorded, the largest recorded bytes per sample
+    of the same op times this batch (cuDNN's workspace grows about linearly with the batch), 512-rounded."""
+    if signature in table:
+        return table[signature]
+    each = table.get(_per_sample(signature))
+    if not each:
+        return 0
+    return -(-each * _leading(signature) // 512) * 512
