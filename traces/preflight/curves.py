@@ -31,8 +31,13 @@ def load(store, pid: str, budget: int | None = None) -> dict:
     if ggml:
         return _ggml(store, pid, ggml[:MAX_POINTS], budget)
     plans = store.list(tags=[f"plan={pid}"])
-    if plans:
-        return _plan(store, pid, plans[0], budget)
+    if plans:  # a trace per point tried: the answer's first (each holds the whole search)
+        kept = [store.meta(s["id"]).extra.get("plan_vary") or {} for s in plans]
+        order = sorted(range(len(plans)), key=lambda i: (kept[i].get("stored_value") != kept[i].get("value"),
+                                                         kept[i].get("stored_value") or 0))
+        out = _plan(store, pid, plans[order[0]], budget)
+        out["traces"] = [plans[i]["id"] for i in order]
+        return out
     raise NotFound(f"no stored sweep, fit or plan {pid!r} in this store")
 
 
