@@ -90,7 +90,8 @@ def test_two_workers_eight_clients_upload_list_delete(pg_url):
                     assert c.get("/api/traces", params={"tag": f"client={k}"}).status_code == 200
                 gone = ids.pop(f"client{k}-upload0")
                 for _ in range(6):  # its map cached on both workers, most likely
-                    assert c.get(f"/api/traces/{gone}/graphs/0/memory-map").status_code == 200
+                    r = c.get(f"/api/traces/{gone}/graphs/0/memory-map")
+                assert r.status_code == 200, r.text[:500]
                 assert c.delete(f"/api/traces/{gone}").status_code == 200
                 for _ in range(6):  # whichever worker answers: gone
                     assert c.get(f"/api/traces/{gone}").status_code == 404
