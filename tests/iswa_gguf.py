@@ -20,7 +20,7 @@ N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM, N_LAYER, N_FF, WINDOW = 64, 4, 2, 16, 6, 12
 def write(path: str, seed: int = 11, window: int = WINDOW):
     import gguf
 
-    from moe_gguf import vocab
+    from moe_gguf import add_tokenizer
 
     rng = np.random.default_rng(seed)
     a = "gemma3"
@@ -37,16 +37,7 @@ def write(path: str, seed: int = 11, window: int = WINDOW):
     w.add_uint32(f"{a}.attention.sliding_window", window)
     w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
     w.add_float32(f"{a}.rope.freq_base", 1000000.0)
-    tokens, scores, types = vocab()
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_uint32("tokenizer.ggml.unknown_token_id", 0)
-    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
-    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
-    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    tokens = add_tokenizer(w)
 
     def t(name, *ne):  # ne in ggml order: ne0 first
         w.add_tensor(name, (rng.standard_normal(tuple(reversed(ne))) * 0.05).astype(np.float16))

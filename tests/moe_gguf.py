@@ -35,6 +35,21 @@ def vocab():
     return tokens, [-float(i) for i in range(len(tokens))], types
 
 
+def add_tokenizer(w) -> list[str]:
+    """The SPM tokenizer of vocab() into GGUFWriter `w` (<unk>, <s>, </s> as ids 0, 1, 2); its tokens."""
+    tokens, scores, types = vocab()
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_uint32("tokenizer.ggml.unknown_token_id", 0)
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    return tokens
+
+
 def write(path: str, seed: int = 7):
     import gguf
 
@@ -55,16 +70,7 @@ def write(path: str, seed: int = 7):
     w.add_uint32(f"{a}.attention.value_length", HEAD_DIM)
     w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
     w.add_float32(f"{a}.rope.freq_base", 10000.0)
-    tokens, scores, types = vocab()
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_uint32("tokenizer.ggml.unknown_token_id", 0)
-    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
-    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
-    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    tokens = add_tokenizer(w)
 
     def t(name, *ne, dtype=np.float16):  # ne in ggml order: ne0 first
         w.add_tensor(name, (rng.standard_normal(tuple(reversed(ne))) * 0.05).astype(dtype))
