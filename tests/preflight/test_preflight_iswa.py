@@ -5,16 +5,15 @@ answer must be checked against what the program prints at the answer and one ste
 run and in a real llama-completion run."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from alloctrace.cli import main
 from alloctrace.traces.preflight.breakdown import check, check_lines
 from alloctrace.traces.preflight.printed import MIB, printed_sizes, total_mib
+from test_preflight_llama import llama_programs, run_json
 
 BIN = os.environ.get("ALLOCTRACE_LLAMA_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="ALLOCTRACE_LLAMA_BIN is not set (a llama-completion binary)")
@@ -31,20 +30,8 @@ def llama(tmp_path_factory):
         pytest.skip(f"needs {fit_params}")
     model = tmp_path_factory.mktemp("model") / "gemma3-iswa.gguf"
     write(str(model))
-    old = os.environ.get("LD_LIBRARY_PATH")
-    os.environ["LD_LIBRARY_PATH"] = ":".join(p for p in (str(bindir), old) if p)
-    yield {"fit": str(fit_params), "completion": str(Path(BIN).resolve()), "model": str(model)}
-    if old is None:
-        os.environ.pop("LD_LIBRARY_PATH")
-    else:
-        os.environ["LD_LIBRARY_PATH"] = old
-
-
-def run_json(capsys, *args) -> dict:
-    rc = main(list(args))
-    out = capsys.readouterr()
-    assert rc == 0, out.err[-2000:]
-    return json.loads(out.out)
+    with llama_programs(bindir, model) as programs:
+        yield programs
 
 
 def printed_by(*cmd) -> dict:

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,13 +28,22 @@ def llama(tmp_path_factory):
     fit_params = bindir / "llama-fit-params"
     if not model.exists() or not fit_params.exists():
         pytest.skip(f"needs {model} and {fit_params}")
+    with llama_programs(bindir, model) as programs:
+        yield programs
+
+
+@contextmanager
+def llama_programs(bindir: Path, model: Path):
+    """The llama.cpp build's programs and `model`, its libraries on LD_LIBRARY_PATH while in use."""
     old = os.environ.get("LD_LIBRARY_PATH")
     os.environ["LD_LIBRARY_PATH"] = ":".join(p for p in (str(bindir), old) if p)
-    yield {"fit": str(fit_params), "completion": str(Path(BIN).resolve()), "model": str(model)}
-    if old is None:
-        os.environ.pop("LD_LIBRARY_PATH")
-    else:
-        os.environ["LD_LIBRARY_PATH"] = old
+    try:
+        yield {"fit": str(bindir / "llama-fit-params"), "completion": str(Path(BIN).resolve()), "model": str(model)}
+    finally:
+        if old is None:
+            os.environ.pop("LD_LIBRARY_PATH")
+        else:
+            os.environ["LD_LIBRARY_PATH"] = old
 
 
 def run_json(capsys, *args) -> dict:
