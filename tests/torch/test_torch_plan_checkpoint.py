@@ -25,9 +25,6 @@ def _workloads():
 
 
 W = _workloads()
-# measured misses beyond the targets (allocated 1%, reserved 3%); their cause is not found yet
-ALLOCATED_MISSES: set = set()
-RESERVED_MISSES = {("gpt", "bf16", "checkpoint_reentrant"), ("vit", "bf16", "checkpoint_reentrant")}
 
 
 def _plan(run):
@@ -37,23 +34,17 @@ def _plan(run):
                                     **W.VARIANTS_MORE[run["variant"]])
 
 
-def _cases(misses):
-    out = []
-    for r in MORE["variants"]:
-        key = (r["model"], r["dtype"], r["variant"])
-        marks = [pytest.mark.xfail(strict=True, reason="known miss, see docs/torch-plan.md")] if key in misses else []
-        out.append(pytest.param(r, id="-".join(key), marks=marks))
-    return out
+CASES = [pytest.param(r, id=f"{r['model']}-{r['dtype']}-{r['variant']}") for r in MORE["variants"]]
 
 
-@pytest.mark.parametrize("run", _cases(ALLOCATED_MISSES))
+@pytest.mark.parametrize("run", CASES)
 def test_checkpointed_step_peak_allocated_within_one_percent(run):
     p = _plan(run)
     assert not p.partial, p.error
     assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.01)
 
 
-@pytest.mark.parametrize("run", _cases(RESERVED_MISSES))
+@pytest.mark.parametrize("run", CASES)
 def test_checkpointed_step_peak_reserved_within_three_percent(run):
     p = _plan(run)
     assert not p.partial, p.error

@@ -140,10 +140,18 @@ def _inside_recomputation() -> bool:
     return False
 
 
-def _outputs_of(result) -> tuple:
-    if isinstance(result, torch.Tensor) or result is None:
-        return (result,)
-    return tuple(result)
+def _outputs_of(node, result) -> list:
+    """The node's gradients, one per edge in `next_functions`. A custom Function's backward returns one per
+    argument of its forward, non-tensor ones included (None there), while its node has an edge per tensor
+    argument only: the engine keeps those (PyNode, `is_variable_input`). The tensors that need a gradient are
+    the edges that lead somewhere, in order; a tensor that needs none has an empty edge."""
+    outputs = [result] if isinstance(result, torch.Tensor) or result is None else list(result)
+    edges = node.next_functions
+    needs = getattr(node, "needs_input_grad", None)
+    if len(outputs) == len(edges) or needs is None or len(needs) != len(outputs):
+        return outputs
+    wanted = iter([grad for grad, need in zip(outputs, needs) if need])
+    return [None if nxt is None else next(wanted, None) for nxt, _ in edges]
 
 
 def _accumulate_into_leaf(var: torch.Tensor, grad: torch.Tensor, on_grad):
@@ -163,18 +171,36 @@ def _accumulate_into_leaf(var: torch.Tensor, grad: torch.Tensor, on_grad):
         hooks[hook](var)
 
 
+def _references(buffer: list, pos: int) -> tuple[int, int]:
+    """(Python references to the buffered gradient, users of its storage), counted the same way each time."""
+    return sys.getrefcount(buffer[pos]), torch._C._storage_Use_Count(buffer[pos].untyped_storage()._cdata)
+
+
+_SOLE: list = []      # what `_references` answers for a tensor only a buffer holds (measured once)
+
+
+def _held_only_here(buffer: list, pos: int) -> bool:
+    """The engine's can_accumulate_inplace: the buffer holds the last reference to the gradient and to its
+    storage (no view, no caller, no other buffer shares it), and its layout is dense."""
+    if not _SOLE:
+        _SOLE.extend(_references([torch.empty(1)], 0))
+    refs, users = _references(buffer, pos)
+    return refs <= _SOLE[0] and users <= _SOLE[1] and buffer[pos].is_contiguous()
+
+
 def _sum_into(buffer: list, pos: int, grad):
+    """InputBuffer::accumulate: added in place into the gradient already there when nothing else holds it,
+    else summed into a new tensor (a gradient the caller still holds, or one shared by two inputs)."""
     if grad is None:
         return
-    old = buffer[pos]
-    if old is None:
+    if buffer[pos] is None:
         buffer[pos] = grad
-    elif old._base is None and old.is_contiguous():
+    elif _held_only_here(buffer, pos):
         with torch.no_grad():
-            buffer[pos] = old.add_(grad)
+            buffer[pos].add_(grad)
     else:
         with torch.no_grad():
-            buffer[pos] = old + grad
+            buffer[pos] = buffer[pos] + grad
 
 
 def _validated(nxt, pos: int, grad):
@@ -262,7 +288,7 @@ def _run_node(saved: SavedTensors, node, buffers: dict, deps: dict, retain_graph
         used, saved.unpacked = saved.unpacked, outer
     # validate_outputs runs inside the call, before the inputs and saved tensors go
     outputs = [None if nxt is None else _validated(nxt, pos, grad)
-               for (nxt, pos), grad in zip(node.next_functions, _outputs_of(result))]
+               for (nxt, pos), grad in zip(node.next_functions, _outputs_of(node, result))]
     del result
     inputs.clear()
     if not retain_graph:
