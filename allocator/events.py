@@ -7,7 +7,7 @@ free list after the decision, and the reused parent.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, fields
+from .record_class import record_class, field, fields
 
 # kind -> what it records
 KINDS = {
@@ -35,7 +35,7 @@ KINDS = {
 }
 
 
-@dataclass(slots=True)
+@record_class(slots=True)
 class Event:
     kind: str
     graph: int = 0
@@ -75,10 +75,10 @@ class Event:
         return out
 
 
-_FIELD_NAMES = tuple(f.name for f in fields(Event))
+_FIELD_NAMES = fields(Event)
 
 
-@dataclass
+@record_class
 class FreeSummary:
     n_blocks: int
     largest: int
