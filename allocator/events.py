@@ -6,7 +6,6 @@ free list after the decision, and the reused parent.
 """
 from __future__ import annotations
 
-import copy
 from .record_class import record_class, field, fields
 
 # kind -> what it records
@@ -71,11 +70,20 @@ class Event:
             v = getattr(self, k)
             if v is None or v == {}:
                 continue
-            out[k] = copy.deepcopy(v) if isinstance(v, (dict, list)) else v
+            out[k] = _deepcopy(v) if isinstance(v, (dict, list)) else v
         return out
 
 
 _FIELD_NAMES = fields(Event)
+
+
+def _deepcopy(v):
+    """copy.deepcopy, imported on first use (a recording's import never asks for it), then in this name's place."""
+    global _deepcopy
+    from copy import deepcopy
+
+    _deepcopy = deepcopy
+    return deepcopy(v)
 
 
 @record_class
