@@ -6,7 +6,7 @@ about as long as a dry run of a small model, and nothing in them changes how the
 `alloctrace` entry point calls `begin(argv)` first: a record command line it reads in full (only --store,
 --name, --tag and --ggml before `--`, the program after it; not a Python program, which gets the PyTorch hook)
 has its program started under the recorder at once, as `run_recorded` would start it (subprocess.Popen: same
-process group, stdio untouched, SIGINT ignored by this process while it runs); the command then
+process group, stdio untouched, SIGINT left to the program while it runs); the command then
 parses its arguments as usual and `take`s it, checking that it is the program it would have started. Anything
 else (another command line, ALLOCTRACE_PRESTART=0 or ALLOCTRACE_PURE_PYTHON=1, a check that fails: the command
 then says what is wrong before anything runs) and nothing is started. A difference at `take`, or a command that
@@ -95,7 +95,8 @@ def begin(argv: list[str]) -> None:
 
     try:
         from alloctrace.traces.sources.record.build import recorder_library
-        from alloctrace.traces.sources.record.program import checked_program, is_python_program, recorder_env
+        from alloctrace.traces.sources.record.program import (checked_program, is_python_program,
+                                                             leave_sigint_to_the_program, recorder_env)
         from alloctrace.traces.store.tags import parse_tags
 
         parse_tags(tags)  # a bad tag is refused before anything runs
@@ -115,7 +116,7 @@ def begin(argv: list[str]) -> None:
     try:
         environ = dict(os.environ)
         env = recorder_env(library, folder)
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as run_recorded: Ctrl-C is the program's
+        old_int = leave_sigint_to_the_program()  # as run_recorded: Ctrl-C is the program's
         try:
             proc = subprocess.Popen([prog, *program[1:]], env=env)
         except OSError:

@@ -131,3 +131,21 @@ def checked_program(argv: list[str], preload: bool = True) -> str:
     return prog
 
 
+
+
+def _program_has_it(signum, frame):
+    """SIGINT (Ctrl-C) while the program runs: the program's to act on, in the same process group; this
+    process goes on waiting for it and imports what it left."""
+
+
+def leave_sigint_to_the_program():
+    """Make this process sit out Ctrl-C while its program runs, without the program inheriting that: a
+    handler, not SIG_IGN (an ignored signal stays ignored across exec, so the program, and a Python program's
+    KeyboardInterrupt, would never see Ctrl-C); a handled one starts the program at its default. Where this
+    process was started with SIGINT ignored (nohup, a background job), it stays ignored for both, as a shell
+    would pass it on. Returns the handler to put back (signal.signal(signal.SIGINT, old))."""
+    import signal
+
+    old = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if old == signal.SIG_IGN else _program_has_it)
+    return old

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from alloctrace.traces.errors import UserError
 
-from .program import NOT_LINUX, RECORD_FOLDER, STATIC, checked_program, is_static_elf, recorder_env, resolve_program  # noqa: F401
+from .program import (NOT_LINUX, RECORD_FOLDER, STATIC, checked_program, is_static_elf,  # noqa: F401
+                      leave_sigint_to_the_program, recorder_env, resolve_program)
 
 
 @record_class
@@ -30,8 +31,7 @@ def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict
         return collect(argv, started.wait(), out_dir)
     prog = checked_program(argv, library is not None)
     env = recorder_env(library, out_dir, env)
-    # Ctrl-C reaches the program (same process group); we wait for it and import what it left
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old = leave_sigint_to_the_program()  # Ctrl-C reaches the program (same process group); we wait for it
     try:
         try:
             proc = subprocess.Popen([prog, *argv[1:]], env=env)
