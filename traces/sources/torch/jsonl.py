@@ -215,7 +215,7 @@ class Lines:
         if kind is not None and d.get("type") != kind:
             raise self.error(f"expected {what}, found a line of type {str(d.get('type'))[:40]!r}")
         if device is not None and d.get("device") != device:
-            raise self.error(f"a `{kind}` line of device {str(d.get('device'))[:20]} inside device {device}")
+            raise self.error(f"`{kind}` line of device {str(d.get('device'))[:20]} inside device {device}")
         self.pending = None
         return d
 
@@ -337,7 +337,7 @@ def read_entries(lines: Lines, dl: DeviceLine, code) -> dict[str, np.ndarray]:
 def _int(lines: Lines, e: dict, key: str, bounds: tuple[int, int], default: int) -> int:
     v = e.get(key, default)
     if type(v) is not int or not bounds[0] <= v <= bounds[1]:
-        raise lines.error(f"{key}: expected an integer in {bounds[0]:,}..{bounds[1]:,}, found {str(v)[:40]}")
+        raise lines.error(f"{key}: expected an integer in {bounds[0]:,}..{bounds[1]:,}, found {repr(v)[:40]}")
     return v
 
 
