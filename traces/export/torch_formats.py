@@ -18,7 +18,7 @@ import numpy as np
 
 from alloctrace.traces.store.torch_stored import ACTIONS, ALLOC, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP
 from alloctrace.traces.state.torch_device import DEFAULT_SKIP, Device, load_device
-from alloctrace.traces.export.torch_jsonl import write_jsonl  # noqa: F401 (the registry finds writers here)
+from alloctrace.traces.export import torch_jsonl
 
 FORMATS = ("chrome", "jsonl")  # what this module writes; the registry (formats.py) lists them for the faces
 SEGMENT_ACTIONS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
@@ -88,3 +88,6 @@ def write_chrome(store, tid: str, out: IO[str], skip=DEFAULT_SKIP):
             out.write(("" if first else ",\n") + json.dumps(ev))
             first = False
     out.write("]}\n")
+
+
+write_jsonl = torch_jsonl.write_jsonl  # the registry (formats.py) finds each format's writer here
