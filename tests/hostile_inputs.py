@@ -335,5 +335,8 @@ def torch_jsonl_variants(text: str) -> dict[str, tuple[str, str]]:
         "allocator_settings 50 deep": (changed(dev, extra={**lines[dev]["extra"], "allocator_settings": deep}),
                                        "allocator_settings"),
         "a rank as text": (changed(dev, extra={**lines[dev]["extra"], "rank": "0"}), "extra.rank"),
+        "a plan search of numbers": (changed(0, extra={"plan_vary": {"name": "batch", "points": [1, 2]}}),
+                                     "extra.plan_vary.points"),
+        "an unknown trace extra": (changed(0, extra={"sweep": {"id": "x"}}), "extra.sweep"),
         "a device line missing": (raw(dev, _json.dumps({"type": "entry"})), "expected a `device` line"),
     }

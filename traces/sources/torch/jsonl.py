@@ -17,141 +17,32 @@ import json
 from array import array
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal
+from typing import Iterator
 
 import numpy as np
-from annotated_types import Ge, Le
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from alloctrace.traces.sources.base import ImportedTrace
 from alloctrace.traces.sources.logio import LogReader
 from alloctrace.traces.sources.sniffers import torch_jsonl
 from alloctrace.traces.store.columns import compressor
-from alloctrace.traces.store.records import MAX_TEXT, first_error
-from alloctrace.traces.store.schema import MAX_GRAPH, TraceMeta
-from alloctrace.traces.store.torch_stored import (ACTION_CODE, BLOCK_STATES, JSONL_FORMAT, JSONL_VERSION, LAYOUT,
-                                                   OOM)
+from alloctrace.traces.store.records import first_error
+from alloctrace.traces.store.schema import TraceMeta
+from alloctrace.traces.store.torch_stored import ACTION_CODE, BLOCK_STATES, JSONL_FORMAT, JSONL_VERSION, LAYOUT, OOM
 
 from alloctrace.traces.sources.torch.bounds import Budget
-from alloctrace.traces.sources.torch.columns import MAX_FRAME_TEXT, DeviceData
-from alloctrace.traces.sources.torch.snapshot_schema import (Address, Size, Stream, Time, Top, check,
-                                                             entry_bounds)
-from alloctrace.traces.sources.torch.source import ROLE, _encoded, device_facts
+from alloctrace.traces.sources.torch.columns import DeviceData
+from alloctrace.traces.sources.torch.jsonl_schema import (Annotation, Block, DeviceLine, Frame, Header, Segment,
+                                                          SourceExtra, Stack, Strings)
+from alloctrace.traces.sources.torch.snapshot_schema import Top, check, entry_bounds
+from alloctrace.traces.sources.torch.source import _encoded, device_facts
 from alloctrace.traces.sources.torch.unpickle import SnapshotError
 
 NAME = "torch-jsonl"
 TICK_LINES = 4096  # lines read between two checks of the CPU cap
-FRAME_TEXT = MAX_FRAME_TEXT + 100  # a frame's name or file: what the snapshot source keeps of one, with its marker
-Int64 = Annotated[int, Ge(-(1 << 63)), Le((1 << 63) - 1)]
-Count = Annotated[int, Ge(0), Le(1 << 40)]
-StackId = Annotated[int, Ge(-1), Le((1 << 31) - 1)]
 ENTRY_KEYS = frozenset({"type", "device", "i", "action", "addr", "size", "stream", "time_us", "stack",
                         "user_metadata", "compile_context", "device_free"})
 BOUNDS = {k: entry_bounds(k) for k in ("addr", "size", "stream", "time_us", "device_free")}
-
-
-class _Line(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-
-
-class Header(_Line):
-    type: Literal["trace"]
-    format: Literal[JSONL_FORMAT]  # type: ignore[valid-type]
-    version: int
-    id: str | None = Field(default=None, pattern=r"^[0-9a-f]{8}$")
-    name: str = Field(max_length=MAX_TEXT)
-    source: Literal["torch"]
-    generation: str | None = Field(default=None, max_length=100)
-    profile: str | None = Field(default=None, max_length=100)
-    created: str | None = Field(default=None, max_length=64)
-    tags: list[Annotated[str, Field(max_length=MAX_TEXT)]] = Field(default=[], max_length=64)
-    extra: dict = {}
-
-
-class DeviceLine(_Line):
-    type: Literal["device"]
-    device: int = Field(ge=0, le=MAX_GRAPH)
-    role: Literal[ROLE]  # type: ignore[valid-type]
-    n_entries: Count
-    n_strings: Count
-    n_frames: Count
-    n_stacks: Count
-    n_segments: Count
-    n_blocks: Count
-    n_annotations: Count
-    peak_requested: Any = None  # facts of the exporting store: computed again here, not read
-    peak_reserved: Any = None
-    oom: Any = None
-    consistent: Any = None
-    extra: dict = {}
-
-
-class SourceExtra(BaseModel):
-    """What a device row's extra holds that its entries do not say (the rest is computed again on import)."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
-    device: int = Field(default=0, ge=0, le=MAX_GRAPH)  # the GPU index in its own snapshot
-    rank: int | None = Field(default=None, ge=0, le=MAX_GRAPH)  # a job's trace: the rank and its file
-    cuda_device: int | None = Field(default=None, ge=0, le=MAX_GRAPH)
-    file: str | None = Field(default=None, max_length=MAX_TEXT)
-
-
-class Strings(_Line):
-    type: Literal["strings"]
-    device: int
-    values: list[str]
-
-
-class Frame(_Line):
-    type: Literal["frame"]
-    device: int
-    id: int
-    name: str = Field(max_length=FRAME_TEXT)
-    filename: str = Field(max_length=FRAME_TEXT)
-    line: Int64
-
-
-class Stack(_Line):
-    type: Literal["stack"]
-    device: int
-    id: int
-    frames: list[Annotated[int, Ge(0), Le((1 << 31) - 1)]] = Field(min_length=1)
-
-
-class Segment(_Line):
-    type: Literal["segment"]
-    device: int
-    id: int
-    address: Address
-    total_size: Size
-    allocated_size: Size
-    active_size: Size
-    requested_size: Size
-    stream: Stream
-    segment_type: Literal["small", "large"]
-    segment_pool_id: list[Int64] = Field(min_length=2, max_length=2)
-    is_expandable: bool
-    stack: StackId
-    n_blocks: Count
-
-
-class Block(_Line):
-    type: Literal["block"]
-    device: int
-    segment: int
-    address: Address
-    size: Size
-    requested_size: Size
-    state: str = Field(max_length=64)
-    stack: StackId
-
-
-class Annotation(_Line):
-    type: Literal["annotation"]
-    device: int
-    stage: Literal["START", "END"]
-    name: str = Field(max_length=MAX_TEXT)
-    time_us: Time
 
 
 class TorchJsonlSource:
@@ -163,14 +54,15 @@ class TorchJsonlSource:
     def read(self, stream, *, filename: str, name: str | None, limits=None) -> list[ImportedTrace]:
         label = Path(filename).name or "input"
         lines = Lines(LogReader(stream, label=label, limits=limits).lines(), label, Budget(limits, label))
-        h = lines.model(Header, lines.next("a `trace` header line"))
+        first = lines.next("a `trace` header line")
+        h = lines.model(Header, first)
         if h.version != JSONL_VERSION:
             raise SnapshotError(f"{label}:{lines.n}: {JSONL_FORMAT} version {h.version}: "
                                 + (f"newer than {JSONL_VERSION}, which this alloctrace reads" if h.version > JSONL_VERSION
                                    else "written before the export held segments, blocks and strings; export the "
                                         "trace again or import its snapshot"))
         meta = TraceMeta(name=name or h.name, source=h.source, generation=h.generation, profile=h.profile,
-                         created=h.created, tags=list(h.tags), extra=h.extra, id=h.id)
+                         created=h.created, tags=list(h.tags), extra=first.get("extra") or {}, id=h.id)  # as written
         report: list[dict] = []
         return [ImportedTrace(meta, _devices(lines, report), {"devices": report})]
 
