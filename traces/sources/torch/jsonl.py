@@ -93,6 +93,8 @@ class Lines:
                     d = json.loads(line)
                 except ValueError as e:
                     raise self.error(f"invalid JSON ({str(e)[:60]})") from None
+                except RecursionError:  # [[[[... a line may hold a million brackets
+                    raise self.error("invalid JSON (nested too deep)") from None
                 if type(d) is not dict:
                     raise self.error("not a JSON object")
                 self.pending = d
@@ -106,7 +108,7 @@ class Lines:
             raise SnapshotError(f"{self.label}: ends where {what} was expected (a cut file?)")
         if kind is not None and d.get("type") != kind:
             raise self.error(f"expected {what}, found a line of type {str(d.get('type'))[:40]!r}")
-        if device is not None and d.get("device") != device:
+        if device is not None and (type(d.get("device")) is not int or d["device"] != device):
             raise self.error(f"`{kind}` line of device {str(d.get('device'))[:20]} inside device {device}")
         self.pending = None
         return d
@@ -203,7 +205,7 @@ def read_entries(lines: Lines, dl: DeviceLine, code) -> dict[str, np.ndarray]:
         e = lines.next(f"entry {k} of device {d}", "entry", d)
         if e.keys() - ENTRY_KEYS:
             raise lines.error(f"unknown field {sorted(e.keys() - ENTRY_KEYS)[0][:40]!r}")
-        if e.get("i") != k:
+        if type(e.get("i")) is not int or e["i"] != k:
             raise lines.error(f"entry number {str(e.get('i'))[:20]} where entry {k} comes")
         a = ACTION_CODE.get(e.get("action")) if type(e.get("action")) is str else None
         if a is None:
