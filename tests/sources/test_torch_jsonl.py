@@ -53,6 +53,14 @@ def original(tmp_path_factory):
         r = subprocess.run([sys.executable, "-m", "alloctrace", *argv], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         ids[label] = json.loads(r.stdout)["traces"][0]["id"]
+    return root, store, ids
+
+
+@pytest.fixture(scope="module")
+def planned(original):
+    """The same store with `alloctrace plan --vary` runs of a small training step (tags, a search in `extra`)."""
+    pytest.importorskip("torch")
+    root, store, ids = original
     (root / "mlp.py").write_text(PLAN_PROGRAM)
     r = subprocess.run([sys.executable, "-m", "alloctrace", "plan", "--json", "--store", store, "--vary", "batch=8..64",
                         "--budget", "1GiB", "--", sys.executable, str(root / "mlp.py"), "{batch}"],
@@ -91,8 +99,8 @@ def views(capsys, store: str, tid: str, out: Path) -> dict:
 
 
 @pytest.mark.parametrize("label", list(SNAPSHOTS) + ["plan"])
-def test_an_exported_trace_imports_back_with_every_view_equal(original, label, tmp_path, capsys):
-    root, store, ids = original
+def test_an_exported_trace_imports_back_with_every_view_equal(original, label, tmp_path, capsys, request):
+    root, store, ids = request.getfixturevalue("planned") if label == "plan" else original
     tid = ids[label]
     exported = tmp_path / f"{label}.jsonl"
     run(capsys, "export", tid, "--format", "jsonl", "-o", str(exported), "--store", store)
@@ -111,10 +119,10 @@ def test_an_exported_trace_imports_back_with_every_view_equal(original, label, t
     assert after["jsonl"] == exported.read_bytes()  # exporting the import gives the same file
 
 
-def test_the_round_trip_covers_what_the_fixtures_hold(original, tmp_path, capsys):
+def test_the_round_trip_covers_what_the_fixtures_hold(planned, tmp_path, capsys):
     """The fixtures above hold what the format must carry: OOMs, expandable segments, several streams,
     annotations and user metadata, a wrapped trace, ranks, tags and a plan's categories."""
-    root, store, ids = original
+    root, store, ids = planned
     s = open_store(store)
     extra = {k: s.graph_extras(t) for k, t in ids.items()}
     assert s.summary(ids["oom"])["graphs"][0]["oom"] and s.summary(ids["recorded"])["graphs"][0]["oom"]
