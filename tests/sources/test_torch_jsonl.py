@@ -1,7 +1,7 @@
 """A PyTorch trace exported as JSON Lines and imported back (traces/export/torch_jsonl.py ->
 traces/sources/torch/jsonl.py) is the same trace: the same id, the same stored rows byte for byte (checksums),
 and every view answers the same (show, state at several entries, the OOM card, peak by call site, flamegraphs,
-the Chrome export, the HTML report, categories), for real snapshots of every kind: plain, expandable segments,
+a what-if, the Chrome export, the HTML report, categories), for real snapshots of every kind: plain, expandable segments,
 several streams, an OOM, a wrapped ring buffer, a recorded program, a recorded DDP job (a device per rank) and
 `alloctrace plan --vary` runs. Importing the same file twice stores it once."""
 from __future__ import annotations
@@ -90,6 +90,8 @@ def views(capsys, store: str, tid: str, out: Path) -> dict:
             got[f"state {ref} {at}"] = run(capsys, "state", ref, "--event", at, "--json", "--store", store)
         for at in ["peak", "end"] + (["oom"] if g["oom"] else []):
             got[f"flame {ref} {at}"] = run(capsys, "flame", ref, "--at", at, "--store", store)
+        rc = main(["whatif", ref, "--set", "max_split_size_mb=64", "--json", "--store", store])  # refused for some
+        got[f"whatif {ref}"] = (rc, *capsys.readouterr())
     for fmt in ("chrome", "jsonl"):
         run(capsys, "export", tid, "--format", fmt, "-o", str(out / f"{tid}.{fmt}"), "--store", store)
         got[fmt] = (out / f"{tid}.{fmt}").read_bytes()
