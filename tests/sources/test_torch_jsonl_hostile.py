@@ -61,6 +61,8 @@ def test_the_server_refuses_each_with_422(exported, tmp_path):
         assert c.get("/api/traces").json()["traces"] == []
         r = c.post("/api/traces", files={"file": ("good.jsonl", exported.read_bytes())})
         assert r.status_code == 201, r.text
+        r = c.post("/api/torch/traces", files={"file": ("good.jsonl", exported.read_bytes())})  # the PyTorch upload
+        assert r.status_code == 201 and r.json()["traces"][0]["devices"][0]["n_events"] > 1000, r.text
 
 
 def test_a_compressed_file_past_the_decompressed_cap_is_refused(exported, tmp_path, capsys):
