@@ -319,7 +319,7 @@ def torch_jsonl_variants(text: str) -> dict[str, tuple[str, str]]:
         "cut inside the entries": ("".join(_json.dumps(d) + "\n" for d in lines[:entry + 5]), "ends where"),
         "a count of 10^12 entries": (changed(dev, n_entries=10 ** 12), f"expected entry {lines[dev]['n_entries']} of device 0"),
         "invalid JSON": (raw(entry + 1, '{"type": "entry", "device": 0,'), "invalid JSON"),
-        "a line nested 100,000 deep": (raw(entry + 1, "[" * 100_000), "nested too deep"),
+        "a line nested 100,000 deep": (raw(entry + 1, "[" * 100_000), "invalid JSON"),
         "a list, not an object": (raw(entry + 1, "[1, 2, 3]"), "not a JSON object"),
         "an unknown action": (changed(entry, action="explode"), "action: not one of"),
         "a negative size": (changed(entry, size=-5), "size: expected an integer"),

@@ -75,16 +75,18 @@ def device_lines(g: dict, cols: dict, strings: list[str], extra: dict):
         yield dumps({"type": "stack", "device": d, "id": s, "frames": frames[offsets[s]:offsets[s + 1]].tolist()}) + "\n"
     free = cols["device_free"].tolist() if "device_free" in cols else None
     names = ("action", "addr", "size", "stream", "time_us", "stack", "meta", "compile")
+    quoted = [dumps(x) for x in strings]  # each text as JSON once: entries repeat a few of them many times
+    head = f'{{"type": "entry", "device": {d}, "i": '
     for k, (a, addr, size_, stream, t, stack, m, c) in enumerate(zip(*(cols[n].tolist() for n in names))):
-        e = {"type": "entry", "device": d, "i": k, "action": ACTIONS[a], "addr": addr, "size": size_,
-             "stream": stream, "time_us": t, "stack": stack}
+        line = (f'{head}{k}, "action": "{ACTIONS[a]}", "addr": {addr}, "size": {size_}, "stream": {stream}, '
+                f'"time_us": {t}, "stack": {stack}')  # what json.dumps writes for the dict, at a fraction of its cost
         if m >= 0:
-            e["user_metadata"] = strings[m]
+            line += f', "user_metadata": {quoted[m]}'
         if c >= 0:
-            e["compile_context"] = strings[c]
+            line += f', "compile_context": {quoted[c]}'
         if free is not None and (a == OOM or free[k] != -1):
-            e["device_free"] = free[k]
-        yield dumps(e) + "\n"
+            line += f', "device_free": {free[k]}'
+        yield line + "}\n"
     seg = {k: cols[f"seg_{k}"].tolist() for k in ("address", "total", "allocated", "active", "requested", "stream",
                                                    "small", "pool_a", "pool_b", "expandable", "stack")}
     blk = {k: cols[f"blk_{k}"].tolist() for k in ("address", "size", "requested", "state", "stack")}
