@@ -1,7 +1,7 @@
 """ggml-head's dynamic allocator (`ggml_dyn_tallocr`): offsets in up to 16 chunks."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from .record_class import record_class, field
 
 from .tallocr import pad, release
 
@@ -9,7 +9,7 @@ MAX_CHUNKS = 16
 SIZE_MAX = (1 << 64) - 1
 
 
-@dataclass
+@record_class
 class Chunk:
     offsets: list = field(default_factory=list)
     sizes: list = field(default_factory=list)

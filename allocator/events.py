@@ -6,8 +6,7 @@ free list after the decision, and the reused parent.
 """
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field, fields
+from .record_class import record_class, field, fields
 
 # kind -> what it records
 KINDS = {
@@ -35,7 +34,7 @@ KINDS = {
 }
 
 
-@dataclass(slots=True)
+@record_class(slots=True)
 class Event:
     kind: str
     graph: int = 0
@@ -71,14 +70,23 @@ class Event:
             v = getattr(self, k)
             if v is None or v == {}:
                 continue
-            out[k] = copy.deepcopy(v) if isinstance(v, (dict, list)) else v
+            out[k] = _deepcopy(v) if isinstance(v, (dict, list)) else v
         return out
 
 
-_FIELD_NAMES = tuple(f.name for f in fields(Event))
+_FIELD_NAMES = fields(Event)
 
 
-@dataclass
+def _deepcopy(v):
+    """copy.deepcopy, imported on first use (a recording's import never asks for it), then in this name's place."""
+    global _deepcopy
+    from copy import deepcopy
+
+    _deepcopy = deepcopy
+    return deepcopy(v)
+
+
+@record_class
 class FreeSummary:
     n_blocks: int
     largest: int

@@ -12,7 +12,7 @@ object in ggml share one allocator and one buffer (`BufferType.key`).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from .record_class import record_class
 
 from .dyn_tallocr import DynOutOfSpace, DynTallocr, SIZE_MAX
 from .events import Event
@@ -28,7 +28,7 @@ class _Stop(Exception):
     pass
 
 
-@dataclass(frozen=True)
+@record_class(frozen=True)
 class BufferType:
     """One `ggml_backend_buffer_type` as the allocator sees it."""
 

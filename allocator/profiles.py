@@ -8,7 +8,7 @@ module; see docs/architecture.md.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .record_class import record_class
 
 # ggml_op_can_inplace over time: (op, first ggml commit listing it, first commit without it or "").
 # Read from ggml-alloc.c's history (ggml repository; CLAMP from llama.cpp's vendored ggml). A profile row
@@ -38,7 +38,7 @@ def inplace_on(date: str) -> frozenset:
                      if INPLACE_DATES[since] <= date and not (until and INPLACE_DATES[until] <= date))
 
 
-@dataclass(frozen=True)
+@record_class(frozen=True)
 class Profile:
     name: str
     commit: str

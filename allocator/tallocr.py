@@ -5,7 +5,7 @@ returns what the C code would print, so the graph walk can emit events.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .record_class import record_class
 
 from .profiles import Profile
 
@@ -59,7 +59,7 @@ def release(starts: list, sizes: list, at: int, size: int, max_blocks: int):
     sizes.insert(pos, size)
 
 
-@dataclass
+@record_class
 class Choice:
     addr: int
     block: int  # index printed by AT_PRINTF (-1 when the last-block fallback was taken)

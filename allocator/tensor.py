@@ -6,7 +6,7 @@ pointers (`parent->data < alloc->data`) and do arithmetic on NULL
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from .record_class import record_class, field
 
 # bytes per element (block size 1 types only: what graph allocators see in practice)
 TYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i16": 2, "i8": 1, "i64": 8, "f64": 8}
@@ -15,7 +15,7 @@ TYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i16": 2, "i8": 1, "i64": 
 VIEW_OPS_2023 = frozenset({"RESHAPE", "VIEW", "TRANSPOSE", "PERMUTE", "CPY"})
 
 
-@dataclass(eq=False, slots=True)
+@record_class(eq=False, slots=True)
 class Tensor:
     """One ggml tensor. Identity is the object, as a `struct ggml_tensor *` is."""
 
@@ -84,7 +84,7 @@ def same_layout(a: Tensor, b: Tensor) -> bool:
     return a.type == b.type and a.ne == b.ne and a.nb == b.nb
 
 
-@dataclass(eq=False)
+@record_class(eq=False)
 class Graph:
     """A ggml_cgraph: nodes in execution order, then leafs (tensors with op NONE)."""
 

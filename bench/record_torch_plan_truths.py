@@ -4,6 +4,7 @@
     python3 bench/record_torch_plan_truths.py --more OUT_DIR         # ResNet-50 and reentrant checkpointing
     python3 bench/record_torch_plan_truths.py --variants OUT_DIR     # accumulation, checkpointing, set_to_none,
                                                                      # fp16 with a GradScaler (variants.json)
+    python3 bench/record_torch_plan_truths.py --checkpoint-snapshots OUT_DIR   # snapshots of checkpointed steps
 
 Writes OUT_DIR/truths.json: for each model x dtype x batch, `max_memory_allocated` / `max_memory_reserved` of
 a fresh allocator (everything freed, cache emptied, cuBLAS workspaces dropped, peaks reset) after two training
@@ -238,8 +239,37 @@ def more(out_dir):
             json.dump(result, f, indent=1)
 
 
+CHECKPOINT_SNAPSHOTS = (("vit", "fp32", 32, "checkpoint"), ("vit", "bf16", 32, "checkpoint"),
+                        ("vit", "bf16", 32, "checkpoint_reentrant"), ("gpt", "bf16", 8, "checkpoint_reentrant"))
+
+
+def checkpoint_snapshots(out_dir):
+    """Memory snapshots (Python stacks) of activation-checkpointed steps, NAME_DTYPE_bBATCH_VARIANT.pickle.gz,
+    each from a fresh allocator as `measure` starts it; prints each step's peaks."""
+    from torch_plan_workloads import VARIANTS_MORE, train_checkpoint_reentrant
+    os.makedirs(out_dir, exist_ok=True)
+    for name, dtype, batch, label in CHECKPOINT_SNAPSHOTS:
+        fresh()
+        torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
+        if label == "checkpoint_reentrant":
+            train_checkpoint_reentrant(name, batch, dtype)
+        else:
+            train_variant(name, batch, dtype, **VARIANTS_MORE[label])
+        torch.cuda.synchronize()
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        path = os.path.join(out_dir, f"{name}_{dtype}_b{batch}_{label}.pickle.gz")
+        with gzip.open(path, "wb") as f:
+            pickle.dump(snap, f)
+        print(os.path.basename(path), "max_memory_allocated", torch.cuda.max_memory_allocated(),
+              "max_memory_reserved", torch.cuda.max_memory_reserved(), flush=True)
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--more"]:
+    if sys.argv[1:2] == ["--checkpoint-snapshots"]:
+        train("mlp", 8, "fp32")                 # warm-up
+        checkpoint_snapshots(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--more"]:
         train("mlp", 8, "fp32")                 # warm-up
         more(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--variants"]:

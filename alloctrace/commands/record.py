@@ -116,7 +116,8 @@ def run(args) -> int:
             return result.exit_status
         name = args.name or program_name(command)
         store = open_store_from(args, create=True)
-        stored = import_into_store(store, result.recordings, name, tags) if result.recordings else []
+        stored = import_into_store(store, result.recordings, name, tags, own_recording=True) \
+            if result.recordings else []
         if snaps:
             stored += import_snapshots(store, [s.path for s in snaps], name, tags)
     print(traces_table(stored), file=sys.stderr)  # the summaries the import answered: not read again
@@ -156,12 +157,14 @@ def program_name(command: list[str]) -> str:
     return os.path.basename(words[0])
 
 
-def import_into_store(store, recordings: list[Path], name: str, tags=()) -> list[dict]:
+def import_into_store(store, recordings: list[Path], name: str, tags=(), own_recording: bool = False) -> list[dict]:
     """Each recording file into the store, through the one import entry point (all or nothing): the new
-    traces' summaries."""
+    traces' summaries. `own_recording`: the ggml recorder's files of this run (a small one is read in this
+    process, sources.read_file)."""
     from alloctrace.traces.sources import import_files
 
-    return import_files(store, recordings, name=name, progress=sys.stderr.isatty(), tags=tags)
+    return import_files(store, recordings, name=name, progress=sys.stderr.isatty(), tags=tags,
+                        own_recording=own_recording)
 
 
 def import_snapshots(store, paths: list[Path], name: str, tags=()) -> list[dict]:

@@ -1,7 +1,9 @@
 """What `alloctrace record` of a ggml program loads: its fixed cost is mostly Python's imports (bench/
 bench_record_start.py measures it), so the record path must not pull in what it never uses: the dashboard's
 and the API's libraries (pydantic, rich), the PostgreSQL backend for a store that is a folder, OpenSSL's hash
-module for a recording of a few kilobytes, logging, email, the standard library's HTTP and asyncio."""
+module for a recording of a few kilobytes, logging, email, the standard library's HTTP and asyncio, nor
+`dataclasses` and `inspect` (the record path's classes are allocator/record_class.py's), and it reads a small
+recording of its own without a child process."""
 from __future__ import annotations
 
 import subprocess
@@ -22,7 +24,8 @@ from alloctrace.entry import console
 console()
 """
 NEVER = ("pydantic", "rich", "psycopg", "psycopg_pool", "alloctrace.traces.store.postgres", "hashlib", "logging",
-         "email", "http", "asyncio", "numpy", "urllib.request", "alloctrace.server")
+         "email", "http", "asyncio", "numpy", "urllib.request", "alloctrace.server", "dataclasses", "inspect",
+         "pickle")  # pickle: a child's answer (sources/child.py), which a small recording of its own skips
 
 
 def test_recording_a_ggml_program_loads_none_of_the_heavy_modules(tmp_path):

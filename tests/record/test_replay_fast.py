@@ -4,7 +4,6 @@ model in the same state (the plan a later alloc_graph reuses, the buffers, the a
 the same way; where the C side declines, the Python path answers alone."""
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import io
 import json
@@ -16,6 +15,7 @@ import pytest
 import zstandard
 
 from alloctrace.allocator import get_profile
+from alloctrace.allocator.record_class import replace
 from alloctrace.allocator.gallocr import BufferType, Gallocr
 from alloctrace.traces.sources.record import plans_fast
 from alloctrace.traces.sources.record.plans import build_graph, shapes
@@ -137,7 +137,7 @@ def random_graph(rng: random.Random, n_bufs: int):
 
 
 def new_galloc(rng: random.Random, n_bufs: int, max_free_blocks: int) -> Gallocr:
-    profile = dataclasses.replace(get_profile(rng.choice(["ggml-head", "ggml-2024-02"])),
+    profile = replace(get_profile(rng.choice(["ggml-head", "ggml-2024-02"])),
                                   max_free_blocks=max_free_blocks)
     keys = [rng.randrange(2) for _ in range(n_bufs)]  # two ids of one key share a buffer
     types = [BufferType(f"B{k}", rng.choice([16, 32, 64]), rng.choice([1 << 62, 4096, 20000]), key=k) for k in keys]

@@ -50,7 +50,8 @@ def commit(repo: Path, fa: str, message: str) -> str:
 def install_source(tmp_path_factory) -> str:
     """The workflow's default install source with github.com replaced by a local clone of this tree, tagged."""
     default = re.search(r"vars\.ALLOCTRACE_INSTALL \|\| '([^']+)'", WORKFLOW_FILE.read_text()).group(1)
-    assert default.startswith("git+https://") and default.endswith(f"@v{VERSION}"), default
+    repository = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    assert default == f"git+{repository}@v{VERSION}", default  # the package's own declared home, at its tag
     src = tmp_path_factory.mktemp("alloctrace-repo")
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            check=True, capture_output=True).stdout.decode().split("\0")

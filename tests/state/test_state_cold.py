@@ -9,7 +9,6 @@ realloc) and on a long synthetic graph stored with its checkpoints.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import random
 
@@ -18,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import given, settings, strategies as st
 
+from alloctrace.allocator.record_class import replace
 from alloctrace.traces.memmap.live_ops import name_live_ops_from_lifetimes
 from alloctrace.server.app import create_app
 from alloctrace.traces.memmap import live_ops
@@ -112,7 +112,7 @@ def test_real_logs(log, tmp_path):
 @pytest.mark.parametrize("buffers", [1, 2])
 def test_multi_chunk_head_graphs(buffers):
     events = head_run(max_size=4096, buffers=buffers)
-    events = [dataclasses.replace(e, op=f"OP{i % 5}") for i, e in enumerate(events)]
+    events = [replace(e, op=f"OP{i % 5}") for i, e in enumerate(events)]
     assert assert_same_ops(events, columns_of(events)) > 0
 
 
@@ -123,7 +123,7 @@ def test_random_graphs(ops, chunked, capacity, named):
     events = events_of(ops, chunked)
     if not named:  # reuses by name only make extract replay names: the lifetimes are asked instead
         events = [e for e in events if not (e.kind == "reuse" and e.offset is None)]
-    events = [dataclasses.replace(e, op=random.Random(i).choice([None, "", "ADD", "MUL"])) for i, e in enumerate(events)]
+    events = [replace(e, op=random.Random(i).choice([None, "", "ADD", "MUL"])) for i, e in enumerate(events)]
     assert_same_ops(events, columns_of(events), capacity)
 
 

@@ -8,13 +8,18 @@ once all the gradients flowing into it are summed, its input gradients dropped r
 saved tensors released (unless the graph is retained), then its outputs handed on.
 
 Saved tensors are held through `saved_tensors_hooks` (`SavedTensors`), so that releasing a node's saved
-tensors after it ran, as the engine does, frees them here too.
+tensors after it ran, as the engine does, frees them here too. A program's own hooks (non-reentrant
+checkpointing's among them) are lent the same way: what they packed, and the hooks themselves, are held through
+a `Lent` that is emptied when its node has run. The engine's `release_variables` drops a saved variable's hooks
+with it; a checkpointed region's frame (its saved inputs with it) lives only as long as those hooks.
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
 import os
 import sys
+import weakref
 
 import torch
 
@@ -30,12 +35,49 @@ class Holder:
         self.tensor = tensor
 
 
+class HookPair:
+    """A program's (pack, unpack) saved-tensor hooks, held by its `Lent`s once the pair is off the stack."""
+    __slots__ = ("pack", "unpack", "__weakref__")
+
+    def __init__(self, pack, unpack):
+        self.pack, self.unpack = pack, unpack
+
+
+class Lent:
+    """What a program's pack hook returned, as one saved variable holds it; emptied when its node has run."""
+    __slots__ = ("value", "pair")
+
+    def __init__(self, value, pair: HookPair):
+        self.value, self.pair = value, pair
+
+
+class LentPack:
+    """The pack function pushed in place of a program's: it reaches the program's hooks through a weak
+    reference, so that a saved variable keeps them alive only through its `Lent`. Attributes the program set
+    on its pack function (checkpointing reads its own marks back from the stack) are read through."""
+    __slots__ = ("pair",)
+
+    def __init__(self, pair: HookPair):
+        self.pair = weakref.ref(pair)
+
+    def __call__(self, tensor):
+        pair = self.pair()
+        return Lent(pair.pack(tensor), pair)
+
+    def __getattr__(self, name):
+        pair = object.__getattribute__(self, "pair")()
+        if pair is None:
+            raise AttributeError(name)
+        return getattr(pair.pack, name)
+
+
 class SavedTensors:
     """Pack/unpack hooks that record which holders a node unpacks, so they can be released after it ran."""
 
     def __init__(self, on_pack=None):
-        self.unpacked: list[Holder] | None = None
+        self.unpacked: list | None = None
         self.on_pack = on_pack
+        self.pairs: list = []                # the hooks stack as pushed: a HookPair, or None for ours
 
     def pack(self, tensor):
         if self.on_pack is not None:
@@ -50,8 +92,39 @@ class SavedTensors:
                                "retain_graph=True")
         return holder.tensor
 
+    def unpack_lent(self, lent: Lent):
+        if self.unpacked is not None and not _inside_recomputation():
+            self.unpacked.append(lent)
+        if lent.pair is None:
+            raise RuntimeError("a saved tensor was used after its node ran: a second backward without "
+                               "retain_graph=True")
+        return lent.pair.unpack(lent.value)
+
+    @contextlib.contextmanager
     def hooks(self):
-        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        """Our hooks outermost, and every pair the program pushes inside lent through `LentPack`."""
+        autograd = torch._C._autograd
+        push, pop = autograd._push_saved_tensors_default_hooks, autograd._pop_saved_tensors_default_hooks
+
+        def pushed(pack, unpack):
+            if pack == self.pack:
+                self.pairs.append(None)
+                return push(pack, unpack)
+            pair = HookPair(pack, unpack)
+            self.pairs.append(pair)
+            return push(LentPack(pair), self.unpack_lent)
+
+        def popped():
+            if self.pairs:
+                self.pairs.pop()
+            return pop()
+
+        autograd._push_saved_tensors_default_hooks, autograd._pop_saved_tensors_default_hooks = pushed, popped
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
+                yield
+        finally:
+            autograd._push_saved_tensors_default_hooks, autograd._pop_saved_tensors_default_hooks = push, pop
 
 
 def _inside_recomputation() -> bool:
@@ -67,10 +140,18 @@ def _inside_recomputation() -> bool:
     return False
 
 
-def _outputs_of(result) -> tuple:
-    if isinstance(result, torch.Tensor) or result is None:
-        return (result,)
-    return tuple(result)
+def _outputs_of(node, result) -> list:
+    """The node's gradients, one per edge in `next_functions`. A custom Function's backward returns one per
+    argument of its forward, non-tensor ones included (None there), while its node has an edge per tensor
+    argument only: the engine keeps those (PyNode, `is_variable_input`). The tensors that need a gradient are
+    the edges that lead somewhere, in order; a tensor that needs none has an empty edge."""
+    outputs = [result] if isinstance(result, torch.Tensor) or result is None else list(result)
+    edges = node.next_functions
+    needs = getattr(node, "needs_input_grad", None)
+    if len(outputs) == len(edges) or needs is None or len(needs) != len(outputs):
+        return outputs
+    wanted = iter([grad for grad, need in zip(outputs, needs) if need])
+    return [None if nxt is None else next(wanted, None) for nxt, _ in edges]
 
 
 def _accumulate_into_leaf(var: torch.Tensor, grad: torch.Tensor, on_grad):
@@ -90,18 +171,36 @@ def _accumulate_into_leaf(var: torch.Tensor, grad: torch.Tensor, on_grad):
         hooks[hook](var)
 
 
+def _references(buffer: list, pos: int) -> tuple[int, int]:
+    """(Python references to the buffered gradient, users of its storage), counted the same way each time."""
+    return sys.getrefcount(buffer[pos]), torch._C._storage_Use_Count(buffer[pos].untyped_storage()._cdata)
+
+
+_SOLE: list = []      # what `_references` answers for a tensor only a buffer holds (measured once)
+
+
+def _held_only_here(buffer: list, pos: int) -> bool:
+    """The engine's can_accumulate_inplace: the buffer holds the last reference to the gradient and to its
+    storage (no view, no caller, no other buffer shares it), and its layout is dense."""
+    if not _SOLE:
+        _SOLE.extend(_references([torch.empty(1)], 0))
+    refs, users = _references(buffer, pos)
+    return refs <= _SOLE[0] and users <= _SOLE[1] and buffer[pos].is_contiguous()
+
+
 def _sum_into(buffer: list, pos: int, grad):
+    """InputBuffer::accumulate: added in place into the gradient already there when nothing else holds it,
+    else summed into a new tensor (a gradient the caller still holds, or one shared by two inputs)."""
     if grad is None:
         return
-    old = buffer[pos]
-    if old is None:
+    if buffer[pos] is None:
         buffer[pos] = grad
-    elif old._base is None and old.is_contiguous():
+    elif _held_only_here(buffer, pos):
         with torch.no_grad():
-            buffer[pos] = old.add_(grad)
+            buffer[pos].add_(grad)
     else:
         with torch.no_grad():
-            buffer[pos] = old + grad
+            buffer[pos] = buffer[pos] + grad
 
 
 def _validated(nxt, pos: int, grad):
@@ -189,12 +288,15 @@ def _run_node(saved: SavedTensors, node, buffers: dict, deps: dict, retain_graph
         used, saved.unpacked = saved.unpacked, outer
     # validate_outputs runs inside the call, before the inputs and saved tensors go
     outputs = [None if nxt is None else _validated(nxt, pos, grad)
-               for (nxt, pos), grad in zip(node.next_functions, _outputs_of(result))]
+               for (nxt, pos), grad in zip(node.next_functions, _outputs_of(node, result))]
     del result
     inputs.clear()
     if not retain_graph:
         for holder in used:
-            holder.tensor = None
+            if isinstance(holder, Lent):
+                holder.value = holder.pair = None
+            else:
+                holder.tensor = None
     used.clear()
     ready = []
     for i, (nxt, pos) in enumerate(node.next_functions):

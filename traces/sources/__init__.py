@@ -63,27 +63,45 @@ def source_for(head: bytes) -> Source:
     raise UserError("no trace source recognises this input")  # unreachable: the fallback reads any text
 
 
+OWN_RECORDING_IN_PROCESS = 4 << 20  # bytes: what `record` reads of its own recording without a child
+
+
 def read_file(src, *, name: str | None = None, filename: str | None = None, limits: Limits | None = None,
-              progress: bool = False, tags=(), **options) -> list[ImportedTrace]:
+              progress: bool = False, tags=(), own_recording: bool = False, **options) -> list[ImportedTrace]:
     """Read one input (a path or a binary stream) completely into its stored form, within the
     caps of `limits` (decompressed bytes, CPU time, graphs and stored bytes per input byte,
     cancel), before any store lock is taken: encoded graphs are compact.
 
     `filename` is what messages and metadata call the input (default: the path's name);
     `options` go to the source when its `read` takes them (e.g. `generation` for ggml logs);
-    `tags` (`key=value` strings, store/tags.py) are added to every trace read."""
+    `tags` (`key=value` strings, store/tags.py) are added to every trace read.
+
+    A path is read in a child process under the memory and CPU caps (sources/child.py). `own_recording`: the
+    file is a raw recording `record` just made in its private folder; up to OWN_RECORDING_IN_PROCESS bytes
+    it is read here, under the same graph and size caps (a child's fork and answer cost a dry run's
+    recording more than reading it: its bytes bound the work, and no one else wrote it)."""
     import os
     from pathlib import Path
 
     from alloctrace.traces.sources.bounded_io import Limits
 
     limits = limits or Limits.from_env()
-    if isinstance(src, (str, Path)) and os.environ.get("ALLOCTRACE_IMPORT_IN_PROCESS") != "1":
+    if isinstance(src, (str, Path)) and os.environ.get("ALLOCTRACE_IMPORT_IN_PROCESS") != "1" and \
+            not (own_recording and _size(src) <= OWN_RECORDING_IN_PROCESS):
         from alloctrace.traces.sources.child import read_in_child
         args = (str(src), name, filename, limits.with_(cancelled=None), progress, tuple(tags), options)
         return read_in_child(lambda: _read_file(*args), filename or Path(src).name, int(limits.max_memory),
                              limits.max_cpu_s, limits.cancelled, spawn_args=args)
     return _read_file(src, name, filename, limits, progress, tags, options)
+
+
+def _size(path) -> int:
+    import os
+
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return OWN_RECORDING_IN_PROCESS + 1  # the child reports what is wrong with it
 
 
 def _read_file(src, name, filename, limits, progress, tags, options) -> list[ImportedTrace]:
@@ -203,12 +221,20 @@ def import_paths(store, paths, *, name: str | None = None, progress: bool = Fals
 
 
 def _accepted(fn, options: dict) -> dict:
-    import inspect
+    """The `options` that `fn` (a function or bound method) takes by keyword: all of them when it takes
+    **kwargs. Read from its code object (inspect.signature would cost a short command inspect's import)."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None:  # another kind of callable
+        import inspect
 
-    params = inspect.signature(fn).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        params = inspect.signature(fn).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return options
+        return {k: v for k, v in options.items() if k in params}
+    if code.co_flags & 0x08:  # CO_VARKEYWORDS
         return options
-    return {k: v for k, v in options.items() if k in params}
+    names = code.co_varnames[code.co_posonlyargcount:code.co_argcount + code.co_kwonlyargcount]
+    return {k: v for k, v in options.items() if k in names}
 
 
 _builtins_registered = False

@@ -20,9 +20,9 @@ import os
 import re
 import time
 import zlib
-from dataclasses import dataclass, replace
+from alloctrace.allocator.record_class import record_class, replace
 from operator import itemgetter
-from typing import Callable
+from collections.abc import Callable
 
 import zstandard
 
@@ -64,7 +64,7 @@ class Cancelled(UserError):
     status = 499
 
 
-@dataclass(frozen=True)
+@record_class(frozen=True)
 class Limits:
     max_decompressed: int | None = None  # bytes read per file; None: DEFAULT_MAX_DECOMPRESSED of a compressed one
     max_cpu_s: float = 900.0  # CPU seconds (of the importing thread) per file

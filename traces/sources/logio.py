@@ -12,7 +12,7 @@ import io
 import os
 import zlib
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from alloctrace.traces.errors import UserError
 

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import stat
-from dataclasses import replace
+from alloctrace.allocator.record_class import replace
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError

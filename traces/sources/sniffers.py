@@ -6,7 +6,7 @@ compared. So the registry asks these, and imports only the source that said yes 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from alloctrace.allocator.record_class import record_class
 from importlib import import_module
 
 JSONL_HEADER = re.compile(rb'\A\s*\{\s*"type"\s*:\s*"trace"')
@@ -34,7 +34,7 @@ def recording(head: bytes) -> bool:
     return head.startswith(RECORDING_MAGIC)
 
 
-@dataclass(frozen=True)
+@record_class(frozen=True)
 class LazySource:
     """A built-in source known by its name and sniffer; `load()` imports the module that reads it."""
     name: str

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Iterator
+from collections.abc import Iterator
 
 import zstandard
 
@@ -54,14 +54,9 @@ def new_sha256(nbytes: int):
     import sys
 
     if nbytes < SMALL_HASH and "hashlib" not in sys.modules:
-        try:
-            from _sha256 import sha256 as new  # Python 3.11
-        except ImportError:
-            try:
-                from _sha2 import sha256 as new  # Python 3.12 and later
-            except ImportError:
-                from hashlib import sha256 as new
-        return new()
+        from alloctrace.traces.util.cbuild import python_sha256
+
+        return python_sha256()()
     import hashlib
 
     return hashlib.sha256()

@@ -14,7 +14,7 @@ import json
 import sys
 from json.encoder import encode_basestring_ascii as _quote
 from array import array
-from dataclasses import dataclass, field, fields
+from alloctrace.allocator.record_class import record_class, field, fields
 from operator import attrgetter
 
 import zstandard
@@ -22,7 +22,7 @@ import zstandard
 from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
 
-FIELDS = [f.name for f in fields(Event)]
+FIELDS = list(fields(Event))
 STR_FIELDS = ("kind", "tensor", "op", "parent", "view_src", "reason")
 JSON_FIELDS = ("srcs", "extra")
 INT_FIELDS = tuple(f for f in FIELDS if f not in STR_FIELDS + JSON_FIELDS)
@@ -272,7 +272,7 @@ def event_rows(cols: dict, indices) -> list[dict]:
     return out
 
 
-@dataclass
+@record_class
 class EncodedGraph:
     """A graph already in its stored form (compressed columns and string table), for
     importers that produce it directly; `Store.add_trace` takes these next to GraphRecords."""

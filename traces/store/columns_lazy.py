@@ -17,7 +17,7 @@ import json
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 

@@ -5,7 +5,7 @@ in-memory form, shared by the store, the importers, replay and diff.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from alloctrace.allocator.record_class import record_class, field
 
 from alloctrace.allocator.events import Event
 
@@ -17,7 +17,7 @@ MAX_GRAPH = 1_000_000  # graph indices
 MAX_COUNT = 1 << 31  # block indices, free-block counts, child counts, node indices
 
 
-@dataclass
+@record_class
 class GraphRecord:
     """One unit of a trace: a ggml graph walk (one `####### graph` in a 2023 log, one plan in head),
     or whatever unit another source has (for a CUDA caching allocator snapshot, one device)."""
@@ -37,7 +37,7 @@ class GraphRecord:
                 "complete": not self.extra.get("incomplete")}
 
 
-@dataclass
+@record_class
 class TraceMeta:
     """What a trace is and where it came from. Only `name` and `source` mean the same for every
     source; the rest is source-specific (a ggml trace has its allocator generation)."""

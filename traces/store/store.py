@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import datetime, timezone
+import time
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 import zstandard
 
@@ -226,7 +226,7 @@ class Store:
                 return out
 
     def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None, tid: str) -> str:
-        created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        created = meta.created or time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())  # UTC, ISO 8601
         db.execute(
             "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version,"
             " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)",

@@ -18,6 +18,7 @@ import atexit
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -48,18 +49,23 @@ def library_name(source: Path, stem: str, flags: list[str], digest_extra: bytes 
     return f"{stem}-{digest.hexdigest()[:16]}.so"
 
 
-def sha256(data: bytes):
-    """hashlib.sha256 of `data`, from Python's own small module where it ships one: importing hashlib loads
-    OpenSSL's libcrypto, which costs every sweep a few milliseconds before its first program. The same
-    digest either way."""
+def python_sha256():
+    """The SHA-256 constructor of Python's own small module (hashlib's where there is none): importing hashlib
+    loads OpenSSL's libcrypto, which costs a short command a few milliseconds. Picked by version, since a
+    failed import costs a search of every folder on sys.path."""
     try:
-        from _sha2 import sha256 as new  # Python 3.12 and later
+        if sys.version_info >= (3, 12):
+            from _sha2 import sha256 as new
+        else:
+            from _sha256 import sha256 as new
     except ImportError:
-        try:
-            from _sha256 import sha256 as new  # Python 3.11
-        except ImportError:
-            from hashlib import sha256 as new
-    return new(data)
+        from hashlib import sha256 as new
+    return new
+
+
+def sha256(data: bytes):
+    """hashlib.sha256 of `data` (python_sha256's): the same digest."""
+    return python_sha256()(data)
 
 
 def find_compiler() -> str | None:

@@ -22,7 +22,7 @@ makes the reserve graph inconsistent as well (`extra.plan_checked` counts them).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from alloctrace.allocator.record_class import record_class, field
 
 import zstandard
 
@@ -44,7 +44,7 @@ MAX_SHAPES = 8192  # tensors whose shape a graph's extra keeps (for `peak`: ne, 
 MAX_KEPT_EVENTS = 200_000  # per process, for a caller that asked to keep them (a long run's stay compressed)
 
 
-@dataclass
+@record_class
 class _Model:
     serial: int
     bufts: list  # stream.BufferType per buffer id

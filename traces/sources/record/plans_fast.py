@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 from array import array
-from dataclasses import dataclass
+from alloctrace.allocator.record_class import record_class
 from pathlib import Path
 
 from alloctrace.allocator.dyn_tallocr import Chunk, SIZE_MAX
@@ -67,7 +67,7 @@ unavailable = _FAST.unavailable   # check, ALLOCTRACE_PURE_PYTHON=1); unavailabl
 path_line = _FAST.path_line       # which path reads recordings, in words (`import --verbose`)
 
 
-@dataclass
+@record_class
 class FastReserve:
     """What one compiled reserve gave: its result, the failure event (oom or abort) if any, the columns
     ([(name, dtype, bytes)], as `pack_arrays` takes them before compressing) and the table's JSON text."""

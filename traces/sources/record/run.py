@@ -7,7 +7,7 @@ import signal
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass
+from alloctrace.allocator.record_class import record_class
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
@@ -15,7 +15,7 @@ from alloctrace.traces.errors import UserError
 from .program import NOT_LINUX, RECORD_FOLDER, STATIC, checked_program, is_static_elf, recorder_env, resolve_program  # noqa: F401
 
 
-@dataclass
+@record_class
 class RunResult:
     exit_status: int  # the program's, as a shell reports it (128 + signal when killed)
     recordings: list[Path]  # one per process that used ggml's allocator, in pid order

@@ -6,7 +6,7 @@ registered with the sources seam, so `alloctrace import` and uploads read record
 from __future__ import annotations
 
 from pathlib import Path
-from typing import BinaryIO
+from io import BufferedIOBase  # a binary stream (typing's BinaryIO would cost a short command its import)
 
 from alloctrace.traces.store.schema import TraceMeta
 from alloctrace.traces.sources.base import ImportedTrace
@@ -68,7 +68,7 @@ class RecordingSource:
     def sniff(self, head: bytes) -> bool:
         return head.startswith(MAGIC)
 
-    def read(self, stream: BinaryIO, *, filename: str, name: str | None,
+    def read(self, stream: BufferedIOBase, *, filename: str, name: str | None,
              events: list | None = None) -> list[ImportedTrace]:
         """`events`, when given, gets one {graph index: [Event, ...]} per trace returned, in order: the replay's
         own events, for a caller that sums a graph up right away instead of decoding what was just encoded

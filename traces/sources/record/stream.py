@@ -8,8 +8,9 @@ short come last, with `rc=None`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from alloctrace.allocator.record_class import record_class, field
+from collections.abc import Iterator
+from io import BufferedIOBase  # a binary stream (typing's BinaryIO would cost a short command its import)
 
 from alloctrace.traces.errors import UserError
 
@@ -27,7 +28,7 @@ class RecordingError(UserError):
     pass
 
 
-@dataclass(slots=True)
+@record_class(slots=True)
 class TensorRec:
     """One tensor as the recorder read it (pointers as ints, 0 for NULL)."""
 
@@ -49,7 +50,7 @@ class TensorRec:
     name: str
 
 
-@dataclass
+@record_class
 class BufferType:
     ptr: int
     alignment: int
@@ -57,7 +58,7 @@ class BufferType:
     name: str
 
 
-@dataclass
+@record_class
 class Call:
     seq: int
     kind: str  # reserve_n | reserve_n_size | alloc_graph | sched_reserve | sched_alloc_graph | ...
@@ -79,7 +80,7 @@ class Call:
     children: list = field(default_factory=list)  # finished calls made from inside this one
 
 
-@dataclass
+@record_class
 class Process:
     pid: int
     bufts: dict = field(default_factory=dict)  # ptr -> BufferType
@@ -142,7 +143,7 @@ def tensor_records(call: Call) -> list[TensorRec]:
     return call.tensors
 
 
-def _lines(stream: BinaryIO, max_bytes: int) -> Iterator[tuple[int, str]]:
+def _lines(stream: BufferedIOBase, max_bytes: int) -> Iterator[tuple[int, str]]:
     """(line number, line) of every whole line, read a block at a time (a line at a time costs a sweep's
     point more than its replay); a line of MAX_LINE bytes or more, or more than `max_bytes` in all, is an error."""
     total, no, rest = 0, 0, b""
@@ -166,7 +167,7 @@ def _lines(stream: BinaryIO, max_bytes: int) -> Iterator[tuple[int, str]]:
             raise RecordingError(f"line {no + 1}: longer than {MAX_LINE:,} bytes")
 
 
-def read_processes(stream: BinaryIO, on_call, *, max_bytes: int = 1 << 36) -> list[Process]:
+def read_processes(stream: BufferedIOBase, on_call, *, max_bytes: int = 1 << 36) -> list[Process]:
     """Parse the stream; `on_call(process, call)` gets every finished top-level call in order.
     Calls made inside another recorded call are attached to it as `children` instead."""
     procs: list[Process] = []
