@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from array import array
-from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -139,7 +138,9 @@ def _devices(lines: Lines, report: list[dict]) -> Iterator:
         facts = device_facts(dev, table, lines.budget.check)
         lines.budget.check()
         report.append({**facts["report"], "device": dl.device})
-        yield replace(_encoded(dev, facts, compress(json.dumps(table).encode()), compress), index=dl.device)
+        graph = _encoded(dev, facts, compress(json.dumps(table).encode()), compress)
+        graph.index = dl.device  # a job's rank, where the GPU's own index is in extra["device"]
+        yield graph
 
 
 def read_device(lines: Lines, dl: DeviceLine) -> tuple[DeviceData, list[str]]:
