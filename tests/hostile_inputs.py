@@ -287,3 +287,57 @@ def shared_long_stack_snapshot(path: Path, n_entries: int = 300, n_frames: int =
     entries = [{"action": "alloc", "addr": 4096 * (i + 1), "size": 512, "stream": 0, "frames": frames}
                for i in range(n_entries)]
     return write_pickle(path, _snapshot(entries=entries))
+
+
+def torch_jsonl_variants(text: str) -> dict[str, tuple[str, str]]:
+    """A PyTorch trace's JSON Lines export (traces/export/torch_jsonl.py) damaged in every way its reader checks:
+    label -> (the damaged file's text, a piece of the one line it must be refused with)."""
+    import json as _json
+
+    lines = [_json.loads(x) for x in text.splitlines()]
+    first = {t: next(k for k, d in enumerate(lines) if d["type"] == t) for t in ("device", "frame", "stack", "entry")}
+
+    def changed(at: int, **fields) -> str:
+        out = [dict(d) for d in lines]
+        out[at].update(fields)
+        return "".join(_json.dumps(d) + "\n" for d in out)
+
+    def raw(replace_at: int, line: str) -> str:
+        out = [_json.dumps(d) for d in lines]
+        out[replace_at] = line
+        return "\n".join(out) + "\n"
+
+    dev, entry = first["device"], first["entry"]
+    deep: dict = {}
+    for _ in range(50):
+        deep = {"x": deep}
+    return {
+        "version 1 (before segments)": (changed(0, version=1), "export the trace again"),
+        "a newer version": (changed(0, version=99), "newer than"),
+        "a ggml source in a torch file": (changed(0, source="ggml-log"), "source"),
+        "a bad id": (changed(0, id="../../etc"), "id"),
+        "cut inside the entries": ("".join(_json.dumps(d) + "\n" for d in lines[:entry + 5]), "ends where"),
+        "a count of 10^12 entries": (changed(dev, n_entries=10 ** 12), f"expected entry {lines[dev]['n_entries']} of device 0"),
+        "invalid JSON": (raw(entry + 1, '{"type": "entry", "device": 0,'), "invalid JSON"),
+        "a line nested 100,000 deep": (raw(entry + 1, "[" * 100_000), "invalid JSON"),
+        "a list, not an object": (raw(entry + 1, "[1, 2, 3]"), "not a JSON object"),
+        "an unknown action": (changed(entry, action="explode"), "action: not one of"),
+        "a negative size": (changed(entry, size=-5), "size: expected an integer"),
+        "a size of 2^70": (changed(entry, size=1 << 70), "size: expected an integer"),
+        "a size as text": (changed(entry, size="12"), "found '12'"),
+        "an address past int64": (changed(entry, addr=1 << 64), "addr: expected an integer"),
+        "a stack past the table": (changed(entry, stack=10 ** 6), "stack: expected an integer"),
+        "an unknown entry field": (changed(entry, evil=1), "unknown field 'evil'"),
+        "entries out of order": (changed(entry, i=7), "entry number 7"),
+        "an entry of another device": (changed(entry, device=3), "line of device 3 inside device 0"),
+        "a stack naming a missing frame": (changed(first["stack"], frames=[0, 10 ** 6]), "names frame"),
+        "a frame name of 10,000 characters": (changed(first["frame"], name="n" * 10_000), "name"),
+        "a device twice": ("".join(_json.dumps(d) + "\n" for d in lines + lines[dev:]), "after device 0"),
+        "allocator_settings 50 deep": (changed(dev, extra={**lines[dev]["extra"], "allocator_settings": deep}),
+                                       "allocator_settings"),
+        "a rank as text": (changed(dev, extra={**lines[dev]["extra"], "rank": "0"}), "extra.rank"),
+        "a plan search of numbers": (changed(0, extra={"plan_vary": {"name": "batch", "points": [1, 2]}}),
+                                     "extra.plan_vary.points"),
+        "an unknown trace extra": (changed(0, extra={"sweep": {"id": "x"}}), "extra.sweep"),
+        "a device line missing": (raw(dev, _json.dumps({"type": "entry"})), "expected a `device` line"),
+    }

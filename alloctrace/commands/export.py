@@ -28,7 +28,8 @@ def register(subparsers):
                                           "chrome (Chrome trace JSON; open it in Perfetto or chrome://tracing). "
                                           "A PyTorch trace: chrome (a process per device or rank, a track per "
                                           "stream with each allocation's lifetime, counters of allocated and "
-                                          "reserved bytes) or jsonl (devices, stacks, entries).")
+                                          "reserved bytes) or jsonl (everything it stores: `import` reads it back as "
+                                          "the same trace).")
     p.add_argument("id", metavar="ID", help="trace id (a unique prefix is enough)")
     p.add_argument("--format", required=True, choices=list(FORMATS))
     p.add_argument("-o", "--output", metavar="FILE", help="write here (default: standard output)")

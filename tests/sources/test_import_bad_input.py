@@ -48,6 +48,8 @@ def _bad_files(tmp, fixtures):
                                        b"allocating norm (99999999999999999999999999 bytes)"),
         "absurd block": real.replace(b"- block -1", b"- block -123456789012345678901234567890", 1),
         "empty gzip": gzip.compress(b""),
+        "JSON Lines nested 100,000 deep": b'{"type": "trace", "version": 1, "name": "x", "source": "jsonl"}\n'
+                                          + b"[" * 100_000 + b"\n",
     }
     paths = {}
     for label, data in files.items():

@@ -7,9 +7,7 @@ segment events and OOMs are instant events on the stream; two counters per devic
 bytes, as the timeline) and reserved. Times are the entries' `time_us` from the first entry, in
 microseconds, as the format wants.
 
-JSON Lines: a `trace` line, per device a `device` line (its facts), its `stack` lines (frames innermost
-first) and one `entry` line per trace entry naming its stack id; for tools (jq, pandas). The pickle itself
-is what re-imports losslessly.
+JSON Lines: everything the stored trace holds, re-importable with every view equal (torch_jsonl.py writes it).
 """
 from __future__ import annotations
 
@@ -20,6 +18,7 @@ import numpy as np
 
 from alloctrace.traces.store.torch_stored import ACTIONS, ALLOC, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP
 from alloctrace.traces.state.torch_device import DEFAULT_SKIP, Device, load_device
+from alloctrace.traces.export import torch_jsonl
 
 FORMATS = ("chrome", "jsonl")  # what this module writes; the registry (formats.py) lists them for the faces
 SEGMENT_ACTIONS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
@@ -91,24 +90,4 @@ def write_chrome(store, tid: str, out: IO[str], skip=DEFAULT_SKIP):
     out.write("]}\n")
 
 
-def write_jsonl(store, tid: str, out: IO[str], skip=DEFAULT_SKIP):
-    meta = store.meta(tid)
-    out.write(json.dumps({"type": "trace", "format": "alloctrace-torch-jsonl", "version": 1, "id": tid,
-                          "name": meta.name, "source": meta.source, "created": meta.created, "tags": meta.tags,
-                          "extra": meta.extra}) + "\n")
-    for dev in devices(store, tid):
-        d = dev.device
-        out.write(json.dumps({"type": "device", "device": d, "n_events": dev.n, "extra": dev.extra}) + "\n")
-        for s in range(len(dev.cols["stack_offsets"]) - 1):
-            out.write(json.dumps({"type": "stack", "device": d, "id": s, "frames": dev.frames(s)}) + "\n")
-        c = dev.cols
-        cols = [c[k].tolist() for k in ("action", "addr", "size", "stream", "time_us", "stack", "meta")]
-        free = c["device_free"].tolist() if "device_free" in c else None
-        for k, (a, addr, size, stream, t, stack, m) in enumerate(zip(*cols)):
-            e = {"type": "entry", "device": d, "i": k, "action": ACTIONS[a], "addr": addr, "size": size,
-                 "stream": stream, "time_us": t, "stack": stack}
-            if m >= 0:
-                e["user_metadata"] = dev.strings[m]
-            if a == OOM and free is not None:
-                e["device_free"] = free[k]
-            out.write(json.dumps(e) + "\n")
+write_jsonl = torch_jsonl.write_jsonl  # the registry (formats.py) finds each format's writer here

@@ -101,6 +101,8 @@ def _json(line: str, n: int, filename: str) -> dict:
         d = json.loads(line)
     except ValueError as e:
         raise UserError(f"{filename}:{n}: invalid JSON ({e.args[0][:60]})") from None
+    except RecursionError:  # [[[[... a line may hold a million brackets
+        raise UserError(f"{filename}:{n}: invalid JSON (nested too deep)") from None
     if not isinstance(d, dict):
         raise UserError(f"{filename}:{n}: not an alloctrace JSON Lines record")
     return d

@@ -10,12 +10,18 @@ from alloctrace.allocator.record_class import record_class
 from importlib import import_module
 
 JSONL_HEADER = re.compile(rb'\A\s*\{\s*"type"\s*:\s*"trace"')
+TORCH_JSONL_HEADER = re.compile(rb'\A\s*\{\s*"type"\s*:\s*"trace"\s*,\s*"format"\s*:\s*"alloctrace-torch-jsonl"')
 RECORDING_MAGIC = b"ATREC 1"  # the first bytes of a recording (record/stream.py writes them)
 
 
 def jsonl(head: bytes) -> bool:
     """Our own JSON Lines export: its first object is the trace header."""
     return JSONL_HEADER.match(head) is not None
+
+
+def torch_jsonl(head: bytes) -> bool:
+    """A PyTorch trace's JSON Lines export (traces/export/torch_jsonl.py): its header names that format first."""
+    return TORCH_JSONL_HEADER.match(head) is not None
 
 
 def torch_snapshot(head: bytes) -> bool:
@@ -42,6 +48,7 @@ class LazySource:
         return import_module(self.module).SOURCE
 
 
-BUILTINS = (LazySource("jsonl", jsonl, "alloctrace.traces.sources.jsonl"),
+BUILTINS = (LazySource("jsonl", jsonl, "alloctrace.traces.sources.jsonl"),  # asked after the torch one below
+            LazySource("torch-jsonl", torch_jsonl, "alloctrace.traces.sources.torch.jsonl"),
             LazySource("torch", torch_snapshot, "alloctrace.traces.sources.torch.source"),
             LazySource("recording", recording, "alloctrace.traces.sources.record.source"))

@@ -17,6 +17,16 @@ ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
     range(len(ACTIONS))
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 ENTRY_COLUMNS = ("action", "addr", "size", "stream", "time_us", "stack", "meta", "compile")
+# every blob of a device row, in the order the source stores them, with its dtype; device_free only with an OOM
+LAYOUT = (("action", "|i1"), ("addr", "<i8"), ("size", "<i8"), ("stream", "<i8"), ("time_us", "<i8"),
+          ("stack", "<i4"), ("meta", "<i4"), ("compile", "<i4"), ("device_free", "<i8"),
+          ("frame_name", "<i4"), ("frame_file", "<i4"), ("frame_line", "<i8"), ("stack_offsets", "<i8"),
+          ("stack_frames", "<i4"),
+          *((f"seg_{k}", "<i8") for k in ("address", "total", "allocated", "active", "requested", "stream", "small",
+                                          "pool_a", "pool_b", "expandable", "stack", "block0")),
+          *((f"blk_{k}", "<i8") for k in ("address", "size", "requested", "state", "stack")),
+          ("ann_stage", "|i1"), ("ann_name", "<i4"), ("ann_time", "<i8"))
+JSONL_FORMAT, JSONL_VERSION = "alloctrace-torch-jsonl", 2  # the full-fidelity JSON Lines of a PyTorch trace
 
 
 def _load(store, trace_id: str, device: int):
