@@ -11,8 +11,9 @@ source and checked against snapshots recorded on an H200 (torch 2.11, tests/data
 - `_softmax_backward_data`: a second buffer of the gradient's size, freed at once.
 
 Some scratch cannot be worked out on a CPU (cuDNN picks a convolution algorithm, and its workspace, on the
-device): `measured_table` reads what a GPU run recorded per op signature; a capture given that table adds it,
-kept in its own category ("measured_workspace") so the exact part of a plan stays apart.
+device): `measured_table` reads what a GPU run recorded per op signature, the order of the op's outputs and
+workspaces; a capture given that table replays them in that order, the workspaces in their own category
+("measured_workspace") so the exact part of a plan stays apart.
 
 `scratch(name, args, out)` answers ([(bytes, before_output)], ...) for one op: sizes to allocate around its
 output, in order, each freed when the op returns.
