@@ -2,6 +2,8 @@
 
     python3 bench/record_torch_plan_truths.py OUT_DIR
     python3 bench/record_torch_plan_truths.py --more OUT_DIR         # ResNet-50 and reentrant checkpointing
+    python3 bench/record_torch_plan_truths.py --scratch OUT_DIR      # ResNet-50's per-op programs, every 8
+    python3 bench/record_torch_plan_truths.py --plain OUT_DIR        # ResNet-50's plain sequences
     python3 bench/record_torch_plan_truths.py --variants OUT_DIR     # accumulation, checkpointing, set_to_none,
                                                                      # fp16 with a GradScaler (variants.json)
 
@@ -343,6 +345,27 @@ def scratch_programs(out_dir):
         json.dump(sequences, f, separators=(",", ":"))
 
 
+def plain_sequences(out_dir):
+    """ResNet-50 fp32 16, 32, 64 and bf16 32 run plainly (no dispatch mode): peaks and the whole sequence
+    (action, size) of alloc, free_requested and segment_alloc (resnet50_plain_sequences.json.gz)."""
+    os.makedirs(out_dir, exist_ok=True)
+    out = []
+    for dtype, batch in (("fp32", 16), ("fp32", 32), ("bf16", 32), ("fp32", 64)):
+        left = fresh()
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000, context=None, stacks="python")
+        train("resnet50", batch, dtype)
+        torch.cuda.synchronize()
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        seq = [[e["action"][:5], e["size"]] for e in snap["device_traces"][0]
+               if e["action"] in ("alloc", "free_requested", "segment_alloc")]
+        out.append({"dtype": dtype, "batch": batch, "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                    "max_memory_reserved": torch.cuda.max_memory_reserved(), **left, "sequence": seq})
+        print(dtype, batch, out[-1]["max_memory_allocated"], out[-1]["max_memory_reserved"], len(seq), flush=True)
+    with gzip.open(os.path.join(out_dir, "resnet50_plain_sequences.json.gz"), "wt") as f:
+        json.dump(out, f, separators=(",", ":"))
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--more"]:
         train("mlp", 8, "fp32")                 # warm-up
@@ -350,6 +373,9 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["--scratch"]:
         train("mlp", 8, "fp32")                 # warm-up
         scratch_programs(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--plain"]:
+        train("mlp", 8, "fp32")                 # warm-up
+        plain_sequences(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--variants"]:
         train("mlp", 8, "fp32")                 # warm-up
         variants(sys.argv[2] if len(sys.argv) > 2 else "out")

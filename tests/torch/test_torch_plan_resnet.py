@@ -150,6 +150,20 @@ def test_resnet50_allocation_sequence_follows_the_real_snapshot(dtype):
     assert share >= 0.99                                         # measured: every event, in order
 
 
+PLAIN = json.load(gzip.open(DATA / "resnet50_plain_sequences.json.gz", "rt"))
+
+
+@pytest.mark.parametrize("rec", [pytest.param(r, id=f"{r['dtype']}-b{r['batch']}") for r in PLAIN])
+def test_resnet50_requests_equal_a_plain_gpu_run_event_for_event(rec):
+    """Plain runs (no dispatch mode) recorded again with their sequence (action, size): the plan's requests are
+    the same, in the same order, at batches 16, 32 and 64, 32 and 64 planned from the table alone."""
+    from alloctrace.traces.preflight import torch_capture
+
+    with torch_capture.capture(measured=MEASURED) as c:
+        W.train("resnet50", rec["batch"], rec["dtype"])
+    assert _sequence(c) == [(a, size) for a, size in rec["sequence"] if a != "segme"]
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_resnet50_sequence_follows_the_labelled_gpu_sequence_at_batch_64(dtype):
     """The recording's own sequence at batch 64 (each event labelled with its op on the GPU): every workspace
