@@ -94,7 +94,7 @@ def test_measured_programs_at_a_batch_not_recorded_come_from_the_nearest_recorde
 
 
 @pytest.mark.parametrize("dtype", ["bf16", pytest.param("fp32", marks=pytest.mark.xfail(
-    strict=True, reason="116 against 117: workspaces at 117 interpolated from 112 and 120 are 1-5 % high"))])
+    strict=True, reason="116 against 117: workspaces at 117 interpolated from 112 and 120 are mostly 1-8 % high"))])
 def test_resnet50_largest_batch_under_a_cap_is_the_trial(dtype):
     truth = next(x for x in MORE["largest"] if x["dtype"] == dtype)
     ans = torch_plan.largest_fitting(
