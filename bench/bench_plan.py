@@ -1,22 +1,26 @@
 """`alloctrace plan` against the real runs: accuracy table and wall time.
 
     python bench/bench_plan.py [--markdown]
+    python bench/bench_plan.py --resnet [--markdown]    # ResNet-50 with cuDNN's workspaces measured on the GPU
 
 For every model x dtype x batch of tests/data/torch/plan/truths.json (recorded on an H200 by
 bench/record_torch_plan_truths.py): the real max_memory_allocated / max_memory_reserved, the predicted ones and
 the errors; the wall time of `plan` (capture + replay, two training steps) as a ratio to the real two steps'
 wall time on the GPU (from the truths) and to the same steps' plain CPU run at batch 1 measured here.
+`--resnet`: ResNet-50's runs of more.json, planned with the workspace table recorded every 8 samples
+(resnet50_scratch.json.gz).
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import importlib.util
 import json
 import time
 import types
 from pathlib import Path
 
-from alloctrace.traces.preflight import torch_plan
+from alloctrace.traces.preflight import torch_plan, torch_scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 TRUTHS = json.loads((ROOT / "tests" / "data" / "torch" / "plan" / "truths.json").read_text())
@@ -37,7 +41,10 @@ def _load(device: str):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--resnet", action="store_true")
     args = ap.parse_args()
+    if args.resnet:
+        return resnet(args.markdown)
     w, cpu = _load("cuda"), _load("cpu")
     cpu_wall = {}
     for name in w.MODELS:
@@ -63,6 +70,29 @@ def main():
         cells = [x[0], x[1], str(x[2]), f"{x[3]:,}", f"{x[4]:,}", f"{x[5]:+.2f}%", f"{x[6]:,}", f"{x[7]:,}",
                  f"{x[8]:+.2f}%", f"{x[9]:.2f} s", f"{x[10]:.0f}x", f"{x[11]:.2f}x"]
         print("| " + " | ".join(cells) + " |" if args.markdown else "  ".join(cells))
+
+
+def resnet(markdown: bool):
+    data = ROOT / "tests" / "data" / "torch" / "plan"
+    more = json.loads((data / "more.json").read_text())
+    recorded = json.load(gzip.open(data / "resnet50_scratch.json.gz", "rt"))
+    table = torch_scratch.measured_table({"runs": [r for r in recorded["runs"] if r["batch"] % 8 == 0]})
+    w = _load("cuda")
+    head = ("dtype", "batch", "real allocated", "predicted", "error", "real reserved", "predicted", "error",
+            "plan wall")
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+    for r in more["runs"]:
+        t0 = time.perf_counter()
+        p = torch_plan.plan_callable(w.train, "resnet50", r["batch"], r["dtype"], measured=table)
+        wall = time.perf_counter() - t0
+        ea = (p.peak_allocated - r["max_memory_allocated"]) / r["max_memory_allocated"] * 100
+        er = (p.peak_reserved - r["max_memory_reserved"]) / r["max_memory_reserved"] * 100
+        cells = [r["dtype"], str(r["batch"]), f"{r['max_memory_allocated']:,}", f"{p.peak_allocated:,}",
+                 f"{ea:+.2f}%", f"{r['max_memory_reserved']:,}", f"{p.peak_reserved:,}", f"{er:+.2f}%",
+                 f"{wall:.2f} s"]
+        print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
     python3 bench/record_torch_plan_truths.py OUT_DIR
     python3 bench/record_torch_plan_truths.py --more OUT_DIR         # ResNet-50 and reentrant checkpointing
+    python3 bench/record_torch_plan_truths.py --scratch OUT_DIR      # ResNet-50's per-op programs, every 8
+    python3 bench/record_torch_plan_truths.py --plain OUT_DIR        # ResNet-50's plain sequences
     python3 bench/record_torch_plan_truths.py --variants OUT_DIR     # accumulation, checkpointing, set_to_none,
                                                                      # fp16 with a GradScaler (variants.json)
     python3 bench/record_torch_plan_truths.py --checkpoint-snapshots OUT_DIR   # snapshots of checkpointed steps
@@ -265,6 +267,132 @@ def checkpoint_snapshots(out_dir):
               "max_memory_reserved", torch.cuda.max_memory_reserved(), flush=True)
 
 
+SCRATCH_BATCHES = tuple(range(8, 257, 8)) + (115, 116, 117, 118, 119)
+
+
+def op_programs(name, batch, dtype):
+    """Two steps on the GPU with every op's allocator events labelled with the op (the allocator's per-thread
+    memory metadata): the peaks, and per op signature the order of its own allocations inside the call, the
+    ones it keeps (its outputs, "out") and the ones it frees before returning ("alloc" / "free" by index),
+    for every op name that took scratch anywhere in the run (cuDNN's convolutions); also the whole sequence
+    (action, size, op name) when asked."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    names = []
+
+    def sig(func, args):
+        out = [func.__name__]
+        for a in tree_leaves(args):
+            if isinstance(a, torch.Tensor):
+                out.append(f"{str(a.dtype).replace('torch.', '')}{list(a.shape)}")
+            elif isinstance(a, (int, float, bool)) or a is None:
+                out.append(repr(a))
+        return " ".join(out)
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            names.append(sig(func, args))
+            torch.cuda.memory._set_memory_metadata(f"op{len(names) - 1}")
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                torch.cuda.memory._set_memory_metadata("")
+
+    left = fresh()
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000, context=None, stacks="python")
+    with Mode():
+        train(name, batch, dtype)
+    torch.cuda.synchronize()
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    peaks = {"model": name, "dtype": dtype, "batch": batch,
+             "max_memory_allocated": torch.cuda.max_memory_allocated(),
+             "max_memory_reserved": torch.cuda.max_memory_reserved(), **left}
+    trace = [e for e in snap["device_traces"][0] if e["action"] in ("alloc", "free_requested")]
+    calls: dict[int, list] = {}
+    for e in trace:
+        label = e.get("user_metadata") or ""
+        if label.startswith("op"):
+            calls.setdefault(int(label[2:]), []).append(e)
+    programs: dict[str, list] = {}
+    took = set()
+    for n in sorted(calls):
+        prog = call_program(calls[n])
+        programs.setdefault(names[n], []).append(prog)
+        if any(k == "alloc" for k, _ in prog):
+            took.add(names[n].split(" ")[0])
+    for n, s in enumerate(names):              # calls that allocated nothing at all
+        if n not in calls:
+            programs.setdefault(s, []).append([])
+    kept = {}
+    for s, progs in programs.items():
+        if s.split(" ")[0] in took:
+            kept[s] = progs[:1] if all(p == progs[0] for p in progs) else progs
+    sequence = [[e["action"][:5], e["size"], names[int(e["user_metadata"][2:])].split(" ")[0]
+                 if (e.get("user_metadata") or "").startswith("op") else ""] for e in trace]
+    return peaks, kept, sequence
+
+
+def call_program(events):
+    """One op call's own allocator events -> [["out", size] | ["alloc", size] | ["free", i]]: "out" for a
+    block it keeps, "alloc" for one it frees before returning (the i-th such), "free" where it does."""
+    prog, pending, scratch_of = [], {}, {}
+    for e in events:
+        if e["action"] == "alloc":
+            pending[e["addr"]] = len(prog)
+            prog.append(["out", e["size"]])
+        elif e["addr"] in pending:
+            at = pending.pop(e["addr"])
+            scratch_of[at] = len(scratch_of)
+            prog[at][0] = "alloc"
+            prog.append(["free", at])
+    return [["free", scratch_of[v]] if k == "free" else [k, v] for k, v in prog]
+
+
+def scratch_programs(out_dir):
+    """ResNet-50 at every batch of SCRATCH_BATCHES, both dtypes: peaks and per-op programs
+    (resnet50_scratch.json.gz), the labelled sequences at batches 16, 32 and 64 (resnet50_sequences.json.gz)."""
+    os.makedirs(out_dir, exist_ok=True)
+    result = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+              "device": torch.cuda.get_device_name(0), "cudnn_benchmark": torch.backends.cudnn.benchmark,
+              "runs": []}
+    sequences = []
+    t0 = time.perf_counter()
+    for dtype in DTYPES:
+        for batch in SCRATCH_BATCHES:
+            peaks, kept, seq = op_programs("resnet50", batch, dtype)
+            result["runs"].append({**peaks, "ops": kept})
+            if batch in (16, 32, 64):
+                sequences.append({"dtype": dtype, "batch": batch, "sequence": seq})
+            print(dtype, batch, peaks["max_memory_allocated"], peaks["max_memory_reserved"], len(kept),
+                  f"{time.perf_counter() - t0:.1f}s", flush=True)
+    with gzip.open(os.path.join(out_dir, "resnet50_scratch.json.gz"), "wt") as f:
+        json.dump(result, f, separators=(",", ":"))
+    with gzip.open(os.path.join(out_dir, "resnet50_sequences.json.gz"), "wt") as f:
+        json.dump(sequences, f, separators=(",", ":"))
+
+
+def plain_sequences(out_dir):
+    """ResNet-50 fp32 16, 32, 64 and bf16 32 run plainly (no dispatch mode): peaks and the whole sequence
+    (action, size) of alloc, free_requested and segment_alloc (resnet50_plain_sequences.json.gz)."""
+    os.makedirs(out_dir, exist_ok=True)
+    out = []
+    for dtype, batch in (("fp32", 16), ("fp32", 32), ("bf16", 32), ("fp32", 64)):
+        left = fresh()
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000, context=None, stacks="python")
+        train("resnet50", batch, dtype)
+        torch.cuda.synchronize()
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        seq = [[e["action"][:5], e["size"]] for e in snap["device_traces"][0]
+               if e["action"] in ("alloc", "free_requested", "segment_alloc")]
+        out.append({"dtype": dtype, "batch": batch, "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                    "max_memory_reserved": torch.cuda.max_memory_reserved(), **left, "sequence": seq})
+        print(dtype, batch, out[-1]["max_memory_allocated"], out[-1]["max_memory_reserved"], len(seq), flush=True)
+    with gzip.open(os.path.join(out_dir, "resnet50_plain_sequences.json.gz"), "wt") as f:
+        json.dump(out, f, separators=(",", ":"))
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--checkpoint-snapshots"]:
         train("mlp", 8, "fp32")                 # warm-up
@@ -272,6 +400,12 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["--more"]:
         train("mlp", 8, "fp32")                 # warm-up
         more(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--scratch"]:
+        train("mlp", 8, "fp32")                 # warm-up
+        scratch_programs(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--plain"]:
+        train("mlp", 8, "fp32")                 # warm-up
+        plain_sequences(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--variants"]:
         train("mlp", 8, "fp32")                 # warm-up
         variants(sys.argv[2] if len(sys.argv) > 2 else "out")

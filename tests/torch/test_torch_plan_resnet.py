@@ -1,11 +1,15 @@
 """`alloctrace plan` on a ResNet-50 step (convolutions, batch norm, in-place ReLU), against an H200
 (tests/data/torch/plan/more.json, `bench/record_torch_plan_truths.py --more`). cuDNN's convolution workspaces go
-through the caching allocator but are chosen on the device: the plan takes them from the per-op scratch the
-same recording measured, in their own category, so the CPU-exact part stays apart."""
+through the caching allocator but are chosen on the device: the plan takes them from a recording of every op's
+own allocations (resnet50_scratch.json.gz, `--scratch`: every 8 samples, plus batches 115-119 held out), in
+their own category, so the CPU-exact part stays apart."""
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
+import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,8 +20,12 @@ from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
 from alloctrace.traces.preflight import torch_plan, torch_scratch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-MORE = json.loads((ROOT / "tests" / "data" / "torch" / "plan" / "more.json").read_text())
-MEASURED = torch_scratch.measured_table(MORE)
+DATA = ROOT / "tests" / "data" / "torch" / "plan"
+MORE = json.loads((DATA / "more.json").read_text())
+RECORDED = json.load(gzip.open(DATA / "resnet50_scratch.json.gz", "rt"))
+# the table a plan is given: the batches recorded every 8 samples; 115-119 stay out, to check the interpolation
+GRID = {**RECORDED, "runs": [r for r in RECORDED["runs"] if r["batch"] % 8 == 0]}
+MEASURED = torch_scratch.measured_table(GRID)
 
 
 def _workloads():
@@ -28,18 +36,15 @@ def _workloads():
 
 
 W = _workloads()
-RUNS = [pytest.param(r, id=f"{r['dtype']}-b{r['batch']}") for r in MORE["runs"] if r["batch"] in (16, 64)]
+RUNS = [pytest.param(r, id=f"{r['dtype']}-b{r['batch']}") for r in MORE["runs"]]
 
 
 @pytest.mark.parametrize("run", RUNS)
 def test_resnet50_peaks_with_measured_cudnn_workspaces(run):
     p = torch_plan.plan_callable(W.train, "resnet50", run["batch"], run["dtype"], measured=MEASURED)
     assert not p.partial, p.error
-    assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.01)
-    assert p.peak_allocated <= run["max_memory_allocated"] * 1.001
-    # reserved: the issue's 3% holds at bf16 batch 16 only; elsewhere the plan is 4-7% low (docs/torch-plan.md)
-    rel = 0.03 if (run["dtype"], run["batch"]) == ("bf16", 16) else 0.07
-    assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=rel)
+    assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.002)
+    assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=0.01)     # measured: -0.71 % .. 0
 
 
 def test_resnet50_capture_without_a_gpu_sees_parameters_and_stays_below_the_real_peak():
@@ -51,54 +56,166 @@ def test_resnet50_capture_without_a_gpu_sees_parameters_and_stays_below_the_real
     assert run["max_memory_allocated"] * 0.97 < p.peak_allocated < run["max_memory_allocated"]
     convs = [e for e in p.capture.events if e.kind == "alloc" and e.op == "convolution"]
     assert len(convs) == 2 * 53                                  # 53 convolutions, two steps
+    assert all(e.size > 0 for e in p.capture.events if e.kind == "alloc")   # batch norm's empty reserve: none
 
 
-def test_measured_table_extrapolates_per_sample_for_unrecorded_batches():
-    key = next(k for k in MEASURED if k.startswith("convolution.default float32[16, 3, 224, 224]"))
-    at_32 = key.replace("[16, 3, 224, 224]", "[32, 3, 224, 224]")
-    at_100 = key.replace("[16, 3, 224, 224]", "[100, 3, 224, 224]")
-    assert torch_scratch.measured_scratch(MEASURED, key) == 61051904          # recorded, as it was
-    assert torch_scratch.measured_scratch(MEASURED, at_32) == MEASURED[at_32]
-    assert torch_scratch.measured_scratch(MEASURED, at_100) >= 100 * 3_813_968
-    assert torch_scratch.measured_scratch(MEASURED, "convolution.default float32[16, 3, 9, 9]") == 0
+def _scratch(program):
+    return [v for k, v in program if k == "alloc"]
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-def test_resnet50_largest_batch_under_a_cap_is_never_above_the_trial(dtype):
+def test_measured_programs_put_dgrad_and_wgrad_workspaces_after_their_own_output():
+    key = next(k for k in MEASURED.exact if k.startswith(
+        "convolution_backward.default float32[16, 512, 7, 7] float32[16, 512, 7, 7] float32[512, 512, 3, 3]"))
+    prog = MEASURED.program(key)
+    assert [k for k, _ in prog] == ["out", "alloc", "free", "out", "alloc", "free"]
+    assert prog[0][1] == 16 * 512 * 7 * 7 * 4 and prog[3][1] == 512 * 512 * 3 * 3 * 4   # grad input, grad weight
+    assert _scratch(prog) == [12648464, 14221535]                # as requested, not rounded
+
+
+def test_measured_programs_at_a_batch_not_recorded_come_from_the_nearest_recorded_ones():
+    held = {r["dtype"]: r for r in RECORDED["runs"] if r["batch"] == 117}
+    assert all(r["batch"] % 8 for r in RECORDED["runs"] if r["batch"] in (115, 117, 119))
+    close = total = 0
+    for run in held.values():
+        for key, programs in run["ops"].items():
+            assert key not in MEASURED.exact
+            got = MEASURED.program(key)
+            assert got is not None, key
+            assert [k for k, _ in got] == [k for k, _ in programs[0]] or _scratch(programs[0]) != _scratch(got)
+            want = sum(_scratch(programs[0]))
+            total += 1
+            close += abs(sum(_scratch(got)) - want) <= 0.15 * want + 1024
+    assert close / total >= 0.85
+    # a weight whose out-channels equal the batch is not taken for a batch dim: [64, 64, 3, 3] at batch 64
+    at_64 = "convolution.default float32[64, 64, 56, 56] float32[64, 64, 3, 3] None 1 1 1 1 1 1 False 0 0 1"
+    no_64 = torch_scratch.measured_table({"runs": [r for r in GRID["runs"] if r["batch"] != 64]})
+    assert no_64.program(at_64) is not None and at_64 not in no_64.exact
+    assert torch_scratch.measured_table(GRID).program("convolution.default float32[16, 3, 9, 9]") is None
+
+
+@pytest.mark.parametrize("dtype", ["bf16", pytest.param("fp32", marks=pytest.mark.xfail(
+    strict=True, reason="116 against 117: workspaces at 117 interpolated from 112 and 120 are mostly 1-8 % high"))])
+def test_resnet50_largest_batch_under_a_cap_is_the_trial(dtype):
     truth = next(x for x in MORE["largest"] if x["dtype"] == dtype)
     ans = torch_plan.largest_fitting(
         lambda v, s: torch_plan.plan_callable(W.train, "resnet50", v, dtype, settings=s, measured=MEASURED),
         64, 256, truth["cap"], AllocatorSettings())
-    assert ans["value"] <= truth["value"]
-    if dtype == "bf16":
-        assert ans["value"] == truth["value"]          # 118
-    else:
-        assert ans["value"] >= truth["value"] - 2      # 115 against 117 (docs/torch-plan.md)
+    assert ans["value"] <= truth["value"]                        # never above
+    assert ans["value"] == truth["value"]                        # bf16 118; fp32 116 against 117
+
+
+def test_resnet50_fp32_largest_batch_is_the_trial_with_workspaces_measured_at_that_batch():
+    """What keeps fp32 one below: with the workspaces recorded at 117 and 118 themselves (held out of the
+    table above), 117 fits under the cap and 118 does not, as on the GPU."""
+    truth = next(x for x in MORE["largest"] if x["dtype"] == "fp32")
+    table = torch_scratch.measured_table(RECORDED)
+    capped = replace(AllocatorSettings(), memory_limit=truth["cap"])
+    fits = {b: torch_plan.plan_callable(W.train, "resnet50", b, "fp32", settings=capped, measured=table).oom is None
+            for b in (truth["value"], truth["value"] + 1)}
+    assert fits == {117: True, 118: False}
+    real = next(r for r in RECORDED["runs"] if (r["dtype"], r["batch"]) == ("fp32", 117))
+    p = torch_plan.plan_callable(W.train, "resnet50", 117, "fp32", measured=table)
+    # that recording's peaks (run under its dispatch mode; see the batch-64 sequence test): measured equal
+    assert p.peak_allocated == pytest.approx(real["max_memory_allocated"], rel=0.005)
+    assert p.peak_reserved == pytest.approx(real["max_memory_reserved"], rel=0.005)
+
+
+def _sequence(c):
+    sizes, out = {}, []
+    for e in c.events:
+        if e.kind == "alloc":
+            sizes[e.key] = e.size
+            out.append(("alloc", e.size))
+        else:
+            out.append(("free_", sizes[e.key]))
+    return out
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_resnet50_allocation_sequence_follows_the_real_snapshot(dtype):
     import difflib
-    import gzip
-    import pickle
 
     from alloctrace.traces.preflight import torch_capture
 
-    snap = pickle.load(gzip.open(ROOT / "tests" / "data" / "torch" / "plan" / f"resnet50_{dtype}_b16.pickle.gz"))
+    snap = pickle.load(gzip.open(DATA / f"resnet50_{dtype}_b16.pickle.gz"))
     real = [(e["action"][:5], e["size"]) for e in snap["device_traces"][0] if e["action"] in ("alloc", "free_requested")]
     with torch_capture.capture(measured=MEASURED) as c:
         W.train("resnet50", 16, dtype)
-    sizes, mine = {}, []
-    for e in c.events:
-        if e.kind == "alloc":
-            sizes[e.key] = e.size
-            mine.append(("alloc", e.size))
-        else:
-            mine.append(("free_", sizes[e.key]))
+    mine = _sequence(c)
     sm = difflib.SequenceMatcher(None, real, mine, autojunk=False)
     same = sum(real[i][1] for tag, i1, i2, _, _ in sm.get_opcodes() if tag == "equal" for i in range(i1, i2)
                if real[i][0] == "alloc")
     share = same / sum(s for a, s in real if a == "alloc")
     print(f"resnet50 {dtype} b16 aligned by bytes: {share:.3f}")
-    # the issue asks for 95 %; measured 75-76 % (docs/torch-plan.md, "ResNet-50"): not met yet
-    assert share >= 0.70
+    assert share >= 0.99                                         # measured: every event, in order
+
+
+PLAIN = json.load(gzip.open(DATA / "resnet50_plain_sequences.json.gz", "rt"))
+
+
+@pytest.mark.parametrize("rec", [pytest.param(r, id=f"{r['dtype']}-b{r['batch']}") for r in PLAIN])
+def test_resnet50_requests_equal_a_plain_gpu_run_event_for_event(rec):
+    """Plain runs (no dispatch mode) recorded again with their sequence (action, size): the plan's requests are
+    the same, in the same order, at batches 16, 32 and 64, 32 and 64 planned from the table alone."""
+    from alloctrace.traces.preflight import torch_capture
+
+    with torch_capture.capture(measured=MEASURED) as c:
+        W.train("resnet50", rec["batch"], rec["dtype"])
+    assert _sequence(c) == [(a, size) for a, size in rec["sequence"] if a != "segme"]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_resnet50_sequence_follows_the_labelled_gpu_sequence_at_batch_64(dtype):
+    """The recording's own sequence at batch 64 (each event labelled with its op on the GPU): every workspace
+    the plan adds sits where the GPU took it. That recording ran under a dispatch mode, which holds one more
+    reference to each tensor: the engine then sums the residual gradients out of place (an `add` the plain
+    run, and the plan, do in place); those are the only events the plan does not have."""
+    import difflib
+
+    from alloctrace.traces.preflight import torch_capture
+
+    rec = next(s for s in json.load(gzip.open(DATA / "resnet50_sequences.json.gz", "rt"))
+               if (s["dtype"], s["batch"]) == (dtype, 64))
+    with torch_capture.capture(measured=MEASURED) as c:
+        W.train("resnet50", 64, dtype)
+    real = [(a, size) for a, size, _ in rec["sequence"]]
+    ops = [op for _, _, op in rec["sequence"]]
+    sm = difflib.SequenceMatcher(None, real, _sequence(c), autojunk=False)
+    odd = [(tag, ops[i1:i2], real[i1:i2]) for tag, i1, i2, _, _ in sm.get_opcodes() if tag != "equal"]
+    # an add's block and a free of the same size (where equal sizes meet, the pair may sit one event over)
+    assert odd and all(tag == "delete" and "add.Tensor" in o and len(ev) == 2 and ev[0][1] == ev[1][1]
+                       and {a for a, _ in ev} == {"alloc", "free_"} for tag, o, ev in odd)
+    assert len(odd) == 32                                        # 16 blocks, two steps
+    workspaces = [real[i] for tag, i1, i2, _, _ in sm.get_opcodes() if tag == "equal" for i in range(i1, i2)
+                  if ops[i].startswith("convolution") and real[i][0] == "alloc"]
+    assert len(workspaces) == sum(1 for a, _, op in rec["sequence"] if a == "alloc" and op.startswith("convolution"))
+
+
+@pytest.mark.parametrize("snapshot", ["resnet50_fp32_b16", "resnet50_bf16_b16"])
+def test_stored_resnet50_plan_aligns_with_the_real_snapshot_by_the_torch_diff(snapshot, tmp_path):
+    import io
+
+    from alloctrace.traces.diff.torch_snapshots import align
+    from alloctrace.traces.preflight import torch_plan_store
+    from alloctrace.traces.sources import import_file
+    from alloctrace.traces.state.torch_device import load_device
+    from alloctrace.traces.store.store import open_store
+
+    def workload_frames(snap):
+        for e in snap["device_traces"][0]:
+            e["frames"] = [dict(f, filename="torch_plan_workloads.py") for f in e.get("frames", [])
+                           if f["filename"].endswith("torch_plan_workloads.py")]
+        return snap
+
+    _, dtype, _ = snapshot.split("_")
+    p = torch_plan.plan_callable(W.train, "resnet50", 16, dtype, measured=MEASURED)
+    planned = workload_frames(torch_plan_store.snapshot_of(p.capture, AllocatorSettings()))
+    real = workload_frames(pickle.load(gzip.open(DATA / f"{snapshot}.pickle.gz")))
+    store = open_store(str(tmp_path / "store"))
+    ids = [import_file(store, io.BytesIO(pickle.dumps(s)), filename="x.pickle")[0]["id"] for s in (planned, real)]
+    a, b = load_device(store, ids[0], 0), load_device(store, ids[1], 0)
+    al = align(a, b)
+    sizes = b.allocations().size
+    share = sizes[al["b_rows"]].sum() / sizes.sum()
+    print(f"{snapshot} aligned by the torch diff: {share:.4f}")
+    assert share >= 0.95

@@ -99,9 +99,9 @@ def _frames(limit: int = 80) -> list:
 class _Recorder:
     """The dispatch mode's body (kept apart so torch is imported only when a capture runs)."""
 
-    def __init__(self, cap: Capture, workspace: int, measured: dict | None = None):
+    def __init__(self, cap: Capture, workspace: int, measured=None):
         self.cap = cap
-        self.measured = measured or {}            # op signature -> bytes measured on a GPU (cuDNN workspaces)
+        self.measured = measured                  # torch_scratch.Measured: cuDNN's workspaces, recorded on a GPU
         self.live: dict[int, int] = {}            # storage key -> event key
         self.next_key = 1
         self.workspace = workspace
@@ -122,22 +122,29 @@ class _Recorder:
                 and args[0].device.type == "cpu":
             name = "to_cuda"                        # a host tensor copied to the device: an input
         frames = None
-        before, after = torch_scratch.scratch(name, args, out)
+        program = self.measured.program(torch_scratch.op_signature(getattr(func, "__name__", str(func)), args)) \
+            if self.measured else None
+        before, after = ([], []) if program else torch_scratch.scratch(name, args, out)
         temps = [self._temp(size, name) for size in before]
+        outputs = []
         for t in tree_leaves(out):
             if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
                 continue
             st = t.untyped_storage()
             cdata = st._cdata
-            if cdata in self.live:
+            if cdata in self.live or st.nbytes() == 0:      # a 0-byte request takes no block (a null pointer)
                 continue
             key = self.next_key
             self.next_key += 1
             self.live[cdata] = key
             frames = _frames() if frames is None else frames
-            self.cap.events.append(Event("alloc", key, st.nbytes(), 0, name, str(t.dtype).replace("torch.", ""),
-                                         tuple(t.shape), frames, self.phase))
+            outputs.append(Event("alloc", key, st.nbytes(), 0, name, str(t.dtype).replace("torch.", ""),
+                                 tuple(t.shape), frames, self.phase))
             weakref.finalize(st, self._freed, cdata, key)
+        if program:
+            self._measured_steps(program, outputs, name)
+        else:
+            self.cap.events.extend(outputs)
         handle = "engine" if self.phase == "backward" else "main"   # the engine's device thread has its own
         if self.workspace and name in MATMULS and handle not in self.handles:
             self.handles.add(handle)
@@ -156,15 +163,28 @@ class _Recorder:
                                          (self.lt_workspace,), frames or _frames(), self.phase))
 
         temps += [self._temp(size, name) for size in after]
-        if self.measured:
-            size = torch_scratch.measured_scratch(
-                self.measured, torch_scratch.op_signature(getattr(func, "__name__", str(func)), args))
-            if size:
-                key = self._temp(size, f"{name} (measured workspace)")
-                self.cap.category[key] = "measured_workspace"
-                temps.append(key)
         for key in reversed(temps):
             self.cap.events.append(Event("free", key, 0))
+
+    def _measured_steps(self, program: list, outputs: list, name: str):
+        """The op's outputs and the scratch recorded on a GPU in the order the GPU took them: each "out" step
+        is the op's next output, "alloc" a measured block, "free" gives one back; outputs left over follow."""
+        outputs = list(outputs)
+        scratch: list[int] = []
+        for step, value in program:
+            if step == "out" and outputs:
+                self.cap.events.append(outputs.pop(0))
+            elif step == "alloc":
+                key = self._temp(value, f"{name} (measured workspace)")
+                self.cap.category[key] = "measured_workspace"
+                scratch.append(key)
+            elif step == "free" and value < len(scratch) and scratch[value]:
+                self.cap.events.append(Event("free", scratch[value], 0))
+                scratch[value] = 0
+        self.cap.events.extend(outputs)
+        for key in scratch:
+            if key:
+                self.cap.events.append(Event("free", key, 0))
 
     def _temp(self, size: int, op: str) -> int:
         key = self.next_key
@@ -211,13 +231,13 @@ def _failure_line(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def capture(*, workspace: int | None = None, measured: dict | None = None):
+def capture(*, workspace: int | None = None, measured=None):
     """Run the body on fake CUDA tensors; yields the `Capture` that fills in as it runs.
 
     A failure inside the body (an `.item()` on a fake, a data-dependent shape, a custom CUDA kernel) stops the
     run: the capture keeps what was recorded up to there, `partial` set and `error` naming the operation and
-    the call site; the exception is not raised again. `measured` ({op signature: bytes}, see
-    torch_scratch.measured_table) adds scratch recorded on a GPU, in the category "measured_workspace"."""
+    the call site; the exception is not raised again. `measured` (torch_scratch.measured_table) adds the
+    scratch recorded on a GPU where the GPU took it, in the category "measured_workspace"."""
     import torch
     import torch.utils.checkpoint
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook

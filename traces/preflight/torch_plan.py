@@ -137,7 +137,7 @@ def plan(*, device: str = "cuda:0", total: str | int | None = None, alloc_conf: 
 def plan_callable(fn, *args, settings: AllocatorSettings | None = None, total: int | None = None,
                   measured: dict | None = None, **kwargs) -> Plan:
     """`fn(*args, **kwargs)` captured on fake CUDA tensors and replayed under `settings` (a card of `total`);
-    `measured`: scratch recorded on a GPU per op signature (torch_scratch.measured_table)."""
+    `measured`: each op's own allocations recorded on a GPU per op signature (torch_scratch.measured_table)."""
     with torch_capture.capture(measured=measured) as c:
         fn(*args, **kwargs)
     if not any(e.kind == "alloc" for e in c.events) and not c.partial:

@@ -11,8 +11,9 @@ source and checked against snapshots recorded on an H200 (torch 2.11, tests/data
 - `_softmax_backward_data`: a second buffer of the gradient's size, freed at once.
 
 Some scratch cannot be worked out on a CPU (cuDNN picks a convolution algorithm, and its workspace, on the
-device): `measured_table` reads what a GPU run recorded per op signature; a capture given that table adds it,
-kept in its own category ("measured_workspace") so the exact part of a plan stays apart.
+device): `measured_table` reads what a GPU run recorded per op signature, the order of the op's outputs and
+workspaces; a capture given that table replays them in that order, the workspaces in their own category
+("measured_workspace") so the exact part of a plan stays apart.
 
 `scratch(name, args, out)` answers ([(bytes, before_output)], ...) for one op: sizes to allocate around its
 output, in order, each freed when the op returns.
@@ -164,36 +165,93 @@ def op_signature(op: str, args) -> str:
     return " ".join(parts)
 
 
-def measured_table(recorded: dict) -> dict[str, int]:
-    """{op signature: bytes} from a `--more` recording's "scratch" lists: what ops (cuDNN's convolutions) took
-    and gave back inside the call on the GPU that recorded them, which a CPU cannot work out."""
-    table: dict[str, int] = {}
-    for run in recorded.get("scratch", []):
-        for row in run["ops"]:
-            key = f"{row['op']} {row['args']}".rstrip()
-            table[key] = max(table.get(key, 0), int(row["scratch"]))
-            batch = _leading(key)
-            if batch:                   # bytes per sample, for batches the GPU run did not record
-                each = _per_sample(key)
-                table[each] = max(table.get(each, 0), -(-int(row["scratch"]) // batch))
-    return table
+@dataclass
+class Measured:
+    """Per op signature, the order of an op's own allocations recorded on a GPU (`record_torch_plan_truths.py
+    --scratch`): [["out", size] | ["alloc", size] | ["free", i]], "out" the blocks it keeps (its outputs, in
+    order), "alloc" the ones it gives back before returning (the i-th such is freed at ["free", i])."""
+    exact: dict                 # signature -> program
+    by_template: dict           # signature with some leading dims as "N" -> {batch: program}
+    ops: frozenset = frozenset()    # the op names recorded
+
+    def program(self, signature: str) -> list | None:
+        """The recorded program; at a batch not recorded, one made from the nearest recorded batches."""
+        if signature.split(" ", 1)[0] not in self.ops:
+            return None
+        if signature in self.exact:
+            return self.exact[signature]
+        best = None
+        for batch, template in _templates(signature):
+            got = self.by_template.get(template)
+            if got and (best is None or len(got) > len(best[1])):
+                best = (batch, got)
+        return None if best is None else between(best[1], best[0])
 
 
-def _leading(signature: str) -> int:
-    m = re.search(r"\[(\d+)[,\]]", signature)
-    return int(m.group(1)) if m else 0
+def measured_table(recorded: dict) -> Measured:
+    """A `--scratch` recording's runs ({"batch", "ops": {signature: [program, ...]}}) as a lookup table: what
+    cuDNN's convolutions took and gave back inside the call on the GPU that recorded them, which a CPU cannot
+    work out. A signature called with different programs keeps its first."""
+    exact: dict = {}
+    by_template: dict = {}
+    for run in recorded.get("runs", []):
+        for signature, programs in run.get("ops", {}).items():
+            exact.setdefault(signature, programs[0])
+            for batch, template in _templates(signature):
+                if batch == run["batch"]:
+                    by_template.setdefault(template, {}).setdefault(batch, programs[0])
+    return Measured(exact, by_template, frozenset(s.split(" ", 1)[0] for s in exact))
 
 
-def _per_sample(signature: str) -> str:
-    return "per-sample " + re.sub(r"\[\d+([,\]])", r"[N\1", signature, count=1)
+MAX_SPOTS = 4                   # more tensors of one leading dim: all of them or none are the batch
+TENSOR = re.compile(r"([a-z0-9]+)\[(\d+)((?:, \d+)*)\]")
 
 
-def measured_scratch(table: dict[str, int], signature: str) -> int:
-    """The measured bytes for an op signature; at a batch not recorded, the largest recorded bytes per sample
-    of the same op times this batch (cuDNN's workspace grows about linearly with the batch), 512-rounded."""
-    if signature in table:
-        return table[signature]
-    each = table.get(_per_sample(signature))
-    if not each:
-        return 0
-    return -(-each * _leading(signature) // 512) * 512
+def _templates(signature: str):
+    """(batch, template) for each choice of tensors whose leading dim is the batch: every nonempty subset of
+    the tensors sharing one leading dim (a weight's out-channels can equal the batch)."""
+    found = list(TENSOR.finditer(signature))
+    for lead in sorted({int(m.group(2)) for m in found}):
+        spots = [m for m in found if int(m.group(2)) == lead]
+        masks = range(1, 1 << len(spots)) if len(spots) <= MAX_SPOTS else [(1 << len(spots)) - 1]
+        for mask in masks:
+            text, last = [], 0
+            for k, m in enumerate(spots):
+                if mask >> k & 1:
+                    text.append(signature[last:m.start(2)] + "N")
+                    last = m.end(2)
+            yield lead, "".join(text) + signature[last:]
+
+
+def _steps(program: list) -> list:
+    return [(k, v if k == "free" else None) for k, v in program]
+
+
+def between(recorded: dict, batch: int) -> list:
+    """A program at `batch` from those recorded at other batches: each "alloc" interpolated (or carried on)
+    linearly from the two nearest recorded batches around it whose programs take the same steps; where they
+    differ (cuDNN picked another algorithm in between), the nearer one's program, per sample scaled."""
+    below = [b for b in recorded if b < batch]
+    above = [b for b in recorded if b > batch]
+    pairs = []
+    if below and above:
+        pairs.append((max(below), min(above)))
+    if len(below) >= 2:
+        b = sorted(below)
+        pairs.append((b[-2], b[-1]))
+    if len(above) >= 2:
+        a = sorted(above)
+        pairs.append((a[0], a[1]))
+    for b0, b1 in pairs[:1] if below and above else pairs:
+        p0, p1 = recorded[b0], recorded[b1]
+        if _steps(p0) == _steps(p1):
+            out = []
+            for (k, v0), (_, v1) in zip(p0, p1):
+                if k == "alloc":
+                    v = v0 + (v1 - v0) * (batch - b0) / (b1 - b0)
+                    out.append([k, max(1, round(v))])
+                else:
+                    out.append([k, v0])
+            return out
+    near = min(recorded, key=lambda b: (abs(b - batch), -b))
+    return [[k, -(-v * batch // near)] if k == "alloc" else [k, v] for k, v in recorded[near]]
