@@ -375,17 +375,9 @@ class Store:
         """'ID' or 'ID:G' -> (full id, graph index or None); unique id prefixes are accepted."""
         ref = (ref or "").strip()
         head, sep, tail = ref.partition(":")
-        head = head.lower()
-        if not ID_RE.match(head):
-            raise NotFound(f"no trace {ref!r}")
+        head = _id_head(head, ref)
         with self._snapshot() as db:
-            rows = db.execute("SELECT id FROM traces WHERE substr(id, 1, ?) = ? LIMIT 2",
-                              (len(head), head)).fetchall()
-        if not rows:
-            raise NotFound(f"no trace {head!r}")
-        if len(rows) > 1:
-            raise NotFound(f"trace id prefix {head!r} is ambiguous")
-        tid = rows[0][0]
+            tid = _unique_id(db, head)
         if not sep:
             return tid, None
         if not tail.isdigit():
@@ -400,8 +392,10 @@ class Store:
         return self.resolve(str(tid).partition(":")[0])[0]
 
     def summary(self, tid: str) -> dict:
-        tid = self._id(tid)
-        with self._snapshot() as db:
+        ref = str(tid).partition(":")[0].strip()
+        head = _id_head(ref, ref)
+        with self._snapshot() as db:  # the id found in the same read: a transaction less
+            tid = _unique_id(db, head)
             row = db.execute(f"SELECT {TRACE_COLUMNS} FROM traces WHERE id=?", (tid,)).fetchone()
             graphs = db.execute(f"SELECT {GRAPH_COLUMNS} FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
         if row is None:
@@ -423,9 +417,14 @@ class Store:
                     if matches(_loose_tags(r[6]), wanted)]
             keep = {r[0] for r in rows}
             graphs: dict[str, list] = {}
-            for r in db.execute(f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs ORDER BY trace_id, idx"):
-                if r[0] in keep:
-                    graphs.setdefault(r[0], []).append(r[1:])
+            every = f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs"
+            # a name or tag that picks some traces: only their graph rows are read
+            asked = [(every + f" WHERE trace_id IN ({marks})", part) for part, marks in _chunks(sorted(keep))] \
+                if (q or wanted) and len(keep) < 2000 else [(every, ())]
+            for sql, part in asked:
+                for r in db.execute(sql + " ORDER BY trace_id, idx", part):
+                    if r[0] in keep:
+                        graphs.setdefault(r[0], []).append(r[1:])
         return [_summary(r, graphs.get(r[0], [])) for r in rows]
 
     def tagged(self, tags: Iterable[str], key: str) -> list[tuple[str, list]]:
@@ -488,6 +487,8 @@ class Store:
         if len(cache) > 100_000:
             cache.clear()
         out: dict[str, dict[int, dict]] = {tid: cache[tid, keys] for tid in ids if (tid, keys) in cache}
+        if len(out) == len(set(ids)):
+            return out  # every one kept: no read transaction (two round trips on PostgreSQL for nothing)
         whole: list[str] = []  # traces with a graph whose small extra lacks a key (or that has none)
         with self._snapshot() as db:
             for part, marks in _chunks([tid for tid in dict.fromkeys(ids) if tid not in out]):
@@ -692,6 +693,24 @@ def _summaries_of(ids: list[str], answers) -> list[dict]:
         for r in graph_rows:
             graphs.setdefault(r[0], []).append(r[1:])
     return [_summary(rows[t], graphs.get(t, [])) for t in ids if t in rows]
+
+
+def _id_head(head: str, ref: str) -> str:
+    """A trace id or unique prefix as looked up (lower case); NotFound naming `ref` when it cannot be one."""
+    head = head.lower()
+    if not ID_RE.match(head):
+        raise NotFound(f"no trace {ref!r}")
+    return head
+
+
+def _unique_id(db, head: str) -> str:
+    """The one stored trace id that starts with `head`, inside a read; NotFound when none or several do."""
+    rows = db.execute("SELECT id FROM traces WHERE substr(id, 1, ?) = ? LIMIT 2", (len(head), head)).fetchall()
+    if not rows:
+        raise NotFound(f"no trace {head!r}")
+    if len(rows) > 1:
+        raise NotFound(f"trace id prefix {head!r} is ambiguous")
+    return rows[0][0]
 
 
 def _chunks(ids: list[str], size: int = 500):
