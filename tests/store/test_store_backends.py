@@ -82,6 +82,31 @@ def test_a_failed_add_leaves_nothing(store_ref):
     assert _count(store, "SELECT count(*) FROM graphs") == 2
 
 
+def test_a_used_id_is_replaced_and_the_rest_kept(store_ref):
+    """A PostgreSQL write does not ask which ids are used (one round trip): a used one fails the INSERT and the
+    write runs again, looking them up. Either way, as on SQLite: the trace gets a new id, the others of the
+    batch keep theirs, the generation moves once, and nothing of the failed try is left."""
+    store = open_store(store_ref)
+    meta, recs = _trace(n=40)
+    meta.id = "0000abcd"
+    assert store.add_trace(meta, recs) == "0000abcd"
+    gen = store.generation()
+    again, _ = _trace(n=40)
+    again.id = "0000abcd"
+    other, _ = _trace(n=40)
+    other.id = "0000abce"
+    ids = store.add_traces([(again, recs, None), (other, list(recs), None)])
+    assert ids[0] not in ("0000abcd", "0000abce") and ids[1] == "0000abce"
+    streamed, _ = _trace(n=40)
+    streamed.id = "0000abce"  # graphs from a generator: the ids are looked up first (no second try possible)
+    ids.append(store.add_trace(streamed, (r for r in recs)))
+    assert ids[2] not in ("0000abcd", "0000abce")
+    assert store.trace_ids() == {"0000abcd", *ids} and store.generation() == gen + 2
+    assert _count(store, "SELECT count(*) FROM graphs") == 4 * len(recs)
+    for tid in ids:
+        assert store.summary(tid)["graphs"] == [r.summary() for r in recs]
+
+
 def test_derived_rows_are_kept_once(store_ref):
     from alloctrace.traces.store.store import checkpoint_rows
 

@@ -145,6 +145,7 @@ class PostgresBackend:
     kind = "postgresql"
     read_only = False  # the role may only read (setup finds out)
     path = None  # no store directory: uploads in progress go to a temp folder
+    guess_ids = True  # a write picks its new traces' ids without asking which are used (id_taken: try again)
 
     def __init__(self, url: str):
         import logging
@@ -250,6 +251,12 @@ class PostgresBackend:
         except psycopg.OperationalError as e:
             raise StoreUnavailable(f"store {self.where} is unavailable: {str(e).strip().splitlines()[0]}") \
                 from None
+
+    def id_taken(self, e: Exception) -> bool:
+        """Whether a write failed only because a new trace's id is used already (traces.id is UNIQUE)."""
+        diag = getattr(e, "diag", None)
+        return isinstance(e, self._psycopg.errors.UniqueViolation) and diag is not None and \
+            diag.table_name == "traces" and diag.constraint_name == "traces_id_key"
 
     @staticmethod
     def later(db: _Connection, sql: str, args=()) -> Later:

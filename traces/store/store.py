@@ -188,8 +188,17 @@ class Store:
         on PostgreSQL their queries ride in the write's pipeline, answered with its COMMIT (no read
         transaction's four round trips after it)."""
         traces = list(traces)
+        if getattr(self._be, "guess_ids", False) and all(isinstance(g, (list, tuple)) for _, g, _ in traces):
+            try:  # ids not looked up first: the write is one round trip; one taken fails it, and it runs again
+                return self._add_traces(traces, summaries, look=False)
+            except self._be.errors as e:
+                if not self._be.id_taken(e):
+                    raise
+        return self._add_traces(traces, summaries, look=True)
+
+    def _add_traces(self, traces: list[tuple], summaries: bool, look: bool) -> list[dict]:
         with self._be.write() as db:
-            ids = self._ids_for(db, [meta for meta, _, _ in traces])
+            ids = self._ids_for(db, [meta for meta, _, _ in traces], look)
             tids = [self._insert_trace(db, meta, graphs, content_hash, tid)
                     for (meta, graphs, content_hash), tid in zip(traces, ids)]
             self._bump(db)  # on PostgreSQL the row stays locked until the commit
@@ -202,16 +211,17 @@ class Store:
         return _summaries_of(tids, [(t.rows, g.rows) for t, g in asked])
 
     @staticmethod
-    def _ids_for(db, metas: list[TraceMeta]) -> list[str]:
+    def _ids_for(db, metas: list[TraceMeta], look: bool = True) -> list[str]:
         """An unused id per trace, found with one query for all of them (a round trip each on PostgreSQL
         otherwise): the id a trace had (an export imported back keeps it, so links and scripts still name
-        it) when the store has no trace by it, else a random one."""
+        it) when the store has no trace by it, else a random one. `look` False: no query, every id taken as
+        free (the INSERT of a used one fails: traces.id is UNIQUE)."""
         wanted = [m.id if isinstance(m.id, str) and FULL_ID_RE.match(m.id) else None for m in metas]
         while True:
             spare = [os.urandom(4).hex() for _ in metas]  # as secrets.token_hex, without importing hashlib
             asked = [t for t in wanted if t] + spare
             taken = set()
-            for part, marks in _chunks(asked):
+            for part, marks in (_chunks(asked) if look else ()):
                 taken.update(r[0] for r in db.execute(f"SELECT id FROM traces WHERE id IN ({marks})", part))
             free = [t for t in dict.fromkeys(spare) if t not in taken and t not in wanted]
             out = []
@@ -249,8 +259,7 @@ class Store:
     @staticmethod
     def _insert_graphs(db, rows: list[tuple]) -> None:
         if rows:
-            db.execute(f"INSERT INTO graphs ({GRAPH_INSERT}) VALUES " + ",".join([GRAPH_MARKS] * len(rows)),
-                       [v for row in rows for v in row])
+            db.executemany(f"INSERT INTO graphs ({GRAPH_INSERT}) VALUES {GRAPH_MARKS}", rows)
 
     def _graph_row(self, tid: str, g: GraphRecord | EncodedGraph) -> tuple[tuple, tuple | None]:
         """A graph's row, and what its derived rows are made from (None: it has none)."""
