@@ -2,9 +2,10 @@
 with 1, 2 and 4 server workers over PostgreSQL.
 
 Imports the same real files into an SQLite store and a PostgreSQL database (a throwaway cluster made with
-initdb/pg_ctl, or $ALLOCTRACE_TEST_PG), then lists them; figures are PostgreSQL's time as a ratio to SQLite's
-in the same run. Then each trace again into both stores in turn: the median time to store one, per backend
-(on a machine busy with other work, the whole-import ratio swings with the load; this one much less). Then `alloctrace serve --workers N` over the PostgreSQL store, driven by --clients clients
+initdb/pg_ctl, or $ALLOCTRACE_TEST_PG), then lists them, --import-rounds times (fresh stores each round, the
+two in turn); figures are PostgreSQL's time as a ratio to SQLite's, the median of the rounds' ratios. Then
+each trace again into both stores in turn: the median time to store one, per backend. Then `alloctrace serve
+--workers N` over the PostgreSQL store, driven by --clients clients
 (each request on a fresh connection, from a process of their own: bench/http_load.py, whose CPU per request
 is shown) asking for trace summaries, a tag's list and memory-map windows of 6 traces: every worker count's
 server started at once, --warmup seconds unmeasured each (workers start, caches fill), then --rounds rounds of
@@ -15,7 +16,8 @@ again, one tag's) against a summary of every trace (store.list(), which the hist
 run, and against its goal (200 ms).
 
     python bench/bench_team.py [--copies 20] [--clients 50] [--seconds 4] [--rounds 5] [--warmup 5] [--workers 1,2,4]
-                               [--history-traces 10000] [--parts import,history,serve] [--json PATH]
+                               [--import-rounds 5] [--history-traces 10000] [--parts import,history,serve]
+                               [--json PATH]
 """
 from __future__ import annotations
 
@@ -190,6 +192,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=4, help="load time per worker count and round")
     ap.add_argument("--rounds", type=int, default=5, help="times each worker count is measured, in turn")
     ap.add_argument("--warmup", type=float, default=5, help="unmeasured load first, per worker count")
+    ap.add_argument("--import-rounds", type=int, default=5, help="times both stores are made and filled, in turn")
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--history-traces", type=int, default=10000, help="traces stored for the history figures")
     ap.add_argument("--parts", default="import,history,serve", help="which figures to measure")
@@ -221,20 +224,32 @@ def main():
                             for k, what in (("history_cold_s", "a page first asked for"),
                                             ("history_s", "a page asked for again"), ("history_tag_s", "one tag"))]
         if "import" in parts or "serve" in parts:
+            import statistics
+
+            rounds: dict[str, list[float]] = {k: [] for k in ("import_s", "list_s", "list_tag_s")}
             with tempfile.TemporaryDirectory() as tmp:
-                lite = import_and_list(str(Path(tmp) / "s"), args.copies)
-                pg = import_and_list(url, args.copies)
-                results["sqlite"], results["postgresql"] = lite, pg
-                each = store_interleaved({"sqlite": str(Path(tmp) / "s"), "postgresql": url}, args.copies)
+                for r in range(args.import_rounds):  # a fresh store of each kind a round, the two in turn
+                    if r:
+                        drop_database(admin, url)
+                        url = new_database(admin)
+                    lite = import_and_list(str(Path(tmp) / f"s{r}"), args.copies)
+                    pg = import_and_list(url, args.copies)
+                    for k in rounds:
+                        rounds[k].append(pg[k] / lite[k])
+                results["sqlite"], results["postgresql"] = lite, pg  # the last round's
+                each = store_interleaved({"sqlite": str(Path(tmp) / f"s{r}"), "postgresql": url}, args.copies)
             results["store one trace, median ms"] = {k: round(v * 1000, 3) for k, v in each.items()}
             results["store_one ratio pg/sqlite"] = round(each["postgresql"] / each["sqlite"], 2)
             figures.append(Figure("PostgreSQL store: one trace stored (median, the two stores in turn), ratio to "
                                   "SQLite", results["store_one ratio pg/sqlite"], "x",
                                   baseline=f"SQLite {each['sqlite'] * 1000:.2f} ms"))
             for k in ("import_s", "list_s", "list_tag_s"):
-                results[f"{k} ratio pg/sqlite"] = round(pg[k] / lite[k], 2)
+                results[f"{k} ratio pg/sqlite"] = round(statistics.median(rounds[k]), 2)
+                results[f"{k} ratio pg/sqlite, each round"] = [round(x, 2) for x in rounds[k]]
+            results["load average (1 min) after the import"] = round(os.getloadavg()[0], 1)
             figures += [Figure(f"PostgreSQL store: {what}, ratio to SQLite", results[f"{k} ratio pg/sqlite"], "x",
-                               baseline=f"SQLite {lite[k]:.3f} s")
+                               baseline=f"SQLite {lite[k]:.3f} s; median of {args.import_rounds} rounds "
+                                        f"{results[f'{k} ratio pg/sqlite, each round']}")
                         for k, what in (("import_s", f"import {pg['traces']} traces"), ("list_s", "list"),
                                         ("list_tag_s", "list by tag"))]
         from alloctrace.traces.store.store import open_store
