@@ -197,18 +197,25 @@ class Store:
         return self._add_traces(traces, summaries, look=True)
 
     def _add_traces(self, traces: list[tuple], summaries: bool, look: bool) -> list[dict]:
+        written: list[tuple] = []  # each trace's summary columns as written (trace row, graph rows)
+        asked: list[tuple] = []
         with self._be.write() as db:
             ids = self._ids_for(db, [meta for meta, _, _ in traces], look)
-            tids = [self._insert_trace(db, meta, graphs, content_hash, tid)
+            tids = [self._insert_trace(db, meta, graphs, content_hash, tid, written)
                     for (meta, graphs, content_hash), tid in zip(traces, ids)]
             self._bump(db)  # on PostgreSQL the row stays locked until the commit
-            asked = [(self._be.later(db, f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})", part),
-                      self._be.later(db, f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN "
-                                         f"({marks}) ORDER BY trace_id, idx", part))
-                     for part, marks in (_chunks(tids) if summaries else ())]
+            if summaries and not all(_as_read_back(row, graphs) for row, graphs in written):
+                asked = [(self._be.later(db, f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})", part),
+                          self._be.later(db, f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN "
+                                             f"({marks}) ORDER BY trace_id, idx", part))
+                         for part, marks in _chunks(tids)]
         if not summaries:
             return [{"id": t} for t in tids]
-        return _summaries_of(tids, [(t.rows, g.rows) for t, g in asked])
+        if asked:  # their rows, answered with the COMMIT
+            return _summaries_of(tids, [(t.rows, g.rows) for t, g in asked])
+        # what the summaries' queries would read back, value for value: no statements of theirs
+        return _summaries_of(tids, [([row], [(row[0], *g) for g in sorted(graphs, key=lambda g: g[0])])
+                                    for row, graphs in written])
 
     @staticmethod
     def _ids_for(db, metas: list[TraceMeta], look: bool = True) -> list[str]:
@@ -235,17 +242,23 @@ class Store:
             else:
                 return out
 
-    def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None, tid: str) -> str:
+    def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None, tid: str,
+                      written: list) -> str:
+        """The trace's rows; its summary columns (TRACE_COLUMNS, GRAPH_COLUMNS as written) appended to
+        `written`."""
         created = meta.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        trace = (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
+                 json.dumps(meta.extra, sort_keys=True))
         db.execute(
             "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version,"
-            " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
-             json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION, content_hash))
-        rows: list[tuple] = []  # graph rows sent as one INSERT (a statement each cost PostgreSQL most of a write)
+            " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)", (*trace, FORMAT_VERSION, content_hash))
+        summary_graphs: list[tuple] = []
+        written.append((trace[:7] + ('"truncated": true' in trace[7],), summary_graphs))
+        rows: list[tuple] = []  # graph rows sent a batch at a time (executemany: in PostgreSQL's pipeline)
         held = 0
         for g in graphs:
             row, derive = self._graph_row(tid, g)
+            summary_graphs.append(row[1:8] + ('"incomplete": true' in row[8],))
             rows.append(row)
             held += len(row[9]) + len(row[10])
             if derive or held > BATCH_BYTES or len(rows) == BATCH_ROWS:
@@ -691,6 +704,18 @@ def _small_extra(extra: dict | None) -> str:
         else:
             omitted.append(k)
     return json.dumps({**small, "_omitted": omitted} if omitted else small, sort_keys=True)
+
+
+# the Python type each summary column is read back as (the database's own for the value given), None aside
+TRACE_TYPES = (str, str, str, str, str, str, str, bool)
+GRAPH_TYPES = (int, str, int, int, int, str, int, bool)
+
+
+def _as_read_back(trace: tuple, graphs: list[tuple]) -> bool:
+    """Whether a trace's summary columns as written are what reading them back gives (plain ints and strings:
+    SQLite and PostgreSQL keep those as they are; a float or a numpy int the column converts is read back)."""
+    return all(v is None or type(v) is t for v, t in zip(trace, TRACE_TYPES)) and \
+        all(v is None or type(v) is t for g in graphs for v, t in zip(g, GRAPH_TYPES))
 
 
 def _summaries_of(ids: list[str], answers) -> list[dict]:
