@@ -171,8 +171,11 @@ class PostgresBackend:
         except Exception as e:  # noqa: BLE001 - PoolTimeout hides the reason: ask once more for it
             self.pool.close()
             raise StoreUnavailable(f"cannot open store {self.where}: {self._reason(url, e)}") from None
-        self._gen_lock = threading.Lock()
+        self._gen_lock = threading.Lock()  # the generation's connection, one reader at a time
         self._gen_conn = None
+        self._gen = threading.Condition()  # reads of it in flight, shared by the threads that wait (generation)
+        self._gen_started = self._gen_done = 0  # reads started; the last one answered
+        self._gen_busy, self._gen_row = False, None
         _OPEN.add(self)
 
     def _reason(self, url: str, e: Exception) -> str:
@@ -278,10 +281,36 @@ class PostgresBackend:
 
     def generation(self, wait: bool, sql: str):
         """The generation row over a connection of its own (a quick read the event loop may make);
-        False when `wait` is False and another thread is reading it."""
-        if not self._gen_lock.acquire(blocking=wait):
-            return False
+        False when `wait` is False and another thread is reading it. A thread that waits takes the answer of
+        the next read that starts after it asked (it sees every write committed before), its own or another
+        thread's: requests that ask at once share a round trip instead of queueing for one each."""
+        with self._gen:
+            need = self._gen_started + 1  # a read numbered `need` or later starts after this call
+            while self._gen_done < need:
+                if not self._gen_busy:
+                    break  # no read in flight: this thread makes the next one
+                if not wait:
+                    return False
+                self._gen.wait()
+            else:
+                return self._gen_row
+            self._gen_busy = True
+            self._gen_started += 1
+            mine = self._gen_started
+        read = False
         try:
+            row = self._read_generation(sql)
+            read = True
+            return row
+        finally:
+            with self._gen:
+                self._gen_busy = False
+                if read:  # a failed read answers no one: its waiters read again themselves
+                    self._gen_done, self._gen_row = mine, row
+                self._gen.notify_all()
+
+    def _read_generation(self, sql: str):
+        with self._gen_lock:
             for attempt in (0, 1):
                 try:
                     if self._gen_conn is None or self._gen_conn.closed:
@@ -293,5 +322,3 @@ class PostgresBackend:
                     if attempt:
                         raise StoreUnavailable(f"store {self.where} is unavailable: "
                                                f"{str(e).strip().splitlines()[0]}") from None
-        finally:
-            self._gen_lock.release()
