@@ -272,6 +272,17 @@ class PostgresBackend:
     def read(self):
         return self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
+    def read_one(self, sql: str, args=()) -> list[tuple]:
+        """The rows of one statement, which sees one committed state by itself: no BEGIN and COMMIT around it
+        (one round trip, where read() takes three)."""
+        psycopg = self._psycopg
+        try:
+            with self.pool.connection(timeout=60) as conn:
+                return _Connection(conn).execute(sql, args).fetchall()
+        except psycopg.OperationalError as e:
+            raise StoreUnavailable(f"store {self.where} is unavailable: {str(e).strip().splitlines()[0]}") \
+                from None
+
     def write(self):
         """One write transaction, pipelined. Its COMMIT does not wait for the WAL to reach the disk: as the
         SQLite store (WAL, synchronous=NORMAL), a power loss or OS crash may undo the last fraction of a second
