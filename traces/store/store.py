@@ -51,7 +51,7 @@ SMALL_VALUE = 1024  # an extra's value longer than this as JSON is left out of i
 GRAPH_INSERT = ("trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, packed, "
                 "checksum, extra_small")
 GRAPH_MARKS = "(" + ",".join("?" * 13) + ")"
-BATCH_ROWS, BATCH_BYTES = 64, 8 << 20  # graph rows an INSERT takes at most (SQLite's 32766 variables; memory)
+BATCH_ROWS, BATCH_BYTES = 64, 8 << 20  # graph rows held at most before they are sent (memory)
 KEY_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a key graph_extras_of may take out in SQL
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
 # a trace's summary columns, then each graph's (trace_id None: no graphs), in one statement
