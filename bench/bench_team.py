@@ -2,26 +2,28 @@
 with 1, 2 and 4 server workers over PostgreSQL.
 
 Imports the same real files into an SQLite store and a PostgreSQL database (a throwaway cluster made with
-initdb/pg_ctl, or $ALLOCTRACE_TEST_PG), then lists them; figures are PostgreSQL's time as a ratio to SQLite's
-in the same run. Then each trace again into both stores in turn: the median time to store one, per backend
-(on a machine busy with other work, the whole-import ratio swings with the load; this one much less). Then `alloctrace serve --workers N` over the PostgreSQL store, driven by --clients clients
-(fresh connections) asking for trace summaries, a tag's list and memory-map windows of 6 traces: --warmup
-seconds unmeasured (workers start, caches fill), then --seconds measured; figures are ratios to 1 worker.
+initdb/pg_ctl, or $ALLOCTRACE_TEST_PG), then lists them, --import-rounds times (fresh stores each round, the
+two in turn); figures are PostgreSQL's time as a ratio to SQLite's, the median of the rounds' ratios. Then
+each trace again into both stores in turn: the median time to store one, per backend. Then `alloctrace serve
+--workers N` over the PostgreSQL store, driven by --clients clients
+(each request on a fresh connection, from a process of their own: bench/http_load.py, whose CPU per request
+is shown) asking for trace summaries, a tag's list and memory-map windows of 6 traces: every worker count's
+server started at once, --warmup seconds unmeasured each (workers start, caches fill), then --rounds rounds of
+--seconds each, the worker counts in turn; figures are each round's ratio to 1 worker, the rounds' median.
 The history: --history-traces tagged traces (commit, config, model) stored on each backend, then the history
 API's answer (GET /api/history's function: a page of 50 commits first asked for, the first page asked for
 again, one tag's) against a summary of every trace (store.list(), which the history made before) in the same
 run, and against its goal (200 ms).
 
-    python bench/bench_team.py [--copies 20] [--clients 50] [--seconds 10] [--warmup 5] [--workers 1,2,4]
-                               [--history-traces 10000] [--parts import,history,serve] [--json PATH]
+    python bench/bench_team.py [--copies 20] [--clients 50] [--seconds 4] [--rounds 5] [--warmup 5] [--workers 1,2,4]
+                               [--import-rounds 5] [--history-traces 10000] [--parts import,history,serve]
+                               [--json PATH]
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -120,27 +122,50 @@ def history_at(ref: str, n: int) -> dict:
     return out
 
 
-async def load(url: str, clients: int, seconds: float, ids: list[str]) -> float:
-    """Requests per second from `clients` clients, each on fresh connections (spread over the workers)."""
-    done = 0
-    deadline = time.monotonic() + seconds
-    limits = httpx.Limits(max_keepalive_connections=0)
+def load(port: int, clients: int, seconds: float, ids: list[str]) -> dict:
+    """Requests per second from `clients` clients, each request on a fresh connection (the kernel spreads them
+    over the workers), from a process of their own (bench/http_load.py: raw sockets, about a tenth of an HTTP
+    library's CPU per request, which the answers do not pay for on a 2-core machine); and that process's CPU."""
+    paths = [p for tid in ids for p in (f"/api/traces/{tid}", "/api/traces?tag=copy=1",
+                                        f"/api/traces/{tid}/graphs/0/memory-map?max_shapes=500")]
+    args = json.dumps({"port": port, "seconds": seconds, "clients": clients, "paths": paths, "fresh": True})
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "http_load.py"), args], capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError(f"the load failed: {p.stderr.strip()[-500:]}")
+    return json.loads(p.stdout)
 
-    async def client(k: int):
-        nonlocal done
-        rng = random.Random(k)
-        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
-            while time.monotonic() < deadline:
-                tid = rng.choice(ids)
-                path = rng.choice([f"/api/traces/{tid}", "/api/traces?tag=copy=1",
-                                   f"/api/traces/{tid}/graphs/0/memory-map?max_shapes=500"])
-                r = await c.get(path)
-                if r.status_code != 200:
-                    raise RuntimeError(f"{path}: {r.status_code} {r.text[:200]}")
-                done += 1
-    t0 = time.monotonic()
-    await asyncio.gather(*(client(k) for k in range(clients)))
-    return done / (time.monotonic() - t0)
+
+def serve_rounds(url: str, ids: list[str], workers: list[int], args) -> dict:
+    """Every worker count's server started and warmed at once, then measured in turn, --rounds times (a server
+    not under load waits idle): each round's figures share the moment's load from other work on the machine.
+    The ratio to the first worker count is taken per round; the figures are the rounds' medians."""
+    import statistics
+
+    servers = {n: serve(url, n) for n in workers}
+    rps: dict[int, list[float]] = {n: [] for n in workers}
+    client_ms, loads = [], []
+    try:
+        for n, (_, base) in servers.items():
+            load(int(base.rsplit(":", 1)[1]), args.clients, args.warmup, ids)  # workers started, caches warm
+        for _ in range(args.rounds):
+            for n, (_, base) in servers.items():
+                got = load(int(base.rsplit(":", 1)[1]), args.clients, args.seconds, ids)
+                rps[n].append(got["rps"])
+                client_ms.append(1000 * got["client_cpu_s"] / max(got["requests"], 1))
+                loads.append(os.getloadavg()[0])
+    finally:
+        for proc, _ in servers.values():
+            os.killpg(proc.pid, signal.SIGINT)
+        for proc, _ in servers.values():
+            proc.wait(30)
+    out = {f"rps {n} workers": round(statistics.median(v), 1) for n, v in rps.items()}
+    for n in workers[1:]:
+        each = [b / a for a, b in zip(rps[workers[0]], rps[n])]
+        out[f"rps ratio {n}/{workers[0]} workers"] = round(statistics.median(each), 2)
+        out[f"rps ratio {n}/{workers[0]} workers, each round"] = [round(x, 2) for x in each]
+    out["load client CPU per request, ms"] = round(statistics.median(client_ms), 3)
+    out["load average (1 min) during the rounds"] = [round(min(loads), 1), round(max(loads), 1)]
+    return out
 
 
 def serve(ref: str, workers: int) -> tuple[subprocess.Popen, str]:
@@ -164,8 +189,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=20, help="times each file is stored")
     ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--seconds", type=float, default=10, help="load time per worker count")
+    ap.add_argument("--seconds", type=float, default=4, help="load time per worker count and round")
+    ap.add_argument("--rounds", type=int, default=5, help="times each worker count is measured, in turn")
     ap.add_argument("--warmup", type=float, default=5, help="unmeasured load first, per worker count")
+    ap.add_argument("--import-rounds", type=int, default=5, help="times both stores are made and filled, in turn")
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--history-traces", type=int, default=10000, help="traces stored for the history figures")
     ap.add_argument("--parts", default="import,history,serve", help="which figures to measure")
@@ -197,38 +224,40 @@ def main():
                             for k, what in (("history_cold_s", "a page first asked for"),
                                             ("history_s", "a page asked for again"), ("history_tag_s", "one tag"))]
         if "import" in parts or "serve" in parts:
+            import statistics
+
+            rounds: dict[str, list[float]] = {k: [] for k in ("import_s", "list_s", "list_tag_s")}
             with tempfile.TemporaryDirectory() as tmp:
-                lite = import_and_list(str(Path(tmp) / "s"), args.copies)
-                pg = import_and_list(url, args.copies)
-                results["sqlite"], results["postgresql"] = lite, pg
-                each = store_interleaved({"sqlite": str(Path(tmp) / "s"), "postgresql": url}, args.copies)
+                for r in range(args.import_rounds):  # a fresh store of each kind a round, the two in turn
+                    if r:
+                        drop_database(admin, url)
+                        url = new_database(admin)
+                    lite = import_and_list(str(Path(tmp) / f"s{r}"), args.copies)
+                    pg = import_and_list(url, args.copies)
+                    for k in rounds:
+                        rounds[k].append(pg[k] / lite[k])
+                results["sqlite"], results["postgresql"] = lite, pg  # the last round's
+                each = store_interleaved({"sqlite": str(Path(tmp) / f"s{r}"), "postgresql": url}, args.copies)
             results["store one trace, median ms"] = {k: round(v * 1000, 3) for k, v in each.items()}
             results["store_one ratio pg/sqlite"] = round(each["postgresql"] / each["sqlite"], 2)
             figures.append(Figure("PostgreSQL store: one trace stored (median, the two stores in turn), ratio to "
                                   "SQLite", results["store_one ratio pg/sqlite"], "x",
                                   baseline=f"SQLite {each['sqlite'] * 1000:.2f} ms"))
             for k in ("import_s", "list_s", "list_tag_s"):
-                results[f"{k} ratio pg/sqlite"] = round(pg[k] / lite[k], 2)
+                results[f"{k} ratio pg/sqlite"] = round(statistics.median(rounds[k]), 2)
+                results[f"{k} ratio pg/sqlite, each round"] = [round(x, 2) for x in rounds[k]]
+            results["load average (1 min) after the import"] = round(os.getloadavg()[0], 1)
             figures += [Figure(f"PostgreSQL store: {what}, ratio to SQLite", results[f"{k} ratio pg/sqlite"], "x",
-                               baseline=f"SQLite {lite[k]:.3f} s")
+                               baseline=f"SQLite {lite[k]:.3f} s; median of {args.import_rounds} rounds "
+                                        f"{results[f'{k} ratio pg/sqlite, each round']}")
                         for k, what in (("import_s", f"import {pg['traces']} traces"), ("list_s", "list"),
                                         ("list_tag_s", "list by tag"))]
         from alloctrace.traces.store.store import open_store
         s = open_store(url)
         ids = sorted(s.trace_ids())[:6]  # a working set the per-worker caches hold (8 graphs)
         s.close()
-        for n in (int(w) for w in args.workers.split(",") if "serve" in parts):
-            proc, base = serve(url, n)
-            try:
-                asyncio.run(load(base, args.clients, args.warmup, ids))  # every worker started, its caches warm
-                results[f"rps {n} workers"] = round(asyncio.run(load(base, args.clients, args.seconds, ids)), 1)
-            finally:
-                os.killpg(proc.pid, signal.SIGINT)
-                proc.wait(30)
-        w = [int(x) for x in args.workers.split(",")] if "serve" in parts else []
-        for n in w[1:]:
-            ratio = results[f"rps {n} workers"] / results[f"rps {w[0]} workers"]
-            results[f"rps ratio {n}/{w[0]} workers"] = round(ratio, 2)
+        if "serve" in parts:
+            results.update(serve_rounds(url, ids, [int(x) for x in args.workers.split(",")], args))
         drop_database(admin, url)
     finally:
         if cluster:
@@ -239,7 +268,11 @@ def main():
     w = [int(x) for x in args.workers.split(",")] if "serve" in parts else []
     figures += [Figure(f"serve --workers {n} over PostgreSQL, {args.clients} clients: requests/s, ratio to {w[0]}",
                        results[f"rps ratio {n}/{w[0]} workers"], "x",
-                       baseline=f"{results[f'rps {w[0]} workers']} requests/s with {w[0]}") for n in w[1:]]
+                       baseline=f"{results[f'rps {w[0]} workers']} requests/s with {w[0]}; median of "
+                                f"{args.rounds} rounds {results[f'rps ratio {n}/{w[0]} workers, each round']}; "
+                                f"load average {results['load average (1 min) during the rounds']}; the load's "
+                                f"client {results['load client CPU per request, ms']} ms CPU a request")
+                for n in w[1:]]
     write(args.json, figures)
 
 

@@ -61,6 +61,12 @@ def ctx(request: Request) -> Context:
     return c
 
 
+def uncached(request: Request) -> Context:
+    """The Context for an answer read from the store itself, none of the per-graph caches: no generation read
+    first (a round trip to the database, every request of a list or a summary did it for nothing)."""
+    return request.app.state.ctx
+
+
 # the answers follow traces/store/records.py (the schema JSON Lines imports are checked against); they are
 # documented with it but not re-validated, so a store written by an older version still lists
 @router.get("/traces", summary="List stored traces", responses={200: {"model": TraceList}})
@@ -69,8 +75,8 @@ def list_traces(request: Request, q: Annotated[str | None, Query(max_length=200,
                 ):
     if len(tag) > 64:
         raise UserError("at most 64 tags")
-    found = ctx(request).call(lambda s: with_uncertainty(s, s.list(q, tag) if q or tag else s.list()))
-    return {"traces": [with_ggml_lines(t) for t in found]}
+    found = uncached(request).call(lambda s: with_uncertainty(s, s.list(q, tag) if q or tag else s.list()))
+    return JSONResponse({"traces": [with_ggml_lines(t) for t in found]})  # plain JSON values: no encoder pass
 
 
 @router.post("/traces", status_code=201, summary="Upload a log and import it", openapi_extra=UPLOAD_SCHEMA)
@@ -116,7 +122,8 @@ def display_name(filename: str | None) -> str | None:
 
 @router.get("/traces/{trace_id}", summary="One trace's summary", responses={200: {"model": TraceSummary}})
 def get_trace(request: Request, trace_id: TraceId):
-    return with_ggml_lines(ctx(request).call(lambda s: with_uncertainty(s, [s.summary(trace_id)])[0]))
+    found = uncached(request).call(lambda s: with_uncertainty(s, [s.summary(trace_id)])[0])
+    return JSONResponse(with_ggml_lines(found))
 
 
 @router.delete("/traces/{trace_id}", summary="Delete a trace")
@@ -303,7 +310,7 @@ def get_access(request: Request):
     """The dashboard shows upload and delete controls only when `can_write`: false for a read-only token, and
     for a store whose database role may only read."""
     token_level = request.scope.get("extensions", {}).get(ACCESS, "write")
-    read_only_store = bool(getattr(ctx(request).store, "read_only", False))
+    read_only_store = bool(getattr(uncached(request).store, "read_only", False))
     return {"can_write": token_level == "write" and not read_only_store,
             "why": "read-only token" if token_level != "write" else "read-only store" if read_only_store else None}
 

@@ -82,6 +82,31 @@ def test_a_failed_add_leaves_nothing(store_ref):
     assert _count(store, "SELECT count(*) FROM graphs") == 2
 
 
+def test_a_used_id_is_replaced_and_the_rest_kept(store_ref):
+    """A PostgreSQL write does not ask which ids are used (one round trip): a used one fails the INSERT and the
+    write runs again, looking them up. Either way, as on SQLite: the trace gets a new id, the others of the
+    batch keep theirs, the generation moves once, and nothing of the failed try is left."""
+    store = open_store(store_ref)
+    meta, recs = _trace(n=40)
+    meta.id = "0000abcd"
+    assert store.add_trace(meta, recs) == "0000abcd"
+    gen = store.generation()
+    again, _ = _trace(n=40)
+    again.id = "0000abcd"
+    other, _ = _trace(n=40)
+    other.id = "0000abce"
+    ids = store.add_traces([(again, recs, None), (other, list(recs), None)])
+    assert ids[0] not in ("0000abcd", "0000abce") and ids[1] == "0000abce"
+    streamed, _ = _trace(n=40)
+    streamed.id = "0000abce"  # graphs from a generator: the ids are looked up first (no second try possible)
+    ids.append(store.add_trace(streamed, (r for r in recs)))
+    assert ids[2] not in ("0000abcd", "0000abce")
+    assert store.trace_ids() == {"0000abcd", *ids} and store.generation() == gen + 2
+    assert _count(store, "SELECT count(*) FROM graphs") == 4 * len(recs)
+    for tid in ids:
+        assert store.summary(tid)["graphs"] == [r.summary() for r in recs]
+
+
 def test_derived_rows_are_kept_once(store_ref):
     from alloctrace.traces.store.store import checkpoint_rows
 
@@ -314,6 +339,24 @@ def test_a_write_answers_its_summaries_from_its_own_transaction(store_ref):
     got = store.add_traces_summarised(metas)
     assert [s["tags"] for s in got] == [["copy=0"], ["copy=1"], ["copy=2"]]
     assert got == open_store(store_ref).summaries([s["id"] for s in got])
+    # the summaries come from the values written where reading them back gives the same (no queries of their
+    # own): flags taken out of the extras, no generation or profile, graphs given out of order; a value the
+    # column converts (a float size, a numpy int) is read back
+    import numpy as np
+
+    odd = []
+    for extra, size in (({"truncated": True}, 7), ({}, 7.0), ({}, np.int64(7))):
+        meta, recs = _trace(n=30, graphs=3)
+        meta.generation, meta.profile, meta.extra = None, None, extra
+        recs[1].extra, recs[0].max_size = {"incomplete": True, "note": "x"}, size
+        odd.append((meta, recs[::-1] if size == 7 else recs, None))
+    ahead = store.add_traces_summarised(odd[:1]) + store.add_traces_summarised(odd[1:])  # the first: as written
+    assert ahead == open_store(store_ref).summaries([s["id"] for s in ahead])
+    assert [s["truncated"] for s in ahead] == [True, False, False] and ahead[0]["generation"] is None
+    assert [g["index"] for g in ahead[0]["graphs"]] == [0, 1, 2]
+    assert [g["complete"] for g in ahead[0]["graphs"]] == [True, False, True]
+    assert [type(s["graphs"][0]["max_size"]) for s in ahead[:2]] == [int, int]  # 7.0 read back as 7
+    g0 += 2
     assert [g["n_events"] for g in got[1]["graphs"]] == [len(r.events) for r in metas[1][1]]
     assert store.generation() == g0 + 1
     assert store.stored_with(["hash2"]) == {"hash2": [got[2]["id"]]}
@@ -339,3 +382,44 @@ def test_postgresql_writes_have_the_sqlite_stores_durability(pg_url, tmp_path):
         assert db.execute("SHOW synchronous_commit").fetchone()[0] == "off"
     assert lite.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert lite.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+
+
+def test_postgresql_generation_reads_are_shared_and_never_stale(pg_url):
+    """Threads that ask for the generation at once share a read (a round trip each queued behind one
+    connection before); a thread that asks while a read is in flight takes the next read's answer, never the
+    one started before it asked: a write committed in between is seen."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    store, other = open_store(pg_url), open_store(pg_url)
+    be = store._be
+    real, reads = be._read_generation, []
+    in_flight, go_on = threading.Event(), threading.Event()
+
+    def slow(sql):
+        row = real(sql)  # its answer is read first, then it lingers: a write may commit meanwhile
+        reads.append(row)
+        in_flight.set()
+        go_on.wait(10)
+        return row
+
+    g0 = store.generation()
+    be._read_generation = slow
+    got: list[int] = []
+    first = threading.Thread(target=lambda: got.append(store.generation()))
+    first.start()
+    in_flight.wait(10)
+    other.add_trace(*_trace(n=20))  # committed while the first read is in flight
+    start = threading.Barrier(8)
+
+    def ask(_):
+        start.wait(10)
+        return store.generation()
+    with ThreadPoolExecutor(8) as pool:
+        later = pool.map(ask, range(8))
+        time.sleep(0.3)  # the eight wait behind the first read
+        go_on.set()
+        later = list(later)
+    first.join(10)
+    assert got == [g0] and later == [g0 + 1] * 8
+    assert len(reads) == 2  # the first, and one read the eight shared

@@ -145,6 +145,7 @@ class PostgresBackend:
     kind = "postgresql"
     read_only = False  # the role may only read (setup finds out)
     path = None  # no store directory: uploads in progress go to a temp folder
+    guess_ids = True  # a write picks its new traces' ids without asking which are used (id_taken: try again)
 
     def __init__(self, url: str):
         import logging
@@ -170,8 +171,11 @@ class PostgresBackend:
         except Exception as e:  # noqa: BLE001 - PoolTimeout hides the reason: ask once more for it
             self.pool.close()
             raise StoreUnavailable(f"cannot open store {self.where}: {self._reason(url, e)}") from None
-        self._gen_lock = threading.Lock()
+        self._gen_lock = threading.Lock()  # the generation's connection, one reader at a time
         self._gen_conn = None
+        self._gen = threading.Condition()  # reads of it in flight, shared by the threads that wait (generation)
+        self._gen_started = self._gen_done = 0  # reads started; the last one answered
+        self._gen_busy, self._gen_row = False, None
         _OPEN.add(self)
 
     def _reason(self, url: str, e: Exception) -> str:
@@ -251,6 +255,12 @@ class PostgresBackend:
             raise StoreUnavailable(f"store {self.where} is unavailable: {str(e).strip().splitlines()[0]}") \
                 from None
 
+    def id_taken(self, e: Exception) -> bool:
+        """Whether a write failed only because a new trace's id is used already (traces.id is UNIQUE)."""
+        diag = getattr(e, "diag", None)
+        return isinstance(e, self._psycopg.errors.UniqueViolation) and diag is not None and \
+            diag.table_name == "traces" and diag.constraint_name == "traces_id_key"
+
     @staticmethod
     def later(db: _Connection, sql: str, args=()) -> Later:
         """A query inside a write whose rows are read once it has committed (Later.rows): no round trip of
@@ -262,6 +272,17 @@ class PostgresBackend:
     def read(self):
         return self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
+    def read_one(self, sql: str, args=()) -> list[tuple]:
+        """The rows of one statement, which sees one committed state by itself: no BEGIN and COMMIT around it
+        (one round trip, where read() takes three)."""
+        psycopg = self._psycopg
+        try:
+            with self.pool.connection(timeout=60) as conn:
+                return _Connection(conn).execute(sql, args).fetchall()
+        except psycopg.OperationalError as e:
+            raise StoreUnavailable(f"store {self.where} is unavailable: {str(e).strip().splitlines()[0]}") \
+                from None
+
     def write(self):
         """One write transaction, pipelined. Its COMMIT does not wait for the WAL to reach the disk: as the
         SQLite store (WAL, synchronous=NORMAL), a power loss or OS crash may undo the last fraction of a second
@@ -271,10 +292,36 @@ class PostgresBackend:
 
     def generation(self, wait: bool, sql: str):
         """The generation row over a connection of its own (a quick read the event loop may make);
-        False when `wait` is False and another thread is reading it."""
-        if not self._gen_lock.acquire(blocking=wait):
-            return False
+        False when `wait` is False and another thread is reading it. A thread that waits takes the answer of
+        the next read that starts after it asked (it sees every write committed before), its own or another
+        thread's: requests that ask at once share a round trip instead of queueing for one each."""
+        with self._gen:
+            need = self._gen_started + 1  # a read numbered `need` or later starts after this call
+            while self._gen_done < need:
+                if not self._gen_busy:
+                    break  # no read in flight: this thread makes the next one
+                if not wait:
+                    return False
+                self._gen.wait()
+            else:
+                return self._gen_row
+            self._gen_busy = True
+            self._gen_started += 1
+            mine = self._gen_started
+        read = False
         try:
+            row = self._read_generation(sql)
+            read = True
+            return row
+        finally:
+            with self._gen:
+                self._gen_busy = False
+                if read:  # a failed read answers no one: its waiters read again themselves
+                    self._gen_done, self._gen_row = mine, row
+                self._gen.notify_all()
+
+    def _read_generation(self, sql: str):
+        with self._gen_lock:
             for attempt in (0, 1):
                 try:
                     if self._gen_conn is None or self._gen_conn.closed:
@@ -286,5 +333,3 @@ class PostgresBackend:
                     if attempt:
                         raise StoreUnavailable(f"store {self.where} is unavailable: "
                                                f"{str(e).strip().splitlines()[0]}") from None
-        finally:
-            self._gen_lock.release()

@@ -95,6 +95,11 @@ class SqliteBackend:
             finally:
                 self.db.execute("COMMIT")
 
+    def read_one(self, sql: str, args=()) -> list[tuple]:
+        """The rows of one statement (its own snapshot: no transaction around it)."""
+        with self.lock:
+            return self.db.execute(sql, args).fetchall()
+
     @contextmanager
     def write(self, busy_fails: bool = True):
         """One write transaction: committed when the block ends, rolled back on any exception."""

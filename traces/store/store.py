@@ -51,9 +51,13 @@ SMALL_VALUE = 1024  # an extra's value longer than this as JSON is left out of i
 GRAPH_INSERT = ("trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, packed, "
                 "checksum, extra_small")
 GRAPH_MARKS = "(" + ",".join("?" * 13) + ")"
-BATCH_ROWS, BATCH_BYTES = 64, 8 << 20  # graph rows an INSERT takes at most (SQLite's 32766 variables; memory)
+BATCH_ROWS, BATCH_BYTES = 64, 8 << 20  # graph rows held at most before they are sent (memory)
 KEY_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a key graph_extras_of may take out in SQL
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
+# a trace's summary columns, then each graph's (trace_id None: no graphs), in one statement
+SUMMARY_SQL = (f"SELECT t.*, g.* FROM (SELECT {TRACE_COLUMNS} AS truncated FROM traces WHERE id = ?) AS t "
+               f"LEFT JOIN (SELECT trace_id, {GRAPH_COLUMNS} AS incomplete FROM graphs WHERE trace_id = ?) AS g "
+               "ON g.trace_id = t.id ORDER BY g.idx")
 
 
 def _graph_index(tid: str, g) -> int:
@@ -188,30 +192,47 @@ class Store:
         on PostgreSQL their queries ride in the write's pipeline, answered with its COMMIT (no read
         transaction's four round trips after it)."""
         traces = list(traces)
+        if getattr(self._be, "guess_ids", False) and all(isinstance(g, (list, tuple)) for _, g, _ in traces):
+            try:  # ids not looked up first: the write is one round trip; one taken fails it, and it runs again
+                return self._add_traces(traces, summaries, look=False)
+            except self._be.errors as e:
+                if not self._be.id_taken(e):
+                    raise
+        return self._add_traces(traces, summaries, look=True)
+
+    def _add_traces(self, traces: list[tuple], summaries: bool, look: bool) -> list[dict]:
+        written: list[tuple] = []  # each trace's summary columns as written (trace row, graph rows)
+        asked: list[tuple] = []
         with self._be.write() as db:
-            ids = self._ids_for(db, [meta for meta, _, _ in traces])
-            tids = [self._insert_trace(db, meta, graphs, content_hash, tid)
+            ids = self._ids_for(db, [meta for meta, _, _ in traces], look)
+            tids = [self._insert_trace(db, meta, graphs, content_hash, tid, written)
                     for (meta, graphs, content_hash), tid in zip(traces, ids)]
             self._bump(db)  # on PostgreSQL the row stays locked until the commit
-            asked = [(self._be.later(db, f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})", part),
-                      self._be.later(db, f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN "
-                                         f"({marks}) ORDER BY trace_id, idx", part))
-                     for part, marks in (_chunks(tids) if summaries else ())]
+            if summaries and not all(_as_read_back(row, graphs) for row, graphs in written):
+                asked = [(self._be.later(db, f"SELECT {TRACE_COLUMNS} FROM traces WHERE id IN ({marks})", part),
+                          self._be.later(db, f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs WHERE trace_id IN "
+                                             f"({marks}) ORDER BY trace_id, idx", part))
+                         for part, marks in _chunks(tids)]
         if not summaries:
             return [{"id": t} for t in tids]
-        return _summaries_of(tids, [(t.rows, g.rows) for t, g in asked])
+        if asked:  # their rows, answered with the COMMIT
+            return _summaries_of(tids, [(t.rows, g.rows) for t, g in asked])
+        # what the summaries' queries would read back, value for value: no statements of theirs
+        return _summaries_of(tids, [([row], [(row[0], *g) for g in sorted(graphs, key=lambda g: g[0])])
+                                    for row, graphs in written])
 
     @staticmethod
-    def _ids_for(db, metas: list[TraceMeta]) -> list[str]:
+    def _ids_for(db, metas: list[TraceMeta], look: bool = True) -> list[str]:
         """An unused id per trace, found with one query for all of them (a round trip each on PostgreSQL
         otherwise): the id a trace had (an export imported back keeps it, so links and scripts still name
-        it) when the store has no trace by it, else a random one."""
+        it) when the store has no trace by it, else a random one. `look` False: no query, every id taken as
+        free (the INSERT of a used one fails: traces.id is UNIQUE)."""
         wanted = [m.id if isinstance(m.id, str) and FULL_ID_RE.match(m.id) else None for m in metas]
         while True:
             spare = [os.urandom(4).hex() for _ in metas]  # as secrets.token_hex, without importing hashlib
             asked = [t for t in wanted if t] + spare
             taken = set()
-            for part, marks in _chunks(asked):
+            for part, marks in (_chunks(asked) if look else ()):
                 taken.update(r[0] for r in db.execute(f"SELECT id FROM traces WHERE id IN ({marks})", part))
             free = [t for t in dict.fromkeys(spare) if t not in taken and t not in wanted]
             out = []
@@ -225,17 +246,23 @@ class Store:
             else:
                 return out
 
-    def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None, tid: str) -> str:
+    def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None, tid: str,
+                      written: list) -> str:
+        """The trace's rows; its summary columns (TRACE_COLUMNS, GRAPH_COLUMNS as written) appended to
+        `written`."""
         created = meta.created or time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())  # UTC, ISO 8601
+        trace = (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
+                 json.dumps(meta.extra, sort_keys=True))
         db.execute(
             "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version,"
-            " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
-             json.dumps(meta.extra, sort_keys=True), FORMAT_VERSION, content_hash))
-        rows: list[tuple] = []  # graph rows sent as one INSERT (a statement each cost PostgreSQL most of a write)
+            " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)", (*trace, FORMAT_VERSION, content_hash))
+        summary_graphs: list[tuple] = []
+        written.append((trace[:7] + ('"truncated": true' in trace[7],), summary_graphs))
+        rows: list[tuple] = []  # graph rows sent a batch at a time (executemany: in PostgreSQL's pipeline)
         held = 0
         for g in graphs:
             row, derive = self._graph_row(tid, g)
+            summary_graphs.append(row[1:8] + ('"incomplete": true' in row[8],))
             rows.append(row)
             held += len(row[9]) + len(row[10])
             if derive or held > BATCH_BYTES or len(rows) == BATCH_ROWS:
@@ -249,8 +276,7 @@ class Store:
     @staticmethod
     def _insert_graphs(db, rows: list[tuple]) -> None:
         if rows:
-            db.execute(f"INSERT INTO graphs ({GRAPH_INSERT}) VALUES " + ",".join([GRAPH_MARKS] * len(rows)),
-                       [v for row in rows for v in row])
+            db.executemany(f"INSERT INTO graphs ({GRAPH_INSERT}) VALUES {GRAPH_MARKS}", rows)
 
     def _graph_row(self, tid: str, g: GraphRecord | EncodedGraph) -> tuple[tuple, tuple | None]:
         """A graph's row, and what its derived rows are made from (None: it has none)."""
@@ -375,17 +401,9 @@ class Store:
         """'ID' or 'ID:G' -> (full id, graph index or None); unique id prefixes are accepted."""
         ref = (ref or "").strip()
         head, sep, tail = ref.partition(":")
-        head = head.lower()
-        if not ID_RE.match(head):
-            raise NotFound(f"no trace {ref!r}")
+        head = _id_head(head, ref)
         with self._snapshot() as db:
-            rows = db.execute("SELECT id FROM traces WHERE substr(id, 1, ?) = ? LIMIT 2",
-                              (len(head), head)).fetchall()
-        if not rows:
-            raise NotFound(f"no trace {head!r}")
-        if len(rows) > 1:
-            raise NotFound(f"trace id prefix {head!r} is ambiguous")
-        tid = rows[0][0]
+            tid = _unique_id(db, head)
         if not sep:
             return tid, None
         if not tail.isdigit():
@@ -400,8 +418,15 @@ class Store:
         return self.resolve(str(tid).partition(":")[0])[0]
 
     def summary(self, tid: str) -> dict:
-        tid = self._id(tid)
-        with self._snapshot() as db:
+        ref = str(tid).partition(":")[0].strip()
+        head = _id_head(ref, ref)
+        if FULL_ID_RE.match(head):  # one statement, outside a transaction (on PostgreSQL one round trip, not 5)
+            rows = self._be.read_one(SUMMARY_SQL, (head, head))
+            if not rows:
+                raise NotFound(f"no trace {head!r}")
+            return _summary(rows[0][:8], [r[9:] for r in rows if r[8] is not None], strict=True)
+        with self._snapshot() as db:  # the id found in the same read: a transaction less
+            tid = _unique_id(db, head)
             row = db.execute(f"SELECT {TRACE_COLUMNS} FROM traces WHERE id=?", (tid,)).fetchone()
             graphs = db.execute(f"SELECT {GRAPH_COLUMNS} FROM graphs WHERE trace_id=? ORDER BY idx", (tid,)).fetchall()
         if row is None:
@@ -423,9 +448,14 @@ class Store:
                     if matches(_loose_tags(r[6]), wanted)]
             keep = {r[0] for r in rows}
             graphs: dict[str, list] = {}
-            for r in db.execute(f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs ORDER BY trace_id, idx"):
-                if r[0] in keep:
-                    graphs.setdefault(r[0], []).append(r[1:])
+            every = f"SELECT trace_id, {GRAPH_COLUMNS} FROM graphs"
+            # a name or tag that picks some traces: only their graph rows are read
+            asked = [(every + f" WHERE trace_id IN ({marks})", part) for part, marks in _chunks(sorted(keep))] \
+                if (q or wanted) and len(keep) < 2000 else [(every, ())]
+            for sql, part in asked:
+                for r in db.execute(sql + " ORDER BY trace_id, idx", part):
+                    if r[0] in keep:
+                        graphs.setdefault(r[0], []).append(r[1:])
         return [_summary(r, graphs.get(r[0], [])) for r in rows]
 
     def tagged(self, tags: Iterable[str], key: str) -> list[tuple[str, list]]:
@@ -488,6 +518,8 @@ class Store:
         if len(cache) > 100_000:
             cache.clear()
         out: dict[str, dict[int, dict]] = {tid: cache[tid, keys] for tid in ids if (tid, keys) in cache}
+        if len(out) == len(set(ids)):
+            return out  # every one kept: no read transaction (two round trips on PostgreSQL for nothing)
         whole: list[str] = []  # traces with a graph whose small extra lacks a key (or that has none)
         with self._snapshot() as db:
             for part, marks in _chunks([tid for tid in dict.fromkeys(ids) if tid not in out]):
@@ -683,6 +715,18 @@ def _small_extra(extra: dict | None) -> str:
     return json.dumps({**small, "_omitted": omitted} if omitted else small, sort_keys=True)
 
 
+# the Python type each summary column is read back as (the database's own for the value given), None aside
+TRACE_TYPES = (str, str, str, str, str, str, str, bool)
+GRAPH_TYPES = (int, str, int, int, int, str, int, bool)
+
+
+def _as_read_back(trace: tuple, graphs: list[tuple]) -> bool:
+    """Whether a trace's summary columns as written are what reading them back gives (plain ints and strings:
+    SQLite and PostgreSQL keep those as they are; a float or a numpy int the column converts is read back)."""
+    return all(v is None or type(v) is t for v, t in zip(trace, TRACE_TYPES)) and \
+        all(v is None or type(v) is t for g in graphs for v, t in zip(g, GRAPH_TYPES))
+
+
 def _summaries_of(ids: list[str], answers) -> list[dict]:
     """Summaries in the order of `ids` (those stored) from [(trace rows, graph rows)] of their queries."""
     rows: dict[str, tuple] = {}
@@ -692,6 +736,24 @@ def _summaries_of(ids: list[str], answers) -> list[dict]:
         for r in graph_rows:
             graphs.setdefault(r[0], []).append(r[1:])
     return [_summary(rows[t], graphs.get(t, [])) for t in ids if t in rows]
+
+
+def _id_head(head: str, ref: str) -> str:
+    """A trace id or unique prefix as looked up (lower case); NotFound naming `ref` when it cannot be one."""
+    head = head.lower()
+    if not ID_RE.match(head):
+        raise NotFound(f"no trace {ref!r}")
+    return head
+
+
+def _unique_id(db, head: str) -> str:
+    """The one stored trace id that starts with `head`, inside a read; NotFound when none or several do."""
+    rows = db.execute("SELECT id FROM traces WHERE substr(id, 1, ?) = ? LIMIT 2", (len(head), head)).fetchall()
+    if not rows:
+        raise NotFound(f"no trace {head!r}")
+    if len(rows) > 1:
+        raise NotFound(f"trace id prefix {head!r} is ambiguous")
+    return rows[0][0]
 
 
 def _chunks(ids: list[str], size: int = 500):
