@@ -12,6 +12,8 @@ import numpy as np
 
 from alloctrace.traces.export.torch_jsonl import write_jsonl
 from alloctrace.traces.sources import import_paths
+from alloctrace.traces.state import torch_device as views
+from alloctrace.traces.state.torch_frames import DEFAULT_SKIP, site_label
 from alloctrace.traces.store.store import open_store
 from alloctrace.traces.store.torch_stored import device_tables
 
@@ -93,3 +95,59 @@ def test_stacks_first_met_on_blocks_of_two_devices(tmp_path):
         n = next(x["n_stacks"] for x in lines if x["type"] == "device" and x["device"] == d)
         named = [x["stack"] for x in lines if x["type"] in ("segment", "block") and x["device"] == d]
         assert named and max(named) < n
+
+
+def _older_segments(snap):
+    """Snapshot segments the trace never made nor freed: address -> their frames."""
+    touched = {e["addr"] for e in snap["device_traces"][0] if e["action"].startswith("segment_")}
+    return {s["address"]: s["frames"] for s in snap["segments"] if s.get("frames") and s["address"] not in touched}
+
+
+def test_the_state_view_names_who_made_segments_older_than_the_trace(tmp_path):
+    snap = pickle.loads(gzip.decompress(WRAPPED.read_bytes()))
+    older = _older_segments(snap)
+    assert len(older) >= 10
+    s = open_store(tmp_path)
+    [tid] = import_paths(s, [WRAPPED])
+    dev = views.load_device(s, tid, 0)
+    for k in (0, dev.n // 2, dev.n):
+        shown = {seg["address"]: seg["site"] for seg in views.state(dev, views.StateIndex(dev), k)["segments"]}
+        for addr, frames in older.items():
+            assert shown[addr] == site_label(_own(frames), DEFAULT_SKIP), (k, addr)
+    # a segment the trace made is named by its segment_alloc entry, as its blocks are by their alloc entries
+    made = [e for e in snap["device_traces"][0] if e["action"] == "segment_alloc"]
+    end = {seg["address"]: seg for seg in views.state(dev, views.StateIndex(dev), dev.n)["segments"]}
+    named = [e for e in made if e["addr"] in end and e.get("frames")]
+    assert named and all(end[e["addr"]]["site"] == site_label(_own(e["frames"]), DEFAULT_SKIP) for e in named)
+
+
+def test_a_trace_stored_before_the_fix_still_reads(tmp_path):
+    """A store made by an older build kept segment and block stack ids past its stack table: such a trace (here
+    its JSON Lines export with the table cut back as that build stored it) reads, and those frames are unknown."""
+    s = open_store(tmp_path / "a")
+    [tid] = import_paths(s, [WRAPPED])
+    cols, _, _ = device_tables(s, tid, 0)
+    kept = int(cols["stack"].max()) + 1  # the older build's table: the entries' stacks only
+    assert kept < len(cols["stack_offsets"]) - 1 and int(cols["seg_stack"].max()) >= kept
+    out = io.StringIO()
+    write_jsonl(s, tid, out)
+    lines = []
+    for line in out.getvalue().splitlines():
+        x = json.loads(line)
+        if x["type"] == "stack" and x["id"] >= kept:
+            continue
+        if x["type"] == "device":
+            x["n_stacks"] = kept
+        lines.append(json.dumps(x))
+    old = tmp_path / "old.jsonl"
+    old.write_text("\n".join(lines) + "\n")
+    s2 = open_store(tmp_path / "b")
+    [tid2] = import_paths(s2, [old])
+    dev = views.load_device(s2, tid2, 0)
+    assert len(dev.cols["stack_offsets"]) - 1 == kept
+    lost = [int(x) for x in dev.cols["seg_stack"] if x >= kept]
+    assert lost and all(dev.frames(x) == [] for x in lost)
+    sites = {seg["address"]: seg["site"] for seg in views.state(dev, views.StateIndex(dev), 0)["segments"]}
+    gone = {int(a) for a, x in zip(dev.cols["seg_address"], dev.cols["seg_stack"]) if x >= kept}
+    assert gone <= set(sites) and all(sites[a] is None for a in gone)
+    assert np.array_equal(dev.cols["stack"], cols["stack"])
