@@ -103,7 +103,7 @@ def _older_segments(snap):
     return {s["address"]: s["frames"] for s in snap["segments"] if s.get("frames") and s["address"] not in touched}
 
 
-def test_the_state_view_names_who_made_segments_older_than_the_trace(tmp_path):
+def test_the_state_view_names_who_made_segments_and_blocks_older_than_the_trace(tmp_path):
     snap = pickle.loads(gzip.decompress(WRAPPED.read_bytes()))
     older = _older_segments(snap)
     assert len(older) >= 10
@@ -114,6 +114,15 @@ def test_the_state_view_names_who_made_segments_older_than_the_trace(tmp_path):
         shown = {seg["address"]: seg["site"] for seg in views.state(dev, views.StateIndex(dev), k)["segments"]}
         for addr, frames in older.items():
             assert shown[addr] == site_label(_own(frames), DEFAULT_SKIP), (k, addr)
+    # an allocated block older than the trace that no entry frees is named by the snapshot's frames of it
+    untouched = {e["addr"] for e in snap["device_traces"][0] if e["action"] in ("alloc", "free_requested")}
+    held = {b["address"]: b["frames"] for seg in snap["segments"] for b in seg["blocks"]
+            if b["state"] == "active_allocated" and b.get("frames") and b["address"] not in untouched}
+    assert held
+    start = views.state(dev, views.StateIndex(dev), 0)["segments"]
+    blocks = {seg["address"] + b["offset"]: b for seg in start for b in seg["blocks"]}
+    for addr, frames in held.items():
+        assert blocks[addr]["alloc"] is None and blocks[addr]["site"] == site_label(_own(frames), DEFAULT_SKIP)
     # a segment the trace made is named by its segment_alloc entry, as its blocks are by their alloc entries
     made = [e for e in snap["device_traces"][0] if e["action"] == "segment_alloc"]
     end = {seg["address"]: seg for seg in views.state(dev, views.StateIndex(dev), dev.n)["segments"]}
