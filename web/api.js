@@ -384,7 +384,7 @@ export function torchPeak(id, d, skip = null) {
 /**
  * Segments and blocks after `event` entries: {event, truncated, totals: {segments, reserved, allocated,
  * requested, cached, pending_free, largest_free: {large, small}}, next: {action, size}|null, segments: [{pool,
- * size, blocks: [{state, offset, size, site, alloc}]}]}.
+ * size, site, blocks: [{state, offset, size, site, alloc}]}]} (site: null where unknown).
  */
 export function torchState(id, d, event, skip = null) {
   const q = withSkip(new URLSearchParams({ event, max_blocks: 20000 }), skip);

@@ -365,13 +365,13 @@ class SnapshotView {
       ...(s.next ? [fact("next entry", `${s.next.action} ${fmtBytes(s.next.size)}`)] : []));
     const bins = { allocated: [], pending_free: [], free: [] };
     const labels = s.segments.map((g, i) => `${i}: ${g.pool} ${fmtBytes(g.size)}`);
-    s.segments.forEach((g, i) => g.blocks.forEach((b) => (bins[b.state] || bins.free).push({ ...b, row: labels[i] })));
+    s.segments.forEach((g, i) => g.blocks.forEach((b) => (bins[b.state] || bins.free).push({ ...b, row: labels[i], segSite: g.site })));
     const theme = plotTheme();
     const data = Object.entries(bins).map(([state, bs]) => ({ type: "bar", orientation: "h", name: state.replace("_", " "),
       x: bs.map((b) => b.size), y: bs.map((b) => b.row), base: bs.map((b) => b.offset),
       marker: { color: state === "allocated" ? bs.map((b) => (b.alloc !== null && b.alloc !== undefined ? allocColor(b.alloc) : BLOCK_COLORS.allocated))
         : BLOCK_COLORS[state], line: { width: 0.5, color: theme.paper } }, customdata: bs.map((b) => b.alloc ?? null), textposition: "none", hoverinfo: "text",
-      text: bs.map((b) => plotText(`${b.state} ${fmtBytes(b.size)} at +${fmtBytes(b.offset)}${b.site ? ` · ${b.site}` : ""}${b.alloc !== null && b.alloc !== undefined ? ` · entry ${b.alloc}` : ""}`)) }));
+      text: bs.map((b) => plotText(`${b.state} ${fmtBytes(b.size)} at +${fmtBytes(b.offset)}${b.site ? ` · ${b.site}` : ""}${b.alloc !== null && b.alloc !== undefined ? ` · entry ${b.alloc}` : ""}${b.segSite ? ` · segment made by ${b.segSite}` : ""}`)) }));
     const div = $("segments");
     div.style.height = `${Math.min(Math.max(220, 16 * s.segments.length + 80), 2400)}px`;
     const widest = most(s.segments.map((g) => g.size));

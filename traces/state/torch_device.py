@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from alloctrace.traces.state.torch_blocks import AllocatorState, initial_state
+from alloctrace.traces.state.torch_blocks import FREE, AllocatorState, initial_state
 from alloctrace.traces.state.torch_frames import DEFAULT_SKIP, site_label  # noqa: F401 (DEFAULT_SKIP: the views' default)
 from alloctrace.traces.state.torch_wrapped import note as partial_note
-from alloctrace.traces.store.torch_stored import ACTIONS, ALLOC, FREE_REQUESTED, OOM, curves, device_tables
+from alloctrace.traces.store.torch_stored import (ACTIONS, ALLOC, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE,
+                                                   SEGMENT_MAP, SEGMENT_UNMAP, curves, device_tables)
 from alloctrace.traces.util.answer_budget import charge
 
 NO_STACK = "(no Python stack)"
@@ -80,9 +81,9 @@ class Device:
     def frames(self, stack: int, answer: bool = False) -> list[dict]:
         """The stack's frames, innermost first; `answer`: they go into an answer, charged against its budget
         (traces/util/answer_budget.py) before they are built."""
-        if stack < 0:
-            return []
         t = self.cols
+        if not 0 <= stack < len(t["stack_offsets"]) - 1:  # past the table: a segment's or block's stack in a trace
+            return []                                       # stored by a build that dropped them (before 2026-12)
         lo, hi = int(t["stack_offsets"][stack]), int(t["stack_offsets"][stack + 1])
         if answer:
             charge(self.stack_bytes(lo, hi), "stack frames")
@@ -104,6 +105,29 @@ class Device:
         if key not in self._cache:
             self._cache[key] = site_label(self.frames(stack), skip) or NO_STACK
         return self._cache[key]
+
+    def snapshot_stacks(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Address -> stack id of the snapshot's segments and allocated blocks that were there before the trace's
+        first entry and still at its end (no entry frees them): the only frames known of what a wrapped or late
+        trace never saw allocated."""
+        if "snap_stacks" not in self._cache:
+            c, a = self.cols, self.cols["action"]
+            freed = set(c["addr"][(a == FREE_REQUESTED) | (a == ALLOC)].tolist())
+            gone = set(c["addr"][(a == SEGMENT_FREE) | (a == SEGMENT_UNMAP) | (a == SEGMENT_ALLOC)
+                                 | (a == SEGMENT_MAP)].tolist())
+            segs = {ad: st for ad, st in zip(c["seg_address"].tolist(), c["seg_stack"].tolist())
+                    if st >= 0 and ad not in gone}
+            blocks = {ad: st for ad, st, state in zip(c["blk_address"].tolist(), c["blk_stack"].tolist(),
+                                                      c["blk_state"].tolist())
+                      if st >= 0 and state <= 1 and ad not in freed}  # active_allocated, active_pending_free
+            self._cache["snap_stacks"] = (segs, blocks)
+        return self._cache["snap_stacks"]
+
+    def snapshot_site(self, stack: int | None, skip=DEFAULT_SKIP) -> str | None:
+        """The call site of a snapshot segment's or block's stack; None where its frames are not known."""
+        if stack is None or not self.frames(stack):
+            return None
+        return self.site(stack, skip)
 
     def meta_text(self, code: int) -> str:
         return "" if code < 0 else self.strings[code]
@@ -229,6 +253,7 @@ def _state(dev: Device, index: StateIndex, k: int, skip, max_blocks: int) -> dic
                            "held_since_start": {"allocations": int(len(rows)), "bytes": int(al.size[rows].sum())},
                            "segments": [], "truncated": False, "next": entry(dev, st.at, skip)})
     segments, n_blocks = [], 0
+    snap_segs, snap_blocks = dev.snapshot_stacks()
     for seg in st.ordered():
         blocks = []
         for b in seg.blocks:
@@ -237,12 +262,20 @@ def _state(dev: Device, index: StateIndex, k: int, skip, max_blocks: int) -> dic
             n_blocks += 1
             blocks.append({"offset": b.addr - seg.addr, "size": b.size, "state": b.state, "requested": b.requested,
                            "alloc": b.event if b.event >= 0 else None,
-                           "site": dev.label(int(dev.cols["stack"][b.event]), b.event, skip) if b.event >= 0 else None})
+                           "site": _site(dev, b.event, snap_blocks.get(b.addr) if b.state != FREE else None, skip)})
         segments.append({"address": seg.addr, "size": seg.size, "stream": seg.stream,
                          "pool": "small" if seg.small else "large",
-                         "blocks": blocks})
+                         "site": _site(dev, seg.event, snap_segs.get(seg.addr), skip), "blocks": blocks})
     return noted(dev, {"event": st.at, "n_events": dev.n, "totals": st.totals(), "segments": segments,
                        "truncated": n_blocks >= max_blocks, "next": entry(dev, st.at, skip)})
+
+
+def _site(dev: Device, event: int, snapshot_stack: int | None, skip) -> str | None:
+    """Who made a block or segment: its entry's call site, or for one older than the trace the snapshot's own
+    frames of it (None where neither is known)."""
+    if event >= 0:
+        return dev.label(int(dev.cols["stack"][event]), event, skip)
+    return dev.snapshot_site(snapshot_stack, skip)
 
 
 def noted(dev: Device, out: dict) -> dict:

@@ -183,11 +183,13 @@ def split_devices(snapshot, tick=lambda: None) -> tuple[list[DeviceData], list[s
     ann_by_device: dict = {}
     for a in annotations:
         ann_by_device.setdefault(a.get("device", 0) if type(a) is dict else 0, []).append(a)
-    st = stacks.arrays()
-    for dev in devices:
+    rest = [(_segments(by_device.get(dev.device, []), strings, stacks, tick),
+             _annotations(ann_by_device.get(dev.device, []), strings)) for dev in devices]
+    st = stacks.arrays()  # after every device's segments: a stack first met on a segment or block is in it too
+    for dev, (seg, ann) in zip(devices, rest):  # in the stored layout's order (torch_stored.LAYOUT)
         dev.tables.update(st)
-        dev.tables.update(_segments(by_device.get(dev.device, []), strings, stacks, tick))
-        dev.tables.update(_annotations(ann_by_device.get(dev.device, []), strings))
+        dev.tables.update(seg)
+        dev.tables.update(ann)
         dev.extra["allocator_settings"] = settings
     return devices, strings.table
 

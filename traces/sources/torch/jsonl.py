@@ -246,8 +246,8 @@ def _text(lines: Lines, e: dict, key: str, code) -> int:
 
 def read_segments(lines: Lines, dl: DeviceLine, code) -> dict[str, np.ndarray]:
     """The `segment` lines, each followed by its `block` lines, as the seg_* and blk_* tables. Their stack ids are
-    kept as stored, not checked against the stack table: the snapshot source numbers stacks first met on a segment
-    or block past the table it keeps, and no view resolves them."""
+    kept as stored, not checked against the stack table: a trace stored by a build before December 2026 named
+    stacks first met on a segment or block past the table it kept (the views read those as unknown frames)."""
     d = dl.device
     seg = [array("q") for _ in range(11)]
     blk = [array("q") for _ in range(5)]
