@@ -341,3 +341,16 @@ def torch_jsonl_variants(text: str) -> dict[str, tuple[str, str]]:
         "an unknown trace extra": (changed(0, extra={"sweep": {"id": "x"}}), "extra.sweep"),
         "a device line missing": (raw(dev, _json.dumps({"type": "entry"})), "expected a `device` line"),
     }
+
+
+def refused_import(capsys, path: Path, store: Path, *extra: str) -> str:
+    """`alloctrace import PATH` refused as bad input should be: exit 2, one `alloctrace: error:` line, no
+    traceback, nothing stored; the line."""
+    from alloctrace.cli import main
+    from alloctrace.traces.store.store import open_store
+
+    assert main(["import", str(path), "--store", str(store), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("alloctrace: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert open_store(store).list() == []  # nothing half-stored
+    return err

@@ -14,25 +14,20 @@ from alloctrace.cli import main
 from alloctrace.server.app import create_app
 from alloctrace.traces.sources.bounded_io import Limits
 from alloctrace.traces.store.store import open_store
-from hostile_inputs import bad_value_snapshots, shared_blocks_snapshot, shared_frames_snapshot, write_pickle
+from hostile_inputs import (bad_value_snapshots, refused_import, shared_blocks_snapshot, shared_frames_snapshot,
+                            write_pickle)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "data" / "torch" / "gpt2_train_bs16.pickle.gz"
 BAD = bad_value_snapshots()
 
 
-def refused(capsys, path: Path, store: Path, *extra: str) -> str:
-    assert main(["import", str(path), "--store", str(store), *extra]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("alloctrace: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    assert open_store(store).list() == []  # nothing half-stored
-    return err
 
 
 @pytest.mark.parametrize("label", list(BAD))
 def test_an_impossible_value_is_one_line(label, tmp_path, capsys):
     path = write_pickle(tmp_path / "bad.pickle", BAD[label])
-    err = refused(capsys, path, tmp_path / "s")
+    err = refused_import(capsys, path, tmp_path / "s")
     field = {"allocator_settings cyclic": "allocator_settings", "allocator_settings 1000 deep": "allocator_settings",
              "device 2^70": "device", "device '0' (a string)": "device", "segment without a device": "device",
              "total_size negative": "total_size", "block size negative": "size", "total_size int64 max": "total_size",
@@ -54,7 +49,7 @@ def test_segments_sharing_one_block_list_are_refused_before_they_expand(segments
     """12 KB (and 40 KB) of pickle, 9 (100) million block rows once expanded: counted, never built."""
     path = shared_blocks_snapshot(tmp_path / "shared.pickle", segments, blocks)
     assert path.stat().st_size < 100_000
-    err = refused(capsys, path, tmp_path / "s")
+    err = refused_import(capsys, path, tmp_path / "s")
     assert "expands into more than" in err
 
 
@@ -94,7 +89,7 @@ def _slow_model(monkeypatch, seconds: float):
 
 def test_the_cpu_cap_covers_the_model_replay_on_the_cli(monkeypatch, tmp_path, capsys):
     _slow_model(monkeypatch, 1.5)
-    err = refused(capsys, FIXTURE, tmp_path / "s", "--max-cpu", "1")
+    err = refused_import(capsys, FIXTURE, tmp_path / "s", "--max-cpu", "1")
     assert "CPU time" in err
 
 

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from alloctrace.cli import main
 from alloctrace.server.app import create_app
 from alloctrace.traces.store.store import open_store
-from hostile_inputs import torch_jsonl_variants
+from hostile_inputs import refused_import, torch_jsonl_variants
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "torch" / "small_default.pickle.gz"
 
@@ -30,12 +30,6 @@ def exported(tmp_path_factory) -> Path:
     return root / "good.jsonl"
 
 
-def refused(capsys, path: Path, store: Path, *extra: str) -> str:
-    assert main(["import", str(path), "--store", str(store), *extra]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("alloctrace: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    assert open_store(store).list() == []  # nothing half-stored
-    return err
 
 
 def test_the_unharmed_file_imports(exported, tmp_path, capsys):
@@ -49,7 +43,7 @@ def test_each_damage_is_one_line_naming_the_line(exported, tmp_path, capsys):
     for label, (text, said) in variants.items():
         bad = tmp_path / "bad.jsonl"
         bad.write_text(text)
-        err = refused(capsys, bad, tmp_path / label.replace(" ", "-"))
+        err = refused_import(capsys, bad, tmp_path / label.replace(" ", "-"))
         assert said in err and "bad.jsonl" in err, (label, err)
 
 
@@ -68,7 +62,7 @@ def test_the_server_refuses_each_with_422(exported, tmp_path):
 def test_a_compressed_file_past_the_decompressed_cap_is_refused(exported, tmp_path, capsys):
     big = tmp_path / "big.jsonl.gz"
     big.write_bytes(gzip.compress(exported.read_bytes()))
-    err = refused(capsys, big, tmp_path / "s", "--max-bytes", "64K")
+    err = refused_import(capsys, big, tmp_path / "s", "--max-bytes", "64K")
     assert "decompresses to more than 65,536 bytes" in err
 
 
