@@ -79,6 +79,13 @@ def test_the_recorded_table_holds_every_batch_from_1_to_256_in_both_dtypes():
     for run in RECORDED["runs"]:
         for key, programs in run["ops"].items():
             assert MEASURED.program(key) == programs[0]
+    # beyond the table, each workspace carried on from the last two recorded batches (255 and 256)
+    top = next(r for r in RECORDED["runs"] if (r["dtype"], r["batch"]) == ("fp32", 256))
+    below = next(r for r in RECORDED["runs"] if (r["dtype"], r["batch"]) == ("fp32", 255))
+    key = next(k for k in top["ops"] if k.count("[256,") == 1 and _scratch(top["ops"][k][0]))
+    at_300 = MEASURED.program(key.replace("[256,", "[300,"))
+    w255, w256 = _scratch(below["ops"][key.replace("[256,", "[255,")][0]), _scratch(top["ops"][key][0])
+    assert _scratch(at_300) == [max(1, round(b + (b - a) * 44)) for a, b in zip(w255, w256)]
 
 
 def test_measured_programs_at_a_batch_not_recorded_come_from_the_nearest_recorded_ones():
