@@ -7,8 +7,9 @@ For every model x dtype x batch of tests/data/torch/plan/truths.json (recorded o
 bench/record_torch_plan_truths.py): the real max_memory_allocated / max_memory_reserved, the predicted ones and
 the errors; the wall time of `plan` (capture + replay, two training steps) as a ratio to the real two steps'
 wall time on the GPU (from the truths) and to the same steps' plain CPU run at batch 1 measured here.
-`--resnet`: ResNet-50's runs of more.json, planned with the workspace table recorded every 8 samples
-(resnet50_scratch.json.gz).
+`--resnet`: ResNet-50's runs of more.json, planned with the workspace table recorded at every batch from 1 to 256
+(resnet50_scratch.json.gz); then the largest batch under more.json's cap, planned with that table and with its
+every-8th batches alone (interpolated in between), against the trial on the GPU.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import time
 import types
 from pathlib import Path
 
+from alloctrace.allocator.cuda_caching import AllocatorSettings
 from alloctrace.traces.preflight import torch_plan, torch_scratch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +78,8 @@ def resnet(markdown: bool):
     data = ROOT / "tests" / "data" / "torch" / "plan"
     more = json.loads((data / "more.json").read_text())
     recorded = json.load(gzip.open(data / "resnet50_scratch.json.gz", "rt"))
-    table = torch_scratch.measured_table({"runs": [r for r in recorded["runs"] if r["batch"] % 8 == 0]})
+    table = torch_scratch.measured_table(recorded)
+    every_8th = torch_scratch.measured_table({"runs": [r for r in recorded["runs"] if r["batch"] % 8 == 0]})
     w = _load("cuda")
     head = ("dtype", "batch", "real allocated", "predicted", "error", "real reserved", "predicted", "error",
             "plan wall")
@@ -93,6 +96,16 @@ def resnet(markdown: bool):
                  f"{ea:+.2f}%", f"{r['max_memory_reserved']:,}", f"{p.peak_reserved:,}", f"{er:+.2f}%",
                  f"{wall:.2f} s"]
         print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells), flush=True)
+    for truth in more["largest"]:
+        got = []
+        for t in (table, every_8th):
+            t0 = time.perf_counter()
+            ans = torch_plan.largest_fitting(
+                lambda v, s: torch_plan.plan_callable(w.train, "resnet50", v, truth["dtype"], settings=s, measured=t),
+                64, 256, truth["cap"], AllocatorSettings())
+            got.append(f"{ans['value']} ({len(ans['points'])} points, {time.perf_counter() - t0:.1f} s)")
+        print(f"largest batch under {truth['cap']:,} B, {truth['dtype']}: trial {truth['value']}, "
+              f"every batch recorded {got[0]}, every 8th interpolated {got[1]}", flush=True)
 
 
 if __name__ == "__main__":

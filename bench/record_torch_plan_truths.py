@@ -2,7 +2,8 @@
 
     python3 bench/record_torch_plan_truths.py OUT_DIR
     python3 bench/record_torch_plan_truths.py --more OUT_DIR         # ResNet-50 and reentrant checkpointing
-    python3 bench/record_torch_plan_truths.py --scratch OUT_DIR      # ResNet-50's per-op programs, every 8
+    python3 bench/record_torch_plan_truths.py --scratch OUT_DIR [DTYPE ...]   # ResNet-50's per-op programs,
+                                                                     # every batch from 1 to 256
     python3 bench/record_torch_plan_truths.py --plain OUT_DIR        # ResNet-50's plain sequences
     python3 bench/record_torch_plan_truths.py --variants OUT_DIR     # accumulation, checkpointing, set_to_none,
                                                                      # fp16 with a GradScaler (variants.json)
@@ -267,7 +268,7 @@ def checkpoint_snapshots(out_dir):
               "max_memory_reserved", torch.cuda.max_memory_reserved(), flush=True)
 
 
-SCRATCH_BATCHES = tuple(range(8, 257, 8)) + (115, 116, 117, 118, 119)
+SCRATCH_BATCHES = tuple(range(1, 257))     # every batch a search below 256 can try: cuDNN's workspaces step
 
 
 def op_programs(name, batch, dtype):
@@ -349,16 +350,17 @@ def call_program(events):
     return [["free", scratch_of[v]] if k == "free" else [k, v] for k, v in prog]
 
 
-def scratch_programs(out_dir):
-    """ResNet-50 at every batch of SCRATCH_BATCHES, both dtypes: peaks and per-op programs
-    (resnet50_scratch.json.gz), the labelled sequences at batches 16, 32 and 64 (resnet50_sequences.json.gz)."""
+def scratch_programs(out_dir, dtypes=DTYPES):
+    """ResNet-50 at every batch of SCRATCH_BATCHES, in each dtype: peaks and per-op programs
+    (resnet50_scratch.json.gz, rewritten after each dtype so a run cut short keeps what it did), the labelled
+    sequences at batches 16, 32 and 64 (resnet50_sequences.json.gz)."""
     os.makedirs(out_dir, exist_ok=True)
     result = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
               "device": torch.cuda.get_device_name(0), "cudnn_benchmark": torch.backends.cudnn.benchmark,
               "runs": []}
     sequences = []
     t0 = time.perf_counter()
-    for dtype in DTYPES:
+    for dtype in dtypes:
         for batch in SCRATCH_BATCHES:
             peaks, kept, seq = op_programs("resnet50", batch, dtype)
             result["runs"].append({**peaks, "ops": kept})
@@ -366,10 +368,11 @@ def scratch_programs(out_dir):
                 sequences.append({"dtype": dtype, "batch": batch, "sequence": seq})
             print(dtype, batch, peaks["max_memory_allocated"], peaks["max_memory_reserved"], len(kept),
                   f"{time.perf_counter() - t0:.1f}s", flush=True)
-    with gzip.open(os.path.join(out_dir, "resnet50_scratch.json.gz"), "wt") as f:
-        json.dump(result, f, separators=(",", ":"))
-    with gzip.open(os.path.join(out_dir, "resnet50_sequences.json.gz"), "wt") as f:
-        json.dump(sequences, f, separators=(",", ":"))
+        result["seconds"] = round(time.perf_counter() - t0, 1)
+        with gzip.open(os.path.join(out_dir, "resnet50_scratch.json.gz"), "wt") as f:
+            json.dump(result, f, separators=(",", ":"))
+        with gzip.open(os.path.join(out_dir, "resnet50_sequences.json.gz"), "wt") as f:
+            json.dump(sequences, f, separators=(",", ":"))
 
 
 def plain_sequences(out_dir):
@@ -402,7 +405,7 @@ if __name__ == "__main__":
         more(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--scratch"]:
         train("mlp", 8, "fp32")                 # warm-up
-        scratch_programs(sys.argv[2] if len(sys.argv) > 2 else "out")
+        scratch_programs(sys.argv[2] if len(sys.argv) > 2 else "out", tuple(sys.argv[3:]) or DTYPES)
     elif sys.argv[1:2] == ["--plain"]:
         train("mlp", 8, "fp32")                 # warm-up
         plain_sequences(sys.argv[2] if len(sys.argv) > 2 else "out")

@@ -1,15 +1,14 @@
 """`alloctrace plan` on a ResNet-50 step (convolutions, batch norm, in-place ReLU), against an H200
 (tests/data/torch/plan/more.json, `bench/record_torch_plan_truths.py --more`). cuDNN's convolution workspaces go
 through the caching allocator but are chosen on the device: the plan takes them from a recording of every op's
-own allocations (resnet50_scratch.json.gz, `--scratch`: every 8 samples, plus batches 115-119 held out), in
-their own category, so the CPU-exact part stays apart."""
+own allocations (resnet50_scratch.json.gz, `--scratch`: every batch from 1 to 256), in their own category, so
+the CPU-exact part stays apart. A table of every 8th batch checks what interpolation alone gives."""
 from __future__ import annotations
 
 import gzip
 import importlib.util
 import json
 import pickle
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,9 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "torch" / "plan"
 MORE = json.loads((DATA / "more.json").read_text())
 RECORDED = json.load(gzip.open(DATA / "resnet50_scratch.json.gz", "rt"))
-# the table a plan is given: the batches recorded every 8 samples; 115-119 stay out, to check the interpolation
+# the table a plan is given: every batch from 1 to 256 recorded
+MEASURED = torch_scratch.measured_table(RECORDED)
+# every 8th batch only: the others held out, to check the interpolation between recorded batches
 GRID = {**RECORDED, "runs": [r for r in RECORDED["runs"] if r["batch"] % 8 == 0]}
-MEASURED = torch_scratch.measured_table(GRID)
+GRID_TABLE = torch_scratch.measured_table(GRID)
 
 
 def _workloads():
@@ -72,49 +73,78 @@ def test_measured_programs_put_dgrad_and_wgrad_workspaces_after_their_own_output
     assert _scratch(prog) == [12648464, 14221535]                # as requested, not rounded
 
 
-def test_measured_programs_at_a_batch_not_recorded_come_from_the_nearest_recorded_ones():
-    held = {r["dtype"]: r for r in RECORDED["runs"] if r["batch"] == 117}
-    assert all(r["batch"] % 8 for r in RECORDED["runs"] if r["batch"] in (115, 117, 119))
-    close = total = 0
-    for run in held.values():
+def test_the_recorded_table_holds_every_batch_from_1_to_256_in_both_dtypes():
+    assert sorted((r["dtype"], r["batch"]) for r in RECORDED["runs"]) == sorted(
+        (d, b) for d in ("fp32", "bf16") for b in range(1, 257))
+    for run in RECORDED["runs"]:
         for key, programs in run["ops"].items():
-            assert key not in MEASURED.exact
-            got = MEASURED.program(key)
+            assert MEASURED.program(key) == programs[0]
+    # beyond the table, each workspace carried on from the last two recorded batches (255 and 256)
+    top = next(r for r in RECORDED["runs"] if (r["dtype"], r["batch"]) == ("fp32", 256))
+    below = next(r for r in RECORDED["runs"] if (r["dtype"], r["batch"]) == ("fp32", 255))
+    key = next(k for k in top["ops"] if k.count("[256,") == 1 and _scratch(top["ops"][k][0]))
+    at_300 = MEASURED.program(key.replace("[256,", "[300,"))
+    w255, w256 = _scratch(below["ops"][key.replace("[256,", "[255,")][0]), _scratch(top["ops"][key][0])
+    assert _scratch(at_300) == [max(1, round(b + (b - a) * 44)) for a, b in zip(w255, w256)]
+
+
+def test_measured_programs_at_a_batch_not_recorded_come_from_the_nearest_recorded_ones():
+    """Every batch from 9 to 255 that is not a multiple of 8, both dtypes, each op's workspaces from the
+    every-8th table against those recorded at that batch: 90.5 % of 18,406 programs within 1 % of the bytes,
+    95.8 % within 5 %, 97.8 % within 15 %; 442 of 19,964 take other steps (cuDNN picked another algorithm
+    between the two recorded batches)."""
+    errors, other_steps, total = [], 0, 0
+    for run in RECORDED["runs"]:
+        if run["batch"] % 8 == 0 or run["batch"] < 8:
+            continue
+        for key, programs in run["ops"].items():
+            assert key not in GRID_TABLE.exact
+            got = GRID_TABLE.program(key)
             assert got is not None, key
-            assert [k for k, _ in got] == [k for k, _ in programs[0]] or _scratch(programs[0]) != _scratch(got)
-            want = sum(_scratch(programs[0]))
             total += 1
-            close += abs(sum(_scratch(got)) - want) <= 0.15 * want + 1024
-    assert close / total >= 0.85
+            other_steps += [k for k, _ in got] != [k for k, _ in programs[0]]
+            want = sum(_scratch(programs[0]))
+            if want:
+                errors.append(abs(sum(_scratch(got)) - want) / want)
+    within = {t: sum(e <= t for e in errors) / len(errors) for t in (0.01, 0.05, 0.15)}
+    print(f"interpolated workspaces: {len(errors)} programs, within 1 % {within[0.01]:.3f}, 5 % {within[0.05]:.3f}, "
+          f"15 % {within[0.15]:.3f}; other steps {other_steps} of {total}")
+    assert total == 2 * 217 * 46
+    assert within[0.01] >= 0.9 and within[0.05] >= 0.95 and within[0.15] >= 0.97
+    assert other_steps / total <= 0.03
     # a weight whose out-channels equal the batch is not taken for a batch dim: [64, 64, 3, 3] at batch 64
     at_64 = "convolution.default float32[64, 64, 56, 56] float32[64, 64, 3, 3] None 1 1 1 1 1 1 False 0 0 1"
     no_64 = torch_scratch.measured_table({"runs": [r for r in GRID["runs"] if r["batch"] != 64]})
     assert no_64.program(at_64) is not None and at_64 not in no_64.exact
-    assert torch_scratch.measured_table(GRID).program("convolution.default float32[16, 3, 9, 9]") is None
+    assert GRID_TABLE.program("convolution.default float32[16, 3, 9, 9]") is None
 
 
-@pytest.mark.parametrize("dtype", ["bf16", pytest.param("fp32", marks=pytest.mark.xfail(
-    strict=True, reason="116 against 117: workspaces at 117 interpolated from 112 and 120 are mostly 1-8 % high"))])
-def test_resnet50_largest_batch_under_a_cap_is_the_trial(dtype):
+def _largest(dtype, table):
     truth = next(x for x in MORE["largest"] if x["dtype"] == dtype)
     ans = torch_plan.largest_fitting(
-        lambda v, s: torch_plan.plan_callable(W.train, "resnet50", v, dtype, settings=s, measured=MEASURED),
+        lambda v, s: torch_plan.plan_callable(W.train, "resnet50", v, dtype, settings=s, measured=table),
         64, 256, truth["cap"], AllocatorSettings())
-    assert ans["value"] <= truth["value"]                        # never above
-    assert ans["value"] == truth["value"]                        # bf16 118; fp32 116 against 117
+    return ans["value"], truth["value"]
 
 
-def test_resnet50_fp32_largest_batch_is_the_trial_with_workspaces_measured_at_that_batch():
-    """What keeps fp32 one below: with the workspaces recorded at 117 and 118 themselves (held out of the
-    table above), 117 fits under the cap and 118 does not, as on the GPU."""
-    truth = next(x for x in MORE["largest"] if x["dtype"] == "fp32")
-    table = torch_scratch.measured_table(RECORDED)
-    capped = replace(AllocatorSettings(), memory_limit=truth["cap"])
-    fits = {b: torch_plan.plan_callable(W.train, "resnet50", b, "fp32", settings=capped, measured=table).oom is None
-            for b in (truth["value"], truth["value"] + 1)}
-    assert fits == {117: True, 118: False}
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_resnet50_largest_batch_under_a_cap_is_the_trial(dtype):
+    """With the workspaces recorded at every batch the search tries: fp32 117, bf16 118, as the trial on the GPU."""
+    value, trial = _largest(dtype, MEASURED)
+    assert value <= trial                                        # never above
+    assert value == trial
+
+
+def test_resnet50_largest_batch_from_every_8th_batch_alone_stays_at_or_below_the_trial():
+    """Interpolated between every 8th batch: bf16 118 as the trial, fp32 116 against 117. cuDNN's workspaces step
+    with the batch (one convolution: 225,378,451 bytes at 112, 235,413,651 at 117, 245,629,299 at 120), so most of
+    those at 117 taken between 112 and 120 are 1-8 % high."""
+    assert [_largest(d, GRID_TABLE) for d in ("fp32", "bf16")] == [(116, 117), (118, 118)]
+
+
+def test_resnet50_fp32_plan_at_117_has_the_recorded_peaks():
     real = next(r for r in RECORDED["runs"] if (r["dtype"], r["batch"]) == ("fp32", 117))
-    p = torch_plan.plan_callable(W.train, "resnet50", 117, "fp32", measured=table)
+    p = torch_plan.plan_callable(W.train, "resnet50", 117, "fp32", measured=MEASURED)
     # that recording's peaks (run under its dispatch mode; see the batch-64 sequence test): measured equal
     assert p.peak_allocated == pytest.approx(real["max_memory_allocated"], rel=0.005)
     assert p.peak_reserved == pytest.approx(real["max_memory_reserved"], rel=0.005)
@@ -156,7 +186,7 @@ PLAIN = json.load(gzip.open(DATA / "resnet50_plain_sequences.json.gz", "rt"))
 @pytest.mark.parametrize("rec", [pytest.param(r, id=f"{r['dtype']}-b{r['batch']}") for r in PLAIN])
 def test_resnet50_requests_equal_a_plain_gpu_run_event_for_event(rec):
     """Plain runs (no dispatch mode) recorded again with their sequence (action, size): the plan's requests are
-    the same, in the same order, at batches 16, 32 and 64, 32 and 64 planned from the table alone."""
+    the same, in the same order, at batches 16, 32 and 64."""
     from alloctrace.traces.preflight import torch_capture
 
     with torch_capture.capture(measured=MEASURED) as c:
