@@ -33,6 +33,26 @@ from torch_plan_workloads import BATCHES, DTYPES, MODELS, VARIANTS, train, train
 SNAPSHOTS = {("mlp", "fp32", 256), ("gpt", "fp32", 8), ("gpt", "bf16", 8), ("vit", "bf16", 32)}
 
 
+def op_arguments(args) -> str:
+    """An op's arguments as the measured tables key them: each tensor's dtype and shape, each plain value. The
+    plan looks them up by traces/preflight/torch_scratch.py's op_signature, which must give the same text (this
+    script runs on a GPU machine without the package; tests/torch/test_torch_plan.py holds the two together)."""
+    from torch.utils._pytree import tree_leaves
+
+    out = []
+    for a in tree_leaves(args):
+        if isinstance(a, torch.Tensor):
+            out.append(f"{str(a.dtype).replace('torch.', '')}{list(a.shape)}")
+        elif isinstance(a, (int, float, bool)) or a is None:
+            out.append(repr(a))
+    return " ".join(out)
+
+
+def op_key(op: str, args) -> str:
+    """The op's name and its arguments: a measured table's key."""
+    return " ".join(filter(None, (op, op_arguments(args))))
+
+
 def fresh():
     gc.collect()
     torch.cuda.synchronize()
@@ -158,17 +178,7 @@ def op_scratch(name, batch, dtype):
     """Every op of two steps on the real GPU: its new output storages and the bytes it took beyond them and
     gave back before returning (peak minus what is left after it), e.g. cuDNN's convolution workspaces."""
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
     rows = {}
-
-    def sig(args):
-        out = []
-        for a in tree_leaves(args):
-            if isinstance(a, torch.Tensor):
-                out.append(f"{str(a.dtype).replace('torch.', '')}{list(a.shape)}")
-            elif isinstance(a, (int, float, bool)) or a is None:
-                out.append(repr(a))
-        return " ".join(out)
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -177,8 +187,8 @@ def op_scratch(name, batch, dtype):
             out = func(*args, **(kwargs or {}))
             after = torch.cuda.memory_allocated()
             peak = torch.cuda.max_memory_allocated()
-            key = f"{func.__name__} {sig(args)}"
-            row = rows.setdefault(key, {"op": func.__name__, "args": sig(args), "calls": 0, "scratch": 0,
+            key = op_key(func.__name__, args)
+            row = rows.setdefault(key, {"op": func.__name__, "args": op_arguments(args), "calls": 0, "scratch": 0,
                                         "grown": 0})
             row["calls"] += 1
             row["scratch"] = max(row["scratch"], peak - after)
@@ -278,21 +288,11 @@ def op_programs(name, batch, dtype):
     for every op name that took scratch anywhere in the run (cuDNN's convolutions); also the whole sequence
     (action, size, op name) when asked."""
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
     names = []
-
-    def sig(func, args):
-        out = [func.__name__]
-        for a in tree_leaves(args):
-            if isinstance(a, torch.Tensor):
-                out.append(f"{str(a.dtype).replace('torch.', '')}{list(a.shape)}")
-            elif isinstance(a, (int, float, bool)) or a is None:
-                out.append(repr(a))
-        return " ".join(out)
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            names.append(sig(func, args))
+            names.append(op_key(func.__name__, args))
             torch.cuda.memory._set_memory_metadata(f"op{len(names) - 1}")
             try:
                 return func(*args, **(kwargs or {}))

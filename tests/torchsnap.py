@@ -30,3 +30,16 @@ def columns(entries: list[dict]) -> dict[str, np.ndarray]:
         "size": np.array([e["size"] for e in entries], dtype=np.int64),
         "stream": np.array([e["stream"] for e in entries], dtype=np.int64),
     }
+
+
+def plan_sequence(events) -> list[tuple[str, int]]:
+    """A plan capture's events as a snapshot's allocation sequence reads: ("alloc", size) and ("free_", size)
+    (a free by the size its allocation had), to line up against `device_traces` by action and size."""
+    sizes, out = {}, []
+    for e in events:
+        if e.kind == "alloc":
+            sizes[e.key] = e.size
+            out.append(("alloc", e.size))
+        else:
+            out.append(("free_", sizes[e.key]))
+    return out

@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
 from alloctrace.traces.preflight import torch_capture, torch_plan, torch_scratch  # noqa: E402
+from torchsnap import plan_sequence  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "torch" / "plan"
@@ -81,13 +82,7 @@ def _sequence_alignment(name, dtype, batch) -> float:
     real = [(e["action"][:5], e["size"]) for e in snap["device_traces"][0] if e["action"] in ("alloc", "free_requested")]
     with torch_capture.capture() as c:
         W.train(name, batch, dtype)
-    sizes, mine = {}, []
-    for e in c.events:
-        if e.kind == "alloc":
-            sizes[e.key] = e.size
-            mine.append(("alloc", e.size))
-        else:
-            mine.append(("free_", sizes[e.key]))
+    mine = plan_sequence(c.events)
     sm = difflib.SequenceMatcher(None, real, mine, autojunk=False)
     same = sum(real[i][1] for tag, i1, i2, _, _ in sm.get_opcodes() if tag == "equal" for i in range(i1, i2)
                if real[i][0] == "alloc")
@@ -281,3 +276,20 @@ def test_memory_outside_the_allocator_is_the_measured_one_and_kept_apart():
     run = TRUTHS["runs"][0]
     assert p.peak_allocated == run["max_memory_allocated"]          # not folded into the prediction
     assert p.as_dict()["outside_allocator"]["bytes"] == steps[-1] and f"{steps[-1]:,}" in p.as_dict()["unseen"]
+
+
+def test_the_gpu_recording_keys_ops_as_the_plan_looks_them_up():
+    """bench/record_torch_plan_truths.py (run on a GPU machine without the package) writes the measured tables'
+    keys; torch_scratch.op_signature reads them: the same text for the same op and arguments."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("record_truths", ROOT / "bench" / "record_torch_plan_truths.py")
+        rec = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(rec)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    cases = [(torch.zeros(2, 3), 1, None, [torch.ones(4, dtype=torch.bfloat16)], 0.5, True), (), (torch.zeros(0),)]
+    for args in cases:
+        assert rec.op_key("convolution.default", args) == torch_scratch.op_signature("convolution.default", args)

@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
 from alloctrace.traces.preflight import torch_plan, torch_scratch  # noqa: E402
+from torchsnap import plan_sequence  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "torch" / "plan"
@@ -150,17 +151,6 @@ def test_resnet50_fp32_plan_at_117_has_the_recorded_peaks():
     assert p.peak_reserved == pytest.approx(real["max_memory_reserved"], rel=0.005)
 
 
-def _sequence(c):
-    sizes, out = {}, []
-    for e in c.events:
-        if e.kind == "alloc":
-            sizes[e.key] = e.size
-            out.append(("alloc", e.size))
-        else:
-            out.append(("free_", sizes[e.key]))
-    return out
-
-
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_resnet50_allocation_sequence_follows_the_real_snapshot(dtype):
     import difflib
@@ -171,7 +161,7 @@ def test_resnet50_allocation_sequence_follows_the_real_snapshot(dtype):
     real = [(e["action"][:5], e["size"]) for e in snap["device_traces"][0] if e["action"] in ("alloc", "free_requested")]
     with torch_capture.capture(measured=MEASURED) as c:
         W.train("resnet50", 16, dtype)
-    mine = _sequence(c)
+    mine = plan_sequence(c.events)
     sm = difflib.SequenceMatcher(None, real, mine, autojunk=False)
     same = sum(real[i][1] for tag, i1, i2, _, _ in sm.get_opcodes() if tag == "equal" for i in range(i1, i2)
                if real[i][0] == "alloc")
@@ -191,7 +181,7 @@ def test_resnet50_requests_equal_a_plain_gpu_run_event_for_event(rec):
 
     with torch_capture.capture(measured=MEASURED) as c:
         W.train("resnet50", rec["batch"], rec["dtype"])
-    assert _sequence(c) == [(a, size) for a, size in rec["sequence"] if a != "segme"]
+    assert plan_sequence(c.events) == [(a, size) for a, size in rec["sequence"] if a != "segme"]
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
@@ -210,7 +200,7 @@ def test_resnet50_sequence_follows_the_labelled_gpu_sequence_at_batch_64(dtype):
         W.train("resnet50", 64, dtype)
     real = [(a, size) for a, size, _ in rec["sequence"]]
     ops = [op for _, _, op in rec["sequence"]]
-    sm = difflib.SequenceMatcher(None, real, _sequence(c), autojunk=False)
+    sm = difflib.SequenceMatcher(None, real, plan_sequence(c.events), autojunk=False)
     odd = [(tag, ops[i1:i2], real[i1:i2]) for tag, i1, i2, _, _ in sm.get_opcodes() if tag != "equal"]
     # an add's block and a free of the same size (where equal sizes meet, the pair may sit one event over)
     assert odd and all(tag == "delete" and "add.Tensor" in o and len(ev) == 2 and ev[0][1] == ev[1][1]
