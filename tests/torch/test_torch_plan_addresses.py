@@ -46,6 +46,3 @@ def test_with_the_real_segment_addresses_every_peak_is_exact(run):
         W.train(run["model"], run["batch"], run["dtype"])
     real = torch_plan.replay(c, AllocatorSettings(), segments=[tuple(s) for s in run["segments"]])
     assert (real.peak_allocated, real.peak_reserved) == (run["max_memory_allocated"], run["max_memory_reserved"])
-    if (run["model"], run["dtype"], run["batch"]) in {("gpt", "fp32", 4), ("mlp", "fp32", 256)}:
-        guessed = torch_plan.replay(c, AllocatorSettings())          # new segments below the older ones
-        assert (guessed.peak_allocated, guessed.peak_reserved) != (real.peak_allocated, real.peak_reserved)
