@@ -8,6 +8,8 @@
     python3 bench/record_torch_plan_truths.py --variants OUT_DIR     # accumulation, checkpointing, set_to_none,
                                                                      # fp16 with a GradScaler (variants.json)
     python3 bench/record_torch_plan_truths.py --checkpoint-snapshots OUT_DIR   # snapshots of checkpointed steps
+    python3 bench/record_torch_plan_truths.py --segments OUT_DIR     # every point in a fresh process: peaks and
+                                                                     # the segments' addresses (segments.json)
 
 Writes OUT_DIR/truths.json: for each model x dtype x batch, `max_memory_allocated` / `max_memory_reserved` of
 a fresh allocator (everything freed, cache emptied, cuBLAS workspaces dropped, peaks reset) after two training
@@ -396,6 +398,40 @@ def plain_sequences(out_dir):
         json.dump(out, f, separators=(",", ":"))
 
 
+def segment_addresses(name, dtype, batch):
+    """Two steps in this (fresh) process: the peaks and (address, size) of every segment cudaMalloc gave, in order.
+    Best fit breaks ties between equal free blocks by address, so these decide the few peaks the plan misses."""
+    fresh()
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000, context=None, stacks="python")
+    train(name, batch, dtype)
+    torch.cuda.synchronize()
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    return {"model": name, "dtype": dtype, "batch": batch, "max_memory_allocated": torch.cuda.max_memory_allocated(),
+            "max_memory_reserved": torch.cuda.max_memory_reserved(),
+            "segments": [[e["addr"], e["size"]] for e in snap["device_traces"][0] if e["action"] == "segment_alloc"]}
+
+
+def segments(out_dir):
+    """segment_addresses for every point of main(), each in its own process (the driver's addresses depend on
+    what the process mapped before): segments.json."""
+    import subprocess
+    os.makedirs(out_dir, exist_ok=True)
+    runs = []
+    for name in MODELS:
+        for dtype in DTYPES:
+            for batch in BATCHES[name]:
+                line = subprocess.run([sys.executable, os.path.abspath(__file__), "--segments-one", name, dtype,
+                                       str(batch)], check=True, capture_output=True, text=True).stdout
+                runs.append(json.loads(line.strip().splitlines()[-1]))
+                print(name, dtype, batch, runs[-1]["max_memory_allocated"], runs[-1]["max_memory_reserved"],
+                      flush=True)
+    with open(os.path.join(out_dir, "segments.json"), "w") as f:
+        json.dump({"recorded_with": f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
+                                    f"{torch.cuda.get_device_name(0)}; one fresh process per point",
+                   "runs": runs}, f, separators=(",", ":"))
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--checkpoint-snapshots"]:
         train("mlp", 8, "fp32")                 # warm-up
@@ -409,6 +445,10 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["--plain"]:
         train("mlp", 8, "fp32")                 # warm-up
         plain_sequences(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--segments"]:
+        segments(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--segments-one"]:
+        print(json.dumps(segment_addresses(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
     elif sys.argv[1:2] == ["--variants"]:
         train("mlp", 8, "fp32")                 # warm-up
         variants(sys.argv[2] if len(sys.argv) > 2 else "out")

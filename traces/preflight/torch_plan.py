@@ -74,9 +74,14 @@ def _largest_free(model: CachingAllocator) -> int:
     return max((key[1] for pool in (model.small, model.large) for key in pool.blocks), default=0)
 
 
-def replay(cap: torch_capture.Capture, settings: AllocatorSettings, total: int | None = None) -> Plan:
-    """The capture's requests through the model; stops at the first OOM (the program would die there)."""
-    device = SimulatedDevice(total if total else settings.device_total)
+def replay(cap: torch_capture.Capture, settings: AllocatorSettings, total: int | None = None,
+           segments: list[tuple[int, int]] = ()) -> Plan:
+    """The capture's requests through the model; stops at the first OOM (the program would die there).
+
+    `segments`: (address, size) of the segments a real run of the step got from cudaMalloc, in order. Best fit
+    breaks ties between equal free blocks by address, and the driver's address for a new segment depends on
+    what the process mapped before, so without them new segments simply go below the older ones."""
+    device = SimulatedDevice(total if total else settings.device_total, segments)
     model = CachingAllocator(settings, device, record=False)
     plan = Plan(partial=cap.partial, error=cap.error, workspace=cap.workspace, capture=cap)
     live: dict = {}
