@@ -43,3 +43,14 @@ def plan_sequence(events) -> list[tuple[str, int]]:
         else:
             out.append(("free_", sizes[e.key]))
     return out
+
+
+def plan_workloads():
+    """bench/torch_plan_workloads.py (the steps the GPU truths were recorded from), loaded as a module."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "torch_plan_workloads.py"
+    spec = importlib.util.spec_from_file_location("torch_plan_workloads", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

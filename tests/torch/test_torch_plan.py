@@ -17,21 +17,14 @@ torch = pytest.importorskip("torch")
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
 from alloctrace.traces.preflight import torch_capture, torch_plan, torch_scratch  # noqa: E402
-from torchsnap import plan_sequence  # noqa: E402
+from torchsnap import plan_sequence, plan_workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "torch" / "plan"
 TRUTHS = json.loads((DATA / "truths.json").read_text())
 
 
-def _workloads():
-    spec = importlib.util.spec_from_file_location("torch_plan_workloads", ROOT / "bench" / "torch_plan_workloads.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-W = _workloads()
+W = plan_workloads()
 
 
 def _runs(models):

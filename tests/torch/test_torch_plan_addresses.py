@@ -3,7 +3,6 @@ got (tests/data/torch/plan/segments.json, one fresh process per point on an H200
 step gives every real peak to the byte."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,20 +12,14 @@ torch = pytest.importorskip("torch")
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
 from alloctrace.traces.preflight import torch_capture, torch_plan  # noqa: E402
+from torchsnap import plan_workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "torch" / "plan"
 SEGMENTS = json.loads((DATA / "segments.json").read_text())
 
 
-def _workloads():
-    spec = importlib.util.spec_from_file_location("torch_plan_workloads", ROOT / "bench" / "torch_plan_workloads.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-W = _workloads()
+W = plan_workloads()
 
 
 def test_fresh_processes_reproduce_the_recorded_peaks():

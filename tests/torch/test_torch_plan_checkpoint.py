@@ -3,7 +3,6 @@ recomputation in backward is captured and replayed, checked against an H200 (tes
 `bench/record_torch_plan_truths.py --more`)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,19 +11,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from alloctrace.traces.preflight import torch_capture, torch_plan  # noqa: E402
+from torchsnap import plan_workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MORE = json.loads((ROOT / "tests" / "data" / "torch" / "plan" / "more.json").read_text())
 
 
-def _workloads():
-    spec = importlib.util.spec_from_file_location("torch_plan_workloads", ROOT / "bench" / "torch_plan_workloads.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-W = _workloads()
+W = plan_workloads()
 
 
 def _plan(run):

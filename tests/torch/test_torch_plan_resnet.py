@@ -6,7 +6,6 @@ the CPU-exact part stays apart. A table of every 8th batch checks what interpola
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import pickle
 from pathlib import Path
@@ -17,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
 from alloctrace.traces.preflight import torch_plan, torch_scratch  # noqa: E402
-from torchsnap import plan_sequence  # noqa: E402
+from torchsnap import plan_sequence, plan_workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "torch" / "plan"
@@ -30,14 +29,7 @@ GRID = {**RECORDED, "runs": [r for r in RECORDED["runs"] if r["batch"] % 8 == 0]
 GRID_TABLE = torch_scratch.measured_table(GRID)
 
 
-def _workloads():
-    spec = importlib.util.spec_from_file_location("torch_plan_workloads", ROOT / "bench" / "torch_plan_workloads.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-W = _workloads()
+W = plan_workloads()
 RUNS = [pytest.param(r, id=f"{r['dtype']}-b{r['batch']}") for r in MORE["runs"]]
 
 
