@@ -149,6 +149,19 @@ def live_server(store_dir, **app_options):
         thread.join(timeout=10)
 
 
+def upload_snapshots(base: str, paths) -> dict:
+    """Each PyTorch snapshot at `paths` uploaded to the live server at `base`: {file stem (before .pickle): id}."""
+    import httpx
+
+    ids = {}
+    for path in paths:
+        with open(path, "rb") as f:
+            r = httpx.post(f"{base}/api/torch/traces", files={"file": (path.name, f)}, timeout=60)
+        assert r.status_code == 201, r.text
+        ids[path.name.split(".pickle")[0]] = r.json()["traces"][0]["id"]
+    return ids
+
+
 @pytest.fixture(scope="session")
 def pg_admin():
     """A PostgreSQL server for the store tests (tests/pgcluster.py); the tests of the PostgreSQL store

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import live_server
+from conftest import live_server, upload_snapshots
 
 pytest.importorskip("playwright.sync_api")
 
@@ -20,12 +20,8 @@ def sidecar(name):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     with live_server(tmp_path_factory.mktemp("store")) as base:
-        ids = {}
-        for name in ("oom", "gpt2_train_bs8"):
-            with open(DATA / f"{name}.pickle.gz", "rb") as f:
-                r = httpx.post(f"{base}/api/torch/traces", files={"file": (f"{name}.pickle.gz", f)}, timeout=60)
-            assert r.status_code == 201, r.text
-            ids[name] = r.json()["traces"][0]["id"]
+        ids = upload_snapshots(base, [DATA / f"{name}.pickle.gz"
+                                      for name in ("oom", "gpt2_train_bs8")])
         yield {"base": base, **ids}
 
 
