@@ -224,17 +224,15 @@ def _accepted(fn, options: dict) -> dict:
     """The `options` that `fn` (a function or bound method) takes by keyword: all of them when it takes
     **kwargs. Read from its code object (inspect.signature would cost a short command inspect's import)."""
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-    if code is None:  # another kind of callable
+    if code is not None:
+        takes_any = bool(code.co_flags & 0x08)  # CO_VARKEYWORDS
+        names = code.co_varnames[code.co_posonlyargcount:code.co_argcount + code.co_kwonlyargcount]
+    else:  # another kind of callable
         import inspect
 
-        params = inspect.signature(fn).parameters
-        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            return options
-        return {k: v for k, v in options.items() if k in params}
-    if code.co_flags & 0x08:  # CO_VARKEYWORDS
-        return options
-    names = code.co_varnames[code.co_posonlyargcount:code.co_argcount + code.co_kwonlyargcount]
-    return {k: v for k, v in options.items() if k in names}
+        names = inspect.signature(fn).parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in names.values())
+    return options if takes_any else {k: v for k, v in options.items() if k in names}
 
 
 _builtins_registered = False

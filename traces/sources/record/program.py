@@ -49,7 +49,6 @@ def is_python_program(argv: list[str]) -> bool:
     return first.startswith(b"#!") and b"python" in first
 
 
-
 def resolve_program(argv: list[str]) -> str:
     prog = argv[0]
     path = prog if os.sep in prog else shutil.which(prog)
