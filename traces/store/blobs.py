@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 from collections.abc import Iterator
 
 import zstandard
@@ -73,9 +74,30 @@ def checksum(strings, packed) -> str:
     return h.hexdigest()
 
 
+_PER_THREAD = threading.local()
+
+
+def thread_compressor() -> zstandard.ZstdCompressor:
+    """This thread's compressor: a zstandard context is not safe in two threads at once (a server reads and
+    writes from a pool of threads), and making one per call costs more than keeping one per thread."""
+    zc = getattr(_PER_THREAD, "zc", None)
+    if zc is None:
+        zc = _PER_THREAD.zc = zstandard.ZstdCompressor(level=3, write_checksum=True)
+    return zc
+
+
+def thread_decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's decompressor (thread_compressor says why: two threads sharing one context restore wrong
+    bytes, which a checksum then reports as damage)."""
+    zd = getattr(_PER_THREAD, "zd", None)
+    if zd is None:
+        zd = _PER_THREAD.zd = zstandard.ZstdDecompressor()
+    return zd
+
+
 def _decompress(data: bytes) -> bytes:
-    """One frame, with a decompressor of its own (this runs in several threads at once)."""
-    return zstandard.ZstdDecompressor().decompress(data)
+    """One frame, with this thread's decompressor (this runs in several threads at once)."""
+    return thread_decompressor().decompress(data)
 
 
 def checkpoint_rows(checkpoints, compress) -> Iterator[tuple[int, bytes]]:

@@ -22,15 +22,14 @@ import time
 from pathlib import Path
 from collections.abc import Iterable
 
-import zstandard
-
 from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.gcpause import without_gc
 
 from alloctrace.traces.store import derived
 from alloctrace.traces.util import verbose
-from alloctrace.traces.store.blobs import _decompress, checkpoint_rows, checksum, pack_blobs, unpack_blobs  # noqa: F401
+from alloctrace.traces.store.blobs import (_decompress, checkpoint_rows, checksum, pack_blobs,  # noqa: F401
+                                          thread_compressor, thread_decompressor, unpack_blobs)
 from alloctrace.traces.store.columns import EncodedGraph, decode_events, encode, pack, public_columns
 from alloctrace.traces.store.damage import (DECODE_ERRORS, Damaged, DerivedDamaged, _json, _why, check_rows,  # noqa: F401
                                             damaged, verify_checksum)
@@ -143,8 +142,6 @@ class Store:
         self._be = backend if backend is not None else SqliteBackend(Path(db_path))
         self.path = self._be.path  # the SQLite file; None for PostgreSQL
         self.kind = self._be.kind
-        self._zc = zstandard.ZstdCompressor(level=3, write_checksum=True)
-        self._zd = zstandard.ZstdDecompressor()
         try:
             ver = self._be.setup(lambda db: create(db, self._be.table_columns), current)
         except self._be.errors as e:
@@ -158,6 +155,10 @@ class Store:
         if int(ver) > STORE_FORMAT:
             self._be.close()
             raise UserError(f"store {self._be.describe()} has format {ver}; this alloctrace reads up to {STORE_FORMAT}")
+
+    # zstandard contexts of the calling thread: one store serves a server's whole thread pool
+    _zc = property(lambda self: thread_compressor())
+    _zd = property(lambda self: thread_decompressor())
 
     # the SQLite connection and its lock (tests and tools that inspect the file)
     db = property(lambda self: self._be.db)
@@ -608,7 +609,7 @@ class Store:
                 raise damaged(e, tid, graph_index, "columns") from None
         try:
             cols = LazyColumns(row[0], {name: (dt, data) for name, dt, data in blobs}, checked)
-            cols.table = StringTable(zstandard.ZstdDecompressor().decompress(row[1]))
+            cols.table = StringTable(thread_decompressor().decompress(row[1]))
         except DECODE_ERRORS as e:
             raise damaged(e, tid, graph_index, "strings") from None
         return cols
