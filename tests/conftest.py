@@ -64,7 +64,8 @@ FILE_MARKS = {
     "slow": ["test_install.py", "test_server_schema.py", "test_hostile_server.py", "test_memmap_saved.py",
              "test_import_fuzz.py", "test_torch_fuzz.py",
              "test_torch_plan_resnet.py", "test_torch_jsonl.py", "test_torch_jsonl_fuzz.py",
-             "test_torch_plan_checkpoint.py", "test_torch_plan_addresses.py", "test_web_ux.py",
+             "test_torch_plan_checkpoint.py", "test_torch_plan_addresses.py", "test_torch_plan_address_orders.py",
+             "test_web_ux.py",
              "test_bench_run_all.py"],
 }
 BROWSER_FIXTURES = {"browser", "page"}

@@ -28,7 +28,10 @@ function curveTraces(r, c, k, theme) {
     type: "scatter", mode: "lines+markers", name: plotText(c.name), legendgroup: c.name, line,
     x: ran.map((p) => p.x), y: ran.map((p) => p.bytes),
     marker: { size: 9, symbol: "circle", color: line.color },
-    error_y: { type: "data", array: ran.map((p) => p.uncertainty_bytes), visible: ran.some((p) => p.uncertainty_bytes > 0), color: line.color, thickness: 1.5, width: 5 },
+    // a plan's point carries its range over segment address orders; a parsed size, its printed rounding
+    error_y: { type: "data", symmetric: false, array: ran.map((p) => (p.range ? p.range[1] - p.bytes : p.uncertainty_bytes)),
+      arrayminus: ran.map((p) => (p.range ? p.bytes - p.range[0] : p.uncertainty_bytes)),
+      visible: ran.some((p) => p.uncertainty_bytes > 0 || (p.range && p.range[0] !== p.range[1])), color: line.color, thickness: 1.5, width: 5 },
     customdata: ran.map((p) => [fmtBytes(p.bytes), exactBytes(p.bytes), pm(p.uncertainty_bytes), "ran", plotText(law),
       lawAt(p.x) === null ? "–" : exactBytes(Math.round(lawAt(p.x)))]),
     hovertemplate: `${plotText(r.axis)} %{x}: %{customdata[0]} (%{customdata[1]}%{customdata[2]}), %{customdata[3]}` +
@@ -98,7 +101,9 @@ function answerText(r) {
   const parts = r.answers.map((a) => {
     const where = a.setting ? ` (${a.setting})` : "";
     const law = a.law_value !== null && a.law_value !== a.value ? `; the law predicts up to ${a.law_value}` : "";
-    return a.value === null ? `nothing that ran fits${where}${law}` : `${r.axis} ${a.value}${where}, ${fmtBytes(a.bytes)}${law}`;
+    const o = a.address_orders;
+    const every = o && !o.certain ? `; it depends on where the driver puts segments: ${a.value_every_order ?? "nothing"} fits in every address order tried` : "";
+    return a.value === null ? `nothing that ran fits${where}${law}${every}` : `${r.axis} ${a.value}${where}, ${fmtBytes(a.bytes)}${law}${every}`;
   });
   return `Largest ${r.axis} under ${fmtBytes(r.budget)} (${exactBytes(r.budget)}): ${parts.join("; ") || "–"}.`;
 }
@@ -108,7 +113,9 @@ function table(r) {
   const cell = (c, x) => {
     const p = c.points.find((q) => q.x === x);
     if (!p) return el("td", { class: "num" }, "–");
-    return el("td", { class: "num", title: exactBytes(p.bytes) }, `${fmtBytes(p.bytes)}${pm(p.uncertainty_bytes)}${p.oom ? " (OOM)" : ""}`);
+    const spread = p.range && p.range[0] !== p.range[1] ? ` (${fmtBytes(p.range[0])}–${fmtBytes(p.range[1])} by where segments land)` : "";
+    return el("td", { class: "num", title: exactBytes(p.bytes) + spread, "data-range": p.range ? p.range.join("-") : null },
+      `${fmtBytes(p.bytes)}${pm(p.uncertainty_bytes)}${spread ? " ±" : ""}${p.oom ? " (OOM)" : ""}`);
   };
   clear($("pf-table")).append(
     el("thead", {}, el("tr", {}, el("th", { class: "num" }, r.axis), ...r.curves.map((c) => el("th", { class: "num" }, c.name)))),

@@ -96,6 +96,7 @@ def plan_lines(out: dict) -> list[str]:
     lines = [f"predicted peak allocated  {b(out['peak_allocated'])}   (max_memory_allocated)",
              f"predicted peak reserved   {b(out['peak_reserved'])}   (max_memory_reserved)",
              f"fragmentation at the peak {b(out['fragmentation_at_peak'])}",
+             address_line(out),
              "at the peak allocated: " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in out["categories"].items()),
              f"included: cuBLAS workspace {fmt_bytes(out['cublas_workspace'])} per handle (CUBLAS_WORKSPACE_CONFIG)",
              out["unseen"]]
@@ -112,6 +113,16 @@ def plan_lines(out: dict) -> list[str]:
     return lines
 
 
+def address_line(out: dict) -> str:
+    """How the peaks move with where the driver puts new segments (Plan.address_sensitive)."""
+    n, (a0, a1), (r0, r1) = out["address_orders"], out["peak_allocated_range"], out["peak_reserved_range"]
+    if not out["address_sensitive"]:
+        return f"the same at every segment address order ({n} tried)"
+    ooms = f"; {out['oom_orders']} of them run out of memory" if out["oom_orders"] else ""
+    return (f"depends on where the driver puts segments: allocated {a0:,}-{a1:,} B, reserved {r0:,}-{r1:,} B "
+            f"over {n} address orders{ooms}")
+
+
 def vary_lines(out: dict) -> list[str]:
     from alloctrace.traces.util.sizes import fmt_bytes
 
@@ -123,6 +134,13 @@ def vary_lines(out: dict) -> list[str]:
                 f"runs out of memory", *stored]
     lines = [f"largest {name} that runs under {fmt_bytes(budget)} ({budget:,} B): {out['value']}  "
              f"({len(out['points'])} points captured)"]
+    a = out["address_orders"]
+    if not a["certain"]:
+        every = out["value_every_order"]
+        lines.append(f"  it depends on where the driver puts segments: {out['value']} runs out of memory in "
+                     f"{a['oom_at_value']} of {a['orders_at_value']} address orders, {out['value'] + 1} fits in "
+                     f"{a['fit_above_value']} of {a['orders_above_value']}; "
+                     f"{every if every is not None else 'nothing'} fits in every one")
     for p in out["points"]:
         lines.append(f"  {name} {p['value']}: reserved {p['peak_reserved']:,} B, allocated "
                      f"{p['peak_allocated']:,} B  {'fits' if p['fits'] else 'OOM'}")

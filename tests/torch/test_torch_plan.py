@@ -175,6 +175,27 @@ def test_cli_json_answers_and_vary(tmp_path):
     assert peak.returncode == 0, peak.stderr
 
 
+def test_cli_says_how_far_the_peaks_move_with_where_segments_land(tmp_path):
+    """MLP fp32 batch 256: the plan's own order gives 379,584,512 B reserved, the H200 396,361,728 B; both are in
+    the range the answer prints, and --json carries it."""
+    script = tmp_path / "train.py"
+    script.write_text("import sys, importlib.util\n"
+                      f"spec = importlib.util.spec_from_file_location('w', {str(ROOT / 'bench' / 'torch_plan_workloads.py')!r})\n"
+                      "w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w)\n"
+                      "w.train('mlp', int(sys.argv[1]), 'fp32')\n")
+    real = next(r for r in TRUTHS["runs"] if (r["model"], r["dtype"], r["batch"]) == ("mlp", "fp32", 256))
+    runs = {mode: subprocess.run([sys.executable, "-m", "alloctrace", "plan", "--no-store", *mode, "--", "python",
+                                  str(script), "256"], capture_output=True, text=True, timeout=300)
+            for mode in [(), ("--json",)]}
+    assert all(r.returncode == 0 for r in runs.values()), [r.stderr for r in runs.values()]
+    out = json.loads(runs[("--json",)].stdout)
+    lo, hi = out["peak_reserved_range"]
+    assert out["address_sensitive"] and lo <= out["peak_reserved"] <= hi and lo < hi
+    assert lo <= real["max_memory_reserved"] <= hi and out["address_orders"] == len(torch_plan.ADDRESS_ORDERS)
+    line = next(x for x in runs[()].stdout.splitlines() if x.startswith("depends on where the driver puts segments"))
+    assert f"reserved {lo:,}-{hi:,} B over {out['address_orders']} address orders" in line
+
+
 def _user_frames_only(snap: dict) -> dict:
     """Both sides' stacks down to the workload's own frames (the torch frames differ by version and machine)."""
     for e in snap["device_traces"][0]:

@@ -113,6 +113,13 @@ def test_a_plan_search_draws_categories_against_batch(server, page):
     reserved = measured["reserved (max_memory_reserved)"]
     assert reserved["x"] == [p["value"] for p in ran] and reserved["y"] == [p["peak_reserved"] for p in ran]
     assert measured["parameters"]["y"] == [p["categories"]["parameters"] for p in ran]
+    # each peak's range over where the driver may put segments, as its error bar (none where it does not move)
+    for curve, key in [("reserved (max_memory_reserved)", "peak_reserved"), ("allocated (max_memory_allocated)",
+                                                                            "peak_allocated")]:
+        bars = measured[curve]["errors"]
+        assert bars["array"] == [p[f"{key}_range"][1] - p[key] for p in ran]
+        assert bars["arrayminus"] == [p[key] - p[f"{key}_range"][0] for p in ran]
+        assert bars["visible"] == any(p[f"{key}_range"][0] != p[f"{key}_range"][1] for p in ran)
     failed = [p["value"] for p in plan["points"] if p["oom"] is not None]
     oom = [t for t in traces if t["kind"] == "oom" and t["meta"]["curve"] == "reserved (max_memory_reserved)"]
     assert failed and oom[0]["x"] == failed and oom[0]["symbol"] == "x"  # off the line: counted to the failure

@@ -245,11 +245,12 @@ def _plan(store, pid: str, s: dict, budget: int | None) -> dict:
     lo, hi = kept.get("lo") or points[0]["value"], kept.get("hi") or points[-1]["value"]
     budget = budget if budget is not None else kept.get("budget")
 
-    def curve(name, kind, of):
+    def curve(name, kind, of, spread=None):
         c = {"name": name, "kind": kind, "setting": "",
              "points": [{"x": p["value"], "bytes": int(of(p)), "uncertainty_bytes": 0, "measured": True,
                          "oom": p["oom"] is not None, "trace": s["id"] if p["value"] == kept.get("stored_value")
-                         else None} for p in points]}
+                         else None, **({"range": list(p[spread])} if spread and p.get(spread) else {})}
+                        for p in points]}
         _with_law(c, axis, lo, hi)
         law = (kept.get("laws") or {}).get(name) if kind == "category" else None
         if c["law"] is None and law and law.get("linear"):  # `plan`'s own law per category: within 1 %
@@ -258,10 +259,16 @@ def _plan(store, pid: str, s: dict, budget: int | None) -> dict:
 
     cats = list(dict.fromkeys(c for p in points for c in p["categories"]))
     curves = [curve(c, "category", lambda p, c=c: p["categories"].get(c, 0)) for c in cats]
-    curves.append(curve("reserved (max_memory_reserved)", "reserved", lambda p: p["peak_reserved"]))
-    curves.append(curve("allocated (max_memory_allocated)", "allocated", lambda p: p["peak_allocated"]))
+    # a point's range: its peak over every order the driver may place segments in (torch_plan.ADDRESS_ORDERS)
+    curves.append(curve("reserved (max_memory_reserved)", "reserved", lambda p: p["peak_reserved"],
+                        "peak_reserved_range"))
+    curves.append(curve("allocated (max_memory_allocated)", "allocated", lambda p: p["peak_allocated"],
+                        "peak_allocated_range"))
     stored = {"value": kept.get("value")} if budget == kept.get("budget") else None
     answer = _answer_of(curves[-2], "", budget, stored) if budget is not None else None
+    if answer and stored is not None and kept.get("address_orders"):
+        answer["value_every_order"] = kept.get("value_every_order")  # the answer wherever segments land
+        answer["address_orders"] = kept["address_orders"]
     return {"id": pid, "kind": "plan", "axis": axis, "budget": budget, "stored_budget": kept.get("budget"),
             "range": [lo, hi], "compute_only": False, "curves": curves, "answers": [answer] if answer else [],
             "traces": [s["id"]], "name": s["name"]}

@@ -30,6 +30,11 @@ UNSEEN = ("not predicted, outside the caching allocator: the CUDA context, cuBLA
           "thread (785,186,816 B on an H200 with torch 2.11.0+cu130, measured; other versions differ), "
           "cuDNN/cuFFT scratch taken with cudaMalloc, NCCL buffers")
 MAX_SEARCH = 64              # at most this many captured points per search
+# where the driver puts each new segment, tried in turn: the plan's own order first, then ascending addresses and
+# 62 seeded random ones. Best fit breaks ties by address, so a peak can move with them (docs/torch-plan.md)
+ADDRESS_ORDERS: tuple = ("down", "up", *range(1, 63))
+SETTLED_AFTER = 16           # orders that all agree on both peaks and the OOM end the trial there
+MAX_REPLAYED = 40_000_000    # events replayed for the orders of one plan: a longer capture tries fewer orders
 
 
 @dataclass
@@ -44,9 +49,25 @@ class Plan:
     error: str | None = None
     workspace: int = 0
     capture: object = field(default=None, repr=False)   # the Capture it replayed (for storing it as a trace)
+    # the same requests under every order of ADDRESS_ORDERS: (lowest, highest) peak, and how many ran out
+    peak_allocated_range: tuple = (0, 0)
+    peak_reserved_range: tuple = (0, 0)
+    address_orders: int = 1
+    oom_orders: int = 0
+
+    @property
+    def address_sensitive(self) -> bool:
+        """Whether where the driver puts segments moves a peak or decides an OOM."""
+        return (self.peak_allocated_range[0] != self.peak_allocated_range[1]
+                or self.peak_reserved_range[0] != self.peak_reserved_range[1]
+                or 0 < self.oom_orders < self.address_orders)
 
     def as_dict(self) -> dict:
         return {"peak_allocated": self.peak_allocated, "peak_reserved": self.peak_reserved,
+                "peak_allocated_range": list(self.peak_allocated_range),
+                "peak_reserved_range": list(self.peak_reserved_range),
+                "address_orders": self.address_orders, "oom_orders": self.oom_orders,
+                "address_sensitive": self.address_sensitive,
                 "fragmentation_at_peak": self.fragmentation_at_peak, "categories": self.categories,
                 "oom": self.oom, "entries": self.entries, "partial": self.partial, "error": self.error,
                 "cublas_workspace": self.workspace, "unseen": UNSEEN, "outside_allocator": OUTSIDE_ALLOCATOR}
@@ -75,13 +96,32 @@ def _largest_free(model: CachingAllocator) -> int:
 
 
 def replay(cap: torch_capture.Capture, settings: AllocatorSettings, total: int | None = None,
-           segments: list[tuple[int, int]] = ()) -> Plan:
+           segments: list[tuple[int, int]] = (), orders: tuple = ADDRESS_ORDERS) -> Plan:
     """The capture's requests through the model; stops at the first OOM (the program would die there).
 
     `segments`: (address, size) of the segments a real run of the step got from cudaMalloc, in order. Best fit
     breaks ties between equal free blocks by address, and the driver's address for a new segment depends on
-    what the process mapped before, so without them new segments simply go below the older ones."""
-    device = SimulatedDevice(total if total else settings.device_total, segments)
+    what the process mapped before, which a plan cannot see: the answer is the replay with new segments below
+    the older ones (`orders[0]`), with the range of peaks and the OOMs over the orders of `orders` tried: all
+    of them, unless the first SETTLED_AFTER agree (or the capture is too long to replay them all)."""
+    plan = replay_once(cap, settings, total, segments, orders[0] if orders else "down")
+    n = max(1, min(len(orders), MAX_REPLAYED // max(1, len(cap.events))))
+    every = [plan]
+    for o in orders[1:n]:
+        if len(every) == SETTLED_AFTER and len({(p.peak_allocated, p.peak_reserved, p.oom is None)
+                                                for p in every}) == 1:
+            break                            # the addresses do not move this step's answer
+        every.append(replay_once(cap, settings, total, segments, o))
+    plan.peak_allocated_range = (min(p.peak_allocated for p in every), max(p.peak_allocated for p in every))
+    plan.peak_reserved_range = (min(p.peak_reserved for p in every), max(p.peak_reserved for p in every))
+    plan.address_orders, plan.oom_orders = len(every), sum(p.oom is not None for p in every)
+    return plan
+
+
+def replay_once(cap: torch_capture.Capture, settings: AllocatorSettings, total: int | None,
+                segments: list[tuple[int, int]], order: str | int) -> Plan:
+    """One replay, new segments placed by `order` (SimulatedDevice) where `segments` names no address."""
+    device = SimulatedDevice(total if total else settings.device_total, segments, order)
     model = CachingAllocator(settings, device, record=False)
     plan = Plan(partial=cap.partial, error=cap.error, workspace=cap.workspace, capture=cap)
     live: dict = {}
@@ -113,6 +153,9 @@ def replay(cap: torch_capture.Capture, settings: AllocatorSettings, total: int |
         if model.reserved > plan.peak_reserved:
             plan.peak_reserved = model.reserved
             plan.fragmentation_at_peak = model.reserved - model.allocated
+    plan.peak_allocated_range = (plan.peak_allocated, plan.peak_allocated)
+    plan.peak_reserved_range = (plan.peak_reserved, plan.peak_reserved)
+    plan.oom_orders = int(plan.oom is not None)
     return plan
 
 
@@ -172,28 +215,50 @@ def largest_fitting(point, lo: int, hi: int, budget: int, settings: AllocatorSet
     capped = replace(settings, memory_limit=budget)
     tried: dict[int, Plan] = {}
 
-    def fits(v: int) -> bool:
-        if len(tried) >= MAX_SEARCH:
-            raise UserError(f"the search tried {MAX_SEARCH} points without an answer")
-        tried[v] = point(v, capped)
-        if tried[v].partial:
-            raise UserError(f"at {v}: {tried[v].error}")
-        return tried[v].oom is None
+    def run(v: int) -> Plan:
+        if v not in tried:
+            if len(tried) >= MAX_SEARCH:
+                raise UserError(f"the search tried {MAX_SEARCH} points without an answer")
+            tried[v] = point(v, capped)
+            if tried[v].partial:
+                raise UserError(f"at {v}: {tried[v].error}")
+        return tried[v]
 
-    if not fits(lo):
-        value = None
-    elif fits(hi):
-        value = hi
-    else:
-        good, bad = lo, hi
-        while good + 1 < bad:
-            mid = (good + bad) // 2
-            good, bad = (mid, bad) if fits(mid) else (good, mid)
-        value = good
+    value = _bisect(lo, hi, lambda v: run(v).oom is None)
+    # the answer wherever the driver puts segments: below it, the largest value every address order runs
+    every = value if value is None or run(value).oom_orders == 0 else \
+        _bisect(lo, value, lambda v: run(v).oom_orders == 0)
     if keep is not None:
         keep.update(tried)
     points = [{"value": v, "fits": p.oom is None, **p.as_dict()} for v, p in sorted(tried.items())]
-    return {"value": value, "budget": budget, "points": points, "laws": growth_laws(points)}
+    return {"value": value, "value_every_order": every, "budget": budget, "points": points,
+            "laws": growth_laws(points), "address_orders": address_certainty(tried, value, lo, hi)}
+
+
+def _bisect(lo: int, hi: int, fits) -> int | None:
+    """The largest v in lo..hi with fits(v), for a fits that holds up to some value and not after."""
+    if not fits(lo):
+        return None
+    if fits(hi):
+        return hi
+    good, bad = lo, hi
+    while good + 1 < bad:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if fits(mid) else (good, mid)
+    return good
+
+
+def address_certainty(tried: dict, value: int | None, lo: int, hi: int) -> dict:
+    """Whether the answer holds wherever the driver puts segments: of the address orders replayed at the answer,
+    how many run out of memory, and of those one step above it, how many fit (the search always tried value + 1,
+    or `lo` when nothing fits)."""
+    at = tried[value] if value is not None else None
+    above = tried[lo] if value is None else (tried[value + 1] if value != hi else None)
+    out = {"orders_at_value": at.address_orders if at else 0, "oom_at_value": at.oom_orders if at else None,
+           "orders_above_value": above.address_orders if above else 0,
+           "fit_above_value": above.address_orders - above.oom_orders if above else 0}
+    out["certain"] = not out["oom_at_value"] and out["fit_above_value"] == 0
+    return out
 
 
 def growth_laws(points: list[dict]) -> dict:

@@ -84,9 +84,10 @@ def store_vary(store, out: dict, plans: dict, settings: AllocatorSettings, total
     capped = replace(settings, memory_limit=out["budget"])
     pid = new_sweep_id()
     keep = ("value", "fits", "peak_allocated", "peak_reserved", "fragmentation_at_peak", "categories", "oom",
-            "partial")
+            "partial", "peak_allocated_range", "peak_reserved_range", "address_orders", "oom_orders")
     kept = {"name": out["name"], "budget": out["budget"], "value": out["value"], "lo": out.get("lo"),
-            "hi": out.get("hi"), "laws": out["laws"],
+            "hi": out.get("hi"), "laws": out["laws"], "value_every_order": out.get("value_every_order"),
+            "address_orders": out.get("address_orders"),
             "points": [{k: p.get(k) for k in keep} for p in out["points"]]}
     ids: dict = {}
     for value, plan in sorted(plans.items()):

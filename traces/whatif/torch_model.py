@@ -12,6 +12,7 @@ devices it drives a model with sit beside it; the request side (text settings, c
 """
 from __future__ import annotations
 
+import random
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -69,10 +70,16 @@ class SimulatedDevice:
     Addresses matter to the allocator only through best fit's tie-break (equal sizes go to the lower address), so
     a new segment takes the address the recorded run got for its next segment of the same size when that range is
     free here, else a fresh one above every recorded address. Under the recorded settings a what-if run therefore
-    makes exactly the recorded run's choices."""
+    makes exactly the recorded run's choices.
 
-    def __init__(self, total: int, recorded: list[tuple[int, int]] = ()):
+    Without a recorded address, `order` says where a new segment goes: "down" (below every older one), "up"
+    (above) or an int (a seeded random place): the driver's choice, which a plan cannot see, tried several ways
+    to show how much a peak depends on it."""
+
+    def __init__(self, total: int, recorded: list[tuple[int, int]] = (), order: str | int = "down"):
         self.total = total
+        self.order = order
+        self.rng = random.Random(order) if isinstance(order, int) else None
         self.used = 0
         self.by_size: dict[int, list[int]] = {}
         for addr, size in reversed(recorded):
@@ -106,11 +113,23 @@ class SimulatedDevice:
             if self._free_range(cand, size):
                 addr = cand
                 break
-        if addr is None:                     # the driver hands out new ranges below the older ones
-            self.low_addr -= -(-size // (2 << 20)) * (2 << 20)
-            addr = self.low_addr
+        if addr is None:
+            addr = self._new_address(size)
         self.live.add((addr, addr + size))
         return addr
+
+    def _new_address(self, size: int) -> int:
+        span = -(-size // (2 << 20)) * (2 << 20)
+        if self.rng is not None:             # a random 1 GiB-aligned place in a 2^50-byte range
+            while True:
+                addr = (1 << 50) + self.rng.randrange(1 << 20) * (1 << 30)
+                if self._free_range(addr, span):
+                    return addr
+        if self.order == "up":
+            self.next_addr += span
+            return self.next_addr - span
+        self.low_addr -= span                # the driver hands out new ranges below the older ones
+        return self.low_addr
 
     def free(self, addr, size):
         self.used -= size

@@ -1,0 +1,132 @@
+"""Where the driver puts a new segment decides best fit's ties, so a plan, which cannot see the addresses, replays
+the step under several address orders (torch_plan.ADDRESS_ORDERS) and says how far its peaks move. Every peak
+an H200 gave (tests/data/torch/plan: the plain steps, gradient accumulation and its kin, checkpointing, ResNet-50,
+and the same step recorded twice) lies within the plan's range, and the largest batch that fits in every order
+is never above the one found by trial."""
+from __future__ import annotations
+
+import gzip
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
+from alloctrace.traces.preflight import torch_capture, torch_plan, torch_scratch  # noqa: E402
+from alloctrace.traces.whatif.torch_model import SimulatedDevice  # noqa: E402
+from torchsnap import plan_workloads  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "torch" / "plan"
+TRUTHS = json.loads((DATA / "truths.json").read_text())
+VARIANTS = json.loads((DATA / "variants.json").read_text())
+MORE = json.loads((DATA / "more.json").read_text())
+W = plan_workloads()
+
+
+@cache
+def _measured():
+    return torch_scratch.measured_table(json.load(gzip.open(DATA / "resnet50_scratch.json.gz", "rt")))
+
+
+def _plan(run) -> torch_plan.Plan:
+    model, batch, dtype, variant = run["model"], run["batch"], run["dtype"], run.get("variant")
+    if model == "resnet50":
+        return torch_plan.plan_callable(W.train, model, batch, dtype, measured=_measured())
+    if variant == "checkpoint_reentrant":
+        return torch_plan.plan_callable(W.train_checkpoint_reentrant, model, batch, dtype)
+    if variant in W.VARIANTS_MORE:
+        return torch_plan.plan_callable(W.train_variant, model, batch, dtype, **W.VARIANTS_MORE[variant])
+    if variant:
+        return torch_plan.plan_callable(W.train_variant, model, batch, dtype, **W.VARIANTS.get(variant, {}))
+    return torch_plan.plan_callable(W.train, model, batch, dtype)
+
+
+def _case(r):
+    return pytest.param(r, id="-".join(str(r[k]) for k in ("model", "dtype", "batch", "variant") if r.get(k)))
+
+
+RUNS = [*TRUTHS["runs"], *[r for r in VARIANTS if r["variant"] != "checkpoint"], *MORE["variants"], *MORE["runs"]]
+
+
+@pytest.mark.parametrize("run", [_case(r) for r in RUNS])
+def test_every_real_peak_lies_within_the_plans_range_over_address_orders(run):
+    p = _plan(run)
+    assert not p.partial, p.error
+    (a0, a1), (r0, r1) = p.peak_allocated_range, p.peak_reserved_range
+    # every order is tried once the first ones disagree
+    assert p.address_orders == (len(torch_plan.ADDRESS_ORDERS) if p.address_sensitive else torch_plan.SETTLED_AFTER)
+    assert p.oom_orders == 0
+    assert a0 <= p.peak_allocated <= a1 and r0 <= p.peak_reserved <= r1      # the answer is one of the orders
+    assert a0 <= run["max_memory_allocated"] <= a1
+    assert r0 <= run["max_memory_reserved"] <= r1
+    assert p.address_sensitive == (a0 != a1 or r0 != r1)
+
+
+def test_the_answer_is_the_first_orders_replay_and_each_order_is_reproducible():
+    with torch_capture.capture() as cap:
+        W.train("gpt", 4, "fp32")
+    settings = AllocatorSettings()
+    p = torch_plan.replay(cap, settings)
+    first = torch_plan.replay_once(cap, settings, None, (), torch_plan.ADDRESS_ORDERS[0])
+    assert (p.peak_allocated, p.peak_reserved) == (first.peak_allocated, first.peak_reserved)
+    peaks = {o: (q.peak_allocated, q.peak_reserved) for o in torch_plan.ADDRESS_ORDERS
+             for q in [torch_plan.replay_once(cap, settings, None, (), o)]}
+    assert p.peak_allocated_range == (min(a for a, _ in peaks.values()), max(a for a, _ in peaks.values()))
+    assert len(set(peaks.values())) > 1                    # this step's peak allocated moves with the addresses
+    again = torch_plan.replay_once(cap, settings, None, (), 3)
+    assert (again.peak_allocated, again.peak_reserved) == peaks[3]
+    one = torch_plan.replay(cap, settings, orders=("down",))
+    assert one.address_orders == 1 and not one.address_sensitive
+
+
+def test_the_same_step_recorded_twice_on_the_gpu_lies_within_one_range():
+    """GPT bf16 reentrant checkpointing, recorded twice on the H200 (more.json and the snapshot beside it):
+    473,031,168 / 564,133,888 and 474,079,744 / 597,688,320, allocated / reserved. Both in the plan's range."""
+    run = next(r for r in MORE["variants"] if (r["model"], r["dtype"], r["variant"]) == ("gpt", "bf16",
+                                                                                       "checkpoint_reentrant"))
+    p = _plan(run)
+    for allocated, reserved in [(473_031_168, 564_133_888), (run["max_memory_allocated"], run["max_memory_reserved"])]:
+        assert p.peak_allocated_range[0] <= allocated <= p.peak_allocated_range[1]
+        assert p.peak_reserved_range[0] <= reserved <= p.peak_reserved_range[1]
+
+
+@pytest.mark.parametrize("largest", [pytest.param(x, id=f"{x['model']}-{x['dtype']}") for x in TRUTHS["largest"]])
+def test_the_largest_batch_in_every_address_order_is_never_above_the_trial(largest):
+    model, dtype = largest["model"], largest["dtype"]
+    tried = [int(v) for v in largest["tried"]]
+    ans = torch_plan.largest_fitting(lambda v, s: torch_plan.plan_callable(W.train, model, v, dtype, settings=s),
+                                     min(tried), max(tried), largest["cap"], AllocatorSettings())
+    assert ans["value"] == largest["value"]
+    every, orders = ans["value_every_order"], ans["address_orders"]
+    assert every is not None and every <= largest["value"]
+    assert orders["certain"] == (every == ans["value"] and orders["fit_above_value"] == 0)
+    at = next(p for p in ans["points"] if p["value"] == every)
+    assert at["oom_orders"] == 0
+    if every < ans["value"]:                              # one step above it, some order runs out
+        above = next(p for p in ans["points"] if p["value"] == every + 1)
+        assert above["oom_orders"] > 0
+    from alloctrace.commands.plan import vary_lines
+
+    said = [x for x in vary_lines({**ans, "name": "batch"}) if "depends on where the driver puts segments" in x]
+    assert len(said) == (0 if orders["certain"] else 1)
+    if said:
+        assert f"{every} fits in every one" in said[0] and f"{ans['value']} runs out of memory in " \
+            f"{orders['oom_at_value']} of {orders['orders_at_value']} address orders" in said[0]
+
+
+def test_new_segments_go_down_up_or_to_a_seeded_place_and_a_recorded_address_comes_first():
+    mib = 1 << 20
+    down, up = SimulatedDevice(1 << 40), SimulatedDevice(1 << 40, order="up")
+    d = [down.malloc(20 * mib, 0) for _ in range(3)]
+    u = [up.malloc(20 * mib, 0) for _ in range(3)]
+    assert d == sorted(d, reverse=True) and u == sorted(u) and len(set(d)) == len(set(u)) == 3
+    r1 = [SimulatedDevice(1 << 40, order=7).malloc(20 * mib, 0) for _ in range(2)]
+    assert r1[0] == r1[1]                                  # the same seed, the same place
+    seeded = SimulatedDevice(1 << 40, order=7)
+    spots = [seeded.malloc(20 * mib, 0) for _ in range(50)]
+    assert len(set(spots)) == 50 and spots != sorted(spots) and spots != sorted(spots, reverse=True)
+    recorded = SimulatedDevice(1 << 40, [(0x7F00_0000_0000, 20 * mib)], order=7)
+    assert recorded.malloc(20 * mib, 0) == 0x7F00_0000_0000
