@@ -10,6 +10,8 @@
     python3 bench/record_torch_plan_truths.py --checkpoint-snapshots OUT_DIR   # snapshots of checkpointed steps
     python3 bench/record_torch_plan_truths.py --segments OUT_DIR     # every point in a fresh process: peaks and
                                                                      # the segments' addresses (segments.json)
+    python3 bench/record_torch_plan_truths.py --held-out OUT_DIR     # batches the plan was never checked on, and
+                                                                     # two points again, fresh processes (held_out.json)
 
 Writes OUT_DIR/truths.json: for each model x dtype x batch, `max_memory_allocated` / `max_memory_reserved` of
 a fresh allocator (everything freed, cache emptied, cuBLAS workspaces dropped, peaks reset) after two training
@@ -432,6 +434,28 @@ def segments(out_dir):
                    "runs": runs}, f, separators=(",", ":"))
 
 
+HELD_OUT = {"mlp": (128, 512), "gpt": (6, 12), "vit": (24, 48)}
+REPEATED = (("gpt", "bf16", 8), ("vit", "fp32", 32))
+
+
+def held_out(out_dir, repeats=3):
+    """segment_addresses at batches none of the other recordings used, and two points `repeats` times, each in
+    a fresh process: what a plan's range over address orders must hold (held_out.json)."""
+    import subprocess
+    os.makedirs(out_dir, exist_ok=True)
+    points = [(n, d, b) for n, batches in HELD_OUT.items() for d in DTYPES for b in batches]
+    runs = []
+    for name, dtype, batch in points + [p for p in REPEATED for _ in range(repeats)]:
+        line = subprocess.run([sys.executable, os.path.abspath(__file__), "--segments-one", name, dtype, str(batch)],
+                              check=True, capture_output=True, text=True).stdout
+        runs.append(json.loads(line.strip().splitlines()[-1]))
+        print(name, dtype, batch, runs[-1]["max_memory_allocated"], runs[-1]["max_memory_reserved"], flush=True)
+    with open(os.path.join(out_dir, "held_out.json"), "w") as f:
+        json.dump({"recorded_with": f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
+                                    f"{torch.cuda.get_device_name(0)}; one fresh process per point",
+                   "runs": runs}, f, separators=(",", ":"))
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--checkpoint-snapshots"]:
         train("mlp", 8, "fp32")                 # warm-up
@@ -447,6 +471,8 @@ if __name__ == "__main__":
         plain_sequences(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--segments"]:
         segments(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--held-out"]:
+        held_out(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--segments-one"]:
         print(json.dumps(segment_addresses(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
     elif sys.argv[1:2] == ["--variants"]:
