@@ -1,6 +1,7 @@
 """Program runs reported as they happened: a point whose program hangs ends as "timed out" (killed with what it
-started, the sweep goes on) saying where its threads were (blocked in futex: a deadlock), a failing program's own last lines and exit status are in its point (never a
-guess about static linking), -j follows the program's -t, and flags a build says it ignores are named."""
+started, the sweep goes on) saying where its threads were (blocked in futex: a deadlock), a failing program's
+own last lines and exit status are in its point (never a guess about static linking), -j follows the
+program's -t, and flags a build says it ignores are named."""
 from __future__ import annotations
 
 import json

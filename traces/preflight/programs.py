@@ -73,10 +73,11 @@ def stop_late(proc) -> TimedOut:
 # system calls a stuck thread is commonly blocked in, by number (/proc/PID/task/TID/syscall), per machine
 SYSCALLS = {
     "x86_64": {0: "read", 1: "write", 7: "poll", 23: "select", 34: "pause", 35: "nanosleep", 43: "accept",
-               45: "recvfrom", 47: "recvmsg", 61: "wait4", 130: "rt_sigsuspend", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait",
-               247: "waitid", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 288: "accept4", 449: "futex_waitv"},
-    "aarch64": {22: "epoll_pwait", 63: "read", 64: "write", 72: "pselect6", 73: "ppoll", 95: "waitid",
-                98: "futex", 133: "rt_sigsuspend", 101: "nanosleep", 115: "clock_nanosleep", 202: "accept", 207: "recvfrom",
+               45: "recvfrom", 47: "recvmsg", 61: "wait4", 130: "rt_sigsuspend", 202: "futex",
+               230: "clock_nanosleep", 232: "epoll_wait", 247: "waitid", 270: "pselect6", 271: "ppoll",
+               281: "epoll_pwait", 288: "accept4", 449: "futex_waitv"},
+    "aarch64": {22: "epoll_pwait", 63: "read", 64: "write", 72: "pselect6", 73: "ppoll", 95: "waitid", 98: "futex",
+                101: "nanosleep", 115: "clock_nanosleep", 133: "rt_sigsuspend", 202: "accept", 207: "recvfrom",
                 212: "recvmsg", 242: "accept4", 260: "wait4", 449: "futex_waitv"},
 }
 MAX_THREADS_READ = 1024  # a program with more threads is described by its first ones
