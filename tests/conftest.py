@@ -57,8 +57,9 @@ def log_records(imp) -> list:
 # `postgres` follow from the fixtures a test asks for; the others from the file, by this table.
 FILE_MARKS = {
     "record": ["test_record.py", "test_record_cuda.py", "test_record_errors.py", "test_record_llama.py",
-               "test_record_model.py", "test_record_moe.py", "test_prestart.py", "test_preflight_llama.py",
-               "test_preflight_startup.py", "test_torch_record.py", "test_preflight_iswa.py"],
+               "test_record_locks.py", "test_record_model.py", "test_record_moe.py", "test_prestart.py",
+               "test_preflight_llama.py", "test_preflight_startup.py", "test_torch_record.py",
+               "test_preflight_iswa.py"],
     "gpu_fixture": ["test_record_cuda.py", "test_record_moe.py", "test_torch_recorded.py", "test_torch_pairs.py",
                     "test_torch_ranks.py", "test_torch_import.py", "test_torch_plan_truth.py", "test_torch_hook_gpu.py"],
     "slow": ["test_install.py", "test_server_schema.py", "test_hostile_server.py", "test_memmap_saved.py",

@@ -46,8 +46,14 @@ def llama_programs(bindir: Path, model: Path):
             os.environ["LD_LIBRARY_PATH"] = old
 
 
+# a dry run of these tiny models takes milliseconds: a hung one fails its test in two minutes, saying where its
+# threads were (llama.cpp's log flush once deadlocked under load: every thread blocked in futex), not in 900 s
+PROGRAM_TIMEOUT_S = "120"
+
+
 def run_json(capsys, *args) -> dict:
-    rc = main(list(args))
+    """`alloctrace sweep|fit ... --json` run in this process, each program limited to PROGRAM_TIMEOUT_S."""
+    rc = main([args[0], "--timeout", PROGRAM_TIMEOUT_S, *args[1:]])
     out = capsys.readouterr()
     assert rc == 0, out.err[-2000:]
     return json.loads(out.out)

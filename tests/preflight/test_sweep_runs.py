@@ -1,6 +1,7 @@
 """Program runs reported as they happened: a point whose program hangs ends as "timed out" (killed with what it
-started, the sweep goes on), a failing program's own last lines and exit status are in its point (never a
-guess about static linking), -j follows the program's -t, and flags a build says it ignores are named."""
+started, the sweep goes on) saying where its threads were (blocked in futex: a deadlock), a failing program's
+own last lines and exit status are in its point (never a guess about static linking), -j follows the
+program's -t, and flags a build says it ignores are named."""
 from __future__ import annotations
 
 import json
@@ -15,11 +16,13 @@ import pytest
 from test_sweep_stopped import SLEEPER, SWEEP_PROGRAM, alive
 
 from alloctrace.traces.preflight.prestart import default_jobs, program_threads
-from alloctrace.traces.preflight.programs import ignored_flags
+from alloctrace.traces.preflight.programs import ignored_flags, where_it_was
 from alloctrace.traces.sources.record.source import last_lines, no_allocator_calls
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sweeps record on Linux")
 FAILING = Path(__file__).parents[1] / "data" / "record" / "failing.sh"
+DEADLOCKED = Path(__file__).parents[1] / "data" / "record" / "deadlocked.py"
+KILLED = "the program was killed (--timeout); it was blocked in "  # the sleeper's shell, waiting for its child
 
 
 def _env(tmp_path, pure="0"):
@@ -46,7 +49,7 @@ def test_a_hung_point_times_out_and_the_sweep_goes_on(tmp_path, pure, jobs):
     pts = {p["values"]["-c"]: p for p in json.loads(r.stdout)["points"]}
     assert pts["1"]["status"] == "ok" and pts["1"]["trace"] and pts["1"]["buffers"]
     assert pts["2"]["status"] == "timed out" and pts["2"]["trace"] is None
-    assert pts["2"]["error"] == "timed out after 2 s: the program was killed (--timeout)"
+    assert pts["2"]["error"].startswith("timed out after 2 s: " + KILLED) and " in 1 thread, " in pts["2"]["error"]
     assert took < 120            # not the sleeper's 300 s
     started = [int(p) for p in pids.read_text().split()]
     deadline = time.monotonic() + 10
@@ -59,7 +62,7 @@ def test_a_hung_point_times_out_and_the_sweep_goes_on(tmp_path, pure, jobs):
 def test_the_table_says_timed_out_and_timeout_zero_is_refused_negative(tmp_path):
     _pids, _tmp, env = _env(tmp_path)
     r = _sweep(tmp_path, env, "--vary=-c=2", "--timeout", "1", "--", str(SLEEPER))
-    assert r.returncode == 1 and "timed out after 1 s: the program was killed (--timeout)" in r.stdout
+    assert r.returncode == 1 and "timed out after 1 s: " + KILLED in r.stdout
     r = _sweep(tmp_path, env, "--vary=-c=2", "--timeout", "-1", "--", str(SLEEPER))
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--timeout" in r.stderr
 
@@ -70,8 +73,40 @@ def test_fit_reports_a_run_that_timed_out(tmp_path):
            "--vary=-c=2..8", "--timeout", "1", "--", str(SLEEPER)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
-    assert r.stderr.strip().splitlines()[-1] == ("alloctrace: error: fit: the run with -c 2 failed: timed out after "
-                                                 "1 s: the program was killed (--timeout)")
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("alloctrace: error: fit: the run with -c 2 failed: timed out after 1 s: " + KILLED)
+    assert last.endswith(" s of CPU time used")
+
+
+@pytest.mark.parametrize("pure", ["0", "1"])
+def test_a_timed_out_point_says_where_its_threads_were(tmp_path, pure):
+    """A deadlocked program (three threads each waiting on a lock nobody releases) and a busy one, both killed
+    at --timeout: each point's error says what its threads were doing then, so a hang tells its cause."""
+    _pids, _tmp, env = _env(tmp_path, pure)
+    r = _sweep(tmp_path, env, "--vary=-n=1", "--timeout", "1", "--json", "--", sys.executable, str(DEADLOCKED))
+    (p,) = json.loads(r.stdout)["points"]
+    assert p["status"] == "timed out", r.stderr
+    assert p["error"].startswith("timed out after 1 s: the program was killed (--timeout); it was blocked in futex")
+    assert " in 3 threads, " in p["error"] and p["error"].endswith(" s of CPU time used")
+    r = _sweep(tmp_path, env, "--vary=-n=1", "--timeout", "1", "--json", "--", sys.executable, "-c", "while 1: pass")
+    (p,) = json.loads(r.stdout)["points"]
+    assert p["error"].startswith("timed out after 1 s: the program was killed (--timeout); it was running in 1 "
+                                 "thread, "), p["error"]
+    assert float(p["error"].split(", ")[-1].split()[0]) > 0  # its CPU time
+
+
+def test_where_it_was_of_a_sleeping_child_and_of_no_process():
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        deadline = time.monotonic() + 30
+        while "blocked" not in where_it_was(child.pid) and time.monotonic() < deadline:  # until it sleeps
+            time.sleep(0.01)
+        said = where_it_was(child.pid)
+        assert said.startswith("blocked in ") and "sleep" in said and " in 1 thread, " in said, said
+    finally:
+        child.kill()
+        child.wait()
+    assert where_it_was(child.pid) == ""  # reaped: nothing to read
 
 
 def test_a_failing_program_is_reported_with_its_last_lines_and_status(tmp_path):

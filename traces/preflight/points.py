@@ -24,7 +24,7 @@ from alloctrace.traces.sources.record.run import checked_program, collect, recor
 from . import prestart
 from .forkpool import ForkPool
 from .printed import printed_sizes
-from .programs import (DEFAULT_TIMEOUT, TIMED_OUT, deadline, ignored_flags, next_deadline, past_deadline, stop_late,
+from .programs import (DEFAULT_TIMEOUT, TimedOut, deadline, ignored_flags, next_deadline, past_deadline, stop_late,
                        wait_any, wait_until)
 from .summary import summarise_imported
 from .vary import Vary, label, points as combinations, tags as point_tags, with_values
@@ -99,18 +99,20 @@ class Ran:
     ignored: list[str] = field(default_factory=list)  # ignored_flags() of its output
 
 
-def timed_out(argv: list[str], workdir: Path, timeout: float | None) -> Ran:
-    """A point whose program was killed at its time limit: what it printed, nothing read."""
+def timed_out(argv: list[str], workdir: Path, timeout: float | None, state: str = "") -> Ran:
+    """A point whose program was killed at its time limit: what it printed and where its threads were
+    (`state`, programs.where_it_was), nothing read."""
     text = program_output(workdir) if (workdir / "output.txt").exists() else ""
+    where = f"; it was {state}" if state else ""
     return Ran(128 + 9, text[-OUTPUT_TAIL:], [], f"timed out after {timeout or 0:g} s: the program was killed "
-               "(--timeout)", printed=printed_sizes(text), timed_out=True, ignored=ignored_flags(text))
+               f"(--timeout){where}", printed=printed_sizes(text), timed_out=True, ignored=ignored_flags(text))
 
 
-def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, status: int | str | None = None, *,
+def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, status: int | TimedOut | None = None, *,
                  timeout: float | None = None) -> Ran:
     """A worker's whole share of a point: run it, then read, replay and sum up its recordings (the CPU-bound
     part). `status`: the program has run already (run_points starts the first ones), its raw wait status (or
-    TIMED_OUT); else it runs here, killed after `timeout` seconds. What reading needs the workers share:
+    TimedOut); else it runs here, killed after `timeout` seconds. What reading needs the workers share:
     run_points imports it before they fork."""
     if status is None:
         try:
@@ -118,8 +120,8 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, statu
         except UserError as e:
             return Ran(127, "", [], str(e))
         status = proc.returncode if wait_until(proc, deadline(proc, timeout)) else stop_late(proc)
-    if status == TIMED_OUT:
-        return timed_out(argv, workdir, timeout)
+    if isinstance(status, TimedOut):
+        return timed_out(argv, workdir, timeout, status.state)
     from alloctrace.traces.sources.record.source import no_allocator_calls
 
     text = program_output(workdir)
@@ -139,8 +141,8 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, statu
     return Ran(result.exit_status, tail, traces, summary=summary, printed=printed, ignored=ignored)
 
 
-def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str, status: int | str | None = None, *,
-                      timeout: float | None = None) -> Ran:
+def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str, status: int | TimedOut | None = None,
+                      *, timeout: float | None = None) -> Ran:
     """`run_and_read`, then the point's folder removed by the worker that read it, while other points run:
     left to the end, removing them all delays every sweep's last line."""
     try:
@@ -295,7 +297,7 @@ def read_here(tasks: list[tuple], jobs: int, started: dict | None = None, timeou
     programs never wait for the reading. While the readers are imported (import_readers) the programs that
     end are only replaced; their points are read once the import is done."""
     running: dict = dict(started or {})  # point -> its program (prestart's Spawned)
-    ended: list[tuple[int, int]] = []  # (point, wait status): read next
+    ended: list[tuple[int, int | TimedOut]] = []  # (point, wait status): read next
     failed: list[tuple[int, Ran]] = []  # points whose program could not start
     nxt = len(running)  # the programs started already (some may have ended) are the first points'
 
@@ -314,9 +316,7 @@ def read_here(tasks: list[tuple], jobs: int, started: dict | None = None, timeou
 
     def fill_or_stop() -> None:
         for k in past_deadline(running, timeout):  # a hung program ends its point as timed out
-            stop_late(running[k])
-            ended.append((k, TIMED_OUT))
-            del running[k]
+            ended.append((k, stop_late(running.pop(k))))
         fill()
 
     try:
@@ -354,7 +354,7 @@ def first_programs_run(tasks: list[tuple], jobs: int, timeout: float | None = No
     workers fork with their readers in hand and these points ready to read. A program that cannot start is
     left to its worker, which reports it."""
     running: dict[int, prestart.Spawned] = {}
-    status: dict[int, int] = {}
+    status: dict[int, int | TimedOut] = {}
     nxt = 0
 
     def refill(start: bool = True) -> None:

@@ -15,7 +15,9 @@
  *
  * Stream (docs/record.md): lines `KIND field...`; names are the last field, escaped (\\ \n \r).
  * Each thread composes its lines in its own buffer; a mutex orders whole chunks into the file; a crash
- * signal writes the pending chunk before the program dies.
+ * signal writes the pending chunk before the program dies. The mutex never turns a program's end into a hang:
+ * a thread that already holds it (an assert or exit inside a ggml function asked under it) writes without
+ * taking it again, and fork() waits for it, so the child never starts with it held by a thread it lacks.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -97,6 +99,7 @@ static struct {
 static int g_fd = -1;
 static pid_t g_pid;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static __thread int t_holds_mu; /* this thread holds g_mu (it asks ggml functions under it) */
 static unsigned long g_seq;
 static __thread char *t_buf;
 static __thread size_t t_len, t_cap;
@@ -115,6 +118,30 @@ static void write_all(int fd, const char *p, size_t n) {
         p += w;
         n -= (size_t)w;
     }
+}
+
+static void mu_lock(void) {
+    pthread_mutex_lock(&g_mu);
+    t_holds_mu = 1;
+}
+
+static void mu_unlock(void) {
+    t_holds_mu = 0;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* fork() while another thread holds g_mu would leave the child a mutex locked by a thread it does not have:
+   its first recorded call would wait for ever. The fork waits for the mutex instead (unless this thread holds
+   it: a fork from inside a ggml function asked under it), and both sides carry on with it free. */
+static __thread int t_fork_locked;
+static void before_fork(void) {
+    if (!t_holds_mu) mu_lock(), t_fork_locked = 1;
+}
+static void after_fork_parent(void) {
+    if (t_fork_locked) t_fork_locked = 0, mu_unlock();
+}
+static void after_fork_child(void) {
+    if (t_fork_locked) t_fork_locked = 0, t_holds_mu = 0, pthread_mutex_init(&g_mu, NULL);
 }
 
 /* The record folder: the one the command made for this run, this user's and no one else's, checked on the
@@ -184,10 +211,11 @@ static void leave_environment(void) {
 
 static void flush(void) {
     if (!t_len) return;
-    pthread_mutex_lock(&g_mu);
+    int held = t_holds_mu; /* already this thread's: an abort or exit inside a ggml function asked under it */
+    if (!held) mu_lock();
     open_stream();
     if (g_fd >= 0) write_all(g_fd, t_buf, t_len);
-    pthread_mutex_unlock(&g_mu);
+    if (!held) mu_unlock();
     t_len = 0;
 }
 
@@ -240,9 +268,16 @@ static void put_name(const char *s) {
 /* lines reach the file at call boundaries (flush), so a call's lines stay together */
 static void line_end(void) { put("\n"); }
 
+/* a line a crash cut short (inside a ggml function asked for one of its fields) is left out: the recording
+   ends with the lines before it and the crash's own line */
+static void drop_cut_line(void) {
+    while (t_len && t_buf[t_len - 1] != '\n') t_len--;
+}
+
 /* a crash (GGML_ASSERT aborts) writes this thread's pending lines, then dies as it would have */
 static struct sigaction old_sa[32];
 static void on_crash(int sig) {
+    drop_cut_line();
     if (t_len) open_stream();
     if (t_len && g_fd >= 0) write_all(g_fd, t_buf, t_len), t_len = 0;
     if (g_fd >= 0) {
@@ -260,6 +295,7 @@ __attribute__((constructor)) static void at_init(void) {
         if (dfd < 0) leave_environment();
         else close(dfd);
     }
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     static const int sigs[] = {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         struct sigaction sa;
@@ -443,7 +479,7 @@ static struct galloc_info *galloc_of(void *g) {
 }
 
 static void new_galloc(void *g, void **bufts, int n) {
-    pthread_mutex_lock(&g_mu);
+    mu_lock();
     struct galloc_info *gi = galloc_of(g);
     if (!gi && g_n_gallocs < 256) gi = &g_gallocs[g_n_gallocs++];
     if (gi) {
@@ -453,7 +489,7 @@ static void new_galloc(void *g, void **bufts, int n) {
         for (int i = 0; i < gi->n; i++) gi->bufts[i] = bufts[i];
     }
     for (int i = 0; i < n; i++) note_buft(bufts[i]);
-    pthread_mutex_unlock(&g_mu);
+    mu_unlock();
     put("N %p %d", g, n);
     for (int i = 0; i < n; i++) put(" %p", bufts[i]);
     line_end();
@@ -631,9 +667,9 @@ static bool put_graph(void *graph, struct galloc_info *gi, const int *node_ids, 
 
 /* ------------------------------------------------------------------ calls */
 static unsigned long call_begin(const char *kind, void *g, void *graph) {
-    pthread_mutex_lock(&g_mu);
+    mu_lock();
     unsigned long seq = ++g_seq;
-    pthread_mutex_unlock(&g_mu);
+    mu_unlock();
     put("C %lu %s %p %p %lu", seq, kind, g, graph, cur_call());
     line_end();
     if (t_depth < MAX_DEPTH) t_stack[t_depth] = seq;
@@ -674,10 +710,10 @@ AT_EXPORT void *ggml_gallocr_new(void *buft) {
 AT_EXPORT void ggml_gallocr_free(void *g) {
     REAL(void, ggml_gallocr_free, (void *));
     if (g) {
-        pthread_mutex_lock(&g_mu);
+        mu_lock();
         struct galloc_info *gi = galloc_of(g);
         if (gi) *gi = g_gallocs[--g_n_gallocs]; /* forget it: the table holds the live ones */
-        pthread_mutex_unlock(&g_mu);
+        mu_unlock();
         put("F %p", g);
         line_end();
         flush();
@@ -786,13 +822,13 @@ AT_EXPORT void *ggml_backend_buft_alloc_buffer(void *buft, size_t size) {
     void *b = real_ggml_backend_buft_alloc_buffer(buft, size);
     if (!t_depth) return b; /* weights and probes: only buffers made inside allocator calls matter */
     load_ggml_functions();
-    pthread_mutex_lock(&g_mu);
+    mu_lock();
     note_buft(buft);
     if (b) {
         if (g_n_buffers == 4096) g_n_buffers = 0;
         g_buffers[g_n_buffers++] = b;
     }
-    pthread_mutex_unlock(&g_mu);
+    mu_unlock();
     put("B %lu %p %zu %p %p %zu", cur_call(), buft, size, b, b && G.buffer_get_base ? G.buffer_get_base(b) : NULL,
         b && G.buffer_get_size ? G.buffer_get_size(b) : 0);
     line_end();
@@ -830,6 +866,7 @@ AT_EXPORT __attribute__((noreturn)) void ggml_abort(const char *file, int line, 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    drop_cut_line();
     flush();
     real_ggml_abort(file, line, "%s", msg);
     abort();
