@@ -124,6 +124,21 @@ class _Connection:
         return cur
 
 
+@lru_cache(maxsize=16)
+def _at_once_sql(tables: tuple[tuple[str, str], ...], then: str) -> str:
+    """insert_at_once's statement: an INSERT per table from its columns' arrays (unnest, in the rows' order:
+    traces.seq numbers them as a row at a time would), then `then`, each a part of one WITH."""
+    from alloctrace.traces.store.migrations import COLUMN_TYPES
+
+    parts = []
+    for k, (table, columns) in enumerate(tables):
+        names = [c.strip() for c in columns.split(",")]
+        arrays = ", ".join(f"%b::{translate(COLUMN_TYPES[table][c])}[]" for c in names)
+        parts.append(f"rows{k} AS (INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(names)} FROM "
+                     f"unnest({arrays}) WITH ORDINALITY AS r({', '.join(names)}, row_at) ORDER BY row_at)")
+    return f"WITH {', '.join(parts)}, then_ AS ({translate(then)}) SELECT 1"
+
+
 def _configure(conn) -> None:
     """Each pooled connection, once: its writes commit without waiting for the WAL flush (write())."""
     conn.execute("SET synchronous_commit = off")
@@ -228,7 +243,7 @@ class PostgresBackend:
         """`pipeline`: statements are sent without waiting for each answer (psycopg's pipeline mode; a read
         of a result waits for those before it): an import of many graphs is not a round trip per row."""
         psycopg = self._psycopg
-        try:
+        with self._mapped_errors():
             with self.pool.connection(timeout=60) as conn:
                 with conn.pipeline() if pipeline else nullcontext():
                     conn.execute(begin)
@@ -245,6 +260,26 @@ class PostgresBackend:
                         raise
                 for later in db.deferred:  # answered by the pipeline's last sync; the connection is still ours
                     later.resolve()
+
+    def insert_at_once(self, tables: list[tuple[str, str, list[tuple]]], then: str) -> None:
+        """Rows of tables [(table, its columns as listed in SQL, rows)] and the statement `then` as one
+        statement, a transaction of its own (autocommit): a write of a few traces is one message and one
+        answer, where BEGIN, an INSERT per table, `then` and COMMIT were parsed and run one by one. Each
+        column's values go as one array parameter (binary), so the statement's text is the same for any
+        number of rows and psycopg prepares it once a connection has run it a few times."""
+        sql = _at_once_sql(tuple((table, columns) for table, columns, _ in tables), then)
+        args = []
+        for _, columns, rows in tables:
+            args += [[row[i] for row in rows] for i in range(columns.count(",") + 1)]
+        with self._mapped_errors(), self.pool.connection(timeout=60) as conn:
+            conn.execute(sql, args)
+
+    @contextmanager
+    def _mapped_errors(self):
+        """The database's refusals of a write as the store's errors (one line each)."""
+        psycopg = self._psycopg
+        try:
+            yield
         except psycopg.errors.InsufficientPrivilege:
             raise StoreReadOnly(f"store {self.where} is read-only: this database role may only read it (nothing "
                                 "was written)") from None
@@ -256,10 +291,11 @@ class PostgresBackend:
                 from None
 
     def id_taken(self, e: Exception) -> bool:
-        """Whether a write failed only because a new trace's id is used already (traces.id is UNIQUE)."""
+        """Whether a write failed only because a new trace's id is used already (traces.id is UNIQUE; in
+        insert_at_once's one statement, the graph rows of that id may meet its stored graphs' key first)."""
         diag = getattr(e, "diag", None)
         return isinstance(e, self._psycopg.errors.UniqueViolation) and diag is not None and \
-            diag.table_name == "traces" and diag.constraint_name == "traces_id_key"
+            (diag.table_name, diag.constraint_name) in (("traces", "traces_id_key"), ("graphs", "graphs_pkey"))
 
     @staticmethod
     def later(db: _Connection, sql: str, args=()) -> Later:
