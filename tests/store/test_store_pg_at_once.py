@@ -1,7 +1,8 @@
 """PostgreSQL's one-statement write (Store._add_at_once over PostgresBackend.insert_at_once: a write of a
 few traces as one statement, a transaction of its own) against the pipelined write it stands in for and
 against SQLite: the same rows of every table, byte for byte, in the same order; the generation moved once
-a write; a write past BATCH_BYTES goes the pipelined way without encoding a graph twice."""
+a write; a write past BATCH_BYTES goes the pipelined way without encoding a graph twice. Long text values
+(a recording's extras) are compressed with lz4 where the server has it, and read back the same."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -86,6 +87,12 @@ def test_one_statement_stores_the_rows_of_the_pipelined_write_and_of_sqlite(tmp_
         assert len(rows["fast"]["graphs"]) == 3 + 5 + 1 and dict(rows["fast"]["store_info"])["generation"] == "2"
         assert answers["fast"] == answers["sqlite"] == answers["pipelined"] == answers["split"]
         assert answers["fast"] == [fast.summaries([s["id"] for s in w]) for w in answers["fast"]]
+        with fast._snapshot() as db:  # the recording's 10 KB extras: lz4 where the server has it, else pglz
+            (lz4,) = db.execute("SELECT count(*) FROM pg_settings WHERE name = 'default_toast_compression' AND "
+                                "'lz4' = ANY(enumvals)").fetchone()
+            kinds = {r[0] for r in db.execute("SELECT pg_column_compression(extra) FROM graphs WHERE "
+                                              "length(extra) > 4000")}
+        assert kinds == ({"lz4"} if lz4 else {"pglz"})
     finally:
         for s in (fast, pipelined, split):
             s.close()
