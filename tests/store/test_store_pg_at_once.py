@@ -116,3 +116,27 @@ def test_a_failed_statement_leaves_nothing(pg_url):
     assert store.trace_ids() == {keep} and store.generation() == gen
     with store._snapshot() as db:
         assert db.execute("SELECT count(*) FROM graphs").fetchone()[0] == len(recs)
+
+
+@pytest.mark.parametrize("sql_type, values", [
+    ("TEXT", ["a", "", None, "ü ✓ \"{,}\\ NULL", "x" * 5000]),
+    ("TEXT", [None, None]),
+    ("TEXT", []),
+    ("BIGINT", [0, -1, None, (1 << 63) - 1, -(1 << 63), 1 << 40]),
+    ("BIGINT", []),
+    ("BYTEA", [b"", b"\x00\xff" * 3000, None]),
+])
+def test_arrays_are_what_psycopg_sends_and_read_back_the_same(pg_url, sql_type, values):
+    """pg_arrays against psycopg's own adaptation of the same list: the server reads the same array (its
+    binary form, array_send, byte for byte) and the values come back as given."""
+    import psycopg
+
+    from alloctrace.traces.store.pg_arrays import array, register
+
+    with psycopg.connect(pg_url) as conn:
+        register(conn)
+        ours = conn.execute(f"SELECT array_send(%b::{sql_type}[]), %b::{sql_type}[]",
+                            [array(values, sql_type), array(values, sql_type)]).fetchone()
+        theirs = conn.execute(f"SELECT array_send(%s::{sql_type}[])", [values]).fetchone()
+    assert bytes(ours[0]) == bytes(theirs[0])
+    assert [bytes(v) if isinstance(v, memoryview) else v for v in ours[1]] == values

@@ -125,28 +125,34 @@ class _Connection:
 
 
 @lru_cache(maxsize=16)
-def _at_once_sql(tables: tuple[tuple[str, str], ...], then: str) -> str:
+def _at_once_sql(tables: tuple[tuple[str, str], ...], then: str) -> tuple[str, tuple[str, ...]]:
     """insert_at_once's statement: an INSERT per table from its columns' arrays (unnest, in the rows' order:
-    traces.seq numbers them as a row at a time would), then `then`, each a part of one WITH."""
+    traces.seq numbers them as a row at a time would), then `then`, each a part of one WITH; and each
+    array's element type."""
     from alloctrace.traces.store.migrations import COLUMN_TYPES
 
-    parts = []
+    parts, types = [], []
     for k, (table, columns) in enumerate(tables):
         names = [c.strip() for c in columns.split(",")]
-        arrays = ", ".join(f"%b::{translate(COLUMN_TYPES[table][c])}[]" for c in names)
+        types += [translate(COLUMN_TYPES[table][c]) for c in names]
+        arrays = ", ".join(f"%b::{t}[]" for t in types[-len(names):])
         parts.append(f"rows{k} AS (INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(names)} FROM "
                      f"unnest({arrays}) WITH ORDINALITY AS r({', '.join(names)}, row_at) ORDER BY row_at)")
-    return f"WITH {', '.join(parts)}, then_ AS ({translate(then)}) SELECT 1"
+    return f"WITH {', '.join(parts)}, then_ AS ({translate(then)}) SELECT 1", tuple(types)
 
 
 def _configure(conn) -> None:
     """Each pooled connection, once: its writes commit without waiting for the WAL flush (write()), and the
     long text values it writes (a recording's 10 KB of shapes in each graph's extra) are compressed with lz4
     where the server has it: pglz, the default, took a third of the server's time for such a trace. The
-    values read back the same either way; those stored before keep their compression."""
+    values read back the same either way; those stored before keep their compression. It sends the arrays
+    of insert_at_once as pg_arrays.py writes them."""
     conn.execute("SELECT set_config('synchronous_commit', 'off', false), (SELECT set_config("
                  "'default_toast_compression', 'lz4', false) FROM pg_settings WHERE name = "
                  "'default_toast_compression' AND 'lz4' = ANY(enumvals))")
+    from alloctrace.traces.store.pg_arrays import register
+
+    register(conn)
 
 
 class Later:
@@ -271,12 +277,18 @@ class PostgresBackend:
         statement, a transaction of its own (autocommit): a write of a few traces is one message and one
         answer, where BEGIN, an INSERT per table, `then` and COMMIT were parsed and run one by one. Each
         column's values go as one array parameter (binary), so the statement's text is the same for any
-        number of rows and psycopg prepares it once a connection has run it a few times."""
-        sql = _at_once_sql(tuple((table, columns) for table, columns, _ in tables), then)
-        args = []
-        for _, columns, rows in tables:
-            args += [[row[i] for row in rows] for i in range(columns.count(",") + 1)]
+        number of rows and psycopg prepares it once a connection has run it a few times (pg_arrays.py
+        writes the arrays)."""
+        from alloctrace.traces.store.pg_arrays import array
+
+        sql, types = _at_once_sql(tuple((table, columns) for table, columns, _ in tables), then)
         with self._mapped_errors(), self.pool.connection(timeout=60) as conn:
+            encoding = conn.info.encoding
+            args, at = [], 0
+            for _, columns, rows in tables:
+                for i in range(columns.count(",") + 1):
+                    args.append(array([row[i] for row in rows], types[at], encoding))
+                    at += 1
             conn.execute(sql, args)
 
     @contextmanager
