@@ -228,16 +228,39 @@ class PostgresBackend:
     def setup(self, create, current):
         """The tables at the current format: a read when they are (a role that may only SELECT opens the store,
         read-only), else `create` under a lock (one process creates or upgrades them at a time)."""
-        with self.read() as db:
-            if current(db):
-                self.read_only = not db.execute("SELECT has_table_privilege('traces', 'INSERT')").fetchone()[0]
-                return current.format
+        may_insert = self._current(current.format)
+        if may_insert is not None:
+            self.read_only = not may_insert
+            return current.format
         with self.write() as db:
             db.execute(f"SELECT pg_advisory_xact_lock({SETUP_LOCK})")
             ver = create(db)
             for table, column in UNCOMPRESSED:  # zstd frames already: PostgreSQL's own compression only costs
                 db.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET STORAGE EXTERNAL")
             return ver
+
+    def _current(self, fmt: str) -> bool | None:
+        """What migrations.current tells (every table there, that this role may read, at format `fmt`), with
+        whether the role may insert; None when not. Two statements in one pipeline, one round trip where a read
+        transaction of the same questions took ten (a command opens the store in a fresh process)."""
+        from alloctrace.traces.store.migrations import TABLES
+
+        psycopg = self._psycopg
+        try:
+            with self.pool.connection(timeout=60) as conn:
+                with conn.pipeline():
+                    there = conn.execute("SELECT bool_and(coalesce(has_table_privilege(to_regclass(t), 'SELECT'), "
+                                         "false)), has_table_privilege(to_regclass('traces'), 'INSERT') "
+                                         "FROM unnest(%s::text[]) AS t", [list(TABLES)])
+                    version = conn.execute("SELECT value FROM store_info WHERE key='format_version'")
+                tables, may_insert = there.fetchone()
+                row = version.fetchone()
+        except psycopg.OperationalError as e:
+            raise StoreUnavailable(f"store {self.where} is unavailable: {str(e).strip().splitlines()[0]}") \
+                from None
+        except psycopg.Error:  # no store_info yet (or no right to read it): made, or refused, by create
+            return None
+        return bool(may_insert) if tables and row is not None and str(row[0]) == fmt else None
 
     @staticmethod
     def json_keys(column: str, keys) -> str:

@@ -1,8 +1,13 @@
-"""PostgreSQL's one-statement write (Store._add_at_once over PostgresBackend.insert_at_once: a write of a
-few traces as one statement, a transaction of its own) against the pipelined write it stands in for and
-against SQLite: the same rows of every table, byte for byte, in the same order; the generation moved once
-a write; a write past BATCH_BYTES goes the pipelined way without encoding a graph twice. Long text values
-(a recording's extras) are compressed with lz4 where the server has it, and read back the same."""
+"""PostgreSQL's quick paths against the general ones and against SQLite.
+
+The one-statement write (Store._add_at_once over PostgresBackend.insert_at_once: a write of a few traces as
+one statement, a transaction of its own) against the pipelined write it stands in for and against SQLite:
+the same rows of every table, byte for byte, in the same order; the generation moved once a write; a write
+past BATCH_BYTES goes the pipelined way without encoding a graph twice. Long text values (a recording's
+extras) are compressed with lz4 where the server has it, and read back the same. Its arrays (pg_arrays.py)
+are what psycopg's own adaptation sends. Opening a store at the current format is one read of two
+statements (no transaction, nothing written); a missing table or an older format is still found.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -140,3 +145,32 @@ def test_arrays_are_what_psycopg_sends_and_read_back_the_same(pg_url, sql_type, 
         theirs = conn.execute(f"SELECT array_send(%s::{sql_type}[])", [values]).fetchone()
     assert bytes(ours[0]) == bytes(theirs[0])
     assert [bytes(v) if isinstance(v, memoryview) else v for v in ours[1]] == values
+
+
+@pytest.mark.parametrize("change", ["DROP TABLE memmap_lod", "DROP TABLE store_info",
+                                    "UPDATE store_info SET value = '2' WHERE key = 'format_version'",
+                                    "DELETE FROM store_info WHERE key = 'format_version'"])
+def test_opening_finds_a_missing_table_or_an_older_format(pg_url, change, monkeypatch):
+    import psycopg
+
+    from alloctrace.traces.store.postgres import PostgresBackend
+
+    store = open_store(pg_url)
+    tid = store.add_trace(*_trace())
+    store.close()
+
+    def no_transaction(*args, **kwargs):
+        raise AssertionError("opening a current store ran a transaction")
+    with monkeypatch.context() as m:  # a current store: two statements, no transaction, nothing written
+        m.setattr(PostgresBackend, "_transaction", no_transaction)
+        opened = open_store(pg_url)
+        assert not opened.read_only and opened._be._current("3") is True
+        opened.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(change)
+    again = open_store(pg_url)  # the table made again, or the format set: the store opens as before
+    assert again.trace_ids() == {tid} and not again.read_only
+    with again._snapshot() as db:
+        assert db.execute("SELECT value FROM store_info WHERE key = 'format_version'").fetchone() == ("3",)
+        assert db.execute("SELECT count(*) FROM memmap_lod").fetchone() == (0,)
+    again.close()
