@@ -5,7 +5,8 @@ one statement, a transaction of its own) against the pipelined write it stands i
 the same rows of every table, byte for byte, in the same order; the generation moved once a write; a write
 past BATCH_BYTES goes the pipelined way without encoding a graph twice. Long text values (a recording's
 extras) are compressed with lz4 where the server has it, and read back the same. Its arrays (pg_arrays.py)
-are what psycopg's own adaptation sends. Opening a store at the current format is one read of two
+are what psycopg's own adaptation sends; it locks the generation's row after its rows, as the pipelined
+write does. Opening a store at the current format is one read of two
 statements (no transaction, nothing written); a missing table or an older format is still found.
 """
 from __future__ import annotations
@@ -174,3 +175,37 @@ def test_opening_finds_a_missing_table_or_an_older_format(pg_url, change, monkey
         assert db.execute("SELECT value FROM store_info WHERE key = 'format_version'").fetchone() == ("3",)
         assert db.execute("SELECT count(*) FROM memmap_lod").fetchone() == (0,)
     again.close()
+
+
+def test_the_generations_row_is_locked_after_the_rows(pg_url):
+    """A write waiting for another transaction's uncommitted trace of the same id holds no lock on the
+    generation's row yet (the pipelined write bumps it last too): two writers never wait for each other
+    in a circle. Once the other rolls back, the write keeps the id."""
+    import threading
+
+    import psycopg
+
+    store = open_store(pg_url)
+    store.add_trace(*_trace())
+    with psycopg.connect(pg_url) as other, psycopg.connect(pg_url, autocommit=True) as probe:
+        other.execute("INSERT INTO traces (id, name, source, generation, created, tags, extra, format_version) "
+                      "VALUES ('0000eeee', 'x', 'x', '', 'x', '[]', '{}', 1)")  # uncommitted
+        meta, recs = _trace("waits")
+        meta.id = "0000eeee"
+        at_once, got = _spy(store, "_be.insert_at_once"), []
+        writer = threading.Thread(target=lambda: got.append(store.add_trace(meta, recs)))
+        writer.start()
+        for _ in range(200):  # until the write waits for `other`
+            if probe.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+                             "query LIKE 'WITH rows0%'").fetchone()[0]:
+                break
+            threading.Event().wait(0.05)
+        else:
+            raise AssertionError("the write never waited")
+        probe.execute("BEGIN")
+        probe.execute("SELECT value FROM store_info WHERE key = 'generation' FOR UPDATE NOWAIT")  # free
+        probe.execute("ROLLBACK")
+        other.rollback()
+        writer.join(30)
+    assert got == ["0000eeee"] and len(at_once) == 1
+    assert store.summary("0000eeee")["graphs"] == [r.summary() for r in recs]

@@ -128,7 +128,9 @@ class _Connection:
 def _at_once_sql(tables: tuple[tuple[str, str], ...], then: str) -> tuple[str, tuple[str, ...]]:
     """insert_at_once's statement: an INSERT per table from its columns' arrays (unnest, in the rows' order:
     traces.seq numbers them as a row at a time would), then `then`, each a part of one WITH; and each
-    array's element type."""
+    array's element type. The query reads the INSERTs' rows, so they run first, in the tables' order, and
+    `then` (which the query does not read) after them: the generation's row is locked last, as the pipelined
+    write locks it (a write waiting on another's uncommitted id holds no lock that one may wait for)."""
     from alloctrace.traces.store.migrations import COLUMN_TYPES
 
     parts, types = [], []
@@ -137,8 +139,10 @@ def _at_once_sql(tables: tuple[tuple[str, str], ...], then: str) -> tuple[str, t
         types += [translate(COLUMN_TYPES[table][c]) for c in names]
         arrays = ", ".join(f"%b::{t}[]" for t in types[-len(names):])
         parts.append(f"rows{k} AS (INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(names)} FROM "
-                     f"unnest({arrays}) WITH ORDINALITY AS r({', '.join(names)}, row_at) ORDER BY row_at)")
-    return f"WITH {', '.join(parts)}, then_ AS ({translate(then)}) SELECT 1", tuple(types)
+                     f"unnest({arrays}) WITH ORDINALITY AS r({', '.join(names)}, row_at) ORDER BY row_at "
+                     "RETURNING 1)")
+    counts = ", ".join(f"(SELECT count(*) FROM rows{k})" for k in range(len(tables)))
+    return f"WITH {', '.join(parts)}, then_ AS ({translate(then)}) SELECT {counts}", tuple(types)
 
 
 def _configure(conn) -> None:
