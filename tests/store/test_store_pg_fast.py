@@ -196,8 +196,8 @@ def test_the_generations_row_is_locked_after_the_rows(pg_url):
         writer = threading.Thread(target=lambda: got.append(store.add_trace(meta, recs)))
         writer.start()
         for _ in range(200):  # until the write waits for `other`
-            if probe.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
-                             "query LIKE 'WITH rows0%'").fetchone()[0]:
+            if probe.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                             "wait_event_type = 'Lock' AND query LIKE 'WITH rows0%'").fetchone()[0]:
                 break
             threading.Event().wait(0.05)
         else:
