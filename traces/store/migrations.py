@@ -44,6 +44,9 @@ CREATE TABLE IF NOT EXISTS memmap_lod (
     FOREIGN KEY (trace_id, graph_idx) REFERENCES graphs(trace_id, idx) ON DELETE CASCADE);
 """
 TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA))
+# each table's columns and their SQLite types, as SCHEMA declares them
+COLUMN_TYPES = {table: dict(re.findall(r"(?:^|[(,])\s*(\w+) (TEXT|INTEGER|BLOB)\b", body))
+                for table, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\);", SCHEMA, re.S)}
 # made after an upgrade added the columns they index
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS traces_content_hash ON traces (content_hash)",

@@ -124,9 +124,39 @@ class _Connection:
         return cur
 
 
+@lru_cache(maxsize=16)
+def _at_once_sql(tables: tuple[tuple[str, str], ...], then: str) -> tuple[str, tuple[str, ...]]:
+    """insert_at_once's statement: an INSERT per table from its columns' arrays (unnest, in the rows' order:
+    traces.seq numbers them as a row at a time would), then `then`, each a part of one WITH; and each
+    array's element type. The query reads the INSERTs' rows, so they run first, in the tables' order, and
+    `then` (which the query does not read) after them: the generation's row is locked last, as the pipelined
+    write locks it (a write waiting on another's uncommitted id holds no lock that one may wait for)."""
+    from alloctrace.traces.store.migrations import COLUMN_TYPES
+
+    parts, types = [], []
+    for k, (table, columns) in enumerate(tables):
+        names = [c.strip() for c in columns.split(",")]
+        types += [translate(COLUMN_TYPES[table][c]) for c in names]
+        arrays = ", ".join(f"%b::{t}[]" for t in types[-len(names):])
+        parts.append(f"rows{k} AS (INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(names)} FROM "
+                     f"unnest({arrays}) WITH ORDINALITY AS r({', '.join(names)}, row_at) ORDER BY row_at "
+                     "RETURNING 1)")
+    counts = ", ".join(f"(SELECT count(*) FROM rows{k})" for k in range(len(tables)))
+    return f"WITH {', '.join(parts)}, then_ AS ({translate(then)}) SELECT {counts}", tuple(types)
+
+
 def _configure(conn) -> None:
-    """Each pooled connection, once: its writes commit without waiting for the WAL flush (write())."""
-    conn.execute("SET synchronous_commit = off")
+    """Each pooled connection, once: its writes commit without waiting for the WAL flush (write()), and the
+    long text values it writes (a recording's 10 KB of shapes in each graph's extra) are compressed with lz4
+    where the server has it: pglz, the default, took a third of the server's time for such a trace. The
+    values read back the same either way; those stored before keep their compression. It sends the arrays
+    of insert_at_once as pg_arrays.py writes them."""
+    conn.execute("SELECT set_config('synchronous_commit', 'off', false), (SELECT set_config("
+                 "'default_toast_compression', 'lz4', false) FROM pg_settings WHERE name = "
+                 "'default_toast_compression' AND 'lz4' = ANY(enumvals))")
+    from alloctrace.traces.store.pg_arrays import register
+
+    register(conn)
 
 
 class Later:
@@ -202,16 +232,39 @@ class PostgresBackend:
     def setup(self, create, current):
         """The tables at the current format: a read when they are (a role that may only SELECT opens the store,
         read-only), else `create` under a lock (one process creates or upgrades them at a time)."""
-        with self.read() as db:
-            if current(db):
-                self.read_only = not db.execute("SELECT has_table_privilege('traces', 'INSERT')").fetchone()[0]
-                return current.format
+        may_insert = self._current(current.format)
+        if may_insert is not None:
+            self.read_only = not may_insert
+            return current.format
         with self.write() as db:
             db.execute(f"SELECT pg_advisory_xact_lock({SETUP_LOCK})")
             ver = create(db)
             for table, column in UNCOMPRESSED:  # zstd frames already: PostgreSQL's own compression only costs
                 db.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET STORAGE EXTERNAL")
             return ver
+
+    def _current(self, fmt: str) -> bool | None:
+        """What migrations.current tells (every table there, that this role may read, at format `fmt`), with
+        whether the role may insert; None when not. Two statements in one pipeline, one round trip where a read
+        transaction of the same questions took ten (a command opens the store in a fresh process)."""
+        from alloctrace.traces.store.migrations import TABLES
+
+        psycopg = self._psycopg
+        try:
+            with self.pool.connection(timeout=60) as conn:
+                with conn.pipeline():
+                    there = conn.execute("SELECT bool_and(coalesce(has_table_privilege(to_regclass(t), 'SELECT'), "
+                                         "false)), has_table_privilege(to_regclass('traces'), 'INSERT') "
+                                         "FROM unnest(%s::text[]) AS t", [list(TABLES)])
+                    version = conn.execute("SELECT value FROM store_info WHERE key='format_version'")
+                tables, may_insert = there.fetchone()
+                row = version.fetchone()
+        except psycopg.OperationalError as e:
+            raise StoreUnavailable(f"store {self.where} is unavailable: {str(e).strip().splitlines()[0]}") \
+                from None
+        except psycopg.Error:  # no store_info yet (or no right to read it): made, or refused, by create
+            return None
+        return bool(may_insert) if tables and row is not None and str(row[0]) == fmt else None
 
     @staticmethod
     def json_keys(column: str, keys) -> str:
@@ -228,7 +281,7 @@ class PostgresBackend:
         """`pipeline`: statements are sent without waiting for each answer (psycopg's pipeline mode; a read
         of a result waits for those before it): an import of many graphs is not a round trip per row."""
         psycopg = self._psycopg
-        try:
+        with self._mapped_errors():
             with self.pool.connection(timeout=60) as conn:
                 with conn.pipeline() if pipeline else nullcontext():
                     conn.execute(begin)
@@ -245,6 +298,32 @@ class PostgresBackend:
                         raise
                 for later in db.deferred:  # answered by the pipeline's last sync; the connection is still ours
                     later.resolve()
+
+    def insert_at_once(self, tables: list[tuple[str, str, list[tuple]]], then: str) -> None:
+        """Rows of tables [(table, its columns as listed in SQL, rows)] and the statement `then` as one
+        statement, a transaction of its own (autocommit): a write of a few traces is one message and one
+        answer, where BEGIN, an INSERT per table, `then` and COMMIT were parsed and run one by one. Each
+        column's values go as one array parameter (binary), so the statement's text is the same for any
+        number of rows and psycopg prepares it once a connection has run it a few times (pg_arrays.py
+        writes the arrays)."""
+        from alloctrace.traces.store.pg_arrays import array
+
+        sql, types = _at_once_sql(tuple((table, columns) for table, columns, _ in tables), then)
+        with self._mapped_errors(), self.pool.connection(timeout=60) as conn:
+            encoding = conn.info.encoding
+            args, at = [], 0
+            for _, columns, rows in tables:
+                for i in range(columns.count(",") + 1):
+                    args.append(array([row[i] for row in rows], types[at], encoding))
+                    at += 1
+            conn.execute(sql, args)
+
+    @contextmanager
+    def _mapped_errors(self):
+        """The database's refusals of a write as the store's errors (one line each)."""
+        psycopg = self._psycopg
+        try:
+            yield
         except psycopg.errors.InsufficientPrivilege:
             raise StoreReadOnly(f"store {self.where} is read-only: this database role may only read it (nothing "
                                 "was written)") from None
@@ -256,10 +335,11 @@ class PostgresBackend:
                 from None
 
     def id_taken(self, e: Exception) -> bool:
-        """Whether a write failed only because a new trace's id is used already (traces.id is UNIQUE)."""
+        """Whether a write failed only because a new trace's id is used already (traces.id is UNIQUE; in
+        insert_at_once's one statement, the graph rows of that id may meet its stored graphs' key first)."""
         diag = getattr(e, "diag", None)
         return isinstance(e, self._psycopg.errors.UniqueViolation) and diag is not None and \
-            diag.table_name == "traces" and diag.constraint_name == "traces_id_key"
+            (diag.table_name, diag.constraint_name) in (("traces", "traces_id_key"), ("graphs", "graphs_pkey"))
 
     @staticmethod
     def later(db: _Connection, sql: str, args=()) -> Later:

@@ -50,6 +50,9 @@ SMALL_VALUE = 1024  # an extra's value longer than this as JSON is left out of i
 GRAPH_INSERT = ("trace_id, idx, role, n_events, max_size, buffer_size, oom, consistent, extra, strings, packed, "
                 "checksum, extra_small")
 GRAPH_MARKS = "(" + ",".join("?" * 13) + ")"
+TRACE_INSERT = "id, name, source, generation, profile, created, tags, extra, format_version, content_hash"
+BUMP_SQL = ("INSERT INTO store_info VALUES ('generation', '1') ON CONFLICT(key) "
+            "DO UPDATE SET value = CAST(CAST(store_info.value AS INTEGER) + 1 AS TEXT)")
 BATCH_ROWS, BATCH_BYTES = 64, 8 << 20  # graph rows held at most before they are sent (memory)
 KEY_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")  # a key graph_extras_of may take out in SQL
 GENERATION_SQL = "SELECT value FROM store_info WHERE key='generation'"
@@ -204,9 +207,15 @@ class Store:
     def _add_traces(self, traces: list[tuple], summaries: bool, look: bool) -> list[dict]:
         written: list[tuple] = []  # each trace's summary columns as written (trace row, graph rows)
         asked: list[tuple] = []
+        built: dict[int, tuple] = {}  # graph rows made already (by id(graph)), less their trace id
+        if not look and getattr(self._be, "insert_at_once", None):
+            tids = self._add_at_once(traces, written, built)
+            if tids is not None:
+                return _summaries_of(tids, _as_written(written)) if summaries else [{"id": t} for t in tids]
+            written = []
         with self._be.write() as db:
             ids = self._ids_for(db, [meta for meta, _, _ in traces], look)
-            tids = [self._insert_trace(db, meta, graphs, content_hash, tid, written)
+            tids = [self._insert_trace(db, meta, graphs, content_hash, tid, written, built)
                     for (meta, graphs, content_hash), tid in zip(traces, ids)]
             self._bump(db)  # on PostgreSQL the row stays locked until the commit
             if summaries and not all(_as_read_back(row, graphs) for row, graphs in written):
@@ -219,8 +228,33 @@ class Store:
         if asked:  # their rows, answered with the COMMIT
             return _summaries_of(tids, [(t.rows, g.rows) for t, g in asked])
         # what the summaries' queries would read back, value for value: no statements of theirs
-        return _summaries_of(tids, [([row], [(row[0], *g) for g in sorted(graphs, key=lambda g: g[0])])
-                                    for row, graphs in written])
+        return _summaries_of(tids, _as_written(written))
+
+    def _add_at_once(self, traces: list[tuple], written: list, built: dict) -> list[str] | None:
+        """The traces' rows and the generation's bump as one statement (PostgreSQL: insert_at_once), a
+        transaction of its own, so the write is one message and one answer; the new ids are guessed (a used one
+        fails it: traces.id is UNIQUE). None (nothing written) where the general write is needed: a graph that
+        gets derived rows, rows past BATCH_BYTES together (those made are kept in `built` for it), or summary
+        values that reading back would change (_as_read_back)."""
+        if any(_derives(g) for _, graphs, _ in traces for g in graphs):
+            return None
+        ids = self._ids_for(None, [meta for meta, _, _ in traces], look=False)
+        trace_rows, graph_rows, held = [], [], 0
+        for (meta, graphs, content_hash), tid in zip(traces, ids):
+            trace_rows.append(self._trace_row(meta, tid, content_hash, written))
+            for g in graphs:
+                row, _ = self._graph_row(tid, g)
+                built[id(g)] = row[1:]
+                written[-1][1].append(_graph_summary(row))
+                graph_rows.append(row)
+                held += len(row[9]) + len(row[10])
+                if held > BATCH_BYTES:
+                    return None
+        if not all(_as_read_back(row, graphs) for row, graphs in written):
+            return None
+        self._be.insert_at_once([("traces", TRACE_INSERT, trace_rows), ("graphs", GRAPH_INSERT, graph_rows)],
+                                BUMP_SQL)
+        return ids
 
     @staticmethod
     def _ids_for(db, metas: list[TraceMeta], look: bool = True) -> list[str]:
@@ -247,23 +281,29 @@ class Store:
             else:
                 return out
 
-    def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None, tid: str,
-                      written: list) -> str:
-        """The trace's rows; its summary columns (TRACE_COLUMNS, GRAPH_COLUMNS as written) appended to
-        `written`."""
+    @staticmethod
+    def _trace_row(meta: TraceMeta, tid: str, content_hash: str | None, written: list) -> tuple:
+        """A trace's row (TRACE_INSERT); its summary columns (TRACE_COLUMNS as written) appended to `written`,
+        with a list for its graphs'."""
         created = meta.created or time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())  # UTC, ISO 8601
         trace = (tid, meta.name, meta.source, meta.generation or "", meta.profile, created, json.dumps(meta.tags),
                  json.dumps(meta.extra, sort_keys=True))
-        db.execute(
-            "INSERT INTO traces (id, name, source, generation, profile, created, tags, extra, format_version,"
-            " content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)", (*trace, FORMAT_VERSION, content_hash))
-        summary_graphs: list[tuple] = []
-        written.append((trace[:7] + ('"truncated": true' in trace[7],), summary_graphs))
+        written.append((trace[:7] + ('"truncated": true' in trace[7],), []))
+        return (*trace, FORMAT_VERSION, content_hash)
+
+    def _insert_trace(self, db, meta: TraceMeta, graphs, content_hash: str | None, tid: str,
+                      written: list, built: dict) -> str:
+        """The trace's rows; its summary columns (TRACE_COLUMNS, GRAPH_COLUMNS as written) appended to
+        `written`. A graph whose row is in `built` is not encoded again."""
+        db.execute(f"INSERT INTO traces ({TRACE_INSERT}) VALUES ({','.join('?' * 10)})",
+                   self._trace_row(meta, tid, content_hash, written))
+        summary_graphs = written[-1][1]
         rows: list[tuple] = []  # graph rows sent a batch at a time (executemany: in PostgreSQL's pipeline)
         held = 0
         for g in graphs:
-            row, derive = self._graph_row(tid, g)
-            summary_graphs.append(row[1:8] + ('"incomplete": true' in row[8],))
+            made = built.pop(id(g), None)
+            row, derive = ((tid, *made), None) if made is not None else self._graph_row(tid, g)
+            summary_graphs.append(_graph_summary(row))
             rows.append(row)
             held += len(row[9]) + len(row[10])
             if derive or held > BATCH_BYTES or len(rows) == BATCH_ROWS:
@@ -293,9 +333,7 @@ class Store:
                None if g.oom is None else json.dumps(g.oom), None if g.consistent is None else int(g.consistent),
                json.dumps(g.extra, sort_keys=True) if g.extra else "{}", strings, packed, checksum(strings, packed),
                _small_extra(g.extra))
-        if n >= SAVED_MIN_EVENTS and (isinstance(g, GraphRecord) or any(b[0] == "kind" for b in blobs)):
-            return row, (g, n, strings, blobs, encoded)
-        return row, None
+        return row, ((g, n, strings, blobs, encoded) if _derives(g) else None)
 
     def stored_with(self, content_hashes: Iterable[str]) -> dict[str, list[str]]:
         """Content hash -> the ids of the traces read from an input of that hash (sources.input_hash: its
@@ -311,8 +349,7 @@ class Store:
     @staticmethod
     def _bump(db):
         """Every write moves the store's generation on, so caches in other processes notice."""
-        db.execute("INSERT INTO store_info VALUES ('generation', '1') ON CONFLICT(key) "
-                   "DO UPDATE SET value = CAST(CAST(store_info.value AS INTEGER) + 1 AS TEXT)")
+        db.execute(BUMP_SQL)
 
     def generation(self, wait: bool = True) -> int | None:
         """A number that changes whenever any process writes to the store (it lives in the database).
@@ -726,6 +763,23 @@ def _as_read_back(trace: tuple, graphs: list[tuple]) -> bool:
     SQLite and PostgreSQL keep those as they are; a float or a numpy int the column converts is read back)."""
     return all(v is None or type(v) is t for v, t in zip(trace, TRACE_TYPES)) and \
         all(v is None or type(v) is t for g in graphs for v, t in zip(g, GRAPH_TYPES))
+
+
+def _derives(g: GraphRecord | EncodedGraph) -> bool:
+    """Whether a graph gets derived rows when stored (_add_derived_rows): a long graph of ggml events."""
+    if isinstance(g, EncodedGraph):
+        return g.n_events >= SAVED_MIN_EVENTS and any(b[0] == "kind" for b in g.blobs)
+    return len(g.events) >= SAVED_MIN_EVENTS
+
+
+def _graph_summary(row: tuple) -> tuple:
+    """A graph row's summary columns (GRAPH_COLUMNS) as written."""
+    return row[1:8] + ('"incomplete": true' in row[8],)
+
+
+def _as_written(written: list[tuple]) -> list[tuple]:
+    """[(trace rows, graph rows)] as the summaries' queries would read back what was written."""
+    return [([row], [(row[0], *g) for g in sorted(graphs, key=lambda g: g[0])]) for row, graphs in written]
 
 
 def _summaries_of(ids: list[str], answers) -> list[dict]:
