@@ -31,9 +31,10 @@ NOTING = ('if grep -q _ctypes /proc/$PPID/maps; then echo late; else echo early;
     ["record", "--store", "s", "--name=n", "--tag", "a=b", "--tag=c=d", "--ggml", "--", "prog", "-v", "--", "x"],
 ])
 def test_a_record_command_line_it_reads_in_full(argv):
-    tags, program, _ggml = early.record_argv(argv)
-    assert program[0] == "prog" and program[1:] == argv[argv.index("--") + 2:]
-    assert tags == (["a=b", "c=d"] if "--tag" in argv else [])
+    line = early.record_argv(argv)
+    assert line.program[0] == "prog" and line.program[1:] == argv[argv.index("--") + 2:]
+    assert line.tags == (["a=b", "c=d"] if "--tag" in argv else [])
+    assert (line.store, line.name, line.ggml) == (("s", "n", True) if "--tag" in argv else (None, None, False))
 
 
 @pytest.mark.parametrize("argv", [
