@@ -24,7 +24,7 @@ from alloctrace.allocator.record_class import record_class, replace
 from operator import itemgetter
 from collections.abc import Callable
 
-import zstandard
+from alloctrace.traces.util.zstd import zstandard  # the compiled module without the package's __init__
 
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util import verbose
