@@ -8,6 +8,9 @@ import sys
 
 def console() -> None:
     if sys.argv[1:2] == ["record"]:
+        from alloctrace.traces.util import gcpause
+
+        gcpause.start_paused()  # until record.run has imported what it runs
         from alloctrace.traces.sources import early
 
         early.begin(sys.argv[1:])  # starts nothing unless it reads the command line in full; stopped at exit
