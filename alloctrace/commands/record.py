@@ -83,6 +83,7 @@ def run(args) -> int:
     from alloctrace.traces.sources.record.run import run_recorded
     from alloctrace.traces.sources.record.source import no_allocator_calls
     from alloctrace.traces.sources.record.program import is_python_program
+    from alloctrace.traces.util import gcpause
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:
@@ -108,6 +109,7 @@ def run(args) -> int:
     started = early.take(command, library, torch) if not args.output else None
     if started is None:
         early.abandon()
+    gcpause.start_done()  # the entry point's pause (traces/util/gcpause.py): what runs next is imported
     with _folder(started) as tmp:
         snap_dir = Path(tmp) / "torch"
         snap_dir.mkdir()
@@ -157,14 +159,15 @@ def _folder(started):
 
         return tempfile.TemporaryDirectory(prefix="alloctrace-rec-")
     import contextlib
-    import shutil
+
+    from alloctrace.traces.sources.record.program import remove_folder
 
     @contextlib.contextmanager
     def owned():
         try:
             yield started.folder
         finally:
-            shutil.rmtree(started.folder, ignore_errors=True)
+            remove_folder(started.folder)
     return owned()
 
 

@@ -21,6 +21,8 @@ NOTED = """import atexit, sys
 out = sys.argv.pop(1)
 before = set(sys.modules)
 atexit.register(lambda: open(out, "w").write("\\n".join(sorted(set(sys.modules) - before))))
+import gc
+atexit.register(lambda: open(out + ".gc", "w").write(f"{gc.isenabled()} {gc.get_freeze_count() > 0}"))
 sys.argv[0] = "alloctrace"
 from alloctrace.entry import console
 console()
@@ -47,3 +49,5 @@ def test_recording_a_ggml_program_loads_none_of_the_heavy_modules(tmp_path):
     assert loaded == []
     # zstandard's compiled module, without the package's __init__ and what it imports (traces/util/zstd.py)
     assert "zstandard.backend_c" in modules and not {"zstandard", "typing", "platform"} & modules
+    # the collector, paused while the command imported itself (traces/util/gcpause.py), ran again after
+    assert (tmp_path / "modules.gc").read_text() == "True True"

@@ -50,9 +50,9 @@ class Started:
         if self.proc.returncode is None:
             self.proc.kill()
             self.wait()
-        import shutil
+        from alloctrace.traces.sources.record.program import remove_folder
 
-        shutil.rmtree(self.folder, ignore_errors=True)
+        remove_folder(self.folder)
 
 
 _started: Started | None = None
@@ -140,9 +140,9 @@ def begin(argv: list[str]) -> None:
             signal.signal(signal.SIGINT, old_int)
             raise
     except (UserError, OSError):
-        import shutil
+        from alloctrace.traces.sources.record.program import remove_folder
 
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_folder(folder)
         return  # the command starts it itself and reports what fails
     _started = Started(proc, list(program), prog, library, environ, folder, old_int)
     import atexit
