@@ -2,7 +2,8 @@
 
 A sweep's first programs, and a recording's program, start here, before the command imports its parser and
 the rest of itself (traces/preflight/prestart.py, traces/sources/early.py: Python's imports cost a small machine
-as long as several dry runs of a small model); then `cli.console` runs the command."""
+as long as several dry runs of a small model); then `cli.console` runs the command. A recording's start runs
+with the cyclic collector paused until the command has imported what it runs (traces/util/gcpause.py)."""
 import sys
 
 
