@@ -2,12 +2,16 @@
 
 A sweep's first programs, and a recording's program, start here, before the command imports its parser and
 the rest of itself (traces/preflight/prestart.py, traces/sources/early.py: Python's imports cost a small machine
-as long as several dry runs of a small model); then `cli.console` runs the command."""
+as long as several dry runs of a small model); then `cli.console` runs the command. A recording's start runs
+with the cyclic collector paused until the command has imported what it runs (traces/util/gcpause.py)."""
 import sys
 
 
 def console() -> None:
     if sys.argv[1:2] == ["record"]:
+        from alloctrace.traces.util import gcpause
+
+        gcpause.start_paused()  # until record.run has imported what it runs
         from alloctrace.traces.sources import early
 
         early.begin(sys.argv[1:])  # starts nothing unless it reads the command line in full; stopped at exit

@@ -7,7 +7,7 @@ from alloctrace.traces.util.textsafe import safe, text_table
 
 def examples(*lines: str) -> str:
     """A --help epilog: "Examples:" and one command per line ("COMMAND   # what it does" puts the comment
-    on the line above), kept as written by the CLI's formatter (cli.py) while descriptions are re-wrapped."""
+    on the line above), kept as written by the CLI's formatter (parser.py) while descriptions are re-wrapped."""
     out = ["Examples:"]
     for line in lines:
         command, _, comment = line.partition("   # ")
@@ -27,9 +27,12 @@ def add_tag_arg(parser):
 
 
 def tags_from(args) -> list[str]:
+    tags = getattr(args, "tags", None)
+    if not tags:
+        return []  # without importing the checks (and their regular expression)
     from alloctrace.traces.store.tags import parse_tags
 
-    return parse_tags(getattr(args, "tags", None))
+    return parse_tags(tags)
 
 
 def open_store_from(args, create: bool = False):

@@ -2,11 +2,8 @@
 preloaded library, PyTorch's CUDA caching allocator through a `sitecustomize` hook."""
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from alloctrace.traces.errors import UserError
@@ -26,6 +23,8 @@ EXAMPLES = examples(
 
 
 def register(subparsers):
+    import argparse
+
     p = subparsers.add_parser(
         "record", help="run a program and record its allocator (ggml's graph allocator, or PyTorch's CUDA memory)",
         description="Run PROGRAM and record its allocator, then store the trace (or write the raw recording "
@@ -61,12 +60,30 @@ def register(subparsers):
     p.set_defaults(func=run)
 
 
+def args_from(argv: list[str]):
+    """The arguments `register`'s parser gives `argv`, when traces/sources/early.py reads it in full (the usual
+    `record [--store DIR] [--name NAME] [--tag K=V ...] [--ggml] -- PROGRAM ...`): without argparse, which
+    with its parser costs the command's start about 2.5 ms. Else None: argparse reads it (and says what is
+    wrong with it). tests/record/test_record_args.py holds both to the same answers."""
+    from types import SimpleNamespace
+
+    from alloctrace.traces.sources.early import record_argv
+
+    line = record_argv(argv)
+    if line is None:
+        return None
+    return SimpleNamespace(global_verbose=False, command="record", verbose=False, store=line.store, tags=line.tags,
+                           name=line.name, output=None, torch=False, ggml=line.ggml, stacks="python",
+                           max_entries=1_000_000, ggml_include=None, program=["--", *line.program], func=run)
+
+
 def run(args) -> int:
     from alloctrace.traces.sources import early
     from alloctrace.traces.sources.record.build import find_ggml_header, recorder_library
     from alloctrace.traces.sources.record.run import run_recorded
     from alloctrace.traces.sources.record.source import no_allocator_calls
     from alloctrace.traces.sources.record.program import is_python_program
+    from alloctrace.traces.util import gcpause
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:
@@ -92,6 +109,7 @@ def run(args) -> int:
     started = early.take(command, library, torch) if not args.output else None
     if started is None:
         early.abandon()
+    gcpause.start_done()  # the entry point's pause (traces/util/gcpause.py): what runs next is imported
     with _folder(started) as tmp:
         snap_dir = Path(tmp) / "torch"
         snap_dir.mkdir()
@@ -137,15 +155,19 @@ def _folder(started):
     """The run's private folder: the one the early-started program writes into (removed at the end), else a
     new one."""
     if started is None:
+        import tempfile
+
         return tempfile.TemporaryDirectory(prefix="alloctrace-rec-")
     import contextlib
+
+    from alloctrace.traces.sources.record.program import remove_folder
 
     @contextlib.contextmanager
     def owned():
         try:
             yield started.folder
         finally:
-            shutil.rmtree(started.folder, ignore_errors=True)
+            remove_folder(started.folder)
     return owned()
 
 
@@ -177,6 +199,8 @@ def import_snapshots(store, paths: list[Path], name: str, tags=()) -> list[dict]
 
 
 def _write_snapshots(paths: list[Path], out: Path):
+    import shutil
+
     try:
         if len(paths) == 1:
             _write_output(paths, out)
@@ -191,6 +215,8 @@ def _write_snapshots(paths: list[Path], out: Path):
 
 
 def _write_output(recordings: list[Path], out: Path):
+    import shutil
+
     tmp = out.with_name(out.name + ".part")
     try:
         with open(tmp, "wb") as dst:

@@ -113,3 +113,33 @@ def test_import_makes_the_store_and_a_file_argument_may_too(tmp_path):
     other = tmp_path / "other"
     r = cli("peak", f"{LOG}:0", "--store", str(other))  # a file to import on the fly: the store is made for it
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("columns, env_columns", [(90, None), (0, None), (200, "70"), (120, "wide")])
+def test_the_width_is_shutils_without_shutil(columns, env_columns):
+    """fit_width.terminal_width reads the terminal as shutil.get_terminal_size does (a 0-column terminal: 80;
+    a $COLUMNS that is no number: the terminal's), without importing shutil."""
+    code = ("import sys; from alloctrace.traces.util.fit_width import terminal_width as w; "
+            "mine = w(); had = 'shutil' in sys.modules; import shutil; "
+            "print(mine, shutil.get_terminal_size().columns, had)")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if env_columns:
+        env["COLUMNS"] = env_columns
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvpe(sys.executable, [sys.executable, "-c", "import sys; sys.modules.pop('shutil', None); " + code],
+                   env)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    mine, theirs, had = out.decode().split()
+    assert mine == theirs == str(int(env_columns) if (env_columns or "").isdigit() else columns or 80)
+    assert had == "False"

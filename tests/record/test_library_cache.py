@@ -342,7 +342,7 @@ def test_no_private_folder_is_one_line_for_record_and_the_python_path_for_import
     monkeypatch.setattr(cbuild, "installed_path", lambda *a: tmp_path / "missing.so")
     monkeypatch.setattr(cbuild, "_PRELOADS", {})
     monkeypatch.setattr(cbuild, "_OPENED", {})
-    monkeypatch.setattr(cbuild.tempfile, "mkdtemp", full)
+    monkeypatch.setattr(tempfile, "mkdtemp", full)  # cbuild imports it when it builds
     monkeypatch.setattr(fastlog._FAST, "_tried", [])
     monkeypatch.setenv("ALLOCTRACE_PURE_PYTHON", "0")
     assert main(["record", "-o", str(tmp_path / "r"), "--", "/bin/true"]) == 2

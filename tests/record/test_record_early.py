@@ -31,9 +31,10 @@ NOTING = ('if grep -q _ctypes /proc/$PPID/maps; then echo late; else echo early;
     ["record", "--store", "s", "--name=n", "--tag", "a=b", "--tag=c=d", "--ggml", "--", "prog", "-v", "--", "x"],
 ])
 def test_a_record_command_line_it_reads_in_full(argv):
-    tags, program, _ggml = early.record_argv(argv)
-    assert program[0] == "prog" and program[1:] == argv[argv.index("--") + 2:]
-    assert tags == (["a=b", "c=d"] if "--tag" in argv else [])
+    line = early.record_argv(argv)
+    assert line.program[0] == "prog" and line.program[1:] == argv[argv.index("--") + 2:]
+    assert line.tags == (["a=b", "c=d"] if "--tag" in argv else [])
+    assert (line.store, line.name, line.ggml) == (("s", "n", True) if "--tag" in argv else (None, None, False))
 
 
 @pytest.mark.parametrize("argv", [
@@ -141,3 +142,41 @@ def test_recording_a_ggml_program_imports_nothing_of_the_pytorch_hook_or_the_ser
     code = code.replace("'true'", f"{sys.executable!r}, '-c', 'pass'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "'alloctrace.traces.sources.torch.recorder'" in out.stdout, out.stderr   # a Python program: the hook
+
+
+
+def test_the_runs_folder_is_made_as_tempfile_makes_it_without_tempfile(tmp_path):
+    """program.private_folder: in $TMPDIR, mode 0700, without importing tempfile; where $TMPDIR is not
+    usable, tempfile's own search (which skips it)."""
+    code = ("import os, sys; sys.modules.pop('tempfile', None); "  # a site .pth may have imported it
+            "from alloctrace.traces.sources.record.program import private_folder as p; "
+            "f = p('alloctrace-rec-'); print(os.path.dirname(f), oct(os.stat(f).st_mode & 0o777), "
+            "os.path.basename(f).startswith('alloctrace-rec-'), 'tempfile' in sys.modules); os.rmdir(f)")
+    for tmpdir, where, by_tempfile in ((tmp_path, str(tmp_path), "False"), (tmp_path / "missing", None, "True")):
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "TMPDIR": str(tmpdir)})
+        folder, mode, named, imported = run.stdout.split()
+        assert (mode, named, imported) == ("0o700", "True", by_tempfile), run.stderr
+        assert folder == where if where else folder != str(tmpdir)
+
+
+def test_the_runs_folder_is_removed_with_what_the_program_left_but_nothing_a_link_names(tmp_path):
+    """program.remove_folder (the run's folder, without shutil): files, folders, links to folders and files
+    outside (removed, not followed), a broken link, an empty folder."""
+    from alloctrace.traces.sources.record.program import remove_folder
+
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    (outside / "keep" / "file").write_text("kept")
+    folder = tmp_path / "alloctrace-rec-x"
+    (folder / "rec" / "deep" / "er").mkdir(parents=True)
+    (folder / "rec" / "deep" / "er" / "rec-1.atrec").write_bytes(b"x" * 100)
+    (folder / "rec" / "rec-2.atrec").write_bytes(b"y")
+    (folder / "empty").mkdir()
+    (folder / "rec" / "to-folder").symlink_to(outside / "keep")
+    (folder / "to-file").symlink_to(outside / "keep" / "file")
+    (folder / "broken").symlink_to(tmp_path / "nothing")
+    remove_folder(str(folder))
+    assert not os.path.lexists(folder)
+    assert (outside / "keep" / "file").read_text() == "kept"
+    remove_folder(str(folder))  # gone already: nothing to do, no error

@@ -14,7 +14,7 @@ import json
 import struct
 
 import numpy as np
-import zstandard
+from alloctrace.traces.util.zstd import zstandard  # the compiled module without the package's __init__
 
 from alloctrace.traces.memmap import lod as memmap_lod
 from alloctrace.traces.memmap.lifetimes import Lifetimes, extract

@@ -28,9 +28,8 @@ def summarise_imported(p, trace, events: dict | None = None) -> None:
     def peak(row):
         if events is not None and row["index"] in events:
             return events_peak(events[row["index"]], row)
-        import zstandard
-
         from alloctrace.traces.store.columns import decode_arrays
+        from alloctrace.traces.util.zstd import zstandard
 
         g = graphs[row["index"]]
         decompress = zstandard.ZstdDecompressor().decompress

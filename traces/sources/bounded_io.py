@@ -15,16 +15,16 @@ or from command-line options; the defaults suit real logs of any size.
 from __future__ import annotations
 
 import io
-import lzma
 import os
 import re
+import sys
 import time
 import zlib
 from alloctrace.allocator.record_class import record_class, replace
 from operator import itemgetter
 from collections.abc import Callable
 
-import zstandard
+from alloctrace.traces.util.zstd import zstandard  # the compiled module without the package's __init__
 
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util import verbose
@@ -133,6 +133,12 @@ def kind_of(magic: bytes) -> str:
     return "plain"
 
 
+def _xz_errors() -> tuple:
+    """lzma's error, once xz input has imported lzma (no xz data was read before that)."""
+    lzma = sys.modules.get("lzma")
+    return (lzma.LZMAError,) if lzma is not None else ()
+
+
 class _Decoder:
     """One compressed stream's members/frames, decompressed at most `window` bytes at a time."""
 
@@ -145,6 +151,8 @@ class _Decoder:
         if self.kind == "gzip":
             return zlib.decompressobj(31)
         if self.kind == "xz":
+            import lzma  # here: only xz input needs it (a record's own recording is plain text)
+
             return lzma.LZMADecompressor()
         return zstandard.ZstdDecompressor().decompressobj()
 
@@ -264,7 +272,7 @@ class BoundedRaw(io.RawIOBase):
             data = b""
         try:
             out, self.rest = d.feed(data, WINDOW)
-        except (zlib.error, lzma.LZMAError, zstandard.ZstdError, EOFError) as e:
+        except (zlib.error, zstandard.ZstdError, EOFError, *_xz_errors()) as e:
             if self.limits.salvage and self.produced:
                 self.truncated, self.eof = True, True
                 return

@@ -50,35 +50,51 @@ class Started:
         if self.proc.returncode is None:
             self.proc.kill()
             self.wait()
-        import shutil
+        from alloctrace.traces.sources.record.program import remove_folder
 
-        shutil.rmtree(self.folder, ignore_errors=True)
+        remove_folder(self.folder)
 
 
 _started: Started | None = None
 
 
-def record_argv(argv: list[str]):
-    """(the --tag values, the program's argv, whether --ggml was given) of a record command line read in full,
-    else None."""
+class RecordLine:
+    """A record command line read in full: what argparse would make of its options (the last --store and
+    --name, every --tag in order, whether --ggml was given) and the program's argv after the first `--`."""
+
+    __slots__ = ("store", "name", "tags", "ggml", "program")
+
+    def __init__(self, store, name, tags: list[str], ggml: bool, program: list[str]):
+        self.store, self.name, self.tags, self.ggml, self.program = store, name, tags, ggml, program
+
+
+def record_argv(argv: list[str]) -> RecordLine | None:
+    """The record command line `argv` (the words after `alloctrace`) read in full, else None: only --store,
+    --name and --tag with a value (`--store DIR` or `--store=DIR`; a value starting with a dash is left to
+    argparse) and --ggml before `--`, and a program after it. Anything else (-o, --torch, --help, an
+    abbreviation, a misspelling) is argparse's to read and, where it is wrong, to say so."""
     if argv[:1] != ["record"] or "--" not in argv:
         return None
     cut = argv.index("--")
     opts, program = argv[1:cut], argv[cut + 1:]
-    tags, i = [], 0
+    got = {"--store": None, "--name": None}
+    tags, ggml, i = [], False, 0
     while i < len(opts):
         w = opts[i]
-        if w in VALUE_OPTIONS and i + 1 < len(opts) and not opts[i + 1].startswith("-"):
-            if w == "--tag":
-                tags.append(opts[i + 1])
+        option, eq, value = w.partition("=")
+        if option in VALUE_OPTIONS and not eq and i + 1 < len(opts) and not opts[i + 1].startswith("-"):
+            value = opts[i + 1]
             i += 1
-        elif w.startswith(tuple(o + "=" for o in VALUE_OPTIONS)):
-            if w.startswith("--tag="):
-                tags.append(w[len("--tag="):])
-        elif w != "--ggml":
-            return None  # -o, --torch, help, a misspelling: the command does it the ordinary way
+        elif not (option in VALUE_OPTIONS and eq):
+            if w != "--ggml":
+                return None  # -o, --torch, help, a misspelling: the command does it the ordinary way
+            ggml, option = True, None
+        if option == "--tag":
+            tags.append(value)
+        elif option is not None:
+            got[option] = value
         i += 1
-    return (tags, program, "--ggml" in opts) if program else None
+    return RecordLine(got["--store"], got["--name"], tags, ggml, program) if program else None
 
 
 def begin(argv: list[str]) -> None:
@@ -90,23 +106,24 @@ def begin(argv: list[str]) -> None:
     got = record_argv(argv)
     if got is None:
         return
-    tags, program, ggml_only = got
+    tags, program, ggml_only = got.tags, got.program, got.ggml
     from alloctrace.traces.errors import UserError
 
     try:
         from alloctrace.traces.sources.record.build import recorder_library
         from alloctrace.traces.sources.record.program import (checked_program, is_python_program,
-                                                             leave_sigint_to_the_program, recorder_env)
-        from alloctrace.traces.store.tags import parse_tags
+                                                             leave_sigint_to_the_program, private_folder,
+                                                             recorder_env)
 
-        parse_tags(tags)  # a bad tag is refused before anything runs
+        if tags:
+            from alloctrace.traces.store.tags import parse_tags
+
+            parse_tags(tags)  # a bad tag is refused before anything runs
         if not ggml_only and is_python_program(program):
             return  # the PyTorch hook too: the command starts it
         library = recorder_library()
         prog = checked_program(program)
-        import tempfile
-
-        folder = tempfile.mkdtemp(prefix="alloctrace-rec-")
+        folder = private_folder("alloctrace-rec-")
     except (UserError, OSError):
         return  # the command says what is wrong, when it parses the same arguments
     import signal
@@ -123,9 +140,9 @@ def begin(argv: list[str]) -> None:
             signal.signal(signal.SIGINT, old_int)
             raise
     except (UserError, OSError):
-        import shutil
+        from alloctrace.traces.sources.record.program import remove_folder
 
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_folder(folder)
         return  # the command starts it itself and reports what fails
     _started = Started(proc, list(program), prog, library, environ, folder, old_int)
     import atexit

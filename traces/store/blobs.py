@@ -6,7 +6,7 @@ import struct
 import threading
 from collections.abc import Iterator
 
-import zstandard
+from alloctrace.traces.util.zstd import zstandard  # the compiled module without the package's __init__
 
 
 _LENGTH = struct.Struct("<I")

@@ -17,7 +17,7 @@ from array import array
 from alloctrace.allocator.record_class import record_class, field, fields
 from operator import attrgetter
 
-import zstandard
+from alloctrace.traces.util.zstd import zstandard  # the compiled module without the package's __init__
 
 from alloctrace.allocator.events import Event
 from alloctrace.traces.errors import UserError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
-import zstandard
+from alloctrace.traces.util.zstd import zstandard  # the compiled module without the package's __init__
 
 from alloctrace.traces.errors import UserError
 

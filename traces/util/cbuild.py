@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 
@@ -70,6 +68,8 @@ def sha256(data: bytes):
 
 def find_compiler() -> str | None:
     """The C compiler to use ($CC, else cc, gcc or clang), None when there is none."""
+    import shutil  # here, as tempfile below: an installed library (the usual case) needs neither
+
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     return cc if cc and shutil.which(cc) else None
 
@@ -274,6 +274,9 @@ def preload_library(source: Path, stem: str, flags: list[str], digest_extra: byt
 
 def _build_private(cc: str, source: Path, name: str, flags, libs, what: str, symbols) -> Path:
     """`source` compiled into a fresh private folder (mkdtemp, removed at exit), checked as any library."""
+    import shutil
+    import tempfile
+
     from alloctrace.traces.errors import UserError
 
     try:

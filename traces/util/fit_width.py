@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 
 ELLIPSIS = "…"
@@ -29,7 +28,10 @@ def terminal_width(stream=None) -> int | None:
         return None
     if os.environ.get("COLUMNS", "").isdigit():
         return int(os.environ["COLUMNS"])
-    return shutil.get_terminal_size().columns
+    try:  # as shutil.get_terminal_size (whose import, bz2 and lzma with it, costs a short command 1.5 ms)
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
 
 
 def middle_cut(text: str, width: int) -> str:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 
-# C0 and C1 controls, DEL, line/paragraph separators and the bidirectional overrides
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, DEL, line/paragraph separators and the bidirectional overrides; compiled when first
+# needed (it costs a short command 0.6 ms): printable ASCII, the usual text, holds none of them
+CONTROL = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+_compiled: list = []
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -19,10 +21,19 @@ def _escape(m: re.Match) -> str:
     return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
 
 
+def control_re() -> re.Pattern:
+    if not _compiled:
+        _compiled.append(re.compile(CONTROL))
+    return _compiled[0]
+
+
 def safe(text) -> str:
     """`text` as one printable line: control characters become visible escapes."""
     s = str(text)
-    return _CONTROL.sub(_escape, s) if _CONTROL.search(s) else s
+    if s.isascii() and s.isprintable():  # 0x20-0x7e only: nothing to escape
+        return s
+    control = control_re()
+    return control.sub(_escape, s) if control.search(s) else s
 
 
 def safe_lines(lines) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from alloctrace.allocator.record_class import record_class, field
 
-import zstandard
+from alloctrace.traces.util.zstd import zstandard  # the compiled module without the package's __init__
 
 from alloctrace.allocator import get_profile
 from alloctrace.allocator.profiles import profile_for_version

@@ -4,7 +4,6 @@ sweep's first programs start from here before the command imports anything else 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -40,7 +39,7 @@ def is_python_program(argv: list[str]) -> bool:
         return is_python_program(rest)
     if _python_name(os.path.basename(prog)):
         return True
-    path = prog if os.sep in prog else shutil.which(prog)
+    path = prog if os.sep in prog else _which(prog)
     try:
         with open(path or prog, "rb") as f:
             first = f.readline(200)
@@ -49,9 +48,15 @@ def is_python_program(argv: list[str]) -> bool:
     return first.startswith(b"#!") and b"python" in first
 
 
+def _which(name: str) -> str | None:
+    import shutil  # here: a program named by its path (the usual case) needs none
+
+    return shutil.which(name)
+
+
 def resolve_program(argv: list[str]) -> str:
     prog = argv[0]
-    path = prog if os.sep in prog else shutil.which(prog)
+    path = prog if os.sep in prog else _which(prog)
     if not path or not os.path.exists(path):
         raise UserError(f"program not found: {prog}")
     return path
@@ -97,6 +102,45 @@ def holds_ggml_allocator(path: str, limit: int = 1 << 30) -> bool:
     except OSError:
         return False
     return False
+
+
+def private_folder(prefix: str) -> str:
+    """A new folder only this user may enter, where tempfile.mkdtemp(prefix=prefix) makes it: made here
+    directly in the first of $TMPDIR, $TEMP, $TMP and /tmp (tempfile's first choice), by tempfile itself
+    when that fails or tempfile is already imported (it may have settled on another folder). Importing
+    tempfile (random, weakref, shutil) costs a record's start 1-2 ms."""
+    if "tempfile" not in sys.modules:
+        base = next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "/tmp")
+        try:
+            path = os.path.join(os.path.abspath(base), prefix + os.urandom(6).hex())
+            os.mkdir(path, 0o700)
+            return path
+        except OSError:
+            pass  # no such folder, not writable, a name taken: tempfile's own search and retries
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+def remove_folder(path) -> None:
+    """Remove a folder of the run's (`private_folder`'s, or one in it) with whatever the program left there
+    (files, folders, links, never followed). Walked here: no other user can write in it; what this cannot
+    remove is left to shutil.rmtree, ignoring errors, whose import (bz2, lzma) costs a record 1-2 ms."""
+    try:
+        for root, folders, files in os.walk(path, topdown=False):
+            for name in files:
+                os.unlink(os.path.join(root, name))
+            for name in folders:
+                inner = os.path.join(root, name)
+                if os.path.islink(inner):  # a link to a folder: the link goes, not what it names
+                    os.unlink(inner)
+                else:
+                    os.rmdir(inner)
+        os.rmdir(path)
+    except OSError:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
 
 
 RECORD_FOLDER = "rec"  # inside the run's private folder: where the recorder may create files, until collected

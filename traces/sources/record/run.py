@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 from alloctrace.traces.errors import UserError
 
 from .program import (NOT_LINUX, RECORD_FOLDER, STATIC, checked_program, is_static_elf,  # noqa: F401
-                      leave_sigint_to_the_program, recorder_env, resolve_program)
+                      leave_sigint_to_the_program, recorder_env, remove_folder, resolve_program)
 
 
 @record_class
@@ -66,7 +65,7 @@ def collect(argv: list[str], rc: int, out_dir: Path) -> RunResult:
             continue
         if _seal(closed / name, done / name, trailer):
             files.append(done / name)
-    shutil.rmtree(closed, ignore_errors=True)
+    remove_folder(closed)
     return RunResult(status, files)
 
 
