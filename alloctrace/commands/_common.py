@@ -21,6 +21,28 @@ def add_store_arg(parser):
                              "(default: $ALLOCTRACE_STORE, else the per-user data directory)")
 
 
+def add_retry_hung_arg(p) -> None:
+    p.add_argument("--retry-hung", type=int, default=None, metavar="N",
+                   help="run again, up to N times, a program killed at --timeout while it hung: every thread "
+                        "asleep, no CPU used (a deadlock, not slow work); default 1, 0: never")
+
+
+def retry_hung_of(args) -> int:
+    """--retry-hung as run_points takes it: the default when not given, refused outside 0..MAX_RETRY_HUNG."""
+    from alloctrace.traces.preflight.programs import DEFAULT_RETRY_HUNG, MAX_RETRY_HUNG
+
+    if args.retry_hung is None:
+        return DEFAULT_RETRY_HUNG
+    if not 0 <= args.retry_hung <= MAX_RETRY_HUNG:
+        raise UserError(f"--retry-hung wants 0 to {MAX_RETRY_HUNG} runs again (0: never), got {args.retry_hung}")
+    return args.retry_hung
+
+
+def retried_line(what: str, retried: str | None) -> list[str]:
+    """A point or run whose program hung and was run again (--retry-hung), as one line."""
+    return [f"  {what}: run again (--retry-hung): {retried}"] if retried else []
+
+
 def add_tag_arg(parser):
     parser.add_argument("--tag", metavar="KEY=VALUE", action="append", default=[], dest="tags",
                         help="tag the stored traces (repeatable), e.g. --tag commit=abc123 --tag config=fa-on")

@@ -8,7 +8,7 @@ import sys
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.textsafe import safe, safe_lines
 
-from ._common import add_store_arg, examples, open_store_from
+from ._common import add_retry_hung_arg, add_store_arg, examples, open_store_from, retried_line, retry_hung_of
 
 EXAMPLES = examples(
     "alloctrace fit --budget 8GiB --vary=-c=512..131072 --step 256 -- llama-fit-params -m model.gguf -v"
@@ -36,6 +36,7 @@ def register(subparsers):
     add_store_arg(p)
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="kill a run that takes longer and report it as timed out (default 900; 0: no limit)")
+    add_retry_hung_arg(p)
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS...]")
     p.set_defaults(func=run)
@@ -51,6 +52,7 @@ def run(args) -> int:
         raise UserError("fit: name the program to run, after --")
     budget = parse_budget(args.budget)
     flag, lo, hi = parse_range(args.vary)
+    timeout, retry_hung = timeout_of(args), retry_hung_of(args)  # refused before a store is made
     store = open_store_from(args, create=True)
 
     def progress(pr):
@@ -58,7 +60,7 @@ def run(args) -> int:
               file=sys.stderr, flush=True)
 
     out = fit(store, command, flag, lo, hi, budget, recorder_library(), step=args.step,
-              compute_only=args.compute_only, progress=progress, timeout=timeout_of(args))
+              compute_only=args.compute_only, progress=progress, timeout=timeout, retry_hung=retry_hung)
     print(json.dumps(out, indent=1) if args.json else safe_lines(report_lines(out)))
     return 0 if out["value"] is not None else 1
 
@@ -90,7 +92,8 @@ def report_lines(out: dict) -> list[str]:
     if out["value"] is None:
         nxt = out["next"]
         return [f"nothing fits {fmt_bytes(budget)} ({budget:,} B): already {flag} {nxt['value']} needs "
-                f"{fmt_bytes(nxt['total'])} ({nxt['total']:,} B)"] + ignored_line(out.get("ignored") or [])
+                f"{fmt_bytes(nxt['total'])} ({nxt['total']:,} B)"] + retried_lines(out) + \
+            ignored_line(out.get("ignored") or [])
     p = out["point"]
     lines = [f"largest {flag} that fits {fmt_bytes(budget)} ({budget:,} B): {out['value']}"
              f"  ({len(out['probes'])} runs; stored as trace {p['trace']})",
@@ -113,4 +116,10 @@ def report_lines(out: dict) -> list[str]:
                      f"{fmt_bytes(nxt['total'] - budget)} over; checked against what the program printed there:")
         lines += check_lines(nxt.get("check"), "    ")
     lines.append(f"  every run of the search, drawn: alloctrace serve, then /preflight?id={out['sweep']}")
-    return lines + ignored_line(out.get("ignored") or [])
+    return lines + retried_lines(out) + ignored_line(out.get("ignored") or [])
+
+
+def retried_lines(out: dict) -> list[str]:
+    """The probes (and the answer's stored run) whose program hung and was run again."""
+    lines = [line for pr in out["probes"] for line in retried_line(f"{out['flag']} {pr['value']}", pr.get("retried"))]
+    return lines + retried_line(f"the stored run at {out['flag']} {out['value']}", (out["point"] or {}).get("retried"))

@@ -9,7 +9,7 @@ from alloctrace.traces.errors import UserError
 from alloctrace.traces.util.textsafe import safe, safe_lines
 
 
-from ._common import exact_count, examples
+from ._common import add_retry_hung_arg, exact_count, examples, retried_line, retry_hung_of
 
 EXAMPLES = examples(
     "alloctrace sweep --vary=-c=512,4096,32768 --vary=-fa=on,off -- llama-fit-params -m model.gguf -v"
@@ -48,6 +48,7 @@ def register(subparsers):
                         "time when it is not given one, as llama.cpp then uses every core)")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="kill a point's program that runs longer; the point is 'timed out' (default 900; 0: none)")
+    add_retry_hung_arg(p)
     p.add_argument("--name", help="trace name prefix (default: the program's name)")
     add_store_arg(p)
     p.add_argument("--preset", help="replay this preset instead (see `alloctrace presets`)")
@@ -135,13 +136,14 @@ def run_program(args, command: list[str]) -> int:
     from alloctrace.traces.store.tags import parse_tags
     tags = parse_tags(args.tags)
     varies = [parse_vary(v) for v in args.vary]
+    timeout, retry_hung = timeout_of(args), retry_hung_of(args)
     total = len(combinations(varies))
     store = functools.cache(lambda: open_store_from(args, create=True))  # opened once the workers run programs
     library = recorder_library()
     with _progress("recording points") as advance:
         sid, points = run_points(store, command, varies, library, jobs=args.jobs, name=args.name,
                                  progress=lambda done, n, p: advance(done, n, p), tags=tags,
-                                 timeout=timeout_of(args))
+                                 timeout=timeout, retry_hung=retry_hung)
     import json
 
     from alloctrace.traces.preflight.sweeps import sweep_json
@@ -176,6 +178,7 @@ def program_lines(out: dict) -> list[str]:
     for p in pts:
         if p["error"] and p["trace"]:
             lines.append(f"  {' '.join(f'{k}={v}' for k, v in p['values'].items())}: {p['error']}")
+        lines += retried_line(" ".join(f"{k}={v}" for k, v in p["values"].items()), p.get("retried"))
         if p.get("check") and not p["check"]["agrees"]:
             from alloctrace.traces.preflight.breakdown import check_lines
 

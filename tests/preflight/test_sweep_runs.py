@@ -50,6 +50,8 @@ def test_a_hung_point_times_out_and_the_sweep_goes_on(tmp_path, pure, jobs):
     assert pts["1"]["status"] == "ok" and pts["1"]["trace"] and pts["1"]["buffers"]
     assert pts["2"]["status"] == "timed out" and pts["2"]["trace"] is None
     assert pts["2"]["error"].startswith("timed out after 2 s: " + KILLED) and " in 1 thread, " in pts["2"]["error"]
+    # asleep (the shell waits for its sleeping child), so it hung: run once more (--retry-hung), and hung again
+    assert pts["2"]["retried"].startswith("its first run hung: blocked in ") and pts["1"]["retried"] is None
     assert took < 120            # not the sleeper's 300 s
     started = [int(p) for p in pids.read_text().split()]
     deadline = time.monotonic() + 10
@@ -88,11 +90,13 @@ def test_a_timed_out_point_says_where_its_threads_were(tmp_path, pure):
     assert p["status"] == "timed out", r.stderr
     assert p["error"].startswith("timed out after 1 s: the program was killed (--timeout); it was blocked in futex")
     assert " in 3 threads, " in p["error"] and p["error"].endswith(" s of CPU time used")
+    assert p["retried"].startswith("its first run hung: blocked in futex")  # deadlocked twice
     r = _sweep(tmp_path, env, "--vary=-n=1", "--timeout", "1", "--json", "--", sys.executable, "-c", "while 1: pass")
     (p,) = json.loads(r.stdout)["points"]
     assert p["error"].startswith("timed out after 1 s: the program was killed (--timeout); it was running in 1 "
                                  "thread, "), p["error"]
     assert float(p["error"].split(", ")[-1].split()[0]) > 0  # its CPU time
+    assert p["retried"] is None  # busy, not hung: run once
 
 
 def test_where_it_was_of_a_sleeping_child_and_of_no_process():

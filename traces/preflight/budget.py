@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from alloctrace.traces.errors import UserError
 
 from .breakdown import check
-from .points import DEFAULT_TIMEOUT, Point, run_points
+from .points import DEFAULT_RETRY_HUNG, DEFAULT_TIMEOUT, Point, run_points
 from .printed import bytes_of, total_mib
 from .vary import Vary
 
@@ -44,9 +44,11 @@ def probe_total(p: Point, compute_only: bool) -> int:
 
 def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, library, *, step: int = 1,
         compute_only: bool = False, jobs: int | None = None, progress=None,
-        timeout: float | None = DEFAULT_TIMEOUT) -> dict:
+        timeout: float | None = DEFAULT_TIMEOUT, retry_hung: int = DEFAULT_RETRY_HUNG) -> dict:
     """The largest value in lo..hi (a multiple of `step` above lo) whose total fits `budget`, assuming the
-    total grows with the value; every probe's value and total are in the answer."""
+    total grows with the value; every probe's value and total are in the answer. A run that hung at `timeout`
+    is run again, up to `retry_hung` times (run_points)."""
+    limits = {"timeout": timeout, "retry_hung": retry_hung}
     if step < 1:
         raise UserError("--step must be at least 1")
     probes: list[Probe] = []
@@ -62,7 +64,7 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
                 return seen[v]
             if len(probes) >= MAX_PROBES:
                 raise UserError(f"fit: more than {MAX_PROBES} probes; narrow the range or raise --step")
-            _sid, (p,) = run_points(tmp_store, argv, [Vary(flag, (str(v),))], library, jobs=1, timeout=timeout)
+            _sid, (p,) = run_points(tmp_store, argv, [Vary(flag, (str(v),))], library, jobs=1, **limits)
             if p.error or not p.buffers:
                 raise UserError(f"fit: the run with {flag} {v} failed: {p.error or 'no compute buffer was made'}")
             pr = seen[v] = Probe(v, p, probe_total(p, compute_only))
@@ -74,12 +76,12 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
         first = run(lo)
         if first.total > budget:
             return _answer(store, argv, (flag, lo, hi, step), budget, None, first, probes, library, compute_only,
-                           timeout)
+                           limits)
         top = lo + (hi - lo) // step * step
         last = run(top)
         if last.total <= budget:
             return _answer(store, argv, (flag, lo, hi, step), budget, last, None, probes, library, compute_only,
-                           timeout)
+                           limits)
         good, bad = first, last  # good fits, bad does not; bisect on the step grid
         while (bad.value - good.value) > step:
             mid = good.value + ((bad.value - good.value) // step // 2) * step
@@ -92,11 +94,11 @@ def fit(store, argv: list[str], flag: str, lo: int, hi: int, budget: int, librar
             raise UserError(f"fit: the total shrinks from {flag} {good.value} to {bad.value}: it does not grow "
                             "with the value, so bisection cannot answer; use sweep")
         return _answer(store, argv, (flag, lo, hi, step), budget, good, bad, probes, library, compute_only,
-                       timeout)
+                       limits)
 
 
 def _answer(store, argv, span, budget, good: Probe | None, bad: Probe | None, probes, library, compute_only,
-            timeout=DEFAULT_TIMEOUT) -> dict:
+            limits: dict) -> dict:
     flag, lo, hi, step = span
     best, sid = None, None
     if good is not None:  # once more into the real store: the answer is a trace like any other
@@ -105,7 +107,7 @@ def _answer(store, argv, span, budget, good: Probe | None, bad: Probe | None, pr
                 "value": good.value, "probes": [{"value": p.value, "total": p.total, "fits": p.total <= budget,
                                                  "buffers": p.point.buffers, "printed": p.point.printed}
                                                 for p in probes]}
-        sid, (best,) = run_points(store, argv, [Vary(flag, (str(good.value),))], library, jobs=1, timeout=timeout,
+        sid, (best,) = run_points(store, argv, [Vary(flag, (str(good.value),))], library, jobs=1, **limits,
                                   tags=(f"fit={flag}", f"budget={budget}"), extra={"fit": kept})
     return {"flag": flag, "budget": budget, "compute_only": compute_only,
             "value": good.value if good else None, "total": good.total if good else None,
@@ -114,5 +116,6 @@ def _answer(store, argv, span, budget, good: Probe | None, bad: Probe | None, pr
             "next": {"value": bad.value, "total": bad.total, "buffers": bad.point.buffers,
                      "printed": bad.point.printed, "check": check(bad.point.buffers, bad.point.printed)}
             if bad else None,
-            "probes": [{"value": p.value, "total": p.total, "fits": p.total <= budget} for p in probes],
+            "probes": [{"value": p.value, "total": p.total, "fits": p.total <= budget, "retried": p.point.retried}
+                       for p in probes],
             "ignored": sorted({f for p in probes for f in p.point.ignored})}

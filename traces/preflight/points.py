@@ -24,8 +24,9 @@ from alloctrace.traces.sources.record.run import checked_program, collect, recor
 from . import prestart
 from .forkpool import ForkPool
 from .printed import printed_sizes
-from .programs import (DEFAULT_TIMEOUT, TimedOut, deadline, ignored_flags, next_deadline, past_deadline, stop_late,
-                       wait_any, wait_until)
+from .stops import stopped_by_signals
+from .programs import (DEFAULT_RETRY_HUNG, DEFAULT_TIMEOUT, TimedOut, deadline, hung_note, ignored_flags,
+                       next_deadline, past_deadline, stop_late, wait_any, wait_until)
 from .summary import summarise_imported
 from .vary import Vary, label, points as combinations, tags as point_tags, with_values
 
@@ -48,6 +49,7 @@ class Point:
     graph: int | None = None  # the graph whose plan made the largest buffer
     all_families: list[dict] = field(default_factory=list)  # every family at that peak (for the growth laws)
     peak: object = None  # that graph's GraphPeak (for the attribution between neighbours)
+    retried: str | None = None  # its program hung and was run again (programs.hung_note), else None
 
     @property
     def total(self) -> int:
@@ -57,7 +59,7 @@ class Point:
         return {"values": self.values, "buffers": self.buffers, "consistent": self.consistent, "trace": self.trace,
                 "graph": self.graph, "families": self.families, "printed": self.printed,
                 "exit_status": self.exit_status, "error": self.error, "status": self.status,
-                "ignored": self.ignored}
+                "ignored": self.ignored, "retried": self.retried}
 
 
 default_jobs = prestart.default_jobs
@@ -97,6 +99,7 @@ class Ran:
     printed: dict = field(default_factory=dict)  # printed_sizes() of its whole output
     timed_out: bool = False
     ignored: list[str] = field(default_factory=list)  # ignored_flags() of its output
+    retried: str | None = None  # hung_note() of its runs that hung and were run again
 
 
 def timed_out(argv: list[str], workdir: Path, timeout: float | None, state: str = "") -> Ran:
@@ -109,17 +112,41 @@ def timed_out(argv: list[str], workdir: Path, timeout: float | None, state: str 
 
 
 def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, status: int | TimedOut | None = None, *,
-                 timeout: float | None = None) -> Ran:
+                 timeout: float | None = None, retry_hung: int = 0, hung: list[str] | tuple = ()) -> Ran:
     """A worker's whole share of a point: run it, then read, replay and sum up its recordings (the CPU-bound
     part). `status`: the program has run already (run_points starts the first ones), its raw wait status (or
-    TimedOut); else it runs here, killed after `timeout` seconds. What reading needs the workers share:
-    run_points imports it before they fork."""
-    if status is None:
-        try:
-            proc = start_program(argv, library, workdir)
-        except UserError as e:
-            return Ran(127, "", [], str(e))
-        status = proc.returncode if wait_until(proc, deadline(proc, timeout)) else stop_late(proc)
+    TimedOut); else it runs here, killed after `timeout` seconds. A run that hung (TimedOut.hung) is run
+    again, in an emptied folder, while fewer than `retry_hung` runs have hung (`hung`: where earlier ones
+    were, read_here's own runs again). What reading needs the workers share: run_points imports it first."""
+    hung = list(hung)
+    try:
+        if status is None:
+            status = run_program(argv, library, workdir, timeout)
+        while isinstance(status, TimedOut) and status.hung and len(hung) < retry_hung:
+            hung.append(status.state)
+            status = run_program(argv, library, fresh_folder(workdir), timeout)
+    except UserError as e:
+        return Ran(127, "", [], str(e), retried=hung_note(hung))
+    ran = read_point(argv, workdir, name, status, timeout)
+    ran.retried = hung_note(hung)
+    return ran
+
+
+def run_program(argv: list[str], library: Path, workdir: Path, timeout: float | None) -> int | TimedOut:
+    """One run of a point's program, to its end (its wait status) or to its time limit (TimedOut)."""
+    proc = start_program(argv, library, workdir)
+    return proc.returncode if wait_until(proc, deadline(proc, timeout)) else stop_late(proc)
+
+
+def fresh_folder(workdir: Path) -> Path:
+    """A point's folder emptied for its program's next run: what a killed run printed and recorded is not read."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir()
+    return workdir
+
+
+def read_point(argv: list[str], workdir: Path, name: str, status: int | TimedOut, timeout: float | None) -> Ran:
+    """A point whose program has ended: its recordings read, replayed and summed up, or why there are none."""
     if isinstance(status, TimedOut):
         return timed_out(argv, workdir, timeout, status.state)
     from alloctrace.traces.sources.record.source import no_allocator_calls
@@ -142,11 +169,11 @@ def run_and_read(argv: list[str], library: Path, workdir: Path, name: str, statu
 
 
 def run_read_and_free(argv: list[str], library: Path, workdir: Path, name: str, status: int | TimedOut | None = None,
-                      *, timeout: float | None = None) -> Ran:
+                      *, timeout: float | None = None, retry_hung: int = 0, hung: list[str] | tuple = ()) -> Ran:
     """`run_and_read`, then the point's folder removed by the worker that read it, while other points run:
     left to the end, removing them all delays every sweep's last line."""
     try:
-        return run_and_read(argv, library, workdir, name, status, timeout=timeout)
+        return run_and_read(argv, library, workdir, name, status, timeout=timeout, retry_hung=retry_hung, hung=hung)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # what stays is removed with the sweep's folder
 
@@ -163,8 +190,10 @@ def read_recording(path: Path, name: str, events: list | None = None) -> list:
 
 def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, jobs: int | None = None,
                name: str | None = None, sweep_id: str | None = None, progress=None, tags=(),
-               timeout: float | None = DEFAULT_TIMEOUT, extra: dict | None = None) -> tuple[str, list[Point]]:
+               timeout: float | None = DEFAULT_TIMEOUT, extra: dict | None = None,
+               retry_hung: int = DEFAULT_RETRY_HUNG) -> tuple[str, list[Point]]:
     """Every combination of `varies` applied to `argv`, recorded and stored; (sweep id, points in order).
+    A program past `timeout` is killed; one that hung there is run again, up to `retry_hung` times.
     `extra`: more of each point's trace's `extra` (a fit's probes, for the pre-flight page).
     `progress(done, total, point)` is called as each point is stored. `store` is a Store, or a function
     that opens one, called once the workers run: importing and opening a store costs about a dry run of
@@ -191,10 +220,10 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                 d.mkdir(exist_ok=taken is not None)
             tasks = [(p.argv, library, d, f"{base} {label(p.values)}") for p, d in zip(pts, dirs)]
             tasks = first_programs_run(tasks, jobs, timeout) if jobs > 1 and not here else tasks
-            work = functools.partial(run_read_and_free, timeout=timeout)
+            work = functools.partial(run_read_and_free, timeout=timeout, retry_hung=retry_hung)
             with ForkPool(jobs, on_stop=prestart.end_all) as pool:
                 if here:  # this process runs the programs and reads each one's point as it ends
-                    results = read_here(tasks, jobs, taken.running if taken else None, timeout)
+                    results = read_here(tasks, jobs, taken.running if taken else None, timeout, retry_hung)
                 else:  # workers forked from this process run and read the points (replays run on every core)
                     results = pool.run(work, tasks) if jobs > 1 else ((k, work(*t)) for k, t in enumerate(tasks))
                 store = None
@@ -203,10 +232,10 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                         store = stored["store"] = opener()  # once the first programs run
                     p = pts[k]
                     p.exit_status, p.printed, p.error = ran.exit_status, ran.printed, ran.error
-                    p.ignored = ran.ignored
+                    p.ignored, p.retried = ran.ignored, ran.retried
                     p.status = "timed out" if ran.timed_out else "failed" if ran.error else "ok"
                     meta = {"id": sid, "vary": spec, "values": p.values, "index": k, "printed": p.printed,
-                            "argv": p.argv, "ignored": p.ignored}
+                            "argv": p.argv, "ignored": p.ignored, "retried": p.retried}
                     if ran.traces:
                         _store_point(store, p, ran, ["recording", f"sweep={sid}", *point_tags(p.values), *tags], meta,
                                      extra)
@@ -219,52 +248,6 @@ def run_points(store, argv: list[str], varies: list[Vary], library: Path, *, job
                     if progress:
                         progress(done, len(pts), p)
     return sid, pts
-
-
-class SweepStopped(UserError):
-    """The sweep was ended by a signal: its programs were killed, its folders removed, and this says so (with
-    what was stored before) instead of a sweep that reads as finished."""
-
-
-@contextmanager
-def stopped_by_signals(sid: str, stored: dict, total: int):
-    """SIGTERM and SIGHUP end the sweep as Ctrl-C does (the programs, whose process groups no terminal signal
-    reaches, are killed on the way out; the folders removed), as SweepStopped, exit status 128 + the signal.
-    The points stored before get the tag `sweep-stopped=SIGNAL`, so the stored sweep reads as stopped."""
-    import atexit
-    import signal
-
-    def stop(signum, _frame):
-        raise SweepStopped("", 128 + signum)
-
-    atexit.register(prestart.end_all)
-    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    except (SweepStopped, KeyboardInterrupt) as e:
-        prestart.end_all()
-        code = e.exit_code if isinstance(e, SweepStopped) else 130
-        name = signal.Signals(code - 128).name
-        _mark_stopped(stored, name)
-        raise SweepStopped(f"sweep {sid} stopped by signal {code - 128} ({name}) after {len(stored['ids'])} of "
-                           f"{total} points were stored (tagged sweep={sid} and sweep-stopped={name}); its "
-                           "programs were killed", code) from None
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        prestart.end_all()
-
-
-def _mark_stopped(stored: dict, name: str) -> None:
-    """Tag what a stopped sweep stored (best effort: a second signal, or a store that fails, leaves it)."""
-    from alloctrace.traces.store.tags import with_tags
-
-    store = stored["store"]
-    try:
-        for tid in stored["ids"]:
-            store.set_tags(tid, with_tags(store.summary(tid).get("tags") or [], [f"sweep-stopped={name}"]))
-    except Exception:  # noqa: BLE001 - the stop itself is what is reported
-        pass
 
 
 def reads_are_cheap() -> bool:
@@ -291,38 +274,48 @@ def sweep_folder(taken):
         shutil.rmtree(taken.folder, ignore_errors=True)
 
 
-def read_here(tasks: list[tuple], jobs: int, started: dict | None = None, timeout: float | None = None):
+def read_here(tasks: list[tuple], jobs: int, started: dict | None = None, timeout: float | None = None,
+              retry_hung: int = 0):
     """(point index, Ran) as each point's program ends, `jobs` programs running at a time from this process:
     a program that ends is followed by the next point's at once, before its own point is read, so the
     programs never wait for the reading. While the readers are imported (import_readers) the programs that
-    end are only replaced; their points are read once the import is done."""
+    end are only replaced; their points are read once the import is done. A program that hung at its time
+    limit is run again (up to `retry_hung` times) before the next point's starts."""
     running: dict = dict(started or {})  # point -> its program (prestart's Spawned)
     ended: list[tuple[int, int | TimedOut]] = []  # (point, wait status): read next
     failed: list[tuple[int, Ran]] = []  # points whose program could not start
+    hung: dict[int, list[str]] = {}  # point -> where each of its runs that hung was
+    again: list[int] = []  # points whose program hung: run again first
     nxt = len(running)  # the programs started already (some may have ended) are the first points'
 
     def fill() -> None:
         nonlocal nxt
         for k in [k for k, proc in running.items() if proc.poll() is not None]:
             ended.append((k, running.pop(k).returncode))
-        while len(running) < jobs and nxt < len(tasks):
-            argv, library, workdir = tasks[nxt][:3]
+        while len(running) < jobs and (again or nxt < len(tasks)):
+            k, nxt = (again.pop(0), nxt) if again else (nxt, nxt + 1)
+            argv, library, workdir = tasks[k][:3]
             try:  # os.posix_spawn: a subprocess.Popen costs this process a few ms per point
-                running[nxt] = prestart.spawn(argv, recorder_env(library, workdir), str(workdir / "output.txt"))
+                workdir = fresh_folder(workdir) if k in hung else workdir
+                running[k] = prestart.spawn(argv, recorder_env(library, workdir), str(workdir / "output.txt"))
             except (OSError, UserError) as e:
                 why = e if isinstance(e, UserError) else f"cannot run {argv[0]}: {e.strerror}"
-                failed.append((nxt, Ran(127, "", [], str(why))))
-            nxt += 1
+                failed.append((k, Ran(127, "", [], str(why), retried=hung_note(hung.get(k)))))
 
     def fill_or_stop() -> None:
-        for k in past_deadline(running, timeout):  # a hung program ends its point as timed out
-            ended.append((k, stop_late(running.pop(k))))
+        for k in past_deadline(running, timeout):  # a hung program ends its point as timed out, or runs again
+            status = stop_late(running.pop(k))
+            if status.hung and len(hung.get(k, ())) < retry_hung:
+                hung.setdefault(k, []).append(status.state)
+                again.append(k)
+            else:
+                ended.append((k, status))
         fill()
 
     try:
         fill_or_stop()
         import_readers(fill_or_stop)
-        while running or ended or failed:
+        while running or ended or failed or again:
             if failed:
                 yield failed.pop(0)
                 continue
@@ -332,7 +325,8 @@ def read_here(tasks: list[tuple], jobs: int, started: dict | None = None, timeou
             if not ended:
                 continue
             k, status = ended.pop(0)
-            yield k, run_read_and_free(*tasks[k][:4], status, timeout=timeout)
+            yield k, run_read_and_free(*tasks[k][:4], status, timeout=timeout, retry_hung=retry_hung,
+                                       hung=hung.get(k, ()))
     finally:  # interrupted (or the caller stopped): the programs end with the command
         for proc in running.values():
             proc.kill()

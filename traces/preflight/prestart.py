@@ -20,7 +20,8 @@ import sys
 import time
 
 _started: "Started | None" = None
-VALUE_OPTIONS = ("--name", "--store", "--tag", "--timeout")  # the sweep's options that take a value (besides --vary, -j)
+# the sweep's options that take a value (besides --vary, -j)
+VALUE_OPTIONS = ("--name", "--store", "--tag", "--timeout", "--retry-hung")
 RESTORED = (13, 25)  # SIGPIPE, SIGXFSZ: Python ignores them; a program gets their defaults, as subprocess does
 
 

@@ -5,6 +5,8 @@ Programs are prestart.Spawned (a process group each): a program past its limit i
 its point ends as TimedOut, in place of its wait status, so the sweep goes on with the others. Before the kill
 its threads are read from /proc (where_it_was), so the point's error says where the program was stuck: a
 program that deadlocks (every thread blocked in futex, no CPU used) reads differently from one that computes.
+One that hung (is_hung: asleep, nothing running) is run again, up to --retry-hung times: a rare deadlock of
+the program's own (llama.cpp's log flush, docs/explain.md) then costs one timeout, not the point.
 """
 from __future__ import annotations
 
@@ -13,14 +15,18 @@ import time
 from dataclasses import dataclass
 
 DEFAULT_TIMEOUT = 900.0  # seconds a point's program may run (--timeout; 0: no limit)
+DEFAULT_RETRY_HUNG = 1  # runs more a point gets whose program hung at its time limit (--retry-hung; 0: none)
+MAX_RETRY_HUNG = 10  # a bound on the work one point can cause
 
 
 @dataclass(frozen=True)
 class TimedOut:
     """A status in place of the wait status: the program was killed at its time limit. `state`: where its
-    threads were just before (where_it_was), empty when the system could not say."""
+    threads were just before (where_it_was), empty when the system could not say; `hung`: it was stuck, not
+    slow (is_hung), so it may be run again."""
 
     state: str = ""
+    hung: bool = False
 
 
 SLICE_S = 0.25  # the longest a wait blocks at once: a signal another thread took is acted on by then
@@ -64,10 +70,10 @@ def wait_until(proc, when: float | None) -> bool:
 
 def stop_late(proc) -> TimedOut:
     """Kill a program past its time limit (its process group too) and reap it, saying where it was."""
-    state = where_it_was(proc.pid)
+    state, hung = where_it_was(proc.pid), is_hung(proc.pid)
     proc.kill()
     proc.wait()
-    return TimedOut(state)
+    return TimedOut(state, hung)
 
 
 # system calls a stuck thread is commonly blocked in, by number (/proc/PID/task/TID/syscall), per machine
@@ -143,6 +149,53 @@ def where_it_was(pid: int) -> str:
     except (IndexError, ValueError, OSError):
         pass
     return ", ".join(parts)
+
+
+HUNG_LOOK_S = 0.1  # a program past its limit is looked at twice this far apart: a hang is the same in both
+
+
+def _asleep(pid: int) -> tuple | None:
+    """The program's processes (it and those it started, where /proc lists them) with the CPU time each has
+    used, when every one of their threads sleeps in the kernel (state S: a futex, a pipe, a child, a timer;
+    not a disk, state D), else None."""
+    todo, seen, asleep = [str(pid)], 0, []
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            return None  # a process that ended meanwhile: the program moves
+        for tid in tids:
+            seen += 1
+            stat = _read(f"/proc/{p}/task/{tid}/stat").rsplit(")", 1)[-1].split()
+            if seen > MAX_THREADS_READ or not stat or stat[0] not in ("S", "Z"):  # Z: a thread that has ended
+                return None
+            todo += _read(f"/proc/{p}/task/{tid}/children").split()
+        try:
+            asleep.append((p, sum(int(x) for x in _read(f"/proc/{p}/stat").rsplit(")", 1)[1].split()[11:13])))
+        except (IndexError, ValueError):
+            return None
+    return tuple(sorted(asleep))
+
+
+def is_hung(pid: int) -> bool:
+    """Whether a program past its time limit is stuck rather than slow: every thread of it and of the
+    programs it started asleep, at two looks HUNG_LOOK_S apart, and no CPU time used in between. A deadlock
+    (threads waiting on each other in futex) reads so; a computation, or a read from a slow disk, does not."""
+    first = _asleep(pid)
+    if first is None:
+        return False
+    time.sleep(HUNG_LOOK_S)
+    return _asleep(pid) == first
+
+
+def hung_note(states: list[str]) -> str | None:
+    """What a point says of its runs that hung and were run again (--retry-hung): `its first run hung:
+    blocked in futex (futex_do_wait) in 2 threads, ...` (where the first one's threads were); None if none."""
+    if not states:
+        return None
+    runs = "its first run hung" if len(states) == 1 else f"its first {len(states)} runs hung"
+    return f"{runs}: {states[0] or 'every thread asleep'}"
 
 
 def past_deadline(running: dict, timeout: float | None) -> list:

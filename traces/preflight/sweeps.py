@@ -101,7 +101,7 @@ def load(store, sweep_id: str) -> dict:
         meta = store.meta(s["id"]).extra.get("sweep") or {}
         varies = varies or meta.get("vary")
         p = Point(dict(meta.get("values") or {}), list(meta.get("argv") or []), printed=meta.get("printed") or {},
-                  trace=s["id"], ignored=list(meta.get("ignored") or []))
+                  trace=s["id"], ignored=list(meta.get("ignored") or []), retried=meta.get("retried"))
         summarise(store, p, s["id"])
         pts.append((int(meta.get("index", 0)), p))
     pts.sort(key=lambda kp: kp[0])
