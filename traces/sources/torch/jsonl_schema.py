@@ -44,6 +44,20 @@ class PlanPoint(_Line):
     categories: dict[Annotated[str, Field(max_length=200)], Size] | None = None
     oom: dict | None = None
     partial: bool | None = None
+    peak_allocated_range: list[Size] | None = Field(default=None, min_length=2, max_length=2)
+    peak_reserved_range: list[Size] | None = Field(default=None, min_length=2, max_length=2)
+    address_orders: Count | None = None
+    oom_orders: Count | None = None
+
+
+class AddressCertainty(_Line):
+    """Whether a search's answer holds wherever the driver puts segments (torch_plan.address_certainty)."""
+
+    orders_at_value: Count | None = None
+    oom_at_value: Count | None = None
+    orders_above_value: Count | None = None
+    fit_above_value: Count | None = None
+    certain: bool | None = None
 
 
 class PlanVary(_Line):
@@ -57,6 +71,8 @@ class PlanVary(_Line):
     laws: dict[Annotated[str, Field(max_length=200)], Law] = {}
     points: list[PlanPoint] = Field(min_length=1, max_length=4096)
     stored_value: Number | None = None
+    value_every_order: Number | None = None
+    address_orders: AddressCertainty | None = None
 
 
 class TraceExtra(_Line):
