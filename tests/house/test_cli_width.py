@@ -58,14 +58,15 @@ def test_a_pipe_gets_whole_names_whatever_columns_says(store):
     assert LONG in full.stdout and json.loads(full.stdout)
 
 
-def on_a_terminal(store, columns: int, env_columns: str | None = None) -> list[str]:
-    """`alloctrace list` under a pseudo-terminal sized `columns` x 40, as a person's shell would run it."""
+def in_a_pty(argv: list[str], columns: int, env_columns: str | None) -> tuple[bytes, int]:
+    """argv's output and exit status with a pseudo-terminal `columns` x 40 as its stdout ($COLUMNS unset, or
+    `env_columns`)."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     if env_columns:
         env["COLUMNS"] = env_columns
     pid, fd = pty.fork()
     if pid == 0:  # the child: its stdout is the terminal
-        os.execvpe(sys.executable, [sys.executable, "-m", "alloctrace", "list", "--store", str(store)], env)
+        os.execvpe(argv[0], argv, env)
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
     out = b""
     while True:
@@ -77,7 +78,13 @@ def on_a_terminal(store, columns: int, env_columns: str | None = None) -> list[s
             break
         out += chunk
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    return out, os.waitstatus_to_exitcode(status)
+
+
+def on_a_terminal(store, columns: int, env_columns: str | None = None) -> list[str]:
+    """`alloctrace list` under a pseudo-terminal sized `columns` x 40, as a person's shell would run it."""
+    out, status = in_a_pty([sys.executable, "-m", "alloctrace", "list", "--store", str(store)], columns, env_columns)
+    assert status == 0
     return [ln for ln in out.decode().replace("\r", "").splitlines() if ln.strip()]
 
 
@@ -122,24 +129,8 @@ def test_the_width_is_shutils_without_shutil(columns, env_columns):
     code = ("import sys; from alloctrace.traces.util.fit_width import terminal_width as w; "
             "mine = w(); had = 'shutil' in sys.modules; import shutil; "
             "print(mine, shutil.get_terminal_size().columns, had)")
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    if env_columns:
-        env["COLUMNS"] = env_columns
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execvpe(sys.executable, [sys.executable, "-c", "import sys; sys.modules.pop('shutil', None); " + code],
-                   env)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    out = b""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.waitpid(pid, 0)
+    out, _ = in_a_pty([sys.executable, "-c", "import sys; sys.modules.pop('shutil', None); " + code], columns,
+                      env_columns)
     mine, theirs, had = out.decode().split()
     assert mine == theirs == str(int(env_columns) if (env_columns or "").isdigit() else columns or 80)
     assert had == "False"
