@@ -94,7 +94,12 @@ def spawn(argv: list[str], env: dict) -> Child:
     import signal
 
     ready, said = os.pipe()  # both close at exec (Python's descriptors are not inheritable)
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(ready)
+        os.close(said)
+        raise
     if pid == 0:  # the child: only os calls until exec; never returns into the command
         try:
             os.close(ready)
@@ -103,8 +108,8 @@ def spawn(argv: list[str], env: dict) -> Child:
             os.closerange(3, said)
             os.closerange(said + 1, os.sysconf("SC_OPEN_MAX"))
             os.execve(argv[0], argv, env)
-        except OSError as e:
-            os.write(said, str(e.errno or 0).encode())
+        except BaseException as e:  # OSError's errno; anything else (a NUL in an argument) as 0
+            os.write(said, str(getattr(e, "errno", None) or 0).encode())
         finally:
             os._exit(127)
     os.close(said)
