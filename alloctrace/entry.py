@@ -9,12 +9,16 @@ import sys
 
 def console() -> None:
     if sys.argv[1:2] == ["record"]:
-        from alloctrace.traces.util import gcpause
+        import gc
 
-        gcpause.start_paused()  # until record.run has imported what it runs
+        collecting = gc.isenabled()
+        gc.disable()  # the start's pause, before gcpause's own imports (threading, contextlib) delay the program
         from alloctrace.traces.sources import early
 
         early.begin(sys.argv[1:])  # starts nothing unless it reads the command line in full; stopped at exit
+        from alloctrace.traces.util import gcpause
+
+        gcpause.start_paused(collecting)  # until record.run has imported what it runs
     else:
         from alloctrace.traces.preflight import prestart
 

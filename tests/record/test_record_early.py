@@ -180,3 +180,67 @@ def test_the_runs_folder_is_removed_with_what_the_program_left_but_nothing_a_lin
     assert not os.path.lexists(folder)
     assert (outside / "keep" / "file").read_text() == "kept"
     remove_folder(str(folder))  # gone already: nothing to do, no error
+
+
+def test_a_command_that_ends_before_taking_the_program_kills_it_and_removes_its_folder(tmp_path):
+    """The command fails after the entry point started the program (here: it raises before `take`): the
+    program is killed (it would sleep 30 s) and its folder removed, at exit."""
+    code = ("import sys; from alloctrace.traces.sources import early; "
+            "early.begin(['record', '--', '/bin/sleep', '30']); s = early._started; "
+            "print(s.proc.pid, s.folder, flush=True); raise SystemExit('failed before take')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert run.returncode == 1 and "failed before take" in run.stderr
+    pid, folder = run.stdout.split()
+    assert Path(folder).parent == tmp_path and not Path(folder).exists()
+    try:
+        assert b"sleep" not in Path(f"/proc/{pid}/cmdline").read_bytes()  # gone, or its number reused
+    except FileNotFoundError:
+        pass
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_program_that_cannot_be_executed_is_reported_the_same_either_way(tmp_path):
+    """A program file without execute permission passes the early checks but its exec fails: the entry point
+    starts nothing (its child's exec error comes back, it is reaped, the folder removed) and the command
+    reports it as when it starts the program itself."""
+    prog = tmp_path / "not-executable"
+    prog.write_text("#!/bin/sh\nexit 0\n")
+    prog.chmod(0o644)
+    errors = {}
+    for mode in ("1", "0"):
+        run = command(["record", "--store", str(tmp_path / "s"), "--", str(prog)], tmp_path,
+                      ALLOCTRACE_PRESTART=mode)
+        errors[mode] = (run.returncode, run.stderr)
+    assert errors["1"] == errors["0"]
+    assert errors["1"][0] == 2 and "cannot run" in errors["1"][1] and "Permission denied" in errors["1"][1]
+    assert not list(tmp_path.glob("alloctrace-rec-*"))
+
+
+def test_spawn_starts_the_program_as_subprocess_would(tmp_path):
+    """early.spawn against subprocess.Popen: the same exit codes (a signal's as -N), descriptors and ignored
+    signals, and an exec that fails raised as the same OSError."""
+    spare = os.open(os.devnull, os.O_RDONLY)
+    os.set_inheritable(spare, True)
+    script = f'ls /proc/$$/fd > "$1"; grep SigIgn /proc/$$/status >> "$1"; kill -${{2:-0}} $$; exit 7'
+    try:
+        got = {}
+        for how in ("spawn", "popen"):
+            out = tmp_path / how
+            for sig in ("0", "TERM"):
+                argv = ["/bin/sh", "-c", script, "sh", str(out), sig]
+                proc = early.spawn(argv, dict(os.environ)) if how == "spawn" else subprocess.Popen(argv)
+                got[how, sig] = proc.wait()
+            got[how] = out.read_text()
+            with pytest.raises(OSError) as e:
+                early.spawn([str(tmp_path / "missing")], {}) if how == "spawn" else \
+                    subprocess.Popen([str(tmp_path / "missing")])
+            got[how, "error"] = (type(e.value), e.value.errno)
+    finally:
+        os.close(spare)
+    assert (got["spawn", "0"], got["spawn", "TERM"]) == (7, -15)
+    assert got["spawn", "error"] == (FileNotFoundError, 2)
+    assert str(spare) not in got["spawn"].split("\n")[:-2] and "SigIgn" in got["spawn"]
+    for what in ("0", "TERM", "error"):
+        assert got["spawn", what] == got["popen", what]
+    assert got["spawn"] == got["popen"]

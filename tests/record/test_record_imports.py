@@ -30,9 +30,11 @@ console()
 NEVER = ("pydantic", "rich", "psycopg", "psycopg_pool", "alloctrace.traces.store.postgres", "hashlib", "logging",
          "email", "http", "asyncio", "numpy", "urllib.request", "alloctrace.server", "dataclasses", "inspect",
          "pickle",  # pickle: a child's answer (sources/child.py), which a small recording of its own skips
-         "argparse", "gettext", "tempfile", "shutil", "random", "bz2", "lzma")  # the usual command line is
-# read without argparse (commands/record.py args_from), the run's folder made and removed without tempfile and
-# shutil (which import random, bz2 and lzma)
+         "argparse", "gettext", "tempfile", "shutil", "random", "bz2", "lzma",  # the usual command line is
+         # read without argparse (commands/record.py args_from), the run's folder made and removed without
+         # tempfile and shutil (which import random, bz2 and lzma)
+         "subprocess", "selectors", "locale")  # the program the entry point started: a fork and exec of its
+# own (traces/sources/early.py spawn), and nothing else on the path starts one
 
 
 def test_recording_a_ggml_program_loads_none_of_the_heavy_modules(tmp_path):

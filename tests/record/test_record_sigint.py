@@ -21,7 +21,8 @@ WAITER = ("import sys, time; ignored = int(open('/proc/self/status').read().spli
 
 
 def start_record(tmp_path, early: bool, sigint) -> subprocess.Popen:
-    env = {**os.environ, "ALLOCTRACE_PRESTART": "1" if early else "0"}
+    # TMPDIR: a command killed by the test (SIGKILL) leaves its run's folder there, not in the system's
+    env = {**os.environ, "ALLOCTRACE_PRESTART": "1" if early else "0", "TMPDIR": str(tmp_path)}
 
     def as_a_shell_would():
         signal.signal(signal.SIGINT, sigint)

@@ -5,16 +5,19 @@ Python's start and the command's imports (argparse, the store, the recording's r
 about as long as a dry run of a small model, and nothing in them changes how the program runs. So the
 `alloctrace` entry point calls `begin(argv)` first: a record command line it reads in full (only --store,
 --name, --tag and --ggml before `--`, the program after it; not a Python program, which gets the PyTorch hook)
-has its program started under the recorder at once, as `run_recorded` would start it (subprocess.Popen: same
-process group, stdio untouched, SIGINT left to the program while it runs); the command then
+has its program started under the recorder at once, as `run_recorded` would start it (same process group, stdio
+untouched, SIGINT left to the program while it runs); the command then
 parses its arguments as usual and `take`s it, checking that it is the program it would have started. Anything
 else (another command line, ALLOCTRACE_PRESTART=0 or ALLOCTRACE_PURE_PYTHON=1, a check that fails: the command
 then says what is wrong before anything runs) and nothing is started. A difference at `take`, or a command that
 ends before it takes it, and the program is killed and its folder removed (`abandon`, also at exit).
 
-It imports only what starting the program needs: no argparse, no store, no reader. (subprocess costs 4 ms;
-os.posix_spawn would save them but starts a program with glibc's internal signals ignored, and passes it the
-descriptors this process inherited.)
+It imports only what starting the program needs: no argparse, no store, no reader, no subprocess. The program
+is started by `spawn`, a fork and exec that does what subprocess.Popen's child does for `run_recorded`
+(descriptors past stderr closed, SIGPIPE and SIGXFSZ back to their defaults): importing subprocess (with
+`locale`, `selectors`, `threading`) cost the start about 7 ms of CPU before the program could start, which now
+runs beside them. (os.posix_spawn was tried before and left: it starts a program with glibc's internal signals
+ignored, and passes it the descriptors this process inherited.)
 """
 from __future__ import annotations
 
@@ -56,6 +59,74 @@ class Started:
 
 
 _started: Started | None = None
+RESTORED = (13, 25)  # SIGPIPE, SIGXFSZ: Python ignores them; a program gets their defaults, as subprocess does
+
+
+class Child:
+    """The program `spawn` started, with the part of subprocess.Popen's interface the command uses."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def wait(self) -> int:
+        """Its exit code as subprocess gives it (-N: killed by signal N), once it has ended."""
+        if self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)  # retried after a signal's handler (PEP 475)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:  # reaped by someone else: as subprocess answers it
+                self.returncode = 0
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, 9)
+            except ProcessLookupError:
+                pass
+
+
+def spawn(argv: list[str], env: dict) -> Child:
+    """Start `argv[0]` (a path) with `env` as subprocess.Popen(argv, env=env) does: in this process group,
+    stdin, stdout and stderr this process's, every other descriptor closed (close_fds), SIGPIPE and SIGXFSZ at
+    their defaults (restore_signals; handled signals go back to theirs at exec). An exec that fails is raised
+    here as OSError (the child says its errno through a pipe closed at a good exec), as Popen raises it."""
+    import signal
+
+    ready, said = os.pipe()  # both close at exec (Python's descriptors are not inheritable)
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(ready)
+        os.close(said)
+        raise
+    if pid == 0:  # the child: only os calls until exec; never returns into the command
+        try:
+            os.close(ready)
+            for sig in RESTORED:
+                signal.signal(sig, signal.SIG_DFL)
+            os.closerange(3, said)
+            os.closerange(said + 1, os.sysconf("SC_OPEN_MAX"))
+            os.execve(argv[0], argv, env)
+        except BaseException as e:  # OSError's errno; anything else (a NUL in an argument) as 0
+            os.write(said, str(getattr(e, "errno", None) or 0).encode())
+        finally:
+            os._exit(127)
+    os.close(said)
+    try:
+        answer = b""
+        while True:
+            got = os.read(ready, 32)
+            if not got:
+                break
+            answer += got
+    finally:
+        os.close(ready)
+    if answer:
+        os.waitpid(pid, 0)
+        errno = int(answer)
+        raise OSError(errno, os.strerror(errno), argv[0])
+    return Child(pid)
 
 
 class RecordLine:
@@ -128,14 +199,12 @@ def begin(argv: list[str]) -> None:
         return  # the command says what is wrong, when it parses the same arguments
     import signal
 
-    import subprocess
-
     try:
         environ = dict(os.environ)
         env = recorder_env(library, folder)
         old_int = leave_sigint_to_the_program()  # as run_recorded: Ctrl-C is the program's
         try:
-            proc = subprocess.Popen([prog, *program[1:]], env=env)
+            proc = spawn([prog, *program[1:]], env)
         except OSError:
             signal.signal(signal.SIGINT, old_int)
             raise

@@ -28,10 +28,11 @@ _was_enabled = False
 _start_paused = False
 
 
-def start_paused() -> None:
-    """Pause the collector for a command's start (see the module), if it runs."""
+def start_paused(was_enabled: bool | None = None) -> None:
+    """Pause the collector for a command's start (see the module), if it runs; `was_enabled`: whether it ran
+    when the caller paused it already itself (the entry point, before importing this module)."""
     global _start_paused
-    if gc.isenabled():
+    if gc.isenabled() if was_enabled is None else was_enabled:
         gc.disable()
         _start_paused = True
 

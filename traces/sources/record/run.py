@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import signal
 import stat
-import subprocess
 import sys
 from alloctrace.allocator.record_class import record_class
 from pathlib import Path
@@ -28,6 +27,8 @@ def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict
     writing into `out_dir`: only waited for."""
     if started is not None:
         return collect(argv, started.wait(), out_dir)
+    import subprocess  # here: a program the entry point started (the usual record) needs none of it
+
     prog = checked_program(argv, library is not None)
     env = recorder_env(library, out_dir, env)
     old = leave_sigint_to_the_program()  # Ctrl-C reaches the program (same process group); we wait for it
