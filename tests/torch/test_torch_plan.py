@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
 from alloctrace.traces.preflight import torch_capture, torch_plan, torch_scratch  # noqa: E402
-from torchsnap import plan_sequence, plan_workloads  # noqa: E402
+from torchsnap import plan_answer, plan_sequence, plan_workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "torch" / "plan"
@@ -34,7 +34,7 @@ def _runs(models):
 
 @pytest.mark.parametrize("run", _runs(("mlp",)))
 def test_mlp_peaks_are_exact(run):
-    p = torch_plan.plan_callable(W.train, run["model"], run["batch"], run["dtype"])
+    p = plan_answer(W.train, run["model"], run["batch"], run["dtype"])
     assert not p.partial
     assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.002)
     assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=0.05)
@@ -42,7 +42,7 @@ def test_mlp_peaks_are_exact(run):
 
 @pytest.mark.parametrize("run", _runs(("gpt", "vit")))
 def test_transformer_peaks_within_tolerance(run):
-    p = torch_plan.plan_callable(W.train, run["model"], run["batch"], run["dtype"])
+    p = plan_answer(W.train, run["model"], run["batch"], run["dtype"])
     assert not p.partial
     assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.0125)
     assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=0.03)
@@ -53,7 +53,7 @@ def test_most_predictions_are_exact_to_the_byte():
     for run in TRUTHS["runs"]:
         if run["model"] != "mlp" and run["batch"] != W.BATCHES[run["model"]][1]:
             continue
-        p = torch_plan.plan_callable(W.train, run["model"], run["batch"], run["dtype"])
+        p = plan_answer(W.train, run["model"], run["batch"], run["dtype"])
         exact += p.peak_allocated == run["max_memory_allocated"]
     assert exact >= 8          # of 10 (all MLP points, the middle batch of the others)
 
@@ -62,7 +62,7 @@ def test_most_predictions_are_exact_to_the_byte():
 def test_largest_batch_under_a_cap_is_the_one_found_by_trial(model, dtype):
     truth = next(x for x in TRUTHS["largest"] if (x["model"], x["dtype"]) == (model, dtype))
     top = W.BATCHES[model][-1]
-    ans = torch_plan.largest_fitting(lambda v, s: torch_plan.plan_callable(W.train, model, v, dtype, settings=s),
+    ans = torch_plan.largest_fitting(lambda v, s: plan_answer(W.train, model, v, dtype, settings=s),
                                      1, top * 8, truth["cap"], AllocatorSettings())
     assert ans["value"] == truth["value"]
     for p in ans["points"]:                   # every point the real bisection also tried agrees
@@ -215,7 +215,7 @@ def test_stored_plan_aligns_with_the_real_snapshot_by_the_torch_diff(snapshot, t
     from alloctrace.traces.store.store import open_store
 
     name, dtype, batch = snapshot.split("_")
-    p = torch_plan.plan_callable(W.train, name, int(batch[1:]), dtype)
+    p = plan_answer(W.train, name, int(batch[1:]), dtype)
     planned = _user_frames_only(torch_plan_store.snapshot_of(p.capture, AllocatorSettings()))
     real = _user_frames_only(pickle.load(gzip.open(DATA / f"{snapshot}.pickle.gz")))
     store = open_store(str(tmp_path / "store"))
@@ -234,7 +234,7 @@ VARIANTS = json.loads((DATA / "variants.json").read_text())
 @pytest.mark.parametrize("run", [pytest.param(r, id=f"{r['model']}-{r['dtype']}-{r['variant']}") for r in VARIANTS
                                  if r["variant"] != "checkpoint"])
 def test_accumulation_zero_grad_keeping_grads_and_fp16_grad_scaler(run):
-    p = torch_plan.plan_callable(W.train_variant, run["model"], run["batch"], run["dtype"],
+    p = plan_answer(W.train_variant, run["model"], run["batch"], run["dtype"],
                                  **W.VARIANTS.get(run["variant"], {}))
     assert not p.partial
     assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.01)
@@ -249,7 +249,7 @@ def test_compile_stops_the_step_with_one_named_line():
             lin = torch.nn.Linear(8, 8)
         torch.compile(lin)(torch.randn(4, 8, device="cuda"))
 
-    p = torch_plan.plan_callable(compiled)
+    p = plan_answer(compiled)
     assert p.partial and "torch.compile" in p.error
     assert torch.compile.__name__ == "compile"       # put back after the capture
 
@@ -274,7 +274,7 @@ def test_fp16_with_a_grad_scaler_runs_to_the_optimizer_step():
     import torch.amp.grad_scaler as gs
 
     before = gs.GradScaler._maybe_opt_step
-    p = torch_plan.plan_callable(W.train_variant, "mlp", 64, "fp16", steps=1)
+    p = plan_answer(W.train_variant, "mlp", 64, "fp16", steps=1)
     assert not p.partial, p.error
     assert p.categories.get("optimizer_state", 0) >= 4 * 25076712      # SGD's momentum for every parameter
     assert gs.GradScaler._maybe_opt_step is before
@@ -286,7 +286,7 @@ def test_memory_outside_the_allocator_is_the_measured_one_and_kept_apart():
     o = torch_plan.OUTSIDE_ALLOCATOR
     assert o["bytes"] == steps[-1] and o["context"] == steps[0]
     assert o["context"] + o["cublas_handles"] + o["autograd_thread"] == o["bytes"]
-    p = torch_plan.plan_callable(W.train, "mlp", 64, "fp32")
+    p = plan_answer(W.train, "mlp", 64, "fp32")
     run = TRUTHS["runs"][0]
     assert p.peak_allocated == run["max_memory_allocated"]          # not folded into the prediction
     assert p.as_dict()["outside_allocator"]["bytes"] == steps[-1] and f"{steps[-1]:,}" in p.as_dict()["unseen"]

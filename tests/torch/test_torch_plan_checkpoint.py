@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from alloctrace.traces.preflight import torch_capture, torch_plan  # noqa: E402
-from torchsnap import plan_workloads  # noqa: E402
+from torchsnap import plan_answer, plan_workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MORE = json.loads((ROOT / "tests" / "data" / "torch" / "plan" / "more.json").read_text())
@@ -22,8 +22,8 @@ W = plan_workloads()
 
 def _plan(run):
     if run["variant"] == "checkpoint_reentrant":
-        return torch_plan.plan_callable(W.train_checkpoint_reentrant, run["model"], run["batch"], run["dtype"])
-    return torch_plan.plan_callable(W.train_variant, run["model"], run["batch"], run["dtype"],
+        return plan_answer(W.train_checkpoint_reentrant, run["model"], run["batch"], run["dtype"])
+    return plan_answer(W.train_variant, run["model"], run["batch"], run["dtype"],
                                     **W.VARIANTS_MORE[run["variant"]])
 
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
 from alloctrace.traces.preflight import torch_plan, torch_scratch  # noqa: E402
-from torchsnap import plan_sequence, plan_workloads  # noqa: E402
+from torchsnap import plan_answer, plan_sequence, plan_workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "torch" / "plan"
@@ -35,7 +35,7 @@ RUNS = [pytest.param(r, id=f"{r['dtype']}-b{r['batch']}") for r in MORE["runs"]]
 
 @pytest.mark.parametrize("run", RUNS)
 def test_resnet50_peaks_with_measured_cudnn_workspaces(run):
-    p = torch_plan.plan_callable(W.train, "resnet50", run["batch"], run["dtype"], measured=MEASURED)
+    p = plan_answer(W.train, "resnet50", run["batch"], run["dtype"], measured=MEASURED)
     assert not p.partial, p.error
     assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.002)
     assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=0.01)     # measured: -0.71 % .. 0
@@ -43,7 +43,7 @@ def test_resnet50_peaks_with_measured_cudnn_workspaces(run):
 
 def test_resnet50_capture_without_a_gpu_sees_parameters_and_stays_below_the_real_peak():
     run = next(r for r in MORE["runs"] if (r["dtype"], r["batch"]) == ("fp32", 16))
-    p = torch_plan.plan_callable(W.train, "resnet50", 16, "fp32")
+    p = plan_answer(W.train, "resnet50", 16, "fp32")
     assert not p.partial, p.error
     assert "measured_workspace" not in p.categories
     assert p.categories["parameters"] >= 25_557_032 * 4          # torchvision's ResNet-50 parameter count
@@ -115,7 +115,7 @@ def test_measured_programs_at_a_batch_not_recorded_come_from_the_nearest_recorde
 def _largest(dtype, table):
     truth = next(x for x in MORE["largest"] if x["dtype"] == dtype)
     ans = torch_plan.largest_fitting(
-        lambda v, s: torch_plan.plan_callable(W.train, "resnet50", v, dtype, settings=s, measured=table),
+        lambda v, s: plan_answer(W.train, "resnet50", v, dtype, settings=s, measured=table),
         64, 256, truth["cap"], AllocatorSettings())
     return ans["value"], truth["value"]
 
@@ -137,7 +137,7 @@ def test_resnet50_largest_batch_from_every_8th_batch_alone_stays_at_or_below_the
 
 def test_resnet50_fp32_plan_at_117_has_the_recorded_peaks():
     real = next(r for r in RECORDED["runs"] if (r["dtype"], r["batch"]) == ("fp32", 117))
-    p = torch_plan.plan_callable(W.train, "resnet50", 117, "fp32", measured=MEASURED)
+    p = plan_answer(W.train, "resnet50", 117, "fp32", measured=MEASURED)
     # that recording's peaks (run under its dispatch mode; see the batch-64 sequence test): measured equal
     assert p.peak_allocated == pytest.approx(real["max_memory_allocated"], rel=0.005)
     assert p.peak_reserved == pytest.approx(real["max_memory_reserved"], rel=0.005)
@@ -220,7 +220,7 @@ def test_stored_resnet50_plan_aligns_with_the_real_snapshot_by_the_torch_diff(sn
         return snap
 
     _, dtype, _ = snapshot.split("_")
-    p = torch_plan.plan_callable(W.train, "resnet50", 16, dtype, measured=MEASURED)
+    p = plan_answer(W.train, "resnet50", 16, dtype, measured=MEASURED)
     planned = workload_frames(torch_plan_store.snapshot_of(p.capture, AllocatorSettings()))
     real = workload_frames(pickle.load(gzip.open(DATA / f"{snapshot}.pickle.gz")))
     store = open_store(str(tmp_path / "store"))
