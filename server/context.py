@@ -42,7 +42,7 @@ def upload_dir_for(store) -> Path:
     root.mkdir(exist_ok=True)
     for d in root.iterdir():
         pid = d.name.partition("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdecimal() and int(pid) != os.getpid() and not _alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
     mine = root / f"{os.getpid()}-{secrets.token_hex(4)}"
     mine.mkdir()

@@ -40,7 +40,7 @@ def _file_ref(ref: str):
     if Path(ref).is_file():
         return Path(ref), None
     head, sep, tail = ref.rpartition(":")
-    if sep and tail.isdigit() and Path(head).is_file():
+    if sep and tail.isdecimal() and Path(head).is_file():
         return Path(head), int(tail)
     return None
 

@@ -52,7 +52,7 @@ def run(args) -> int:
         k = dev.n
     elif args.event == "start":
         k = 0
-    elif args.event.isdigit() and int(args.event) < dev.n:
+    elif args.event.isdecimal() and int(args.event) < dev.n:
         k = int(args.event) + 1
     else:
         raise UserError(f"--event: expected an entry 0..{dev.n - 1}, start, peak, oom or end, not {args.event!r}")

@@ -61,7 +61,7 @@ def load_device(args) -> tuple[str, int, dict, dict]:
     store = open_store_from(args, create=names_a_file(args.trace))
     ref = resolve_ref(store, args.trace, {})
     tid, sep, dev = ref.partition(":")
-    if sep and not dev.isdigit():
+    if sep and not dev.isdecimal():
         raise UserError(f"{args.trace}: the device after ':' is a number")
     device = int(dev) if sep else 0
     if args.device is not None:

@@ -91,7 +91,7 @@ def _ggml(store, pid: str, members: list[dict], budget: int | None) -> dict:
     budget = budget if budget is not None else budget_stored
     groups: dict[str, list[dict]] = {}
     for r in rows:
-        if axis is None or not str(r["values"].get(axis, "")).isdigit():
+        if axis is None or not str(r["values"].get(axis, "")).isdecimal():
             continue
         setting = " ".join(f"{k}={v}" for k, v in r["values"].items() if k != axis)
         groups.setdefault(setting, []).append(r)
@@ -138,7 +138,7 @@ def _axis(rows: list[dict]) -> str | None:
     flags = list(rows[0]["values"]) if rows else []
     for f in flags:
         vals = {r["values"].get(f) for r in rows}
-        if len(vals) > 1 and all(str(v).isdigit() for v in vals):
+        if len(vals) > 1 and all(str(v).isdecimal() for v in vals):
             return f
     return flags[0] if flags else None
 

@@ -29,7 +29,7 @@ def numeric_flags(points: list[dict]) -> list[str]:
     if not points:
         return []
     flags = list(points[0]["values"])
-    return [f for f in flags if all(str(p["values"].get(f, "")).isdigit() for p in points)
+    return [f for f in flags if all(str(p["values"].get(f, "")).isdecimal() for p in points)
             and len({p["values"][f] for p in points}) > 1]
 
 

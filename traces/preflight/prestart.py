@@ -36,9 +36,9 @@ THREAD_FLAGS = ("-t", "--threads")
 def program_threads(argv: list[str]) -> int | None:
     """The threads a program was told to use (`-t N`, `--threads N`, `--threads=N`), None when not told."""
     for i, w in enumerate(argv):
-        if w in THREAD_FLAGS and i + 1 < len(argv) and argv[i + 1].isdigit():
+        if w in THREAD_FLAGS and i + 1 < len(argv) and argv[i + 1].isdecimal():
             return int(argv[i + 1])
-        if w.startswith("--threads=") and w[10:].isdigit():
+        if w.startswith("--threads=") and w[10:].isdecimal():
             return int(w[10:])
     return None
 
@@ -203,12 +203,12 @@ def sweep_argv(argv: list[str]):
         elif w == "--vary" and i + 1 < len(opts):
             i += 1
             varies.append(opts[i])
-        elif w in ("-j", "--jobs") and i + 1 < len(opts) and opts[i + 1].isdigit():
+        elif w in ("-j", "--jobs") and i + 1 < len(opts) and opts[i + 1].isdecimal():
             i += 1
             jobs = int(opts[i])
-        elif w.startswith("--jobs=") and w[7:].isdigit():
+        elif w.startswith("--jobs=") and w[7:].isdecimal():
             jobs = int(w[7:])
-        elif w.startswith("-j") and w[2:].isdigit():
+        elif w.startswith("-j") and w[2:].isdecimal():
             jobs = int(w[2:])
         elif w in VALUE_OPTIONS and i + 1 < len(opts) and not opts[i + 1].startswith("-"):
             i += 1

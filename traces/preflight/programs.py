@@ -111,7 +111,7 @@ def thread_state(pid: int, tid: str) -> str:
     if state in "ZX":
         return "exited"
     call = _read(f"/proc/{pid}/task/{tid}/syscall").split(" ", 1)[0]
-    if call.isdigit():
+    if call.isdecimal():
         import platform
 
         call = SYSCALLS.get(platform.machine(), {}).get(int(call), f"system call {call}")

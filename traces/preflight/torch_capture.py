@@ -60,7 +60,7 @@ def workspace_size(config: str | None = None) -> int:
 def lt_workspace_size() -> int:
     """cuBLASLt's workspace (addmm with a bias vector): CUBLASLT_WORKSPACE_SIZE KiB, 1 MiB by default."""
     text = os.environ.get("CUBLASLT_WORKSPACE_SIZE", "1024").strip()
-    if not text.isdigit():
+    if not text.isdecimal():
         raise UserError(f"CUBLASLT_WORKSPACE_SIZE {text!r} is not a whole number of KiB")
     return int(text) * 1024
 

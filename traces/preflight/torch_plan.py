@@ -198,8 +198,8 @@ def parse_range(text: str) -> tuple[str, int, int]:
     """"batch=8..512" -> ("batch", 8, 512)."""
     name, sep, rng = str(text).partition("=")
     lo, dots, hi = rng.partition("..")
-    if not sep or not name.strip().isidentifier() or not dots or not lo.strip().isdigit() \
-            or not hi.strip().isdigit():
+    if not sep or not name.strip().isidentifier() or not dots or not lo.strip().isdecimal() \
+            or not hi.strip().isdecimal():
         raise UserError(f"--vary wants NAME=LO..HI (e.g. batch=8..512), got {text!r}")
     lo_i, hi_i = int(lo), int(hi)
     if not 1 <= lo_i <= hi_i or hi_i > 1 << 40:

@@ -41,7 +41,7 @@ class Vary:
 
 
 def _is_int(v: str) -> bool:
-    return v.isdigit() and len(v) < 19
+    return v.isdecimal() and len(v) < 19
 
 
 def _split(text: str, what: str) -> tuple[str, str]:

@@ -47,7 +47,7 @@ def parse_values(text: str | None, name: str) -> list[int | None]:
     out = []
     for part in str(text).split(","):
         part = part.strip()
-        if not part.isdigit() or not 1 <= int(part) <= MAX_VALUE:
+        if not part.isdecimal() or not 1 <= int(part) <= MAX_VALUE:
             raise UserError(f"{name} wants integers from 1 to {MAX_VALUE} separated by commas, got {text!r}")
         out.append(int(part))
     if len(out) > MAX_VALUES:

@@ -80,7 +80,7 @@ def create(db, table_columns) -> str:
     db.execute("INSERT INTO store_info VALUES ('format_version', ?) ON CONFLICT(key) DO NOTHING",
                (str(STORE_FORMAT),))
     (ver,) = db.execute("SELECT value FROM store_info WHERE key='format_version'").fetchone()
-    if str(ver).isdigit() and int(ver) < STORE_FORMAT:  # not a number: damaged, said when the store opens
+    if str(ver).isdecimal() and int(ver) < STORE_FORMAT:  # not a number: damaged, said when the store opens
         ver = _upgrade(db, int(ver), table_columns)
     if str(ver) == str(STORE_FORMAT):
         for stmt in INDEXES:

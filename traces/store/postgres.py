@@ -66,7 +66,7 @@ def check_address(url: str) -> None:
         why = without_password(why.split(' in URI: "', 1)[0])
         raise UserError(f"not a valid PostgreSQL address {without_password(url)}: {why}") from None
     port = str(params.get("port") or "5432")
-    if not all(p.strip().isdigit() for p in port.split(",")):
+    if not all(p.strip().isdecimal() for p in port.split(",")):
         raise UserError(f"not a valid PostgreSQL address {without_password(url)}: the port {port[:20]!r} is not a "
                         "number")
 

@@ -150,7 +150,7 @@ class Store:
         except self._be.errors as e:
             self._be.close()
             raise UserError(f"cannot open store {self._be.describe()}: {str(e).strip().splitlines()[0]}") from None
-        if not str(ver).isdigit():
+        if not str(ver).isdecimal():
             self._be.close()
             raise UserError(f"store {self._be.describe()} is damaged: its format_version is {str(ver)[:40]!r}, not a "
                             "number (restore it from a backup, or set it to the version the store was made with)")
@@ -444,7 +444,7 @@ class Store:
             tid = _unique_id(db, head)
         if not sep:
             return tid, None
-        if not tail.isdigit():
+        if not tail.isdecimal():
             raise NotFound(f"bad graph index {tail!r} in {ref!r}")
         g = _graph_index(tid, int(tail))
         with self._snapshot() as db:

@@ -26,7 +26,7 @@ def terminal_width(stream=None) -> int | None:
             return None
     except (AttributeError, ValueError, OSError):
         return None
-    if os.environ.get("COLUMNS", "").isdigit():
+    if os.environ.get("COLUMNS", "").isdecimal():
         return int(os.environ["COLUMNS"])
     try:  # as shutil.get_terminal_size (whose import, bz2 and lzma with it, costs a short command 1.5 ms)
         return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80

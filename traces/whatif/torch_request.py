@@ -47,7 +47,7 @@ def apply_overrides(base: AllocatorSettings, items: dict[str, str], cap: str | N
                 raise ValueError(f"roundup_power2_divisions={value!r}: the per-size form ([256:1,512:2,>:4]) is "
                                  "not read here; give one value for every size (4) or 16 values, one per "
                                  "power-of-two interval from 1 MiB ([8,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2])")
-            if not all(p.strip().isdigit() for p in parts):
+            if not all(p.strip().isdecimal() for p in parts):
                 raise ValueError(f"roundup_power2_divisions={value!r}: give one value (4) or 16 values "
                                  "([8,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2]), each 0 or a power of two")
             vals = [int(p) for p in parts]

@@ -75,7 +75,7 @@ def _pid_order(name: str):
     if not (name.startswith("rec-") and name.endswith(".atrec")):
         return None
     parts = name[4:-6].split("-")
-    if len(parts) > 2 or not all(p.isdigit() for p in parts):
+    if len(parts) > 2 or not all(p.isdecimal() for p in parts):
         return None
     return (int(parts[0]), int(parts[1]) if len(parts) > 1 else 1)
 

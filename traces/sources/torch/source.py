@@ -38,7 +38,7 @@ ROLE = "device"
 def max_bytes() -> int:
     """Cap on decompressed pickle bytes ($ALLOCTRACE_TORCH_MAX_BYTES, default 2 GiB)."""
     v = os.environ.get("ALLOCTRACE_TORCH_MAX_BYTES")
-    return int(v) if v and v.isdigit() else DEFAULT_MAX_BYTES
+    return int(v) if v and v.isdecimal() else DEFAULT_MAX_BYTES
 
 
 def sniff(head: bytes) -> bool:

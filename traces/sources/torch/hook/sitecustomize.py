@@ -105,7 +105,7 @@ class Recorder:
             facts = {"reason": reason, "pid": self.pid, "argv": sys.argv, "time": time.time(),
                      "stacks": self.stacks, "max_entries": self.max_entries,
                      **{k.lower(): int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")
-                        if os.environ.get(k, "").isdigit()}}
+                        if os.environ.get(k, "").isdecimal()}}
             with open(stem + ".json.part", "w") as f:
                 json.dump(facts, f)
             os.replace(stem + ".json.part", stem + ".json")
@@ -125,7 +125,7 @@ def is_launcher(argv) -> bool:
 
 def file_stem(env, pid: int) -> str:
     rank = env.get("RANK", "")
-    return f"rank{int(rank)}-pid{pid}" if rank.isdigit() else f"pid{pid}"
+    return f"rank{int(rank)}-pid{pid}" if rank.isdecimal() else f"pid{pid}"
 
 
 class _AfterImport(importlib.abc.Loader):
@@ -173,7 +173,7 @@ def install(env=None) -> "Recorder | None":
     if not out_dir:
         return None
     entries = env.get(ENTRIES_ENV, "")
-    rec = Recorder(out_dir, env.get(STACKS_ENV) or "python", int(entries) if entries.isdigit() else 1_000_000)
+    rec = Recorder(out_dir, env.get(STACKS_ENV) or "python", int(entries) if entries.isdecimal() else 1_000_000)
 
     def started(torch):
         try:
