@@ -97,13 +97,28 @@ def _read(path: str) -> str:
         return ""
 
 
+def _stat_fields(path: str) -> list[str]:
+    """A /proc stat file's fields after the command name (which may hold spaces and parentheses): the state
+    first; [] when it cannot be read."""
+    stat = _read(path)
+    return stat.rsplit(")", 1)[1].split() if ")" in stat else []
+
+
+def _cpu_ticks(pid: int | str) -> int:
+    """The CPU time a process has used, user and system, in clock ticks (ValueError when /proc cannot say)."""
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    if len(fields) < 13:
+        raise ValueError(f"no stat for process {pid}")
+    return int(fields[11]) + int(fields[12])
+
+
 def thread_state(pid: int, tid: str) -> str:
     """One thread as a phrase: `running`, `blocked in futex (futex_do_wait)` (the system call it is in, by
     name where known, and the kernel function it sleeps in), `stopped`, `exited`; "" when it is gone."""
-    stat = _read(f"/proc/{pid}/task/{tid}/stat")
-    if ")" not in stat:
+    fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+    if not fields:
         return ""
-    state = stat.rsplit(")", 1)[1].split()[0]
+    state = fields[0]
     if state == "R":
         return "running"
     if state in "Tt":
@@ -142,11 +157,9 @@ def where_it_was(pid: int) -> str:
     parts = [f"{what} in {n} thread{'s' if n > 1 else ''}" for what, n in counts.items()]
     if len(tids) > MAX_THREADS_READ:
         parts.append(f"{len(tids) - MAX_THREADS_READ} more threads not read")
-    stat = _read(f"/proc/{pid}/stat")
     try:
-        ticks = sum(int(x) for x in stat.rsplit(")", 1)[1].split()[11:13])
-        parts.append(f"{ticks / os.sysconf('SC_CLK_TCK'):.2f} s of CPU time used")
-    except (IndexError, ValueError, OSError):
+        parts.append(f"{_cpu_ticks(pid) / os.sysconf('SC_CLK_TCK'):.2f} s of CPU time used")
+    except (ValueError, OSError):
         pass
     return ", ".join(parts)
 
@@ -167,13 +180,13 @@ def _asleep(pid: int) -> tuple | None:
             return None  # a process that ended meanwhile: the program moves
         for tid in tids:
             seen += 1
-            stat = _read(f"/proc/{p}/task/{tid}/stat").rsplit(")", 1)[-1].split()
+            stat = _stat_fields(f"/proc/{p}/task/{tid}/stat")
             if seen > MAX_THREADS_READ or not stat or stat[0] not in ("S", "Z"):  # Z: a thread that has ended
                 return None
             todo += _read(f"/proc/{p}/task/{tid}/children").split()
         try:
-            asleep.append((p, sum(int(x) for x in _read(f"/proc/{p}/stat").rsplit(")", 1)[1].split()[11:13])))
-        except (IndexError, ValueError):
+            asleep.append((p, _cpu_ticks(p)))
+        except ValueError:
             return None
     return tuple(sorted(asleep))
 
