@@ -87,6 +87,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("postgres")
 
 
+def pytest_configure(config):
+    """One folder of captured PyTorch steps for the whole run, shared by the workers (torchsnap.plan_cached)."""
+    if not hasattr(config, "workerinput") and "ALLOCTRACE_TEST_CAPTURES" not in os.environ:
+        import tempfile
+
+        config._capture_dir = tempfile.mkdtemp(prefix="alloctrace-test-captures-")
+        os.environ["ALLOCTRACE_TEST_CAPTURES"] = config._capture_dir
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_capture_dir", None)
+    if folder:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("ALLOCTRACE_TEST_CAPTURES", None)
+
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import pickle
 from pathlib import Path
@@ -57,8 +58,59 @@ def plan_workloads():
 
 
 def plan_answer(*args, **kwargs):
-    """torch_plan.plan_callable replaying the plan's own address order only: the answer these tests hold (the
-    ranges over every order are test_torch_plan_address_orders.py's), without 63 more replays per point."""
+    """A plan replaying its own address order only: the answer these tests hold (the ranges over every order are
+    test_torch_plan_address_orders.py's), without 63 more replays per point."""
     from alloctrace.traces.preflight import torch_plan
 
-    return torch_plan.plan_callable(*args, orders=torch_plan.ADDRESS_ORDERS[:1], **kwargs)
+    return plan_cached(*args, orders=torch_plan.ADDRESS_ORDERS[:1], **kwargs)
+
+
+def plan_cached(fn, *args, settings=None, total=None, measured=None, orders=None, **kwargs):
+    """torch_plan.plan_callable with the capture kept for the rest of the run: many tests hold the same step
+    (model, batch, dtype) to different truths, and a capture is most of a plan's time. A workload of
+    bench/torch_plan_workloads.py is captured once per run across the workers (conftest names the folder);
+    anything else is captured every time."""
+    from alloctrace.allocator.cuda_caching import AllocatorSettings
+    from alloctrace.traces.preflight import torch_plan
+
+    cap = _captured(fn, args, kwargs, measured)
+    return torch_plan.replay(cap, settings or AllocatorSettings(), total,
+                             orders=torch_plan.ADDRESS_ORDERS if orders is None else orders)
+
+
+_DIGESTS: dict = {}
+
+
+def _measured_digest(measured) -> str | None:
+    if measured is None:
+        return None
+    if id(measured) not in _DIGESTS:            # the table is kept too, so its id is not reused
+        body = json.dumps([sorted(measured.exact.items()), sorted((k, sorted(v.items()))
+                           for k, v in measured.by_template.items()), sorted(measured.ops)])
+        _DIGESTS[id(measured)] = (measured, hashlib.sha256(body.encode()).hexdigest())
+    return _DIGESTS[id(measured)][1]
+
+
+def _captured(fn, args, kwargs, measured):
+    import os
+
+    from alloctrace.traces.preflight import torch_plan
+
+    folder = os.environ.get("ALLOCTRACE_TEST_CAPTURES")
+    if not folder or getattr(fn, "__module__", None) != "torch_plan_workloads" or "<" in fn.__qualname__:
+        return torch_plan.capture_callable(fn, *args, measured=measured, **kwargs)
+    key = json.dumps([fn.__qualname__, [repr(a) for a in args], sorted((k, repr(v)) for k, v in kwargs.items()),
+                      _measured_digest(measured), os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+                      os.environ.get("CUBLASLT_WORKSPACE_SIZE")])
+    path = Path(folder) / (hashlib.sha256(key.encode()).hexdigest() + ".pickle")
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)               # written by this run's own tests (trusted)
+    except FileNotFoundError:
+        pass
+    cap = torch_plan.capture_callable(fn, *args, measured=measured, **kwargs)
+    part = path.with_name(f"{path.name}.{os.getpid()}")
+    with open(part, "wb") as f:
+        pickle.dump(cap, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(part, path)                      # two workers at once: each writes all of it, the last one stays
+    return cap

@@ -100,6 +100,52 @@ def test_capture_categories_and_call_sites():
     assert alloc > 30 and not c.partial
 
 
+def _frames_by_traceback(limit: int = 80) -> list:
+    """The slow reference of torch_capture._frames: traceback's summary of the same frames, filtered the same way
+    (called one frame further out than the walk, as the walk's own frame, it counts its own and drops it)."""
+    import traceback
+
+    keep = [(fs.filename, fs.lineno, fs.name) for fs in reversed(traceback.extract_stack(limit=limit)[:-1])]
+    return [f for f in keep if not f[0].startswith(torch_capture._PACKAGE)
+            and not any(h in f[0] for h in torch_capture.HIDDEN)]
+
+
+def test_call_sites_walked_by_hand_equal_tracebacks_summary(monkeypatch):
+    """Every allocation of a real capture (forward, the engine's backward, the optimizer) and at depths past the
+    limit: the frame walk gives what traceback.extract_stack gives."""
+    pairs = []
+    walk = torch_capture._frames
+
+    def both(limit: int = 80):
+        got = walk(limit)
+        pairs.append((got, _frames_by_traceback(limit)))
+        return got
+    monkeypatch.setattr(torch_capture, "_frames", both)
+    with torch_capture.capture() as c:
+        W.train("gpt", 2, "bf16", steps=1)
+
+    def deep(n):
+        return deep(n - 1) if n else both()
+    deep(120)
+    assert len(pairs) > 100 and not c.partial
+    # the first frame is `both` itself, one line apart in the two calls
+    assert all(got[0][2] == want[0][2] == "both" and got[1:] == want[1:] for got, want in pairs)
+    assert any(len(got) >= 3 for got, _ in pairs) and len(pairs[-1][0]) > 70
+
+
+def test_a_capture_kept_for_the_run_gives_the_plan_a_fresh_capture_gives():
+    from torchsnap import plan_cached
+
+    fresh = torch_plan.plan_callable(W.train, "gpt", 3, "fp32", orders=torch_plan.ADDRESS_ORDERS[:4])
+    kept = [plan_cached(W.train, "gpt", 3, "fp32", orders=torch_plan.ADDRESS_ORDERS[:4]) for _ in range(2)]
+    for p in kept:
+        assert (p.peak_allocated_range, p.peak_reserved_range, p.categories) == \
+            (fresh.peak_allocated_range, fresh.peak_reserved_range, fresh.categories)
+        assert [(e.kind, e.key, e.size, e.op) for e in p.capture.events] == \
+            [(e.kind, e.key, e.size, e.op) for e in fresh.capture.events]
+    assert kept[0].capture is not kept[1].capture                 # each test gets its own copy
+
+
 def test_reduction_scratch_matches_the_recorded_kernel_buffers():
     # sum over 2048 rows of 512 / 2048 / 1536 columns (fp32): buffers and semaphores seen in gpt_fp32_b8
     assert torch_scratch.reduce_scratch((8, 256, 512), [0, 1], 4) == [8388608, 16]

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
 from alloctrace.traces.preflight import torch_capture, torch_plan, torch_scratch  # noqa: E402
 from alloctrace.traces.whatif.torch_model import SimulatedDevice  # noqa: E402
-from torchsnap import plan_workloads  # noqa: E402
+from torchsnap import plan_cached, plan_workloads  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "torch" / "plan"
 TRUTHS = json.loads((DATA / "truths.json").read_text())
@@ -35,14 +35,14 @@ def _measured():
 def _plan(run) -> torch_plan.Plan:
     model, batch, dtype, variant = run["model"], run["batch"], run["dtype"], run.get("variant")
     if model == "resnet50":
-        return torch_plan.plan_callable(W.train, model, batch, dtype, measured=_measured())
+        return plan_cached(W.train, model, batch, dtype, measured=_measured())
     if variant == "checkpoint_reentrant":
-        return torch_plan.plan_callable(W.train_checkpoint_reentrant, model, batch, dtype)
+        return plan_cached(W.train_checkpoint_reentrant, model, batch, dtype)
     if variant in W.VARIANTS_MORE:
-        return torch_plan.plan_callable(W.train_variant, model, batch, dtype, **W.VARIANTS_MORE[variant])
+        return plan_cached(W.train_variant, model, batch, dtype, **W.VARIANTS_MORE[variant])
     if variant:
-        return torch_plan.plan_callable(W.train_variant, model, batch, dtype, **W.VARIANTS.get(variant, {}))
-    return torch_plan.plan_callable(W.train, model, batch, dtype)
+        return plan_cached(W.train_variant, model, batch, dtype, **W.VARIANTS.get(variant, {}))
+    return plan_cached(W.train, model, batch, dtype)
 
 
 def _case(r):
@@ -123,7 +123,7 @@ def test_the_same_step_recorded_twice_on_the_gpu_lies_within_one_range():
 def test_the_largest_batch_in_every_address_order_is_never_above_the_trial(largest):
     model, dtype = largest["model"], largest["dtype"]
     tried = [int(v) for v in largest["tried"]]
-    ans = torch_plan.largest_fitting(lambda v, s: torch_plan.plan_callable(W.train, model, v, dtype, settings=s),
+    ans = torch_plan.largest_fitting(lambda v, s: plan_cached(W.train, model, v, dtype, settings=s),
                                      min(tried), max(tried), largest["cap"], AllocatorSettings())
     assert ans["value"] == largest["value"]
     every, orders = ans["value_every_order"], ans["address_orders"]

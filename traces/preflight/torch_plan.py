@@ -182,16 +182,22 @@ def plan(*, device: str = "cuda:0", total: str | int | None = None, alloc_conf: 
     run.result = replay(c, run.settings, total_b)
 
 
-def plan_callable(fn, *args, settings: AllocatorSettings | None = None, total: int | None = None,
-                  measured: dict | None = None, orders: tuple = ADDRESS_ORDERS, **kwargs) -> Plan:
-    """`fn(*args, **kwargs)` captured on fake CUDA tensors and replayed under `settings` (a card of `total`);
-    `measured`: each op's own allocations recorded on a GPU per op signature (torch_scratch.measured_table);
-    `orders`: the segment address orders tried (replay)."""
+def capture_callable(fn, *args, measured=None, **kwargs) -> torch_capture.Capture:
+    """`fn(*args, **kwargs)` run on fake CUDA tensors: its requests, as `replay` takes them. `measured`: each op's
+    own allocations recorded on a GPU per op signature (torch_scratch.measured_table)."""
     with torch_capture.capture(measured=measured) as c:
         fn(*args, **kwargs)
     if not any(e.kind == "alloc" for e in c.events) and not c.partial:
         raise UserError("the program never allocated on a CUDA device (build the model and inputs on 'cuda')")
-    return replay(c, settings or AllocatorSettings(), total, orders=orders)
+    return c
+
+
+def plan_callable(fn, *args, settings: AllocatorSettings | None = None, total: int | None = None,
+                  measured=None, orders: tuple = ADDRESS_ORDERS, **kwargs) -> Plan:
+    """`fn(*args, **kwargs)` captured (capture_callable) and replayed under `settings` (a card of `total`);
+    `orders`: the segment address orders tried (replay)."""
+    return replay(capture_callable(fn, *args, measured=measured, **kwargs), settings or AllocatorSettings(), total,
+                  orders=orders)
 
 
 def parse_range(text: str) -> tuple[str, int, int]:
