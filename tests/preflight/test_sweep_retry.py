@@ -64,6 +64,8 @@ def test_the_table_names_the_point_run_again_and_retry_hung_zero_runs_once(tmp_p
     assert r.returncode == 0, r.stderr
     (line,) = [line for line in r.stdout.splitlines() if "--retry-hung" in line]
     assert line.startswith("  -c=128: run again (--retry-hung): " + FIRST_HUNG), line
+    (said,) = [x for x in r.stderr.splitlines() if x.startswith("[1/1] -c=128: ")]    # the progress line too
+    assert said.endswith(")") and f" (run again: {FIRST_HUNG}" in said, said
     assert runs() == {"128": 2}
     (tmp_path / "zero").mkdir()
     env, runs = _hangs_once(tmp_path / "zero", "0")
