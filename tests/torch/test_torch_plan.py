@@ -106,7 +106,7 @@ def _frames_by_traceback(limit: int = 80) -> list:
     import traceback
 
     keep = [(fs.filename, fs.lineno, fs.name) for fs in reversed(traceback.extract_stack(limit=limit)[:-1])]
-    return [f for f in keep if not f[0].startswith(torch_capture._PACKAGE)
+    return [f for f in keep if not f[0].startswith(torch_capture._OURS)
             and not any(h in f[0] for h in torch_capture.HIDDEN)]
 
 
@@ -144,6 +144,26 @@ def test_a_capture_kept_for_the_run_gives_the_plan_a_fresh_capture_gives():
         assert [(e.kind, e.key, e.size, e.op) for e in p.capture.events] == \
             [(e.kind, e.key, e.size, e.op) for e in fresh.capture.events]
     assert kept[0].capture is not kept[1].capture                 # each test gets its own copy
+
+
+def test_a_users_files_under_a_folder_named_like_this_project_keep_their_call_sites(tmp_path):
+    """Our own frames are left out by the folders the package is installed in, not by a name: a script in
+    ~/alloctrace/ (a clone of this project, say) keeps its call sites and the line that names a failure."""
+    folder = tmp_path / "alloctrace"
+    folder.mkdir()
+    (folder / "user_step.py").write_text(
+        "import torch\n\ndef step():\n    x = torch.ones(1024, 1024, device='cuda')\n    return (x * 2).sum()\n\n"
+        "def bad():\n    x = torch.ones(8, device='cuda')\n    return torch.nonzero(x).item()\n")
+    spec = importlib.util.spec_from_file_location("user_step", folder / "user_step.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with torch_capture.capture() as c:
+        mod.step()
+    first = next(e for e in c.events if e.kind == "alloc")
+    assert torch_capture.user_site(first.frames).startswith(f"{folder / 'user_step.py'}:4 (step)")
+    with torch_capture.capture() as c:
+        mod.bad()
+    assert c.partial and f"{folder / 'user_step.py'}:9 (bad)" in c.error, c.error
 
 
 def test_reduction_scratch_matches_the_recorded_kernel_buffers():

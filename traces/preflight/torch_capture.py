@@ -31,7 +31,7 @@ MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "_addmm_activation", "addb
 # frames of torch's dispatch machinery (and ours) say nothing about where a program asked for memory
 HIDDEN = tuple(os.sep + os.path.join(*p.split("/")) for p in (
     "torch/_subclasses", "torch/utils/_python_dispatch", "torch/_ops.py", "torch/utils/_stats.py",
-    "torch/_decomp", "torch/_refs", "torch/_prims", "torch/_dynamo", "alloctrace/", "contextlib.py", "runpy.py"))
+    "torch/_decomp", "torch/_refs", "torch/_prims", "torch/_dynamo", "contextlib.py", "runpy.py"))
 TORCH_DIR = os.sep + "torch" + os.sep
 
 
@@ -44,6 +44,22 @@ def user_site(frames: list) -> str:
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # the traces package
+
+
+def _our_folders() -> tuple:
+    """The folders of this package's rooms, where they are installed (one tree, or several with an editable
+    install). Matched by folder: a name such as "alloctrace/" would hide a user's own files whenever they live
+    under a folder of that name, a clone of this project among them."""
+    from importlib.util import find_spec
+
+    folders = {_PACKAGE}
+    for name in ("alloctrace", "alloctrace.allocator", "alloctrace.metal_exec", "alloctrace.server"):
+        spec = find_spec(name)
+        folders.update(spec.submodule_search_locations or () if spec else ())
+    return tuple(os.path.join(os.path.abspath(d), "") for d in folders)
+
+
+_OURS = _our_folders()
 
 
 def workspace_size(config: str | None = None) -> int:
@@ -100,7 +116,7 @@ def _frames(limit: int = 80) -> list:
         name = code.co_filename
         hide = hidden.get(name)
         if hide is None:
-            hide = hidden[name] = name.startswith(_PACKAGE) or any(h in name for h in HIDDEN)
+            hide = hidden[name] = name.startswith(_OURS) or any(h in name for h in HIDDEN)
         if not hide:
             out.append((name, f.f_lineno, code.co_name))
         f = f.f_back
@@ -238,7 +254,7 @@ def _patched_cuda_checks():
 def _failure_line(exc: BaseException) -> str:
     import traceback
     tb = traceback.extract_tb(exc.__traceback__)
-    site = next((fs for fs in reversed(tb) if not fs.filename.startswith(_PACKAGE)
+    site = next((fs for fs in reversed(tb) if not fs.filename.startswith(_OURS)
                  and os.sep + "torch" + os.sep not in fs.filename), None)
     where = f" at {site.filename}:{site.lineno} ({site.name})" if site else ""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
