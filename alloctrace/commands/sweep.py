@@ -239,7 +239,7 @@ class _progress:
         elif point is not None:
             values = " ".join(f"{k}={v}" for k, v in point.values.items())
             size = ", ".join(f"{b} {n:,} B" for b, n in point.buffers.items()) or point.error or "no buffer"
-            again = f" (run again: {point.retried})" if getattr(point, "retried", None) else ""
+            again = f" (run again: {point.retried})" if point.retried else ""
             print(safe(f"[{done}/{total}] {values}: {size}{again}"), file=sys.stderr, flush=True)
 
     def __exit__(self, *exc):

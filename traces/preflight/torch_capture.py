@@ -33,6 +33,7 @@ HIDDEN = tuple(os.sep + os.path.join(*p.split("/")) for p in (
     "torch/_subclasses", "torch/utils/_python_dispatch", "torch/_ops.py", "torch/utils/_stats.py",
     "torch/_decomp", "torch/_refs", "torch/_prims", "torch/_dynamo", "contextlib.py", "runpy.py"))
 TORCH_DIR = os.sep + "torch" + os.sep
+_HIDDEN_FILES: dict = {}        # filename -> whether _frames leaves its frames out
 
 
 def user_site(frames: list) -> str:
@@ -43,17 +44,15 @@ def user_site(frames: list) -> str:
     return f"{frames[0][0]}:{frames[0][1]} ({frames[0][2]})" if frames else ""
 
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # the traces package
-
-
 def _our_folders() -> tuple:
     """The folders of this package's rooms, where they are installed (one tree, or several with an editable
     install). Matched by folder: a name such as "alloctrace/" would hide a user's own files whenever they live
     under a folder of that name, a clone of this project among them."""
     from importlib.util import find_spec
 
-    folders = {_PACKAGE}
-    for name in ("alloctrace", "alloctrace.allocator", "alloctrace.metal_exec", "alloctrace.server"):
+    folders = set()
+    for name in ("alloctrace", "alloctrace.traces", "alloctrace.allocator", "alloctrace.metal_exec",
+                 "alloctrace.server"):
         spec = find_spec(name)
         folders.update(spec.submodule_search_locations or () if spec else ())
     return tuple(os.path.join(os.path.abspath(d), "") for d in folders)
@@ -105,7 +104,7 @@ class Capture:
 
 def _frames(limit: int = 80) -> list:
     """The innermost `limit` frames, innermost first, less torch's dispatch machinery and ours. Walked by hand:
-    `traceback.extract_stack` reads every frame's source line (a stat per frame), a fifth of a capture's time."""
+    `traceback.extract_stack` reads every frame's source line (a stat per frame), which a capture never uses."""
     out = []
     f = sys._getframe()
     hidden = _HIDDEN_FILES
@@ -121,9 +120,6 @@ def _frames(limit: int = 80) -> list:
             out.append((name, f.f_lineno, code.co_name))
         f = f.f_back
     return out
-
-
-_HIDDEN_FILES: dict = {}        # filename -> whether its frames are left out
 
 
 class _Recorder:
@@ -255,7 +251,7 @@ def _failure_line(exc: BaseException) -> str:
     import traceback
     tb = traceback.extract_tb(exc.__traceback__)
     site = next((fs for fs in reversed(tb) if not fs.filename.startswith(_OURS)
-                 and os.sep + "torch" + os.sep not in fs.filename), None)
+                 and TORCH_DIR not in fs.filename), None)
     where = f" at {site.filename}:{site.lineno} ({site.name})" if site else ""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return f"{type(exc).__name__}: {text[:200]}{where}"
