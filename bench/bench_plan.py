@@ -2,6 +2,8 @@
 
     python bench/bench_plan.py [--markdown]
     python bench/bench_plan.py --resnet [--markdown]    # ResNet-50 with cuDNN's workspaces measured on the GPU
+    python bench/bench_plan.py --orders [--markdown]    # every point recorded in a fresh process: the answer's
+                                                        # error and its range over the address orders
 
 For every model x dtype x batch of tests/data/torch/plan/truths.json (recorded on an H200 by
 bench/record_torch_plan_truths.py): the real max_memory_allocated / max_memory_reserved, the predicted ones and
@@ -44,9 +46,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--resnet", action="store_true")
+    ap.add_argument("--orders", action="store_true")
     args = ap.parse_args()
     if args.resnet:
         return resnet(args.markdown)
+    if args.orders:
+        return orders(args.markdown)
     w, cpu = _load("cuda"), _load("cpu")
     cpu_wall = {}
     for name in w.MODELS:
@@ -106,6 +111,48 @@ def resnet(markdown: bool):
             got.append(f"{ans['value']} ({len(ans['points'])} points, {time.perf_counter() - t0:.1f} s)")
         print(f"largest batch under {truth['cap']:,} B, {truth['dtype']}: trial {truth['value']}, "
               f"every batch recorded {got[0]}, every 8th interpolated {got[1]}", flush=True)
+
+
+def _pct(got: int, real: int) -> str:
+    return f"{(got - real) / real * 100:+.2f}%"
+
+
+def orders(markdown: bool):
+    """segments.json, held_out.json and held_out_driver.json (the last recorded after the driver order was fitted
+    to the first two): per point the answer's error and the ends of its range against the H200, and how many
+    address orders were replayed."""
+    data = ROOT / "tests" / "data" / "torch" / "plan"
+    w = _load("cuda")
+    head = ("recorded", "model", "dtype", "batch", "allocated", "range", "reserved", "range", "orders")
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+    exact = within = n = 0
+    for name in ("segments", "held_out", "held_out_driver"):
+        seen = set()
+        for r in json.loads((data / f"{name}.json").read_text())["runs"]:
+            key = (r["model"], r["dtype"], r["batch"])
+            if key in seen:
+                continue
+            seen.add(key)
+            measured = _resnet_table() if r["model"] == "resnet50" else None
+            p = torch_plan.plan_callable(w.train, r["model"], r["batch"], r["dtype"], measured=measured)
+            a, v = r["max_memory_allocated"], r["max_memory_reserved"]
+            n += 1
+            exact += (p.peak_allocated, p.peak_reserved) == (a, v)
+            within += abs(p.peak_allocated - a) <= a / 100 and abs(p.peak_reserved - v) <= 3 * v / 100
+            cells = [f"{name}.json", *map(str, key), _pct(p.peak_allocated, a),
+                     f"{_pct(p.peak_allocated_range[0], a)} … {_pct(p.peak_allocated_range[1], a)}",
+                     _pct(p.peak_reserved, v),
+                     f"{_pct(p.peak_reserved_range[0], v)} … {_pct(p.peak_reserved_range[1], v)}",
+                     str(p.address_orders)]
+            print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells), flush=True)
+    print(f"\n{n} points: both peaks exact at {exact}, within 1 % allocated and 3 % reserved at {within}")
+
+
+def _resnet_table():
+    recorded = json.load(gzip.open(ROOT / "tests" / "data" / "torch" / "plan" / "resnet50_scratch.json.gz", "rt"))
+    return torch_scratch.measured_table(recorded)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@
                                                                      # the segments' addresses (segments.json)
     python3 bench/record_torch_plan_truths.py --held-out OUT_DIR     # batches the plan was never checked on, and
                                                                      # two points again, fresh processes (held_out.json)
+    python3 bench/record_torch_plan_truths.py --held-out-driver OUT_DIR   # more new batches, recorded after the
+                                                                     # driver's address order was fitted
+                                                                     # (held_out_driver.json)
+    python3 bench/record_torch_plan_truths.py --fresh-variants OUT_DIR   # variants.json's and more.json's steps,
+                                                                     # each in a fresh process (fresh_variants.json)
 
 Writes OUT_DIR/truths.json: for each model x dtype x batch, `max_memory_allocated` / `max_memory_reserved` of
 a fresh allocator (everything freed, cache emptied, cuBLAS workspaces dropped, peaks reset) after two training
@@ -400,18 +405,50 @@ def plain_sequences(out_dir):
         json.dump(out, f, separators=(",", ":"))
 
 
-def segment_addresses(name, dtype, batch):
+def segment_addresses(name, dtype, batch, variant=None):
     """Two steps in this (fresh) process: the peaks and (address, size) of every segment cudaMalloc gave, in order.
-    Best fit breaks ties between equal free blocks by address, so these decide the few peaks the plan misses."""
+    Best fit breaks ties between equal free blocks by address, so these decide the few peaks the plan misses.
+    `variant`: a label of VARIANTS, VARIANTS_MORE or "fp16_gradscaler" (the step variants.json and more.json ran)."""
+    from torch_plan_workloads import VARIANTS_MORE, train_checkpoint_reentrant
     fresh()
     torch.cuda.memory._record_memory_history(max_entries=1_000_000, context=None, stacks="python")
-    train(name, batch, dtype)
+    if variant == "checkpoint_reentrant":
+        train_checkpoint_reentrant(name, batch, dtype)
+    elif variant in VARIANTS_MORE or variant in VARIANTS:
+        train_variant(name, batch, dtype, **{**VARIANTS, **VARIANTS_MORE}[variant])
+    elif variant == "fp16_gradscaler":
+        train_variant(name, batch, "fp16")
+    else:
+        train(name, batch, dtype)
     torch.cuda.synchronize()
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
-    return {"model": name, "dtype": dtype, "batch": batch, "max_memory_allocated": torch.cuda.max_memory_allocated(),
+    return {"model": name, "dtype": dtype, "batch": batch, **({"variant": variant} if variant else {}),
+            "max_memory_allocated": torch.cuda.max_memory_allocated(),
             "max_memory_reserved": torch.cuda.max_memory_reserved(),
             "segments": [[e["addr"], e["size"]] for e in snap["device_traces"][0] if e["action"] == "segment_alloc"]}
+
+
+def fresh_variants(out_dir):
+    """The steps of variants.json and more.json (recorded one after another in one process) again, each in a fresh
+    process with its segments' addresses, as a user's run starts: fresh_variants.json."""
+    import subprocess
+    from torch_plan_workloads import RESNET_BATCHES, VARIANTS_MORE
+    os.makedirs(out_dir, exist_ok=True)
+    points = [(n, d, b, v) for n, b in (("gpt", 8), ("vit", 32)) for d in DTYPES for v in (*VARIANTS, *VARIANTS_MORE)]
+    points += [(n, "fp16", b, "fp16_gradscaler") for n in MODELS if n != "resnet50" for b in BATCHES[n]]
+    points += [("resnet50", d, b, None) for d in DTYPES for b in RESNET_BATCHES]
+    runs = []
+    for name, dtype, batch, variant in points:
+        line = subprocess.run([sys.executable, os.path.abspath(__file__), "--segments-one", name, dtype, str(batch),
+                               *([variant] if variant else [])], check=True, capture_output=True, text=True).stdout
+        runs.append(json.loads(line.strip().splitlines()[-1]))
+        print(name, dtype, batch, variant, runs[-1]["max_memory_allocated"], runs[-1]["max_memory_reserved"],
+              flush=True)
+        with open(os.path.join(out_dir, "fresh_variants.json"), "w") as f:    # kept as it grows
+            json.dump({"recorded_with": f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
+                                        f"{torch.cuda.get_device_name(0)}; one fresh process per point",
+                       "runs": runs}, f, separators=(",", ":"))
 
 
 def segments(out_dir):
@@ -438,19 +475,24 @@ HELD_OUT = {"mlp": (128, 512), "gpt": (6, 12), "vit": (24, 48)}
 REPEATED = (("gpt", "bf16", 8), ("vit", "fp32", 32))
 
 
-def held_out(out_dir, repeats=3):
+# batches no recording before had, taken after the plan's driver order (torch_model.DriverAddresses) was fitted to
+# segments.json and held_out.json: the check that the fit holds beyond the points it was made on
+HELD_OUT_DRIVER = {"mlp": (96, 384, 768), "gpt": (5, 10, 14), "vit": (20, 40, 56), "resnet50": (24, 48)}
+
+
+def held_out(out_dir, repeats=3, batches=HELD_OUT, repeated=REPEATED, name="held_out.json"):
     """segment_addresses at batches none of the other recordings used, and two points `repeats` times, each in
     a fresh process: what a plan's range over address orders must hold (held_out.json)."""
     import subprocess
     os.makedirs(out_dir, exist_ok=True)
-    points = [(n, d, b) for n, batches in HELD_OUT.items() for d in DTYPES for b in batches]
+    points = [(n, d, b) for n, bs in batches.items() for d in DTYPES for b in bs]
     runs = []
-    for name, dtype, batch in points + [p for p in REPEATED for _ in range(repeats)]:
-        line = subprocess.run([sys.executable, os.path.abspath(__file__), "--segments-one", name, dtype, str(batch)],
-                              check=True, capture_output=True, text=True).stdout
+    for name_, dtype, batch in points + [p for p in repeated for _ in range(repeats)]:
+        line = subprocess.run([sys.executable, os.path.abspath(__file__), "--segments-one", name_, dtype,
+                               str(batch)], check=True, capture_output=True, text=True).stdout
         runs.append(json.loads(line.strip().splitlines()[-1]))
-        print(name, dtype, batch, runs[-1]["max_memory_allocated"], runs[-1]["max_memory_reserved"], flush=True)
-    with open(os.path.join(out_dir, "held_out.json"), "w") as f:
+        print(name_, dtype, batch, runs[-1]["max_memory_allocated"], runs[-1]["max_memory_reserved"], flush=True)
+    with open(os.path.join(out_dir, name), "w") as f:
         json.dump({"recorded_with": f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
                                     f"{torch.cuda.get_device_name(0)}; one fresh process per point",
                    "runs": runs}, f, separators=(",", ":"))
@@ -473,8 +515,13 @@ if __name__ == "__main__":
         segments(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--held-out"]:
         held_out(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--held-out-driver"]:
+        held_out(sys.argv[2] if len(sys.argv) > 2 else "out", repeats=0, batches=HELD_OUT_DRIVER, repeated=(),
+                 name="held_out_driver.json")
     elif sys.argv[1:2] == ["--segments-one"]:
-        print(json.dumps(segment_addresses(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+        print(json.dumps(segment_addresses(sys.argv[2], sys.argv[3], int(sys.argv[4]), *sys.argv[5:6])))
+    elif sys.argv[1:2] == ["--fresh-variants"]:
+        fresh_variants(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--variants"]:
         train("mlp", 8, "fp32")                 # warm-up
         variants(sys.argv[2] if len(sys.argv) > 2 else "out")

@@ -242,8 +242,9 @@ def test_cli_json_answers_and_vary(tmp_path):
 
 
 def test_cli_says_how_far_the_peaks_move_with_where_segments_land(tmp_path):
-    """MLP fp32 batch 256: the plan's own order gives 379,584,512 B reserved, the H200 396,361,728 B; both are in
-    the range the answer prints, and --json carries it."""
+    """MLP fp32 batch 256: the plan's own order (the driver's) gives the H200's 396,361,728 B reserved, new
+    segments always below the older ones 379,584,512 B; both are in the range the answer prints, and --json
+    carries it."""
     script = tmp_path / "train.py"
     script.write_text("import sys, importlib.util\n"
                       f"spec = importlib.util.spec_from_file_location('w', {str(ROOT / 'bench' / 'torch_plan_workloads.py')!r})\n"

@@ -24,6 +24,11 @@ TRUTHS = json.loads((DATA / "truths.json").read_text())
 VARIANTS = json.loads((DATA / "variants.json").read_text())
 MORE = json.loads((DATA / "more.json").read_text())
 HELD_OUT = json.loads((DATA / "held_out.json").read_text())["runs"]   # batches checked nowhere else
+# batches recorded after the plan's driver order (allocator/cuda_driver_va.py) was fitted to the two files above
+AFTER_FIT = json.loads((DATA / "held_out_driver.json").read_text())["runs"]
+# variants.json's and more.json's steps again, each in a fresh process as a user's run starts
+FRESH = json.loads((DATA / "fresh_variants.json").read_text())["runs"]
+SEGMENTS = json.loads((DATA / "segments.json").read_text())["runs"]
 W = plan_workloads()
 
 
@@ -32,17 +37,21 @@ def _measured():
     return torch_scratch.measured_table(json.load(gzip.open(DATA / "resnet50_scratch.json.gz", "rt")))
 
 
-def _plan(run) -> torch_plan.Plan:
+def _plan(run, orders=None) -> torch_plan.Plan:
     model, batch, dtype, variant = run["model"], run["batch"], run["dtype"], run.get("variant")
     if model == "resnet50":
-        return plan_cached(W.train, model, batch, dtype, measured=_measured())
+        return plan_cached(W.train, model, batch, dtype, measured=_measured(), orders=orders)
     if variant == "checkpoint_reentrant":
-        return plan_cached(W.train_checkpoint_reentrant, model, batch, dtype)
+        return plan_cached(W.train_checkpoint_reentrant, model, batch, dtype, orders=orders)
     if variant in W.VARIANTS_MORE:
-        return plan_cached(W.train_variant, model, batch, dtype, **W.VARIANTS_MORE[variant])
+        return plan_cached(W.train_variant, model, batch, dtype, orders=orders, **W.VARIANTS_MORE[variant])
     if variant:
-        return plan_cached(W.train_variant, model, batch, dtype, **W.VARIANTS.get(variant, {}))
-    return plan_cached(W.train, model, batch, dtype)
+        return plan_cached(W.train_variant, model, batch, dtype, orders=orders, **W.VARIANTS.get(variant, {}))
+    return plan_cached(W.train, model, batch, dtype, orders=orders)
+
+
+def _key(r):
+    return tuple(r.get(k) for k in ("model", "dtype", "batch", "variant"))
 
 
 def _case(r):
@@ -66,18 +75,46 @@ def test_every_real_peak_lies_within_the_plans_range_over_address_orders(run):
     assert p.address_sensitive == (a0 != a1 or r0 != r1)
 
 
-HELD = list({(r["model"], r["dtype"], r["batch"]): r for r in HELD_OUT}.values())
+HELD = list({_key(r): r for r in HELD_OUT + AFTER_FIT}.values())
 
 
 @pytest.mark.parametrize("run", [_case(r) for r in HELD])
 def test_batches_held_out_from_every_other_check_lie_within_the_range_and_the_bounds(run):
-    """Recorded after the ranges were made (bench/record_torch_plan_truths.py --held-out): within the range, and
-    the answer itself within 1 % allocated; reserved within 3 % except where the range says it may not be."""
+    """Recorded after the ranges were made (bench/record_torch_plan_truths.py --held-out), or after the driver
+    order was fitted (--held-out-driver): within the range, and the answer within 1 % allocated, 3 % reserved."""
     p = _plan(run)
     (a0, a1), (r0, r1) = p.peak_allocated_range, p.peak_reserved_range
     assert a0 <= run["max_memory_allocated"] <= a1 and r0 <= run["max_memory_reserved"] <= r1
     assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.01)
-    assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=0.03) or r1 > r0 * 1.03
+    assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=0.03)
+
+
+@pytest.mark.parametrize("run", [_case(r) for r in {_key(r): r for r in FRESH}.values()])
+def test_every_variant_in_a_fresh_process_within_the_bounds(run):
+    """Gradient accumulation, zero_grad keeping the gradients, checkpointing both ways, fp16 with a GradScaler and
+    ResNet-50, each run in a fresh process (--fresh-variants): the answer within 1 % allocated, 3 % reserved."""
+    p = _plan(run, orders=torch_plan.ADDRESS_ORDERS[:1])
+    assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.01)
+    assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=0.03)
+
+
+def test_the_drivers_order_answers_exactly_at_more_points_than_new_segments_always_below():
+    """Every point recorded in a fresh process (segments.json, held_out.json, held_out_driver.json,
+    fresh_variants.json; 83 distinct): the driver's order gives both peaks to the byte at 74, new segments
+    always below the older ones (the plan's order before) at 52; the driver's keeps all 83 answers within 1 %
+    allocated and 3 % reserved, the other 77."""
+    runs = list({_key(r): r for r in SEGMENTS + HELD_OUT + AFTER_FIT + FRESH}.values())
+    exact, within = {}, {}
+    for order in ("driver", "down"):
+        for r in runs:
+            p = _plan(r, orders=(order,))
+            got = (p.peak_allocated, p.peak_reserved)
+            real = (r["max_memory_allocated"], r["max_memory_reserved"])
+            exact[order] = exact.get(order, 0) + (got == real)
+            within[order] = within.get(order, 0) + (abs(got[0] - real[0]) <= real[0] / 100
+                                                    and abs(got[1] - real[1]) <= real[1] * 3 / 100)
+    assert within["driver"] == len(runs) > within["down"]
+    assert exact["driver"] >= 0.85 * len(runs) and exact["down"] < exact["driver"]
 
 
 def test_fresh_processes_on_the_gpu_repeat_their_peaks():

@@ -1,6 +1,8 @@
 """`alloctrace plan` follows activation checkpointing (torch.utils.checkpoint, reentrant and not): the
-recomputation in backward is captured and replayed, checked against an H200 (tests/data/torch/plan/more.json,
-`bench/record_torch_plan_truths.py --more`)."""
+recomputation in backward is captured and replayed, checked against an H200: each step in a fresh process
+(tests/data/torch/plan/fresh_variants.json, `bench/record_torch_plan_truths.py --fresh-variants`), as a user's run
+starts, and one after another in one process (more.json, `--more`), whose peaks the plan's range holds
+(test_torch_plan_address_orders.py)."""
 from __future__ import annotations
 
 import json
@@ -15,6 +17,7 @@ from torchsnap import plan_answer, plan_workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MORE = json.loads((ROOT / "tests" / "data" / "torch" / "plan" / "more.json").read_text())
+FRESH = json.loads((ROOT / "tests" / "data" / "torch" / "plan" / "fresh_variants.json").read_text())["runs"]
 
 
 W = plan_workloads()
@@ -27,7 +30,9 @@ def _plan(run):
                                     **W.VARIANTS_MORE[run["variant"]])
 
 
-CASES = [pytest.param(r, id=f"{r['model']}-{r['dtype']}-{r['variant']}") for r in MORE["variants"]]
+CHECKPOINTED = {(r["model"], r["dtype"], r["variant"]): r for r in FRESH
+                if r.get("variant") in W.VARIANTS_MORE}           # "checkpoint" was run twice: the same peaks
+CASES = [pytest.param(r, id="-".join(k)) for k, r in CHECKPOINTED.items()]
 
 
 @pytest.mark.parametrize("run", CASES)
@@ -148,10 +153,12 @@ def test_vit_non_reentrant_step_follows_the_real_snapshot_event_by_event():
 
 
 def test_the_gpus_spread_on_a_reentrant_step_is_where_its_segments_landed():
-    """GPT bf16 reentrant, recorded twice on the H200: 597,688,320 reserved in more.json, 473,031,168 allocated
-    and 564,133,888 reserved in gpt_bf16_b8_checkpoint_reentrant.pickle.gz (tests/data/torch/plan/README.md).
-    That snapshot's own requests through the allocator model give the plan's peaks when segments get fresh
-    addresses, and the GPU's when each segment gets the address it had there (best fit breaks ties by address)."""
+    """GPT bf16 reentrant, recorded three times on the H200: 597,688,320 reserved in more.json (after other steps
+    in one process), 473,031,168 allocated and 564,133,888 reserved in gpt_bf16_b8_checkpoint_reentrant.pickle.gz
+    and in a fresh process (fresh_variants.json). That snapshot's own requests through the allocator model give
+    its peaks when each segment gets the address it had there (best fit breaks ties by address), the same when
+    segments go where the driver puts them in a fresh process (the plan's answer), and more.json's reserved when
+    every new segment goes below the older ones."""
     import gzip
     import pickle
 
@@ -161,9 +168,9 @@ def test_the_gpus_spread_on_a_reentrant_step_is_where_its_segments_landed():
     path = ROOT / "tests" / "data" / "torch" / "plan" / "gpt_bf16_b8_checkpoint_reentrant.pickle.gz"
     trace = pickle.load(gzip.open(path))["device_traces"][0]
 
-    def replayed(recorded):
+    def replayed(recorded, order="driver"):
         settings = AllocatorSettings()
-        model = CachingAllocator(settings, SimulatedDevice(settings.device_total, recorded), record=False)
+        model = CachingAllocator(settings, SimulatedDevice(settings.device_total, recorded, order), record=False)
         blocks, peaks = {}, [0, 0]
         for e in trace:
             if e["action"] == "alloc":
@@ -175,7 +182,9 @@ def test_the_gpus_spread_on_a_reentrant_step_is_where_its_segments_landed():
 
     run = next(r for r in MORE["variants"] if (r["model"], r["dtype"], r["variant"]) == ("gpt", "bf16",
                                                                                        "checkpoint_reentrant"))
+    fresh = CHECKPOINTED[("gpt", "bf16", "checkpoint_reentrant")]
     p = _plan(run)
-    assert replayed(()) == [p.peak_allocated, p.peak_reserved]
-    assert replayed([(e["addr"], e["size"]) for e in trace if e["action"] == "segment_alloc"]) == [473_031_168,
-                                                                                                   564_133_888]
+    real = replayed([(e["addr"], e["size"]) for e in trace if e["action"] == "segment_alloc"])
+    assert real == [473_031_168, 564_133_888] == [fresh["max_memory_allocated"], fresh["max_memory_reserved"]]
+    assert replayed(()) == [p.peak_allocated, p.peak_reserved] == real
+    assert replayed((), "down")[1] == run["max_memory_reserved"] == 597_688_320

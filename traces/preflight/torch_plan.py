@@ -30,9 +30,10 @@ UNSEEN = ("not predicted, outside the caching allocator: the CUDA context, cuBLA
           "thread (785,186,816 B on an H200 with torch 2.11.0+cu130, measured; other versions differ), "
           "cuDNN/cuFFT scratch taken with cudaMalloc, NCCL buffers")
 MAX_SEARCH = 64              # at most this many captured points per search
-# where the driver puts each new segment, tried in turn: the plan's own order first, then ascending addresses and
-# 62 seeded random ones. Best fit breaks ties by address, so a peak can move with them (docs/torch-plan.md)
-ADDRESS_ORDERS: tuple = ("down", "up", *range(1, 63))
+# where the driver puts each new segment, tried in turn: the plan's own order first (the driver's, as seen on an
+# H200: allocator/cuda_driver_va.py), then new segments below the older ones, above them, and 61 seeded random
+# places. Best fit breaks ties by address, so a peak can move with them (docs/torch-plan.md)
+ADDRESS_ORDERS: tuple = ("driver", "down", "up", *range(1, 62))
 SETTLED_AFTER = 16           # orders that all agree on both peaks and the OOM end the trial there
 MAX_REPLAYED = 40_000_000    # events replayed for the orders of one plan: a longer capture tries fewer orders
 
@@ -101,10 +102,11 @@ def replay(cap: torch_capture.Capture, settings: AllocatorSettings, total: int |
 
     `segments`: (address, size) of the segments a real run of the step got from cudaMalloc, in order. Best fit
     breaks ties between equal free blocks by address, and the driver's address for a new segment depends on
-    what the process mapped before, which a plan cannot see: the answer is the replay with new segments below
-    the older ones (`orders[0]`), with the range of peaks and the OOMs over the orders of `orders` tried: all
-    of them, unless the first SETTLED_AFTER agree (or the capture is too long to replay them all)."""
-    plan = replay_once(cap, settings, total, segments, orders[0] if orders else "down")
+    what the process mapped before, which a plan cannot see: the answer is the replay with new segments where
+    the driver was seen to put them (`orders[0]`), with the range of peaks and the OOMs over the orders of
+    `orders` tried: all of them, unless the first SETTLED_AFTER agree (or the capture is too long to replay them
+    all)."""
+    plan = replay_once(cap, settings, total, segments, orders[0] if orders else "driver")
     n = max(1, min(len(orders), MAX_REPLAYED // max(1, len(cap.events))))
     every = [plan]
     for o in orders[1:n]:

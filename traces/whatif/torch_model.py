@@ -21,6 +21,7 @@ from sortedcontainers import SortedList
 from alloctrace.allocator.cuda_caching import (
     ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, NO_LIMIT, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
     SEGMENT_UNMAP, SNAPSHOT, AllocatorSettings, Block, CachingAllocator, OutOfMemory)
+from alloctrace.allocator.cuda_driver_va import DriverAddresses
 
 SEGMENT_ACTIONS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
 
@@ -72,14 +73,16 @@ class SimulatedDevice:
     free here, else a fresh one above every recorded address. Under the recorded settings a what-if run therefore
     makes exactly the recorded run's choices.
 
-    Without a recorded address, `order` says where a new segment goes: "down" (below every older one), "up"
-    (above) or an int (a seeded random place): the driver's choice, which a plan cannot see, tried several ways
-    to show how much a peak depends on it."""
+    Without a recorded address, `order` says where a new segment goes: "driver" (as the CUDA driver was seen to
+    place them, allocator/cuda_driver_va.py), "down" (below every older one), "up" (above) or an int (a seeded
+    random place): the driver's choice, which a plan cannot see, tried several ways to show how much a peak
+    depends on it."""
 
     def __init__(self, total: int, recorded: list[tuple[int, int]] = (), order: str | int = "down"):
         self.total = total
         self.order = order
         self.rng = random.Random(order) if isinstance(order, int) else None
+        self.driver = DriverAddresses() if order == "driver" else None
         self.used = 0
         self.by_size: dict[int, list[int]] = {}
         for addr, size in reversed(recorded):
@@ -119,6 +122,8 @@ class SimulatedDevice:
         return addr
 
     def _new_address(self, size: int) -> int:
+        if self.driver is not None:
+            return self.driver.place(size)
         span = -(-size // (2 << 20)) * (2 << 20)
         if self.rng is not None:             # a random 1 GiB-aligned place in a 2^50-byte range
             while True:
@@ -134,6 +139,8 @@ class SimulatedDevice:
     def free(self, addr, size):
         self.used -= size
         self.live.discard((addr, addr + size))
+        if self.driver is not None:
+            self.driver.release(addr, size)
 
     def reserve(self, size, stream):
         addr = self.next_addr
