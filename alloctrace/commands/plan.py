@@ -119,8 +119,10 @@ def address_line(out: dict) -> str:
     if not out["address_sensitive"]:
         return f"the same at every segment address order ({n} tried)"
     ooms = f"; {out['oom_orders']} of them run out of memory" if out["oom_orders"] else ""
+    mine = (f" (the answer places them as {out['driver_order_source']})"
+            if out.get("driver_order_source") else "")
     return (f"depends on where the driver puts segments: allocated {a0:,}-{a1:,} B, reserved {r0:,}-{r1:,} B "
-            f"over {n} address orders{ooms}")
+            f"over {n} address orders{ooms}{mine}")
 
 
 def vary_lines(out: dict) -> list[str]:

@@ -261,6 +261,8 @@ def test_cli_says_how_far_the_peaks_move_with_where_segments_land(tmp_path):
     assert lo <= real["max_memory_reserved"] <= hi and out["address_orders"] == len(torch_plan.ADDRESS_ORDERS)
     line = next(x for x in runs[()].stdout.splitlines() if x.startswith("depends on where the driver puts segments"))
     assert f"reserved {lo:,}-{hi:,} B over {out['address_orders']} address orders" in line
+    assert out["answer_address_order"] == "driver" and "H200" in out["driver_order_source"]
+    assert line.endswith(f"(the answer places them as {out['driver_order_source']})")
 
 
 def _user_frames_only(snap: dict) -> dict:

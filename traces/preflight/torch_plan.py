@@ -15,6 +15,7 @@ import contextlib
 from dataclasses import dataclass, field, replace
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings, CachingAllocator, OutOfMemory
+from alloctrace.allocator.cuda_driver_va import SOURCE as DRIVER_ORDER_SOURCE
 from alloctrace.traces.errors import UserError
 from alloctrace.traces.preflight import torch_capture
 from alloctrace.traces.util.sizes import parse_size
@@ -55,6 +56,7 @@ class Plan:
     peak_reserved_range: tuple = (0, 0)
     address_orders: int = 1
     oom_orders: int = 0
+    answer_order: str | int = "driver"               # the order the answer's own replay placed segments by
 
     @property
     def address_sensitive(self) -> bool:
@@ -68,7 +70,8 @@ class Plan:
                 "peak_allocated_range": list(self.peak_allocated_range),
                 "peak_reserved_range": list(self.peak_reserved_range),
                 "address_orders": self.address_orders, "oom_orders": self.oom_orders,
-                "address_sensitive": self.address_sensitive,
+                "address_sensitive": self.address_sensitive, "answer_address_order": self.answer_order,
+                "driver_order_source": DRIVER_ORDER_SOURCE if self.answer_order == "driver" else None,
                 "fragmentation_at_peak": self.fragmentation_at_peak, "categories": self.categories,
                 "oom": self.oom, "entries": self.entries, "partial": self.partial, "error": self.error,
                 "cublas_workspace": self.workspace, "unseen": UNSEEN, "outside_allocator": OUTSIDE_ALLOCATOR}
@@ -125,7 +128,7 @@ def replay_once(cap: torch_capture.Capture, settings: AllocatorSettings, total: 
     """One replay, new segments placed by `order` (SimulatedDevice) where `segments` names no address."""
     device = SimulatedDevice(total if total else settings.device_total, segments, order)
     model = CachingAllocator(settings, device, record=False)
-    plan = Plan(partial=cap.partial, error=cap.error, workspace=cap.workspace, capture=cap)
+    plan = Plan(partial=cap.partial, error=cap.error, workspace=cap.workspace, capture=cap, answer_order=order)
     live: dict = {}
     by_cat: dict = {c: 0 for c in torch_capture.CATEGORIES}
     for i, e in enumerate(cap.events):
