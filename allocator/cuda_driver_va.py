@@ -29,6 +29,7 @@ class DriverAddresses:
         self.chunk = chunk
         self.free: list[tuple[int, int]] = [(_TOP, _TOP + first_range)] if first_range else []  # (start, end)
         self.low = _TOP
+        self.given: dict[int, int] = {}                       # address -> span of the segments handed out
 
     def place(self, size: int) -> int:
         span = -(-size // PAGE) * PAGE
@@ -38,16 +39,22 @@ class DriverAddresses:
                     del self.free[i]
                 else:
                     self.free[i] = (start + span, end)
+                self.given[start] = span
                 return start
         reserved = -(-span // self.chunk) * self.chunk
         self.low -= reserved
         if reserved > span:
             bisect.insort(self.free, (self.low + span, self.low + reserved))
+        self.given[self.low] = span
         return self.low
 
     def release(self, addr: int, size: int):
-        """A segment given back (`empty_cache`, a retry after an OOM): its range is free again."""
-        start, end = addr, addr + -(-size // PAGE) * PAGE
+        """A segment given back (`empty_cache`, a retry after an OOM): its range is free again. An address this
+        did not hand out (a recorded one) is not its to take back."""
+        span = self.given.pop(addr, None)
+        if span is None:
+            return
+        start, end = addr, addr + span
         i = bisect.bisect_left(self.free, (start, end))
         if i < len(self.free) and self.free[i][0] == end:      # join the free range right above
             end = self.free.pop(i)[1]

@@ -37,6 +37,8 @@ def test_a_range_given_back_joins_its_neighbours_and_is_taken_again():
     d.release(b, 10 * MIB)
     assert d.free == [(a, a + CHUNK)]            # one free range again, the whole reservation
     assert d.place(30 * MIB) == a
+    d.release(1 << 40, 2 * MIB)                  # not one it handed out: nothing changes
+    assert d.free == [(a + 30 * MIB, a + CHUNK)]
 
 
 def _same_size_pairs_in_order(place_for_run, runs) -> float:
