@@ -15,6 +15,8 @@
     python3 bench/record_torch_plan_truths.py --held-out-driver OUT_DIR   # more new batches, recorded after the
                                                                      # driver's address order was fitted
                                                                      # (held_out_driver.json)
+    python3 bench/record_torch_plan_truths.py --not-monotone OUT_DIR   # batches around the largest under the cap
+                                                                     # where fitting is not monotone
     python3 bench/record_torch_plan_truths.py --fresh-variants OUT_DIR   # variants.json's and more.json's steps,
                                                                      # each in a fresh process (fresh_variants.json)
 
@@ -429,6 +431,32 @@ def segment_addresses(name, dtype, batch, variant=None):
             "segments": [[e["addr"], e["size"]] for e in snap["device_traces"][0] if e["action"] == "segment_alloc"]}
 
 
+# under truths.json's caps, batches on both sides of a value that does not fit below one that does
+NOT_MONOTONE = (("mlp", "bf16", (4096, 4160, 4161, 4200, 4500, 5000, 5298, 5299)),
+                ("vit", "bf16", (102, 103, 104, 105, 106, 107)))
+
+
+def not_monotone(out_dir):
+    """Whether each batch of NOT_MONOTONE runs two steps under the model's cap of truths.json (`fits`, one
+    process after a warm-up, as the bisection for the largest batch ran): not_monotone.json."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "torch", "plan",
+                           "truths.json")) as f:
+        largest = json.load(f)["largest"]
+    train("mlp", 8, "fp32")                     # warm-up
+    runs = []
+    for name, dtype, values in NOT_MONOTONE:
+        x = next(t for t in largest if (t["model"], t["dtype"]) == (name, dtype))
+        torch.cuda.set_per_process_memory_fraction(x["fraction"])
+        runs.append({"model": name, "dtype": dtype, "cap": x["cap"], "fraction": x["fraction"],
+                     "fits": {str(v): fits(name, v, dtype) for v in values}})
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        print(name, dtype, runs[-1]["fits"], flush=True)
+    with open(os.path.join(out_dir, "not_monotone.json"), "w") as f:
+        json.dump({"recorded_with": f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
+                                    f"{torch.cuda.get_device_name(0)}", "runs": runs}, f, indent=1)
+
+
 def fresh_variants(out_dir):
     """The steps of variants.json and more.json (recorded one after another in one process) again, each in a fresh
     process with its segments' addresses, as a user's run starts: fresh_variants.json."""
@@ -520,6 +548,8 @@ if __name__ == "__main__":
                  name="held_out_driver.json")
     elif sys.argv[1:2] == ["--segments-one"]:
         print(json.dumps(segment_addresses(sys.argv[2], sys.argv[3], int(sys.argv[4]), *sys.argv[5:6])))
+    elif sys.argv[1:2] == ["--not-monotone"]:
+        not_monotone(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--fresh-variants"]:
         fresh_variants(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--variants"]:

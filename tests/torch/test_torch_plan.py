@@ -376,3 +376,20 @@ def test_the_gpu_recording_keys_ops_as_the_plan_looks_them_up():
     cases = [(torch.zeros(2, 3), 1, None, [torch.ones(4, dtype=torch.bfloat16)], 0.5, True), (), (torch.zeros(0),)]
     for args in cases:
         assert rec.op_key("convolution.default", args) == torch_scratch.op_signature("convolution.default", args)
+
+
+NOT_MONOTONE = json.loads((DATA / "not_monotone.json").read_text())["runs"]
+
+
+@pytest.mark.parametrize("run", [pytest.param(r, id=f"{r['model']}-{r['dtype']}") for r in NOT_MONOTONE])
+def test_under_a_cap_a_batch_can_fail_below_one_that_fits_and_the_plan_says_which(run):
+    """On the H200 under truths.json's cap, MLP bf16 fits at 4,160 and 5,000-5,298 but not at 4,161-4,500, ViT bf16
+    at 104 and 106 but not at 105 (not_monotone.json): where the allocator's blocks round decides it. The plan
+    gives the same answer at every one of those batches, so "the largest batch" is the one a bisection over the
+    same range meets, on the GPU and in the plan alike."""
+    settings = AllocatorSettings(memory_limit=run["cap"])
+    got = {v: plan_answer(W.train, run["model"], int(v), run["dtype"], settings=settings).oom is None
+           for v in run["fits"]}
+    assert got == run["fits"]
+    values = sorted(int(v) for v in run["fits"])
+    assert any(not run["fits"][str(a)] and run["fits"][str(b)] for a, b in zip(values, values[1:]))
