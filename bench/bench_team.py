@@ -122,17 +122,28 @@ def history_at(ref: str, n: int) -> dict:
     return out
 
 
-def load(port: int, clients: int, seconds: float, ids: list[str]) -> dict:
+def load(port: int, clients: int, seconds: float, ids: list[str], keep_alive: bool = False) -> dict:
     """Requests per second from `clients` clients, each request on a fresh connection (the kernel spreads them
     over the workers), from a process of their own (bench/http_load.py: raw sockets, about a tenth of an HTTP
     library's CPU per request, which the answers do not pay for on a 2-core machine); and that process's CPU."""
     paths = [p for tid in ids for p in (f"/api/traces/{tid}", "/api/traces?tag=copy=1",
                                         f"/api/traces/{tid}/graphs/0/memory-map?max_shapes=500")]
-    args = json.dumps({"port": port, "seconds": seconds, "clients": clients, "paths": paths, "fresh": True})
+    args = json.dumps({"port": port, "seconds": seconds, "clients": clients, "paths": paths, "fresh": not keep_alive})
     p = subprocess.run([sys.executable, str(ROOT / "bench" / "http_load.py"), args], capture_output=True, text=True)
     if p.returncode:
         raise RuntimeError(f"the load failed: {p.stderr.strip()[-500:]}")
     return json.loads(p.stdout)
+
+
+def _cpu_busy(since: tuple | None = None):
+    """The machine's CPU counters (/proc/stat: busy and total jiffies), or, given earlier ones, how many cores
+    were busy in between on average: whether a round ran out of cores or waited on something else."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    now = (sum(ticks) - ticks[3] - ticks[4], sum(ticks))      # all but idle and iowait
+    if since is None:
+        return now
+    return (now[0] - since[0]) / max(1, now[1] - since[1]) * (os.cpu_count() or 1)
 
 
 def serve_rounds(url: str, ids: list[str], workers: list[int], args) -> dict:
@@ -143,13 +154,16 @@ def serve_rounds(url: str, ids: list[str], workers: list[int], args) -> dict:
 
     servers = {n: serve(url, n) for n in workers}
     rps: dict[int, list[float]] = {n: [] for n in workers}
+    busy: dict[int, list[float]] = {n: [] for n in workers}
     client_ms, loads = [], []
     try:
         for n, (_, base) in servers.items():
-            load(int(base.rsplit(":", 1)[1]), args.clients, args.warmup, ids)  # workers started, caches warm
+            load(int(base.rsplit(":", 1)[1]), args.clients, args.warmup, ids, args.keep_alive)  # caches warm
         for _ in range(args.rounds):
             for n, (_, base) in servers.items():
-                got = load(int(base.rsplit(":", 1)[1]), args.clients, args.seconds, ids)
+                before = _cpu_busy()
+                got = load(int(base.rsplit(":", 1)[1]), args.clients, args.seconds, ids, args.keep_alive)
+                busy[n].append(_cpu_busy(before))
                 rps[n].append(got["rps"])
                 client_ms.append(1000 * got["client_cpu_s"] / max(got["requests"], 1))
                 loads.append(os.getloadavg()[0])
@@ -164,6 +178,8 @@ def serve_rounds(url: str, ids: list[str], workers: list[int], args) -> dict:
         out[f"rps ratio {n}/{workers[0]} workers"] = round(statistics.median(each), 2)
         out[f"rps ratio {n}/{workers[0]} workers, each round"] = [round(x, 2) for x in each]
     out["load client CPU per request, ms"] = round(statistics.median(client_ms), 3)
+    for n in workers:
+        out[f"cores busy with {n} workers (of {os.cpu_count()})"] = round(statistics.median(busy[n]), 2)
     out["load average (1 min) during the rounds"] = [round(min(loads), 1), round(max(loads), 1)]
     return out
 
@@ -194,6 +210,8 @@ def main():
     ap.add_argument("--warmup", type=float, default=5, help="unmeasured load first, per worker count")
     ap.add_argument("--import-rounds", type=int, default=5, help="times both stores are made and filled, in turn")
     ap.add_argument("--workers", default="1,2,4")
+    ap.add_argument("--keep-alive", action="store_true",
+                    help="the load's clients keep their connections (as browsers do) instead of one per request")
     ap.add_argument("--history-traces", type=int, default=10000, help="traces stored for the history figures")
     ap.add_argument("--parts", default="import,history,serve", help="which figures to measure")
     add_option(ap)
