@@ -3,6 +3,7 @@
     python record_program.py SPEC.json OUT.json
 
 SPEC: {"mode": "gallocr" | "two_types" | "sched" | "threads", "programs": [...], "crash_after": k (optional),
+"hang_after": k (optional: after k graphs, touch OUT.hung and sleep for an hour),
 "bad_ids_at": k (optional, two_types: graph k's last node gets buffer id -1, an assert inside the allocator)}.
 Each program's tensors are built as realggml does; then, per mode, allocated by one `ggml_gallocr_new`, by one
 `ggml_gallocr_new_n` over the CPU buffer type and a second type (alignment 64, max size 4096, its own name)
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import json
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -126,6 +128,9 @@ def main(spec_path: str, out_path: str):
         sched_bufts = (ctypes.c_void_p * 1)(_ptr(cpu))
         sched = ggml.ggml_backend_sched_new(backends, sched_bufts, 1, 4096, False, False)
     for k, obj in enumerate(spec["programs"]):
+        if spec.get("hang_after") == k:
+            Path(out_path + ".hung").touch()
+            time.sleep(3600)
         if spec.get("crash_after") == k:
             sys.stdout.flush()
             ggml.ggml_gallocr_get_buffer_size(galloc, 99)  # GGML_ASSERT(buffer_id < n_buffers): abort

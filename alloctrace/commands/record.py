@@ -11,6 +11,8 @@ from alloctrace.traces.errors import UserError
 from ._common import add_store_arg, add_tag_arg, examples, open_store_from, tags_from, traces_table
 
 
+TIMED_OUT = 124  # the exit status of a program stopped at --timeout, as timeout(1) gives it
+
 EXAMPLES = examples(
     'alloctrace record --store ./store -- llama-completion -m model.gguf -p hello -n 4',
     'alloctrace record --name "ctx 4096" --store ./store -- llama-fit-params -m model.gguf -c 4096',
@@ -19,7 +21,8 @@ EXAMPLES = examples(
     'alloctrace record --torch --stacks all -- ./train.sh   # a wrapper that starts Python; C++ frames too',
     'alloctrace record --name ddp -- torchrun --nproc_per_node 2 train.py   # one trace, a device per rank',
     'alloctrace record -o snap.pickle -- python train.py   # keep the snapshot, store nothing',
-    'alloctrace record --tag commit=abc123 --tag config=fa-off -- llama-completion -m m.gguf -fa off -n 1')
+    'alloctrace record --tag commit=abc123 --tag config=fa-off -- llama-completion -m m.gguf -fa off -n 1',
+    'alloctrace record --timeout 600 -- python train.py   # stopped after 10 minutes, what it did kept (exit 124)')
 
 
 def register(subparsers):
@@ -38,7 +41,7 @@ def register(subparsers):
                     "rank). A Python program gets both recorders unless --torch or --ggml picks one. The "
                     "program's output passes through and its exit status is returned.",
         usage="%(prog)s [--store DIR|URL] [--name NAME] [--tag KEY=VALUE ...] [-o FILE] [--torch | --ggml] [--stacks python|all] "
-              "[--max-entries N] [--ggml-include PATH] -- PROGRAM [ARGS...]")
+              "[--max-entries N] [--timeout SECONDS] [--ggml-include PATH] -- PROGRAM [ARGS...]")
     add_store_arg(p)
     add_tag_arg(p)
     p.add_argument("--name", help="trace name (default: the program's name)")
@@ -52,6 +55,9 @@ def register(subparsers):
                    help="PyTorch: the frames recorded with each entry (all: C++ frames too, slower)")
     p.add_argument("--max-entries", type=int, default=1_000_000, metavar="N",
                    help="PyTorch: entries kept (the history is a ring buffer; default 1,000,000)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop the program when it runs longer (SIGTERM, SIGKILL 10 s later); what it recorded "
+                        "until then is stored, and the command exits 124")
     p.add_argument("--ggml-include", metavar="PATH",
                    help="ggml.h (or its directory) the program was built with: read tensors with its layout "
                         "instead of the one chosen by ggml's version")
@@ -74,7 +80,8 @@ def args_from(argv: list[str]):
         return None
     return SimpleNamespace(global_verbose=False, command="record", verbose=False, store=line.store, tags=line.tags,
                            name=line.name, output=None, torch=False, ggml=line.ggml, stacks="python",
-                           max_entries=1_000_000, ggml_include=None, program=["--", *line.program], func=run)
+                           max_entries=1_000_000, ggml_include=None, timeout=None, program=["--", *line.program],
+                           func=run)
 
 
 def run(args) -> int:
@@ -90,6 +97,8 @@ def run(args) -> int:
         raise UserError("record: name the program to run, after --")
     if args.max_entries < 1:
         raise UserError("--max-entries must be at least 1")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UserError(f"--timeout wants a number of seconds above 0, got {args.timeout:g}")
     tags = tags_from(args)
     if tags and args.output:
         raise UserError("record: --tag labels stored traces; with -o nothing is stored (give the tags to "
@@ -114,13 +123,18 @@ def run(args) -> int:
         snap_dir = Path(tmp) / "torch"
         snap_dir.mkdir()
         env = hook_env(snap_dir, args.stacks, args.max_entries) if torch else None
-        result = run_recorded(command, library, Path(tmp), env, started)
+        result = run_recorded(command, library, Path(tmp), env, started, args.timeout)
+        status = result.exit_status
+        if result.stopped_by:
+            status = TIMED_OUT
+            print(f"alloctrace: the program ran past --timeout {args.timeout:g} s and was stopped "
+                  f"({result.stopped_by}); what it recorded until then is kept", file=sys.stderr)
         snaps = snapshots_in(snap_dir) if torch else []
         if not result.recordings and not snaps:
             why = nothing_recorded(snap_dir, ggml) if torch else no_allocator_calls(
                 result.exit_status, None, _program_path(command))
             print(f"alloctrace: error: {why}", file=sys.stderr)
-            return result.exit_status or 2
+            return status or 2
         for s in snaps:
             who = f"rank {s.rank}" if s.rank is not None else f"process {s.facts.get('pid', '?')}"
             print(f"alloctrace: CUDA memory snapshot of {who} dumped at {s.facts.get('reason', 'exit')}",
@@ -131,7 +145,7 @@ def run(args) -> int:
             else:
                 _write_snapshots([s.path for s in snaps], Path(args.output))
             print(f"alloctrace: recording written to {args.output}", file=sys.stderr)
-            return result.exit_status
+            return status
         name = args.name or program_name(command)
         store = open_store_from(args, create=True)
         stored = import_into_store(store, result.recordings, name, tags, own_recording=True) \
@@ -139,7 +153,7 @@ def run(args) -> int:
         if snaps:
             stored += import_snapshots(store, [s.path for s in snaps], name, tags)
     print(traces_table(stored), file=sys.stderr)  # the summaries the import answered: not read again
-    return result.exit_status
+    return status
 
 
 def _program_path(command: list[str]) -> str | None:

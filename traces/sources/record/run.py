@@ -18,13 +18,18 @@ from .program import (NOT_LINUX, RECORD_FOLDER, STATIC, checked_program, is_stat
 class RunResult:
     exit_status: int  # the program's, as a shell reports it (128 + signal when killed)
     recordings: list[Path]  # one per process that used ggml's allocator, in pid order
+    stopped_by: str = ""  # how a program past its time limit was stopped ("SIGTERM", "SIGKILL"), else ""
+
+
+GRACE_S = 10.0  # a program past its time limit has this long after SIGTERM (a PyTorch snapshot is dumped then)
 
 
 def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict | None = None,
-                 started=None) -> RunResult:
+                 started=None, timeout: float | None = None) -> RunResult:
     """Start `argv` with the recorder preloaded (none: `library` None), writing into `out_dir`, its
     environment plus `env`; wait for it. `started`: the program already started so (traces/sources/early.py),
-    writing into `out_dir`: only waited for."""
+    writing into `out_dir`: only waited for. `timeout`: seconds after which the program is sent SIGTERM, and
+    SIGKILL GRACE_S later; what it recorded until then is collected as usual."""
     if started is not None:
         return collect(argv, started.wait(), out_dir)
     import subprocess  # here: a program the entry point started (the usual record) needs none of it
@@ -37,10 +42,27 @@ def run_recorded(argv: list[str], library: Path | None, out_dir: Path, env: dict
             proc = subprocess.Popen([prog, *argv[1:]], env=env)
         except OSError as e:
             raise UserError(f"cannot run {argv[0]}: {e.strerror}") from None
-        rc = proc.wait()
+        rc, stopped_by = _wait(proc, timeout)
     finally:
         signal.signal(signal.SIGINT, old)
-    return collect(argv, rc, out_dir)
+    result = collect(argv, rc, out_dir)
+    result.stopped_by = stopped_by
+    return result
+
+
+def _wait(proc, timeout: float | None) -> tuple[int, str]:
+    """The program's exit code, and how it was stopped when it ran past `timeout` ("" when it ended itself)."""
+    import subprocess
+
+    try:
+        return proc.wait(timeout=timeout), ""
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+    try:
+        return proc.wait(timeout=GRACE_S), "SIGTERM"
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(), "SIGKILL"
 
 
 def collect(argv: list[str], rc: int, out_dir: Path) -> RunResult:
