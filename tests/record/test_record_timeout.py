@@ -49,12 +49,15 @@ def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_one_line(value, c
     assert rc == 2 and len(err) == 1 and "--timeout wants a number of seconds above 0" in err[0]
 
 
-def test_a_program_that_ignores_sigterm_is_killed_after_the_grace(tmp_path, capsys):
+def test_a_program_that_ignores_sigterm_is_killed_after_the_grace(tmp_path, capsys, monkeypatch):
     """Nothing recorded (a Python program that never imports torch): the timeout's line, then why nothing was
-    stored; still exit 124."""
-    rc = main(["record", "--timeout", "1", "--store", str(tmp_path / "store"), "--", sys.executable, "-c",
+    stored; still exit 124. The grace is shortened from 10 s to 1 s here."""
+    from alloctrace.traces.sources.record import run as record_run
+
+    monkeypatch.setattr(record_run, "GRACE_S", 1.0)
+    rc = main(["record", "--timeout", "3", "--store", str(tmp_path / "store"), "--", sys.executable, "-c",
                "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"])
     err = capsys.readouterr().err
     assert rc == 124
-    assert "the program ran past --timeout 1 s and was stopped (SIGKILL)" in err
+    assert "the program ran past --timeout 3 s and was stopped (SIGKILL)" in err
     assert "alloctrace: error:" in err
