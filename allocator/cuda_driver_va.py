@@ -25,8 +25,7 @@ _TOP = 1 << 52                       # made-up addresses, above any real one: ne
 class DriverAddresses:
     """Addresses for segments as the driver hands them out: `place(size)` and `release(addr, size)`."""
 
-    def __init__(self, first_range: int = FIRST_RANGE, chunk: int = CHUNK):
-        self.chunk = chunk
+    def __init__(self, first_range: int = FIRST_RANGE):
         self.free: list[tuple[int, int]] = [(_TOP, _TOP + first_range)] if first_range else []  # (start, end)
         self.low = _TOP
         self.given: dict[int, int] = {}                       # address -> span of the segments handed out
@@ -41,7 +40,7 @@ class DriverAddresses:
                     self.free[i] = (start + span, end)
                 self.given[start] = span
                 return start
-        reserved = -(-span // self.chunk) * self.chunk
+        reserved = -(-span // CHUNK) * CHUNK
         self.low -= reserved
         if reserved > span:
             bisect.insort(self.free, (self.low + span, self.low + reserved))

@@ -21,13 +21,15 @@ import importlib.util
 import json
 import time
 import types
+from functools import cache
 from pathlib import Path
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings
 from alloctrace.traces.preflight import torch_plan, torch_scratch
 
 ROOT = Path(__file__).resolve().parent.parent
-TRUTHS = json.loads((ROOT / "tests" / "data" / "torch" / "plan" / "truths.json").read_text())
+DATA = ROOT / "tests" / "data" / "torch" / "plan"
+TRUTHS = json.loads((DATA / "truths.json").read_text())
 
 
 def _load(device: str):
@@ -80,10 +82,9 @@ def main():
 
 
 def resnet(markdown: bool):
-    data = ROOT / "tests" / "data" / "torch" / "plan"
-    more = json.loads((data / "more.json").read_text())
-    recorded = json.load(gzip.open(data / "resnet50_scratch.json.gz", "rt"))
-    table = torch_scratch.measured_table(recorded)
+    more = json.loads((DATA / "more.json").read_text())
+    recorded = _resnet_recorded()
+    table = _resnet_table()
     every_8th = torch_scratch.measured_table({"runs": [r for r in recorded["runs"] if r["batch"] % 8 == 0]})
     w = _load("cuda")
     head = ("dtype", "batch", "real allocated", "predicted", "error", "real reserved", "predicted", "error",
@@ -121,7 +122,6 @@ def orders(markdown: bool):
     """segments.json, held_out.json and held_out_driver.json (the last recorded after the driver order was fitted
     to the first two): per point the answer's error and the ends of its range against the H200, and how many
     address orders were replayed."""
-    data = ROOT / "tests" / "data" / "torch" / "plan"
     w = _load("cuda")
     head = ("recorded", "model", "dtype", "batch", "allocated", "range", "reserved", "range", "orders")
     if markdown:
@@ -130,7 +130,7 @@ def orders(markdown: bool):
     exact = within = n = 0
     for name in ("segments", "held_out", "held_out_driver"):
         seen = set()
-        for r in json.loads((data / f"{name}.json").read_text())["runs"]:
+        for r in json.loads((DATA / f"{name}.json").read_text())["runs"]:
             key = (r["model"], r["dtype"], r["batch"])
             if key in seen:
                 continue
@@ -150,9 +150,15 @@ def orders(markdown: bool):
     print(f"\n{n} points: both peaks exact at {exact}, within 1 % allocated and 3 % reserved at {within}")
 
 
+@cache
+def _resnet_recorded() -> dict:
+    return json.load(gzip.open(DATA / "resnet50_scratch.json.gz", "rt"))
+
+
+@cache
 def _resnet_table():
-    recorded = json.load(gzip.open(ROOT / "tests" / "data" / "torch" / "plan" / "resnet50_scratch.json.gz", "rt"))
-    return torch_scratch.measured_table(recorded)
+    """The workspace table a ResNet-50 plan is given: every batch from 1 to 256, read and built once."""
+    return torch_scratch.measured_table(_resnet_recorded())
 
 
 if __name__ == "__main__":
