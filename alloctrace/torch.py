@@ -9,6 +9,7 @@ It only names what traces/preflight/torch_plan.py does (docs/torch-plan.md).
 """
 from __future__ import annotations
 
-from alloctrace.traces.preflight.torch_plan import Plan, largest_fitting, plan, plan_callable, settings_from
+from alloctrace.traces.preflight.torch_plan import (Plan, capture_callable, largest_fitting, plan, plan_callable,
+                                                   settings_from)
 
-__all__ = ["Plan", "largest_fitting", "plan", "plan_callable", "settings_from"]
+__all__ = ["Plan", "capture_callable", "largest_fitting", "plan", "plan_callable", "settings_from"]

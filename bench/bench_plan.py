@@ -4,6 +4,8 @@
     python bench/bench_plan.py --resnet [--markdown]    # ResNet-50 with cuDNN's workspaces measured on the GPU
     python bench/bench_plan.py --orders [--markdown]    # every point recorded in a fresh process: the answer's
                                                         # error and its range over the address orders
+    python bench/bench_plan.py --searches               # largest batch under each cap of truths.json: the
+                                                        # search given captures against one given full plans
 
 For every model x dtype x batch of tests/data/torch/plan/truths.json (recorded on an H200 by
 bench/record_torch_plan_truths.py): the real max_memory_allocated / max_memory_reserved, the predicted ones and
@@ -12,6 +14,9 @@ wall time on the GPU (from the truths) and to the same steps' plain CPU run at b
 `--resnet`: ResNet-50's runs of more.json, planned with the workspace table recorded at every batch from 1 to 256
 (resnet50_scratch.json.gz); then the largest batch under more.json's cap, planned with that table and with its
 every-8th batches alone (interpolated in between), against the trial on the GPU.
+`--searches`: each largest-batch search twice in one run, its points given as captures (64 address orders
+replayed only where the answer reads them) and as plans replayed under every order, the captures made once for
+both: the two answers, and each search's replay time and whole time (capturing included) as ratios.
 """
 from __future__ import annotations
 
@@ -49,7 +54,10 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--resnet", action="store_true")
     ap.add_argument("--orders", action="store_true")
+    ap.add_argument("--searches", action="store_true")
     args = ap.parse_args()
+    if args.searches:
+        return searches()
     if args.resnet:
         return resnet(args.markdown)
     if args.orders:
@@ -112,6 +120,36 @@ def resnet(markdown: bool):
             got.append(f"{ans['value']} ({len(ans['points'])} points, {time.perf_counter() - t0:.1f} s)")
         print(f"largest batch under {truth['cap']:,} B, {truth['dtype']}: trial {truth['value']}, "
               f"every batch recorded {got[0]}, every 8th interpolated {got[1]}", flush=True)
+
+
+def searches():
+    """The search given captures against the same search given plans replayed under every order."""
+    w = _load("cuda")
+    for truth in TRUTHS["largest"]:
+        tried = [int(v) for v in truth["tried"]]
+        caps: dict = {}
+        capture_s = 0.0
+
+        def captured(v, _settings):
+            nonlocal capture_s
+            if v not in caps:
+                t0 = time.process_time()
+                caps[v] = torch_plan.capture_callable(w.train, truth["model"], v, truth["dtype"])
+                capture_s += time.process_time() - t0
+            return caps[v]
+
+        t0 = time.process_time()
+        lazy = torch_plan.largest_fitting(captured, min(tried), max(tried), truth["cap"], AllocatorSettings())
+        lazy_s = time.process_time() - t0 - capture_s
+        t0 = time.process_time()
+        full = torch_plan.largest_fitting(lambda v, s: torch_plan.replay(captured(v, s), s), min(tried),
+                                          max(tried), truth["cap"], AllocatorSettings())
+        full_s = time.process_time() - t0
+        same = all(lazy[k] == full[k] for k in ("value", "value_every_order", "address_orders"))
+        print(f"{truth['model']} {truth['dtype']}: {len(caps)} points, answer {lazy['value']} "
+              f"(every order {lazy['value_every_order']}), the same both ways: {same}; replays "
+              f"{lazy_s:.2f} s against {full_s:.2f} s ({lazy_s / full_s:.2f}x); with the captures "
+              f"({capture_s:.2f} s) {(lazy_s + capture_s) / (full_s + capture_s):.2f}x", flush=True)
 
 
 def _pct(got: int, real: int) -> str:

@@ -78,6 +78,11 @@ def plan_cached(fn, *args, settings=None, total=None, measured=None, orders=None
                              orders=torch_plan.ADDRESS_ORDERS if orders is None else orders)
 
 
+def capture_cached(fn, *args, measured=None, **kwargs):
+    """torch_plan.capture_callable, kept for the run as plan_cached keeps it."""
+    return _captured(fn, args, kwargs, measured)
+
+
 _DIGESTS: dict = {}
 
 

@@ -221,25 +221,44 @@ def parse_range(text: str) -> tuple[str, int, int]:
 def largest_fitting(point, lo: int, hi: int, budget: int, settings: AllocatorSettings,
                     keep: dict | None = None) -> dict:
     """Bisect for the largest value in lo..hi whose step runs under `budget` bytes (the allocator's cap: it
-    releases its cache and retries before an OOM, as the real one does). `point(value)` -> Plan under the
-    budget. Returns value (None when even `lo` fails), the points tried and a growth law per category; `keep`
-    (a dict) receives each point's Plan by value, so a caller can store them."""
+    releases its cache and retries before an OOM, as the real one does). `point(value, settings)` -> the step
+    at that value: its Capture (capture_callable), or a Plan already replayed under `settings`. Returns value
+    (None when even `lo` fails), the points tried and a growth law per category; `keep` (a dict) receives each
+    point's Plan by value, so a caller can store them.
+
+    Given captures, the search replays the answer's address order at every point and every order only where
+    the answer needs them (at the answer, one step above it, and the search for the value every order fits):
+    each point's `address_orders` says how many it replayed."""
     capped = replace(settings, memory_limit=budget)
     tried: dict[int, Plan] = {}
+    captured: dict = {}
 
-    def run(v: int) -> Plan:
+    def run(v: int, every_order: bool = False) -> Plan:
         if v not in tried:
             if len(tried) >= MAX_SEARCH:
                 raise UserError(f"the search tried {MAX_SEARCH} points without an answer")
-            tried[v] = point(v, capped)
+            got = point(v, capped)
+            if isinstance(got, Plan):
+                tried[v] = got
+            else:
+                captured[v] = got
+                tried[v] = replay(got, capped, orders=ADDRESS_ORDERS[:1])
             if tried[v].partial:
                 raise UserError(f"at {v}: {tried[v].error}")
+        if every_order and v in captured and tried[v].address_orders == 1:
+            tried[v] = replay(captured[v], capped)
         return tried[v]
 
     value = _bisect(lo, hi, lambda v: run(v).oom is None)
+    if value is not None:                    # address_certainty reads every order here and one step above
+        run(value, True)
+        if value != hi:
+            run(value + 1, True)
     # the answer wherever the driver puts segments: below it, the largest value every address order runs
     every = value if value is None or run(value).oom_orders == 0 else \
-        _bisect(lo, value, lambda v: run(v).oom_orders == 0)
+        _bisect(lo, value, lambda v: run(v, True).oom_orders == 0)
+    if value is None:
+        run(lo, True)
     if keep is not None:
         keep.update(tried)
     points = [{"value": v, "fits": p.oom is None, **p.as_dict()} for v, p in sorted(tried.items())]
@@ -305,6 +324,11 @@ def script_argv(program: list[str]) -> list[str]:
 
 def run_script(argv: list[str], settings: AllocatorSettings, total: int | None = None) -> Plan:
     """Run the script (as `python argv...` would, `__name__ == "__main__"`) on fake CUDA tensors, replayed."""
+    return replay(capture_script(argv), settings, total)
+
+
+def capture_script(argv: list[str]) -> torch_capture.Capture:
+    """The script run as `python argv...` would run it (`__name__ == "__main__"`), on fake CUDA tensors."""
     import os
     import runpy
     import sys
@@ -315,7 +339,7 @@ def run_script(argv: list[str], settings: AllocatorSettings, total: int | None =
     sys.argv = list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
     try:
-        return plan_callable(runpy.run_path, argv[0], settings=settings, total=total, run_name="__main__")
+        return capture_callable(runpy.run_path, argv[0], run_name="__main__")
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
 
@@ -327,7 +351,7 @@ def vary_script(argv: list[str], name: str, lo: int, hi: int, budget: int, setti
     marker = "{" + name + "}"
     if not any(marker in a for a in argv):
         raise UserError(f"--vary {name}: the program's arguments have no {marker} to replace")
-    out = largest_fitting(lambda v, s: run_script([a.replace(marker, str(v)) for a in argv], s),
+    out = largest_fitting(lambda v, s: capture_script([a.replace(marker, str(v)) for a in argv]),
                           lo, hi, budget, settings, keep)
     out["lo"], out["hi"] = lo, hi
     return out
