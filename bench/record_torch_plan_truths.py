@@ -17,6 +17,12 @@
                                                                      # (held_out_driver.json)
     python3 bench/record_torch_plan_truths.py --not-monotone OUT_DIR   # batches around the largest under the cap
                                                                      # where fitting is not monotone
+    python3 bench/record_torch_plan_truths.py --sdpa OUT_DIR         # GPT and ViT with scaled_dot_product_attention:
+                                                                     # fresh-process peaks and the attention ops'
+                                                                     # own allocations (sdpa.json)
+    python3 bench/record_torch_plan_truths.py --sdpa-kernels OUT_DIR   # scaled_dot_product_attention alone over a
+                                                                     # grid of shapes: each op's own allocations
+                                                                     # (sdpa_kernels.json)
     python3 bench/record_torch_plan_truths.py --fresh-variants OUT_DIR   # variants.json's and more.json's steps,
                                                                      # each in a fresh process (fresh_variants.json)
 
@@ -526,6 +532,117 @@ def held_out(out_dir, repeats=3, batches=HELD_OUT, repeated=REPEATED, name="held
                    "runs": runs}, f, separators=(",", ":"))
 
 
+def sdpa(out_dir):
+    """The steps with scaled_dot_product_attention: each point in a fresh process (peaks, segments), the backend
+    the dispatcher picks for each model's attention shape, and at one batch per model and dtype every attention
+    op's own allocator events in order (action, size, op), to follow the fused kernels' scratch: sdpa.json."""
+    import subprocess
+    from torch_plan_workloads import SDPA_BATCHES, SDPA_MODELS
+    os.makedirs(out_dir, exist_ok=True)
+    doc = {"recorded_with": f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
+                            f"{torch.backends.cudnn.version()}, {torch.cuda.get_device_name(0)}; one fresh process "
+                            "per point", "runs": [], "ops": [], "choice": []}
+    for name in SDPA_MODELS:
+        for dtype in DTYPES:
+            for batch in SDPA_BATCHES[name]:
+                line = subprocess.run([sys.executable, os.path.abspath(__file__), "--segments-one", name, dtype,
+                                       str(batch)], check=True, capture_output=True, text=True).stdout
+                doc["runs"].append(json.loads(line.strip().splitlines()[-1]))
+                print(name, dtype, batch, doc["runs"][-1]["max_memory_allocated"],
+                      doc["runs"][-1]["max_memory_reserved"], flush=True)
+    for name in SDPA_MODELS:
+        for dtype in DTYPES:
+            batch = SDPA_BATCHES[name][1]
+            peaks, kept, sequence = op_programs(name, batch, dtype)
+            att = [e for e in sequence if "attention" in e[2]]
+            doc["ops"].append({"model": name, "dtype": dtype, "batch": batch, "peaks": peaks,
+                               "programs": {k: v for k, v in kept.items() if "attention" in k},
+                               "attention_events": att})
+            print(name, dtype, "attention ops:", sorted({e[2] for e in att}), flush=True)
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        for shape, causal in (((4, 8, 1024, 64), True), ((32, 6, 197, 64), False), ((2, 16, 512, 128), True),
+                              ((2, 4, 300, 80), False), ((2, 4, 256, 256), True)):
+            q = torch.randn(*shape, device="cuda", dtype=dt)
+            doc["choice"].append({"dtype": str(dt).replace("torch.", ""), "shape": list(shape), "causal": causal,
+                                  "backend": int(torch._fused_sdp_choice(q, q, q, is_causal=causal))})
+    doc["backends"] = {"flash": torch.backends.cuda.flash_sdp_enabled(),
+                       "mem_efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+                       "cudnn": torch.backends.cuda.cudnn_sdp_enabled(), "math": torch.backends.cuda.math_sdp_enabled()}
+    with open(os.path.join(out_dir, "sdpa.json"), "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+
+
+SDPA_SHAPES = ((4, 8, 1024, 1024, 64), (32, 6, 197, 197, 64), (2, 16, 512, 512, 128), (2, 4, 300, 300, 80),
+               (2, 4, 256, 256, 256), (3, 5, 77, 77, 32), (1, 12, 2048, 2048, 64), (2, 8, 100, 333, 64),
+               (8, 4, 64, 64, 16), (2, 2, 1000, 1000, 96), (5, 3, 129, 129, 40), (2, 6, 4096, 4096, 64))
+
+
+def sdpa_kernels(out_dir):
+    """scaled_dot_product_attention forward and backward alone, for every shape of SDPA_SHAPES (batch, heads,
+    query length, key length, head dim), dtype, causal or not, q/k/v packed in one projection (views, as a
+    model's qkv split gives them) or separate: per op called, its name, arguments and own allocator events
+    ("out" kept, "alloc"/"free" scratch), as op_programs labels them (sdpa_kernels.json)."""
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+    os.makedirs(out_dir, exist_ok=True)
+    cases = []
+    for b, h, tq, tk, d in SDPA_SHAPES:
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            for causal in ((False, True) if tq == tk else (False,)):
+                for packed in ((True, False) if tq == tk else (False,)):
+                    names = []
+
+                    class Mode(TorchDispatchMode):
+                        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                            names.append(op_key(func.__name__, args))
+                            torch.cuda.memory._set_memory_metadata(f"op{len(names) - 1}")
+                            try:
+                                return func(*args, **(kwargs or {}))
+                            finally:
+                                torch.cuda.memory._set_memory_metadata("")
+
+                    if packed:
+                        x = torch.randn(b, tq, 3, h, d, device="cuda", dtype=dtype, requires_grad=True)
+                        q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))
+                    else:
+                        q = torch.randn(b, h, tq, d, device="cuda", dtype=dtype, requires_grad=True)
+                        k, v = (torch.randn(b, h, tk, d, device="cuda", dtype=dtype, requires_grad=True)
+                                for _ in range(2))
+                    g = torch.randn(b, h, tq, d, device="cuda", dtype=dtype)
+                    fresh()
+                    torch.cuda.memory._record_memory_history(max_entries=100_000, context=None, stacks="python")
+                    try:
+                        with Mode():
+                            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            y.backward(g)
+                        err = None
+                    except RuntimeError as e:
+                        err = str(e).splitlines()[0][:200]
+                    torch.cuda.synchronize()
+                    snap = torch.cuda.memory._snapshot()
+                    torch.cuda.memory._record_memory_history(enabled=None)
+                    trace = [e for e in snap["device_traces"][0] if e["action"] in ("alloc", "free_requested")]
+                    calls: dict = {}
+                    for e in trace:
+                        label = e.get("user_metadata") or ""
+                        if label.startswith("op"):
+                            calls.setdefault(int(label[2:]), []).append(e)
+                    cases.append({"shape": [b, h, tq, tk, d], "dtype": str(dtype).replace("torch.", ""),
+                                  "causal": causal, "packed": packed, "error": err,
+                                  "ops": [[names[n], call_program(calls.get(n, []))] for n in range(len(names))]})
+                    del q, k, v, g
+                    if packed:
+                        del x
+                    if not err:
+                        del y
+                    print(cases[-1]["shape"], cases[-1]["dtype"], causal, packed, err,
+                          [o[0].split(" ")[0] for o in cases[-1]["ops"] if "attention" in o[0]], flush=True)
+    with open(os.path.join(out_dir, "sdpa_kernels.json"), "w") as f:
+        json.dump({"recorded_with": f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
+                                    f"{torch.backends.cudnn.version()}, {torch.cuda.get_device_name(0)}",
+                   "cases": cases}, f, separators=(",", ":"))
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--checkpoint-snapshots"]:
         train("mlp", 8, "fp32")                 # warm-up
@@ -550,6 +667,10 @@ if __name__ == "__main__":
         print(json.dumps(segment_addresses(sys.argv[2], sys.argv[3], int(sys.argv[4]), *sys.argv[5:6])))
     elif sys.argv[1:2] == ["--not-monotone"]:
         not_monotone(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--sdpa-kernels"]:
+        sdpa_kernels(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--sdpa"]:
+        sdpa(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--fresh-variants"]:
         fresh_variants(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--variants"]:

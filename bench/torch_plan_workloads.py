@@ -4,8 +4,8 @@ One file serves both sides: `bench/record_torch_plan_truths.py` runs these steps
 records what the caching allocator really did; the tests run the same steps under `alloctrace plan` on a CPU
 and compare. Models are built directly on the CUDA device (`with torch.device("cuda")`), inputs are random.
 
-Attention is written out (matmul, mask, softmax) rather than `scaled_dot_product_attention`, whose kernel choice
-needs the real device's properties (see docs/torch-plan.md, "Limits").
+Attention is written out (matmul, mask, softmax); the steps at the end (`SDPA_MODELS`) use
+`scaled_dot_product_attention`, whose fused kernels the plan follows (docs/torch-plan.md, "Attention").
 """
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def train(name: str, batch: int, dtype: str, steps: int = STEPS):
     """Build `name` on the CUDA device and run `steps` training steps at `batch`; everything is freed after."""
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = MODELS[name]()
+        model = MODELS[name]() if name in MODELS else SDPA_MODELS[name]()
     opt = OPTIMIZERS[name](model.parameters())
     for _ in range(steps):
         x, y = model.batch(batch)
@@ -279,3 +279,67 @@ def train_checkpoint_reentrant(name: str, batch: int, dtype: str, steps: int = S
     finally:
         globals()["_checkpointed"] = saved
         Block.forward = _plain_forward
+
+
+# -- attention through F.scaled_dot_product_attention (record_torch_plan_truths.py --sdpa): the GPU picks a fused
+#    kernel (flash attention, memory-efficient attention) that keeps no [t, t] matrix ------------------------------
+
+class SdpaAttention(nn.Module):
+    def __init__(self, dim, heads, causal):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.heads, self.causal = heads, causal
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+
+class SdpaBlock(Block):
+    def __init__(self, dim, heads, causal):
+        nn.Module.__init__(self)
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = SdpaAttention(dim, heads, causal)
+        self.ln2 = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, 4 * dim)
+        self.out = nn.Linear(4 * dim, dim)
+
+
+class GPTSdpa(GPT):
+    """GPT with a longer context and attention by scaled_dot_product_attention (as nanoGPT writes it)."""
+
+    def __init__(self, vocab=8192, ctx=1024, dim=512, heads=8, layers=4):
+        nn.Module.__init__(self)
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Embedding(ctx, dim)
+        self.blocks = nn.ModuleList(SdpaBlock(dim, heads, True) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.wte.weight
+        self.vocab, self.ctx = vocab, ctx
+
+
+class ViTSdpa(ViT):
+    """ViT with attention by scaled_dot_product_attention (not causal)."""
+
+    def __init__(self, image=224, patch=16, dim=384, heads=6, layers=6, classes=1000):
+        nn.Module.__init__(self)
+        self.patch, self.image = patch, image
+        n = (image // patch) ** 2
+        self.embed = nn.Linear(3 * patch * patch, dim)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.zeros(1, n + 1, dim))
+        self.blocks = nn.ModuleList(SdpaBlock(dim, heads, False) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+        self.classes = classes
+
+
+SDPA_MODELS = {"gpt_sdpa": GPTSdpa, "vit_sdpa": ViTSdpa}
+OPTIMIZERS["gpt_sdpa"] = OPTIMIZERS["gpt"]
+OPTIMIZERS["vit_sdpa"] = OPTIMIZERS["vit"]
+SDPA_BATCHES = {"gpt_sdpa": (2, 4, 8), "vit_sdpa": (16, 32, 64)}

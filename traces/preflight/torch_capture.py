@@ -22,7 +22,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.preflight import torch_scratch
+from alloctrace.traces.preflight import torch_attention, torch_scratch
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "inputs", "temporaries",
               "workspace", "other", "measured_workspace")
@@ -148,13 +148,15 @@ class _Recorder:
                 and args[0].device.type == "cpu":
             name = "to_cuda"                        # a host tensor copied to the device: an input
         frames = None
+        fused = torch_attention.program(name, args, out)    # the GPU's attention kernels: their own order
         program = self.measured.program(torch_scratch.op_signature(getattr(func, "__name__", str(func)), args)) \
-            if self.measured else None
-        before, after = ([], []) if program else torch_scratch.scratch(name, args, out)
+            if self.measured and not fused else None
+        before, after = ([], []) if program or fused else torch_scratch.scratch(name, args, out)
         temps = [self._temp(size, name) for size in before]
         outputs = []
-        for t in tree_leaves(out):
-            if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+        for t in (fused[0] if fused else tree_leaves(out)):
+            # a fused kernel's philox seed and offset are meta tensors to a fake run, 8 bytes each on the GPU
+            if not isinstance(t, torch.Tensor) or t.device.type != "cuda" and not fused:
                 continue
             st = t.untyped_storage()
             cdata = st._cdata
@@ -167,7 +169,9 @@ class _Recorder:
             outputs.append(Event("alloc", key, st.nbytes(), 0, name, str(t.dtype).replace("torch.", ""),
                                  tuple(t.shape), frames, self.phase))
             weakref.finalize(st, self._freed, cdata, key)
-        if program:
+        if fused:
+            self._measured_steps(fused[1], outputs, name, "temporaries", "kernel scratch")
+        elif program:
             self._measured_steps(program, outputs, name)
         else:
             self.cap.events.extend(outputs)
@@ -192,7 +196,8 @@ class _Recorder:
         for key in reversed(temps):
             self.cap.events.append(Event("free", key, 0))
 
-    def _measured_steps(self, program: list, outputs: list, name: str):
+    def _measured_steps(self, program: list, outputs: list, name: str, category: str = "measured_workspace",
+                        label: str = "measured workspace"):
         """The op's outputs and the scratch recorded on a GPU in the order the GPU took them: each "out" step
         is the op's next output, "alloc" a measured block, "free" gives one back; outputs left over follow."""
         outputs = list(outputs)
@@ -201,8 +206,8 @@ class _Recorder:
             if step == "out" and outputs:
                 self.cap.events.append(outputs.pop(0))
             elif step == "alloc":
-                key = self._temp(value, f"{name} (measured workspace)")
-                self.cap.category[key] = "measured_workspace"
+                key = self._temp(value, f"{name} ({label})")
+                self.cap.category[key] = category
                 scratch.append(key)
             elif step == "free" and value < len(scratch) and scratch[value]:
                 self.cap.events.append(Event("free", scratch[value], 0))
@@ -354,7 +359,7 @@ def capture(*, workspace: int | None = None, measured=None):
     torch.autograd.backward, torch.Tensor.backward = backward, tensor_backward
     torch._C._current_graph_task_id = graph_task_id
     try:
-        with _patched_cuda_checks(), fake, Mode(), saved.hooks():
+        with _patched_cuda_checks(), fake, Mode(), saved.hooks(), torch_attention.kernels_mode():
             try:
                 yield cap
             except (Exception, SystemExit) as exc:   # noqa: BLE001 - any failure of the user's step is reported

@@ -1,0 +1,131 @@
+"""scaled_dot_product_attention in a plan: the fused kernels an H200 runs (cuDNN's for fp16/bf16, the
+memory-efficient one for fp32), with each kernel's own allocations, against what the GPU did.
+
+tests/data/torch/plan/sdpa.json: GPT (context 1024) and ViT steps written with F.scaled_dot_product_attention,
+each point in a fresh process on the H200 (bench/record_torch_plan_truths.py --sdpa); sdpa_kernels.json: the
+attention ops alone over 12 shapes, three dtypes, causal or not, q/k/v packed or separate (--sdpa-kernels)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from alloctrace.traces.preflight import torch_attention, torch_capture, torch_plan  # noqa: E402
+from torchsnap import plan_workloads  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "torch" / "plan"
+SDPA = json.loads((DATA / "sdpa.json").read_text())
+KERNELS = json.loads((DATA / "sdpa_kernels.json").read_text())
+W = plan_workloads()
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@pytest.mark.gpu_fixture
+@pytest.mark.parametrize("run", [pytest.param(r, id=f"{r['model']}-{r['dtype']}-{r['batch']}") for r in SDPA["runs"]])
+def test_steps_with_scaled_dot_product_attention_have_the_gpus_peaks(run):
+    """Measured: all 12 points exact to the byte (the math path a CPU build falls back to was 14-63 % high)."""
+    p = torch_plan.plan_callable(W.train, run["model"], run["batch"], run["dtype"])
+    assert not p.partial
+    assert p.peak_allocated == run["max_memory_allocated"]
+    assert p.peak_reserved == run["max_memory_reserved"]
+    assert p.peak_allocated_range[0] <= run["max_memory_allocated"] <= p.peak_allocated_range[1]
+
+
+def _attention_programs(events) -> list[tuple[str, list]]:
+    """The capture's events of each fused attention op, as the recorder writes a call's program: "out" for a
+    block it keeps, "alloc" for one it gives back before returning (the i-th such), "free" where it does."""
+    out, i = [], 0
+    while i < len(events):
+        e = events[i]
+        op = (e.op or "").split(" (")[0] if e.kind == "alloc" else ""
+        if op not in torch_attention.OPS:
+            i += 1
+            continue
+        mine, prog, scratch_of = {}, [], {}
+        while i < len(events):
+            e = events[i]
+            if e.kind == "alloc" and (e.op or "").split(" (")[0] == op:
+                mine[e.key] = len(prog)
+                prog.append(["out", e.size])
+            elif e.kind == "free" and e.key in mine:
+                at = mine.pop(e.key)
+                scratch_of[at] = len(scratch_of)
+                prog[at][0] = "alloc"
+                prog.append(["free", at])
+            else:
+                break
+            i += 1
+        out.append((op, [["free", scratch_of[v]] if k == "free" else [k, v] for k, v in prog]))
+    return out
+
+
+def _step(case):
+    b, h, tq, tk, d = case["shape"]
+    dtype = DTYPES[case["dtype"]]
+    if case["packed"]:
+        x = torch.randn(b, tq, 3, h, d, device="cuda", dtype=dtype, requires_grad=True)
+        q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))
+    else:
+        q = torch.randn(b, h, tq, d, device="cuda", dtype=dtype, requires_grad=True)
+        k, v = (torch.randn(b, h, tk, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2))
+    g = torch.randn(b, h, tq, d, device="cuda", dtype=dtype)
+    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case["causal"]).backward(g)
+
+
+@pytest.mark.gpu_fixture
+def test_every_recorded_attention_op_allocates_as_on_the_gpu():
+    """Each case's forward and backward kernels: the same op, and the same allocations in the same order."""
+    checked = 0
+    for case in KERNELS["cases"]:
+        with torch_capture.capture() as c:
+            _step(case)
+        assert not c.partial, c.error
+        real = [(name.split(" ")[0].split(".")[0], prog) for name, prog in case["ops"] if "attention" in name]
+        assert _attention_programs(c.events) == real, case
+        checked += len(real)
+    assert checked == 270
+
+
+def test_the_kernel_is_the_one_the_gpu_picked_for_every_recorded_shape():
+    picked = {2: torch_attention.EFFICIENT, 3: torch_attention.CUDNN}       # torch's SDPBackend numbers
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        for row in SDPA["choice"]:
+            q = torch.empty(*row["shape"], device="cuda", dtype=DTYPES[row["dtype"]])
+            assert torch_attention.kernel_for(q, q, q, None, 0.0, False) == picked[row["backend"]], row
+
+
+def test_what_the_recording_does_not_cover_keeps_the_math_path():
+    """A mask, dropout or a head dim above 256: no fused op (the GPU's choice there was not recorded)."""
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        q = torch.empty(2, 4, 64, 32, device="cuda", dtype=torch.bfloat16)
+        mask = torch.empty(64, 64, device="cuda", dtype=torch.bool)
+        big = torch.empty(2, 4, 64, 320, device="cuda", dtype=torch.bfloat16)
+        assert torch_attention.kernel_for(q, q, q, mask, 0.0, False) is None
+        assert torch_attention.kernel_for(q, q, q, None, 0.1, False) is None
+        assert torch_attention.kernel_for(big, big, big, None, 0.0, False) is None
+        assert torch_attention.kernel_for(q.double(), q.double(), q.double(), None, 0.0, False) is None
+
+    def masked():
+        q = torch.randn(2, 4, 64, 32, device="cuda", requires_grad=True)
+        keep = torch.ones(64, 64, device="cuda", dtype=torch.bool)
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=keep).sum().backward()
+
+    ops = {e.op for e in torch_plan.capture_callable(masked).events}
+    assert "_safe_softmax" in ops and not ops & set(torch_attention.OPS)
+
+
+def test_under_autocast_fp32_inputs_are_cast_and_take_cudnns_kernel():
+    def step():
+        q = torch.randn(2, 4, 128, 64, device="cuda", requires_grad=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        y.float().sum().backward()
+
+    events = torch_plan.capture_callable(step).events
+    fused = [e for e in events if e.kind == "alloc" and e.op == torch_attention.CUDNN]
+    assert [e.size for e in fused] == [8, 8, 2 * 4 * 128 * 64 * 2, 2 * 4 * 128 * 4]   # seed, offset, out, lse
+    assert fused[2].dtype == "bfloat16"
+    assert any(e.op == torch_attention.CUDNN + "_backward" for e in events if e.kind == "alloc")
