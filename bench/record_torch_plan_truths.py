@@ -23,6 +23,8 @@
     python3 bench/record_torch_plan_truths.py --sdpa-kernels OUT_DIR   # scaled_dot_product_attention alone over a
                                                                      # grid of shapes: each op's own allocations
                                                                      # (sdpa_kernels.json)
+    python3 bench/record_torch_plan_truths.py --sdpa-options OUT_DIR   # the same with dropout, masks and grouped-
+                                                                     # query attention (sdpa_options.json)
     python3 bench/record_torch_plan_truths.py --fresh-variants OUT_DIR   # variants.json's and more.json's steps,
                                                                      # each in a fresh process (fresh_variants.json)
 
@@ -577,7 +579,18 @@ SDPA_SHAPES = ((4, 8, 1024, 1024, 64), (32, 6, 197, 197, 64), (2, 16, 512, 512, 
                (8, 4, 64, 64, 16), (2, 2, 1000, 1000, 96), (5, 3, 129, 129, 40), (2, 6, 4096, 4096, 64))
 
 
-def sdpa_kernels(out_dir):
+SDPA_OPTIONS = ("dropout", "bool_mask_2d", "bool_mask_4d", "float_mask_4d", "gqa")
+
+
+def sdpa_options(out_dir):
+    """sdpa_kernels' recording with what it left out: dropout 0.1 (causal or not), a boolean [t, t] mask, a
+    boolean and a float [b, h or 1, t, t] mask, grouped-query attention (8 query heads, 2 key/value heads): the
+    backend torch._fused_sdp_choice picks and every op's own allocations (sdpa_options.json)."""
+    sdpa_kernels(out_dir, options=SDPA_OPTIONS, shapes=((4, 8, 256, 256, 64), (2, 8, 197, 197, 64)),
+                 name="sdpa_options.json")
+
+
+def sdpa_kernels(out_dir, options=(None,), shapes=SDPA_SHAPES, name="sdpa_kernels.json"):
     """scaled_dot_product_attention forward and backward alone, for every shape of SDPA_SHAPES (batch, heads,
     query length, key length, head dim), dtype, causal or not, q/k/v packed in one projection (views, as a
     model's qkv split gives them) or separate: per op called, its name, arguments and own allocator events
@@ -586,10 +599,10 @@ def sdpa_kernels(out_dir):
     from torch.utils._python_dispatch import TorchDispatchMode
     os.makedirs(out_dir, exist_ok=True)
     cases = []
-    for b, h, tq, tk, d in SDPA_SHAPES:
+    for (b, h, tq, tk, d), option in ((s, o) for s in shapes for o in options):
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
-            for causal in ((False, True) if tq == tk else (False,)):
-                for packed in ((True, False) if tq == tk else (False,)):
+            for causal in ((False, True) if tq == tk and "mask" not in (option or "") else (False,)):
+                for packed in ((True, False) if tq == tk and option != "gqa" else (False,)):
                     names = []
 
                     class Mode(TorchDispatchMode):
@@ -608,12 +621,30 @@ def sdpa_kernels(out_dir):
                         q = torch.randn(b, h, tq, d, device="cuda", dtype=dtype, requires_grad=True)
                         k, v = (torch.randn(b, h, tk, d, device="cuda", dtype=dtype, requires_grad=True)
                                 for _ in range(2))
+                    kw = {"is_causal": causal}
+                    if option == "dropout":
+                        kw["dropout_p"] = 0.1
+                    elif option == "gqa":
+                        k, v = (torch.randn(b, h // 4, tk, d, device="cuda", dtype=dtype, requires_grad=True)
+                                for _ in range(2))
+                        kw["enable_gqa"] = True
+                    elif option == "bool_mask_2d":
+                        kw["attn_mask"] = torch.rand(tq, tk, device="cuda") > 0.2
+                    elif option == "bool_mask_4d":
+                        kw["attn_mask"] = torch.rand(b, h, tq, tk, device="cuda") > 0.2
+                    elif option == "float_mask_4d":
+                        kw["attn_mask"] = torch.randn(b, 1, tq, tk, device="cuda", dtype=dtype)
+                    try:
+                        choice = int(torch._fused_sdp_choice(q, k, v, kw.get("attn_mask"), kw.get("dropout_p", 0.0),
+                                                             causal, enable_gqa=kw.get("enable_gqa", False)))
+                    except RuntimeError:
+                        choice = None
                     g = torch.randn(b, h, tq, d, device="cuda", dtype=dtype)
                     fresh()
                     torch.cuda.memory._record_memory_history(max_entries=100_000, context=None, stacks="python")
                     try:
                         with Mode():
-                            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            y = F.scaled_dot_product_attention(q, k, v, **kw)
                             y.backward(g)
                         err = None
                     except RuntimeError as e:
@@ -628,16 +659,17 @@ def sdpa_kernels(out_dir):
                         if label.startswith("op"):
                             calls.setdefault(int(label[2:]), []).append(e)
                     cases.append({"shape": [b, h, tq, tk, d], "dtype": str(dtype).replace("torch.", ""),
-                                  "causal": causal, "packed": packed, "error": err,
+                                  "causal": causal, "packed": packed, "error": err, "option": option,
+                                  "choice": choice,
                                   "ops": [[names[n], call_program(calls.get(n, []))] for n in range(len(names))]})
-                    del q, k, v, g
+                    del q, k, v, g, kw
                     if packed:
                         del x
                     if not err:
                         del y
-                    print(cases[-1]["shape"], cases[-1]["dtype"], causal, packed, err,
+                    print(cases[-1]["shape"], cases[-1]["dtype"], option, choice, causal, packed, err,
                           [o[0].split(" ")[0] for o in cases[-1]["ops"] if "attention" in o[0]], flush=True)
-    with open(os.path.join(out_dir, "sdpa_kernels.json"), "w") as f:
+    with open(os.path.join(out_dir, name), "w") as f:
         json.dump({"recorded_with": f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
                                     f"{torch.backends.cudnn.version()}, {torch.cuda.get_device_name(0)}",
                    "cases": cases}, f, separators=(",", ":"))
@@ -669,6 +701,8 @@ if __name__ == "__main__":
         not_monotone(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--sdpa-kernels"]:
         sdpa_kernels(sys.argv[2] if len(sys.argv) > 2 else "out")
+    elif sys.argv[1:2] == ["--sdpa-options"]:
+        sdpa_options(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--sdpa"]:
         sdpa(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--fresh-variants"]:

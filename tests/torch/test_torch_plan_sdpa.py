@@ -19,6 +19,7 @@ from torchsnap import plan_workloads  # noqa: E402
 DATA = Path(__file__).resolve().parents[1] / "data" / "torch" / "plan"
 SDPA = json.loads((DATA / "sdpa.json").read_text())
 KERNELS = json.loads((DATA / "sdpa_kernels.json").read_text())
+OPTIONS = json.loads((DATA / "sdpa_options.json").read_text())   # dropout, masks, grouped-query attention
 W = plan_workloads()
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -63,16 +64,37 @@ def _attention_programs(events) -> list[tuple[str, list]]:
 
 
 def _step(case):
+    """The recorder's step for one case (bench/record_torch_plan_truths.py, sdpa_kernels)."""
     b, h, tq, tk, d = case["shape"]
-    dtype = DTYPES[case["dtype"]]
+    dtype, option = DTYPES[case["dtype"]], case.get("option")
     if case["packed"]:
         x = torch.randn(b, tq, 3, h, d, device="cuda", dtype=dtype, requires_grad=True)
         q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))
     else:
         q = torch.randn(b, h, tq, d, device="cuda", dtype=dtype, requires_grad=True)
         k, v = (torch.randn(b, h, tk, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2))
+    kw = {"is_causal": case["causal"]}
+    if option == "dropout":
+        kw["dropout_p"] = 0.1
+    elif option == "gqa":
+        k, v = (torch.randn(b, h // 4, tk, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2))
+        kw["enable_gqa"] = True
+    elif option == "bool_mask_2d":
+        kw["attn_mask"] = torch.rand(tq, tk, device="cuda") > 0.2
+    elif option == "bool_mask_4d":
+        kw["attn_mask"] = torch.rand(b, h, tq, tk, device="cuda") > 0.2
+    elif option == "float_mask_4d":
+        kw["attn_mask"] = torch.randn(b, 1, tq, tk, device="cuda", dtype=dtype)
     g = torch.randn(b, h, tq, d, device="cuda", dtype=dtype)
-    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case["causal"]).backward(g)
+    torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw).backward(g)
+
+
+MASK_OPS = ("scalar_tensor", "where", "constant_pad_nd")
+
+
+def _mask_and_attention_allocations(events) -> list[tuple[str, int]]:
+    return [((e.op or "").split(" (")[0], e.size) for e in events if e.kind == "alloc"
+            and (e.op or "").split(" (")[0] in MASK_OPS + torch_attention.OPS]
 
 
 @pytest.mark.gpu_fixture
@@ -97,23 +119,45 @@ def test_the_kernel_is_the_one_the_gpu_picked_for_every_recorded_shape():
             assert torch_attention.kernel_for(q, q, q, None, 0.0, False) == picked[row["backend"]], row
 
 
-def test_what_the_recording_does_not_cover_keeps_the_math_path():
-    """A mask, dropout or a head dim above 256: no fused op (the GPU's choice there was not recorded)."""
+@pytest.mark.gpu_fixture
+@pytest.mark.parametrize("option", ["dropout", "bool_mask_2d", "bool_mask_4d", "float_mask_4d", "gqa"])
+def test_dropout_masks_and_grouped_query_attention_allocate_as_on_the_gpu(option):
+    """Dropout: the same kernels and allocations. A boolean mask is made a float one (two scalars and a `where`),
+    padded to a multiple of 8 for the memory-efficient kernel; fewer key/value heads widen cuDNN's backward
+    workspace by dk and dv for every query head; fp32 with fewer key heads runs the math path on the GPU too."""
+    cases = [c for c in OPTIONS["cases"] if c["option"] == option]
+    assert cases
+    for case in cases:
+        with torch_capture.capture() as c:
+            _step(case)
+        assert not c.partial, c.error
+        recorded = [(name.split(" ")[0].split(".")[0], prog) for name, prog in case["ops"]]
+        real = [(op, prog) for op, prog in recorded if op in torch_attention.OPS]
+        assert _attention_programs(c.events) == real, case
+        real_allocs = [(op, size) for op, prog in recorded if op in MASK_OPS + torch_attention.OPS
+                       for kind, size in prog if kind in ("out", "alloc")]
+        assert _mask_and_attention_allocations(c.events) == real_allocs, case
+        if case["choice"] == 0:                          # the GPU's own math path
+            assert not real and any(e.op == "_safe_softmax" for e in c.events if e.kind == "alloc")
+
+
+def test_what_the_recordings_do_not_cover_keeps_the_math_path():
+    """A head dim above 256, a mask that needs its gradient, float64: no fused op."""
     with torch._subclasses.fake_tensor.FakeTensorMode():
         q = torch.empty(2, 4, 64, 32, device="cuda", dtype=torch.bfloat16)
-        mask = torch.empty(64, 64, device="cuda", dtype=torch.bool)
+        learned = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         big = torch.empty(2, 4, 64, 320, device="cuda", dtype=torch.bfloat16)
-        assert torch_attention.kernel_for(q, q, q, mask, 0.0, False) is None
-        assert torch_attention.kernel_for(q, q, q, None, 0.1, False) is None
+        assert torch_attention.kernel_for(q, q, q, learned, 0.0, False) is None
         assert torch_attention.kernel_for(big, big, big, None, 0.0, False) is None
         assert torch_attention.kernel_for(q.double(), q.double(), q.double(), None, 0.0, False) is None
+        assert torch_attention.kernel_for(q, q[:, :2], q[:, :2], None, 0.0, False) is None   # no enable_gqa
 
-    def masked():
+    def learned_bias():
         q = torch.randn(2, 4, 64, 32, device="cuda", requires_grad=True)
-        keep = torch.ones(64, 64, device="cuda", dtype=torch.bool)
-        torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=keep).sum().backward()
+        bias = torch.zeros(64, 64, device="cuda", requires_grad=True)
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=bias).sum().backward()
 
-    ops = {e.op for e in torch_plan.capture_callable(masked).events}
+    ops = {e.op for e in torch_plan.capture_callable(learned_bias).events}
     assert "_safe_softmax" in ops and not ops & set(torch_attention.OPS)
 
 
