@@ -17,7 +17,7 @@
                                                                      # (held_out_driver.json)
     python3 bench/record_torch_plan_truths.py --not-monotone OUT_DIR   # batches around the largest under the cap
                                                                      # where fitting is not monotone
-    python3 bench/record_torch_plan_truths.py --sdpa OUT_DIR         # GPT and ViT with scaled_dot_product_attention:
+    python3 bench/record_torch_plan_truths.py --sdpa OUT_DIR [MODEL...]   # GPT, ViT, nanoGPT-like with SDPA:
                                                                      # fresh-process peaks and the attention ops'
                                                                      # own allocations (sdpa.json)
     python3 bench/record_torch_plan_truths.py --sdpa-kernels OUT_DIR   # scaled_dot_product_attention alone over a
@@ -534,7 +534,7 @@ def held_out(out_dir, repeats=3, batches=HELD_OUT, repeated=REPEATED, name="held
                    "runs": runs}, f, separators=(",", ":"))
 
 
-def sdpa(out_dir):
+def sdpa(out_dir, models=()):
     """The steps with scaled_dot_product_attention: each point in a fresh process (peaks, segments), the backend
     the dispatcher picks for each model's attention shape, and at one batch per model and dtype every attention
     op's own allocator events in order (action, size, op), to follow the fused kernels' scratch: sdpa.json."""
@@ -544,7 +544,7 @@ def sdpa(out_dir):
     doc = {"recorded_with": f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
                             f"{torch.backends.cudnn.version()}, {torch.cuda.get_device_name(0)}; one fresh process "
                             "per point", "runs": [], "ops": [], "choice": []}
-    for name in SDPA_MODELS:
+    for name in models or SDPA_MODELS:
         for dtype in DTYPES:
             for batch in SDPA_BATCHES[name]:
                 line = subprocess.run([sys.executable, os.path.abspath(__file__), "--segments-one", name, dtype,
@@ -552,7 +552,7 @@ def sdpa(out_dir):
                 doc["runs"].append(json.loads(line.strip().splitlines()[-1]))
                 print(name, dtype, batch, doc["runs"][-1]["max_memory_allocated"],
                       doc["runs"][-1]["max_memory_reserved"], flush=True)
-    for name in SDPA_MODELS:
+    for name in models or SDPA_MODELS:
         for dtype in DTYPES:
             batch = SDPA_BATCHES[name][1]
             peaks, kept, sequence = op_programs(name, batch, dtype)
@@ -704,7 +704,7 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["--sdpa-options"]:
         sdpa_options(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--sdpa"]:
-        sdpa(sys.argv[2] if len(sys.argv) > 2 else "out")
+        sdpa(sys.argv[2] if len(sys.argv) > 2 else "out", tuple(sys.argv[3:]))
     elif sys.argv[1:2] == ["--fresh-variants"]:
         fresh_variants(sys.argv[2] if len(sys.argv) > 2 else "out")
     elif sys.argv[1:2] == ["--variants"]:

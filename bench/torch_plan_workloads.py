@@ -343,3 +343,53 @@ SDPA_MODELS = {"gpt_sdpa": GPTSdpa, "vit_sdpa": ViTSdpa}
 OPTIMIZERS["gpt_sdpa"] = OPTIMIZERS["gpt"]
 OPTIMIZERS["vit_sdpa"] = OPTIMIZERS["vit"]
 SDPA_BATCHES = {"gpt_sdpa": (2, 4, 8), "vit_sdpa": (16, 32, 64)}
+
+
+class NanoBlock(nn.Module):
+    """nanoGPT's block: bias-free layers, attention by scaled_dot_product_attention with dropout while training,
+    dropout on both residual branches."""
+
+    def __init__(self, dim, heads, dropout):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(dim, bias=False), nn.LayerNorm(dim, bias=False)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=False), nn.Linear(dim, dim, bias=False)
+        self.fc, self.out = nn.Linear(dim, 4 * dim, bias=False), nn.Linear(4 * dim, dim, bias=False)
+        self.drop, self.p, self.heads = nn.Dropout(dropout), dropout, heads
+
+    def attend(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p if self.training else 0.0, is_causal=True)
+        return self.drop(self.proj(y.transpose(1, 2).contiguous().view(b, t, c)))
+
+    def forward(self, x):
+        x = x + self.attend(self.ln1(x))
+        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+
+
+class NanoGPT(GPT):
+    """A nanoGPT-like model (dropout 0.1, context 512, 6 layers), trained with fused AdamW as nanoGPT does on CUDA."""
+
+    def __init__(self, vocab=8192, ctx=512, dim=384, heads=6, layers=6, dropout=0.1):
+        nn.Module.__init__(self)
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Embedding(ctx, dim)
+        self.emb_drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(NanoBlock(dim, heads, dropout) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim, bias=False)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.wte.weight
+        self.vocab, self.ctx = vocab, ctx
+
+    def loss(self, idx, targets):
+        x = self.emb_drop(self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device)))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+SDPA_MODELS["nanogpt"] = NanoGPT
+OPTIMIZERS["nanogpt"] = lambda ps: torch.optim.AdamW(ps, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+SDPA_BATCHES["nanogpt"] = (4, 8, 16)

@@ -27,6 +27,8 @@ from alloctrace.traces.preflight import torch_attention, torch_scratch
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "inputs", "temporaries",
               "workspace", "other", "measured_workspace")
 SM90_WORKSPACE = 4096 * 1024 * 8           # ":4096:8", PyTorch's default for Hopper and later
+# ops whose CUDA kernel allocates its second output first (seen in the H200's op-labelled sequences)
+MASK_FIRST = ("native_dropout",)
 MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "_addmm_activation", "addbmm", "linear")
 # frames of torch's dispatch machinery (and ours) say nothing about where a program asked for memory
 HIDDEN = tuple(os.sep + os.path.join(*p.split("/")) for p in (
@@ -154,7 +156,8 @@ class _Recorder:
         before, after = ([], []) if program or fused else torch_scratch.scratch(name, args, out)
         temps = [self._temp(size, name) for size in before]
         outputs = []
-        for t in (fused[0] if fused else tree_leaves(out)):
+        leaves = fused[0] if fused else [out[1], out[0]] if name in MASK_FIRST else tree_leaves(out)
+        for t in leaves:
             # a fused kernel's philox seed and offset are meta tensors to a fake run, 8 bytes each on the GPU
             if not isinstance(t, torch.Tensor) or t.device.type != "cuda" and not fused:
                 continue
@@ -170,7 +173,7 @@ class _Recorder:
                                  tuple(t.shape), frames, self.phase))
             weakref.finalize(st, self._freed, cdata, key)
         if fused:
-            self._measured_steps(fused[1], outputs, name, "temporaries", "kernel scratch")
+            self._measured_steps(fused[1], outputs, name, "temporaries", None)
         elif program:
             self._measured_steps(program, outputs, name)
         else:
@@ -197,7 +200,7 @@ class _Recorder:
             self.cap.events.append(Event("free", key, 0))
 
     def _measured_steps(self, program: list, outputs: list, name: str, category: str = "measured_workspace",
-                        label: str = "measured workspace"):
+                        label: str | None = "measured workspace"):
         """The op's outputs and the scratch recorded on a GPU in the order the GPU took them: each "out" step
         is the op's next output, "alloc" a measured block, "free" gives one back; outputs left over follow."""
         outputs = list(outputs)
@@ -206,7 +209,7 @@ class _Recorder:
             if step == "out" and outputs:
                 self.cap.events.append(outputs.pop(0))
             elif step == "alloc":
-                key = self._temp(value, f"{name} ({label})")
+                key = self._temp(value, name if label is None else f"{name} ({label})")
                 self.cap.category[key] = category
                 scratch.append(key)
             elif step == "free" and value < len(scratch) and scratch[value]:
