@@ -5,7 +5,7 @@ records what the caching allocator really did; the tests run the same steps unde
 and compare. Models are built directly on the CUDA device (`with torch.device("cuda")`), inputs are random.
 
 Attention is written out (matmul, mask, softmax); the steps at the end (`SDPA_MODELS`) use
-`scaled_dot_product_attention`, whose fused kernels the plan follows (docs/torch-plan.md, "Attention").
+`scaled_dot_product_attention` (and nn.TransformerEncoder), which the plan follows (docs/torch-plan.md).
 """
 from __future__ import annotations
 
@@ -393,3 +393,40 @@ class NanoGPT(GPT):
 SDPA_MODELS["nanogpt"] = NanoGPT
 OPTIMIZERS["nanogpt"] = lambda ps: torch.optim.AdamW(ps, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
 SDPA_BATCHES["nanogpt"] = (4, 8, 16)
+
+
+class ClippedAdamW(torch.optim.AdamW):
+    """Fused AdamW whose step first clips the gradients' norm to 1.0, as nanoGPT's loop does before each step."""
+
+    def step(self, closure=None):
+        torch.nn.utils.clip_grad_norm_([p for g in self.param_groups for p in g["params"]], 1.0)
+        return super().step(closure)
+
+
+class Encoder(nn.Module):
+    """nn.TransformerEncoder as models built from torch.nn use it: pre-norm layers, dropout 0.1, batch first (its
+    attention is nn.MultiheadAttention, which calls scaled_dot_product_attention while training), over token
+    embeddings, a classifier on the mean."""
+
+    def __init__(self, vocab=8192, ctx=256, dim=384, heads=6, layers=6, classes=1000):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        layer = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.1, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(dim, classes)
+        self.vocab, self.ctx, self.classes = vocab, ctx, classes
+
+    def batch(self, n):
+        return (torch.randint(0, self.vocab, (n, self.ctx), device="cuda"),
+                torch.randint(0, self.classes, (n,), device="cuda"))
+
+    def loss(self, idx, y):
+        return F.cross_entropy(self.head(self.encoder(self.emb(idx)).mean(1)), y)
+
+
+SDPA_MODELS["nanogpt_clip"] = NanoGPT
+OPTIMIZERS["nanogpt_clip"] = lambda ps: ClippedAdamW(ps, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+SDPA_BATCHES["nanogpt_clip"] = (4, 8, 16)
+SDPA_MODELS["encoder"] = Encoder
+OPTIMIZERS["encoder"] = lambda ps: torch.optim.AdamW(ps, lr=3e-4)
+SDPA_BATCHES["encoder"] = (8, 16, 32)

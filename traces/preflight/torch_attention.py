@@ -3,7 +3,7 @@
 On a GPU, `F.scaled_dot_product_attention` asks the CUDA build which kernel to run; a CPU build of PyTorch has
 no such choice for fake CUDA tensors and falls back to the math path, which keeps a [query, key] matrix per
 head (and an fp32 copy of bf16 inputs). The plan would then see far more memory than the GPU takes. During a
-capture, `Kernels` (a torch function mode) calls the fused op the GPU calls instead, so autograd saves what the
+capture, `fused_kernels` calls the fused op the GPU calls instead, so autograd saves what the
 kernel saves and its backward is the kernel's backward; `program` gives each such op's allocations in the
 order the GPU made them, scratch included (and a boolean mask made a float one, as the GPU's path makes it).
 
@@ -17,6 +17,8 @@ Other GPUs and versions pick otherwise (an A100 has no cuDNN attention by defaul
 math path.
 """
 from __future__ import annotations
+
+import contextlib
 
 CUDNN, EFFICIENT = "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_efficient_attention"
 OPS = (CUDNN, EFFICIENT, CUDNN + "_backward", EFFICIENT + "_backward")
@@ -91,24 +93,36 @@ def fused_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
             query, key, value, mask, lse, dropout_p, is_causal, scale=scale)[0]
 
 
-def kernels_mode():
-    """A torch function mode that routes scaled_dot_product_attention to `fused_attention`."""
+@contextlib.contextmanager
+def fused_kernels():
+    """scaled_dot_product_attention through `fused_attention` while the body runs, wherever it is called from:
+    `torch.nn.functional`'s attribute is replaced (what user code and nn.MultiheadAttention, from inside torch,
+    call), and a torch function mode catches references taken before (a mode sees only calls made outside
+    another override, so it alone would miss nn.MultiheadAttention's)."""
     import torch
     import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
 
-    targets = {F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention}
+    original = F.scaled_dot_product_attention
+    targets = {original, torch._C._nn.scaled_dot_product_attention}
+
+    def scaled_dot_product_attention(*args, **kwargs):
+        out = fused_attention(*args, **kwargs)
+        return original(*args, **kwargs) if out is None else out
 
     class Kernels(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func in targets:
-                out = fused_attention(*args, **kwargs)
-                if out is not None:
-                    return out
+                return scaled_dot_product_attention(*args, **kwargs)
             return func(*args, **kwargs)
 
-    return Kernels()
+    F.scaled_dot_product_attention = scaled_dot_product_attention
+    try:
+        with Kernels():
+            yield
+    finally:
+        F.scaled_dot_product_attention = original
 
 
 def program(name: str, args: tuple, out) -> tuple[list, list] | None:

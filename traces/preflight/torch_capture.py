@@ -22,7 +22,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.preflight import torch_attention, torch_scratch
+from alloctrace.traces.preflight import torch_attention, torch_scratch, torch_subclass
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "inputs", "temporaries",
               "workspace", "other", "measured_workspace")
@@ -179,14 +179,15 @@ class _Recorder:
         else:
             self.cap.events.extend(outputs)
         handle = "engine" if self.phase == "backward" else "main"   # the engine's device thread has its own
-        if self.workspace and name in MATMULS and handle not in self.handles:
+        empty = isinstance(out, torch.Tensor) and out.numel() == 0    # no rows: cuBLAS is never called
+        if self.workspace and name in MATMULS and handle not in self.handles and not empty:
             self.handles.add(handle)
             key = self.next_key
             self.next_key += 1
             self.cap.category[key] = "workspace"
             self.cap.events.append(Event("alloc", key, self.workspace, 0, "cublas_workspace", "uint8",
                                          (self.workspace,), frames or _frames(), self.phase))
-        if self.lt_workspace and name == "addmm" and handle not in self.lt_handles and len(args) > 0 \
+        if self.lt_workspace and name == "addmm" and handle not in self.lt_handles and len(args) > 0 and not empty \
                 and getattr(args[0], "dim", lambda: 0)() == 1:
             self.lt_handles.add(handle)             # addmm with a bias vector: cuBLASLt, its own workspace
             key = self.next_key
@@ -362,7 +363,8 @@ def capture(*, workspace: int | None = None, measured=None):
     torch.autograd.backward, torch.Tensor.backward = backward, tensor_backward
     torch._C._current_graph_task_id = graph_task_id
     try:
-        with _patched_cuda_checks(), fake, Mode(), saved.hooks(), torch_attention.kernels_mode():
+        with _patched_cuda_checks(), fake, Mode(), saved.hooks(), torch_attention.fused_kernels(), \
+                torch_subclass.as_plain_tensors():
             try:
                 yield cap
             except (Exception, SystemExit) as exc:   # noqa: BLE001 - any failure of the user's step is reported
