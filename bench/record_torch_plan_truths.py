@@ -300,14 +300,9 @@ def checkpoint_snapshots(out_dir):
 SCRATCH_BATCHES = tuple(range(1, 257))     # every batch a search below 256 can try: cuDNN's workspaces step
 
 
-def op_programs(name, batch, dtype):
-    """Two steps on the GPU with every op's allocator events labelled with the op (the allocator's per-thread
-    memory metadata): the peaks, and per op signature the order of its own allocations inside the call, the
-    ones it keeps (its outputs, "out") and the ones it frees before returning ("alloc" / "free" by index),
-    for every op name that took scratch anywhere in the run (cuDNN's convolutions); also the whole sequence
-    (action, size, op name) when asked."""
+def labelled_ops(names: list):
+    """A dispatch mode that labels each op's allocator events with the op ("opN", N its index in `names`)."""
     from torch.utils._python_dispatch import TorchDispatchMode
-    names = []
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -318,9 +313,19 @@ def op_programs(name, batch, dtype):
             finally:
                 torch.cuda.memory._set_memory_metadata("")
 
+    return Mode()
+
+
+def op_programs(name, batch, dtype):
+    """Two steps on the GPU with every op's allocator events labelled with the op (the allocator's per-thread
+    memory metadata): the peaks, and per op signature the order of its own allocations inside the call, the
+    ones it keeps (its outputs, "out") and the ones it frees before returning ("alloc" / "free" by index),
+    for every op name that took scratch anywhere in the run (cuDNN's convolutions); also the whole sequence
+    (action, size, op name) when asked."""
+    names = []
     left = fresh()
     torch.cuda.memory._record_memory_history(max_entries=2_000_000, context=None, stacks="python")
-    with Mode():
+    with labelled_ops(names):
         train(name, batch, dtype)
     torch.cuda.synchronize()
     snap = torch.cuda.memory._snapshot()
@@ -582,6 +587,32 @@ SDPA_SHAPES = ((4, 8, 1024, 1024, 64), (32, 6, 197, 197, 64), (2, 16, 512, 512, 
 SDPA_OPTIONS = ("dropout", "bool_mask_2d", "bool_mask_4d", "float_mask_4d", "gqa")
 
 
+def sdpa_case(torch, shape, dtype, option, causal, packed):
+    """One case's inputs (the tests build the same on fake tensors): (the packed projection or None, q, k, v,
+    scaled_dot_product_attention's keyword arguments, the gradient given to backward)."""
+    b, h, tq, tk, d = shape
+    x = None
+    if packed:
+        x = torch.randn(b, tq, 3, h, d, device="cuda", dtype=dtype, requires_grad=True)
+        q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))
+    else:
+        q = torch.randn(b, h, tq, d, device="cuda", dtype=dtype, requires_grad=True)
+        k, v = (torch.randn(b, h, tk, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2))
+    kw = {"is_causal": causal}
+    if option == "dropout":
+        kw["dropout_p"] = 0.1
+    elif option == "gqa":
+        k, v = (torch.randn(b, h // 4, tk, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2))
+        kw["enable_gqa"] = True
+    elif option == "bool_mask_2d":
+        kw["attn_mask"] = torch.rand(tq, tk, device="cuda") > 0.2
+    elif option == "bool_mask_4d":
+        kw["attn_mask"] = torch.rand(b, h, tq, tk, device="cuda") > 0.2
+    elif option == "float_mask_4d":
+        kw["attn_mask"] = torch.randn(b, 1, tq, tk, device="cuda", dtype=dtype)
+    return x, q, k, v, kw, torch.randn(b, h, tq, d, device="cuda", dtype=dtype)
+
+
 def sdpa_options(out_dir):
     """sdpa_kernels' recording with what it left out: dropout 0.1 (causal or not), a boolean [t, t] mask, a
     boolean and a float [b, h or 1, t, t] mask, grouped-query attention (8 query heads, 2 key/value heads): the
@@ -596,7 +627,6 @@ def sdpa_kernels(out_dir, options=(None,), shapes=SDPA_SHAPES, name="sdpa_kernel
     model's qkv split gives them) or separate: per op called, its name, arguments and own allocator events
     ("out" kept, "alloc"/"free" scratch), as op_programs labels them (sdpa_kernels.json)."""
     import torch.nn.functional as F
-    from torch.utils._python_dispatch import TorchDispatchMode
     os.makedirs(out_dir, exist_ok=True)
     cases = []
     for (b, h, tq, tk, d), option in ((s, o) for s in shapes for o in options):
@@ -604,46 +634,16 @@ def sdpa_kernels(out_dir, options=(None,), shapes=SDPA_SHAPES, name="sdpa_kernel
             for causal in ((False, True) if tq == tk and "mask" not in (option or "") else (False,)):
                 for packed in ((True, False) if tq == tk and option != "gqa" else (False,)):
                     names = []
-
-                    class Mode(TorchDispatchMode):
-                        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                            names.append(op_key(func.__name__, args))
-                            torch.cuda.memory._set_memory_metadata(f"op{len(names) - 1}")
-                            try:
-                                return func(*args, **(kwargs or {}))
-                            finally:
-                                torch.cuda.memory._set_memory_metadata("")
-
-                    if packed:
-                        x = torch.randn(b, tq, 3, h, d, device="cuda", dtype=dtype, requires_grad=True)
-                        q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))
-                    else:
-                        q = torch.randn(b, h, tq, d, device="cuda", dtype=dtype, requires_grad=True)
-                        k, v = (torch.randn(b, h, tk, d, device="cuda", dtype=dtype, requires_grad=True)
-                                for _ in range(2))
-                    kw = {"is_causal": causal}
-                    if option == "dropout":
-                        kw["dropout_p"] = 0.1
-                    elif option == "gqa":
-                        k, v = (torch.randn(b, h // 4, tk, d, device="cuda", dtype=dtype, requires_grad=True)
-                                for _ in range(2))
-                        kw["enable_gqa"] = True
-                    elif option == "bool_mask_2d":
-                        kw["attn_mask"] = torch.rand(tq, tk, device="cuda") > 0.2
-                    elif option == "bool_mask_4d":
-                        kw["attn_mask"] = torch.rand(b, h, tq, tk, device="cuda") > 0.2
-                    elif option == "float_mask_4d":
-                        kw["attn_mask"] = torch.randn(b, 1, tq, tk, device="cuda", dtype=dtype)
+                    x, q, k, v, kw, g = sdpa_case(torch, (b, h, tq, tk, d), dtype, option, causal, packed)
                     try:
                         choice = int(torch._fused_sdp_choice(q, k, v, kw.get("attn_mask"), kw.get("dropout_p", 0.0),
                                                              causal, enable_gqa=kw.get("enable_gqa", False)))
                     except RuntimeError:
                         choice = None
-                    g = torch.randn(b, h, tq, d, device="cuda", dtype=dtype)
                     fresh()
                     torch.cuda.memory._record_memory_history(max_entries=100_000, context=None, stacks="python")
                     try:
-                        with Mode():
+                        with labelled_ops(names):
                             y = F.scaled_dot_product_attention(q, k, v, **kw)
                             y.backward(g)
                         err = None
@@ -662,9 +662,7 @@ def sdpa_kernels(out_dir, options=(None,), shapes=SDPA_SHAPES, name="sdpa_kernel
                                   "causal": causal, "packed": packed, "error": err, "option": option,
                                   "choice": choice,
                                   "ops": [[names[n], call_program(calls.get(n, []))] for n in range(len(names))]})
-                    del q, k, v, g, kw
-                    if packed:
-                        del x
+                    del x, q, k, v, g, kw
                     if not err:
                         del y
                     print(cases[-1]["shape"], cases[-1]["dtype"], option, choice, causal, packed, err,

@@ -48,10 +48,15 @@ def plan_sequence(events) -> list[tuple[str, int]]:
 
 def plan_workloads():
     """bench/torch_plan_workloads.py (the steps the GPU truths were recorded from), loaded as a module."""
+    return bench_module("torch_plan_workloads")
+
+
+def bench_module(name: str):
+    """bench/NAME.py loaded as a module (bench/ is not a package)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "torch_plan_workloads.py"
-    spec = importlib.util.spec_from_file_location("torch_plan_workloads", path)
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

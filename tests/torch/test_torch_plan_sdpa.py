@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from alloctrace.traces.preflight import torch_attention, torch_capture, torch_plan  # noqa: E402
-from torchsnap import plan_workloads  # noqa: E402
+from torchsnap import bench_module, plan_workloads  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "torch" / "plan"
 SDPA = json.loads((DATA / "sdpa.json").read_text())
@@ -71,29 +71,13 @@ def _attention_programs(events) -> list[tuple[str, list]]:
     return out
 
 
+RECORDER = bench_module("record_torch_plan_truths")     # its `sdpa_case` built each recorded case's inputs
+
+
 def _step(case):
-    """The recorder's step for one case (bench/record_torch_plan_truths.py, sdpa_kernels)."""
-    b, h, tq, tk, d = case["shape"]
-    dtype, option = DTYPES[case["dtype"]], case.get("option")
-    if case["packed"]:
-        x = torch.randn(b, tq, 3, h, d, device="cuda", dtype=dtype, requires_grad=True)
-        q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))
-    else:
-        q = torch.randn(b, h, tq, d, device="cuda", dtype=dtype, requires_grad=True)
-        k, v = (torch.randn(b, h, tk, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2))
-    kw = {"is_causal": case["causal"]}
-    if option == "dropout":
-        kw["dropout_p"] = 0.1
-    elif option == "gqa":
-        k, v = (torch.randn(b, h // 4, tk, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2))
-        kw["enable_gqa"] = True
-    elif option == "bool_mask_2d":
-        kw["attn_mask"] = torch.rand(tq, tk, device="cuda") > 0.2
-    elif option == "bool_mask_4d":
-        kw["attn_mask"] = torch.rand(b, h, tq, tk, device="cuda") > 0.2
-    elif option == "float_mask_4d":
-        kw["attn_mask"] = torch.randn(b, 1, tq, tk, device="cuda", dtype=dtype)
-    g = torch.randn(b, h, tq, d, device="cuda", dtype=dtype)
+    """The recorded case's step, its inputs built by the recorder's own `sdpa_case`, on fake tensors."""
+    _, q, k, v, kw, g = RECORDER.sdpa_case(torch, case["shape"], DTYPES[case["dtype"]], case.get("option"),
+                                           case["causal"], case["packed"])
     torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw).backward(g)
 
 
