@@ -231,7 +231,7 @@ def largest_fitting(point, lo: int, hi: int, budget: int, settings: AllocatorSet
     each point's `address_orders` says how many it replayed."""
     capped = replace(settings, memory_limit=budget)
     tried: dict[int, Plan] = {}
-    captured: dict = {}
+    captured: dict = {}                      # captures not yet replayed in every address order
 
     def run(v: int, every_order: bool = False) -> Plan:
         if v not in tried:
@@ -245,8 +245,8 @@ def largest_fitting(point, lo: int, hi: int, budget: int, settings: AllocatorSet
                 tried[v] = replay(got, capped, orders=ADDRESS_ORDERS[:1])
             if tried[v].partial:
                 raise UserError(f"at {v}: {tried[v].error}")
-        if every_order and v in captured and tried[v].address_orders == 1:
-            tried[v] = replay(captured[v], capped)
+        if every_order and v in captured:
+            tried[v] = replay(captured.pop(v), capped)
         return tried[v]
 
     value = _bisect(lo, hi, lambda v: run(v).oom is None)
