@@ -69,7 +69,7 @@ FILE_MARKS = {
              "test_web_ux.py",
              "test_bench_run_all.py"],
 }
-BROWSER_FIXTURES = {"browser", "page"}
+BROWSER_FIXTURES = {"browser", "profile", "window", "page"}
 POSTGRES_FIXTURES = {"pg_admin", "pg_url"}
 
 
@@ -111,8 +111,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 
 @pytest.fixture(scope="session")
-def browser():
-    """One headless Chromium for every browser test (Playwright's sync API runs one instance per thread)."""
+def _playwright():
+    """Playwright's sync API, started once (it runs one instance per thread) for the browser fixtures."""
     from playwright import sync_api as playwright_api
 
     if not Path(CHROMIUM).exists():
@@ -120,22 +120,75 @@ def browser():
             pytest.fail(f"Chromium not found at {CHROMIUM} (apt-get install chromium)")
         pytest.skip(f"Chromium not found at {CHROMIUM} (apt-get install chromium to run the browser tests)")
     with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+        yield p
+
+
+@pytest.fixture(scope="session")
+def browser(_playwright):
+    """A headless Chromium without a profile, for the tests that need a context of their own (a cookie, the
+    network off)."""
+    b = _playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="session")
+def profile(_playwright, tmp_path_factory):
+    """One headless Chromium with a profile on disk for the run, as a user's browser has: a page of a server
+    seen before starts from V8's cached compile of Plotly.js (about a second of a core on this machine each
+    time without it; a context without a profile keeps no code cache). The dashboard keeps nothing in cookies
+    or storage, and each test's server has a port, so an origin, of its own."""
+    ctx = _playwright.chromium.launch_persistent_context(tmp_path_factory.mktemp("chromium-profile"),
+                                                         executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    yield ctx
+    ctx.close()
+
+
+class Window:
+    """Pages of the profile with one viewport (and colour scheme): what a new browser context gave a test."""
+
+    def __init__(self, profile, viewport: dict, color_scheme: str | None = None):
+        self.profile, self.viewport, self.color_scheme, self.pages = profile, viewport, color_scheme, []
+
+    def new_page(self):
+        pg = self.profile.new_page()
+        pg.set_viewport_size(self.viewport)
+        if self.color_scheme:
+            pg.emulate_media(color_scheme=self.color_scheme)
+        self.pages.append(pg)
+        return pg
+
+    def close(self):
+        for pg in self.pages:
+            if not pg.is_closed():
+                pg.close()
 
 
 @pytest.fixture
-def page(browser):
-    """A fresh page; JavaScript errors fail the test, dialogs are recorded and dismissed."""
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
+def window(profile):
+    """window(width, height, color_scheme=None) -> a Window of the profile; its pages close after the test."""
+    made = []
+
+    def open_window(width: int = 1400, height: int = 1000, color_scheme: str | None = None) -> Window:
+        made.append(Window(profile, {"width": width, "height": height}, color_scheme))
+        return made[-1]
+
+    yield open_window
+    for w in made:
+        w.close()
+
+
+@pytest.fixture
+def page(profile):
+    """A fresh page of the profile; JavaScript errors fail the test, dialogs are recorded and dismissed."""
+    pg = profile.new_page()
+    pg.set_viewport_size({"width": 1400, "height": 1000})
     pg.errors = []
     pg.dialogs = []
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
     pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
     yield pg
-    ctx.close()
+    pg.close()
     assert pg.errors == [], f"JavaScript errors: {pg.errors}"
 
 

@@ -182,8 +182,8 @@ def test_compare_with_finds_another_snapshot_and_opens_the_diff(server, page):
     assert page.inner_text("#title") == "Diff: gpt2_train_bs8.pickle.gz (A) → oom.pickle.gz (B)"
 
 
-def test_the_snapshot_page_fits_a_phone(server, browser):
-    page = browser.new_page(viewport={"width": 390, "height": 844})
+def test_the_snapshot_page_fits_a_phone(server, window):
+    page = window(390, 844).new_page()
     try:
         open_page(page, server)
         page.click("#compare summary")

@@ -376,8 +376,8 @@ def test_op_colours_agree_across_graphs_and_traces(server, page):
     assert len(set(seen[0].values())) == len(seen[0])  # distinct ops, distinct colours on one map
 
 
-def test_event_table_fits_keeps_the_selection_visible_and_keys_work_anywhere(server, browser):
-    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+def test_event_table_fits_keeps_the_selection_visible_and_keys_work_anywhere(server, window):
+    ctx = window(1600, 1000)
     page = ctx.new_page()
     try:
         page.goto(f"{server['base']}/traces/{server['legacy']}?g=1")
@@ -433,8 +433,8 @@ def test_search_highlights_matches_and_the_view_survives_a_reload(server, page):
     shot(page, "search")
 
 
-def test_dark_mode_follows_the_system(server, browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, color_scheme="dark")
+def test_dark_mode_follows_the_system(server, window):
+    ctx = window(1400, 1000, color_scheme="dark")
     page = ctx.new_page()
     try:
         page.goto(f"{server['base']}/traces/{server['legacy']}?g=1")
@@ -504,8 +504,8 @@ def test_validation_errors_name_the_field(server, page):
     assert text == "n_batch: Input should be greater than or equal to 1"
 
 
-def test_names_wrap_between_words_only(server, browser):
-    ctx = browser.new_context(viewport={"width": 900, "height": 900})
+def test_names_wrap_between_words_only(server, window):
+    ctx = window(900, 900)
     page = ctx.new_page()
     try:
         page.goto(server["base"] + "/")

@@ -164,7 +164,7 @@ def test_a_third_tick_replaces_the_oldest_and_pytorch_pairs_link_to_the_same_pag
 LONG_NAME = "llama-2-70b-chat.Q4_K_M.gguf_n_ctx=4096_n_batch=512_flash_attn=on_metal_concurrency=on_run-2026-12-03T23-59"
 
 
-def test_no_page_overflows_a_phone_even_with_long_trace_names(site, browser):
+def test_no_page_overflows_a_phone_even_with_long_trace_names(site, window):
     from alloctrace.server.app import PAGES
 
     store = open_store(site["store"])
@@ -174,7 +174,7 @@ def test_no_page_overflows_a_phone_even_with_long_trace_names(site, browser):
         store.close()
     paths = list(PAGES) + [f"/traces/{long_id}", f"/traces/{long_id}?g=0", f"/diff?a={long_id}:0&b={site['ub8']}:0",
                            f"/torch?id={site['torch']}", f"/whatif?trace={site['torch']}&device=0", "/sweep?id=nope"]
-    ctx = browser.new_context(viewport={"width": 390, "height": 844})
+    ctx = window(390, 844)
     wide = {}
     try:
         for path in paths:

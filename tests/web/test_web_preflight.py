@@ -130,10 +130,10 @@ def test_a_plan_search_draws_categories_against_batch(server, page):
 
 
 @pytest.mark.parametrize("which", ["fit", "plan"])
-def test_narrow_window_has_no_horizontal_overflow(server, browser, which):
+def test_narrow_window_has_no_horizontal_overflow(server, window, which):
     if server[which] is None:
         pytest.skip("torch is not installed")
-    ctx = browser.new_context(viewport={"width": 390, "height": 844})
+    ctx = window(390, 844)
     page = ctx.new_page()
     try:
         open_page(page, server["base"], server[which]["sweep" if which == "fit" else "plan"])

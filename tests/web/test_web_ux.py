@@ -268,8 +268,8 @@ SETTLED = """() => !document.querySelector('[aria-busy="true"]') &&
 
 
 @pytest.mark.parametrize("width,height", [(1440, 900), (390, 844)])
-def test_no_page_is_wider_than_the_window(site, browser, width, height):
-    ctx = browser.new_context(viewport={"width": width, "height": height})
+def test_no_page_is_wider_than_the_window(site, window, width, height):
+    ctx = window(width, height)
     try:
         wide = {}
         for name, path in every_page(site).items():
@@ -292,8 +292,8 @@ def test_no_page_is_wider_than_the_window(site, browser, width, height):
         ctx.close()
 
 
-def test_the_map_keeps_its_plot_area_on_a_phone(site, browser):
-    ctx = browser.new_context(viewport={"width": 390, "height": 844})
+def test_the_map_keeps_its_plot_area_on_a_phone(site, window):
+    ctx = window(390, 844)
     page = ctx.new_page()
     page.goto(f"{site['base']}/traces/{site['legacy']}?g=1")
     wait_ready(page, "#map")
