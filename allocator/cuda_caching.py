@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from bisect import bisect_left, insort
+
 from sortedcontainers import SortedList
 
 KMIN_BLOCK = 512                # every size is rounded to at least this
@@ -25,19 +27,21 @@ KLARGE_BUFFER = 20 << 20        # requests of 1..10 MiB share 20 MiB segments
 KMIN_LARGE_ALLOC = 10 << 20     # from here on a segment is the request rounded to 2 MiB
 KROUND_LARGE = 2 << 20
 N_ROUNDUP_INTERVALS = 16        # roundup_power2_divisions: one value per power-of-two interval, 1 MiB .. 32 GiB+
+NO_DIVISIONS = (0,) * N_ROUNDUP_INTERVALS
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
            "segment_map", "segment_unmap", "oom", "snapshot")
 ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP, OOM, SNAPSHOT = \
     range(len(ACTIONS))
 NO_LIMIT = (1 << 64) - 1        # SIZE_MAX, the "unset" max_split_size
+LIST_POOL_LIMIT = 2048          # free blocks a pool keeps in a plain sorted list; past it, a SortedList
 
 
 @dataclass(frozen=True)
 class AllocatorSettings:
     """What PYTORCH_CUDA_ALLOC_CONF and set_per_process_memory_fraction decide. Sizes in bytes."""
     max_split_size: int = NO_LIMIT
-    roundup_power2_divisions: tuple[int, ...] = (0,) * N_ROUNDUP_INTERVALS
+    roundup_power2_divisions: tuple[int, ...] = NO_DIVISIONS
     garbage_collection_threshold: float = 0.0
     expandable_segments: bool = False
     memory_limit: int | None = None          # allowed_memory_maximum; None: no per-process fraction set
@@ -82,6 +86,8 @@ def round_size(size: int, settings: AllocatorSettings) -> int:
     """The block size a request of `size` bytes asks the pools for."""
     if size < KMIN_BLOCK:
         return KMIN_BLOCK
+    if settings.roundup_power2_divisions == NO_DIVISIONS:
+        return -(-size // KMIN_BLOCK) * KMIN_BLOCK
     divisions = _divisions(settings, size)
     if divisions > 1 and size > KMIN_BLOCK * divisions:
         if size & (size - 1) == 0:
@@ -136,12 +142,16 @@ class Block:
 
 
 class Pool:
-    """Free blocks ordered by (stream, size, address) and unmapped expandable ranges by (stream, address)."""
+    """Free blocks ordered by (stream, size, address) and unmapped expandable ranges by (stream, address).
+
+    The free blocks sit in a plain sorted list while there are few (a training step's pools hold tens to
+    hundreds: bisect and insort in C are several times cheaper than a SortedList's Python), and move to a
+    SortedList past LIST_POOL_LIMIT, where shifting the list on each insert would cost more."""
     __slots__ = ("small", "blocks", "by_key", "unmapped", "unmapped_by_key", "free_calls")
 
     def __init__(self, small: bool):
         self.small = small
-        self.blocks = SortedList()
+        self.blocks: list | SortedList = []
         self.by_key: dict[tuple, Block] = {}
         self.unmapped = SortedList()
         self.unmapped_by_key: dict[tuple, Block] = {}
@@ -150,13 +160,28 @@ class Pool:
     def insert(self, b: Block):
         b.gc_base = self.free_calls
         key = (b.stream, b.size, b.addr)
-        self.blocks.add(key)
+        blocks = self.blocks
+        if type(blocks) is list:
+            insort(blocks, key)
+            if len(blocks) > LIST_POOL_LIMIT:
+                self.blocks = SortedList(blocks)
+        else:
+            blocks.add(key)
         self.by_key[key] = b
 
     def erase(self, b: Block):
         key = (b.stream, b.size, b.addr)
-        self.blocks.remove(key)
+        blocks = self.blocks
+        if type(blocks) is list:
+            del blocks[bisect_left(blocks, key)]
+        else:
+            blocks.remove(key)
         del self.by_key[key]
+
+    def bisect(self, key: tuple) -> int:
+        """Index of the first free block at or after `key` in `blocks`."""
+        blocks = self.blocks
+        return bisect_left(blocks, key) if type(blocks) is list else blocks.bisect_left(key)
 
     def insert_unmapped(self, b: Block):
         key = (b.stream, b.addr)
@@ -303,7 +328,7 @@ class CachingAllocator:
     def _find_free_block(self, pool: Pool, size: int, stream: int) -> Block | None:
         s = self.settings
         blocks = pool.blocks
-        i = blocks.bisect_left((stream, size, -1))
+        i = pool.bisect((stream, size, -1))
         if i == len(blocks) or blocks[i][0] != stream:
             return None
         b = pool.by_key[blocks[i]]
@@ -411,7 +436,7 @@ class CachingAllocator:
             return False
         want = max(size, mss)
         blocks = pool.blocks
-        i = blocks.bisect_left((stream, want, -1))
+        i = pool.bisect((stream, want, -1))
         if i == len(blocks) or blocks[i][0] != stream or pool.by_key[blocks[i]].segment is not None:
             # no single (unexpandable) block is large enough: free oversize blocks from the largest down
             if i == 0:
@@ -615,7 +640,7 @@ class CachingAllocator:
         for name in ("small", "large"):
             old, new = getattr(self, name), Pool(getattr(self, name).small)
             new.free_calls = old.free_calls
-            new.blocks = SortedList(old.blocks)
+            new.blocks = list(old.blocks) if type(old.blocks) is list else SortedList(old.blocks)
             new.by_key = {k: seen[id(b)] for k, b in old.by_key.items()}
             new.unmapped = SortedList(old.unmapped)
             new.unmapped_by_key = {k: seen[id(b)] for k, b in old.unmapped_by_key.items()}

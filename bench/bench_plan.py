@@ -6,6 +6,8 @@
                                                         # error and its range over the address orders
     python bench/bench_plan.py --searches               # largest batch under each cap of truths.json: the
                                                         # search given captures against one given full plans
+    python bench/bench_plan.py --replay [--rounds 5]    # replaying captured steps in every address order: the
+                                                        # pools' plain sorted lists against SortedLists
 
 For every model x dtype x batch of tests/data/torch/plan/truths.json (recorded on an H200 by
 bench/record_torch_plan_truths.py): the real max_memory_allocated / max_memory_reserved, the predicted ones and
@@ -17,6 +19,10 @@ every-8th batches alone (interpolated in between), against the trial on the GPU.
 `--searches`: each largest-batch search twice in one run, its points given as captures (64 address orders
 replayed only where the answer reads them) and as plans replayed under every order, the captures made once for
 both: the two answers, and each search's replay time and whole time (capturing included) as ratios.
+`--replay`: the steps of truths.json's first batch per model and dtype, captured once, each replayed in all 64
+address orders under three settings, with the pools' free blocks in plain sorted lists (the model as it is)
+and in SortedLists throughout (LIST_POOL_LIMIT 0, as before), the two in turn for --rounds rounds: the same
+answers, and the median ratio of the replay CPU time.
 """
 from __future__ import annotations
 
@@ -55,7 +61,11 @@ def main():
     ap.add_argument("--resnet", action="store_true")
     ap.add_argument("--orders", action="store_true")
     ap.add_argument("--searches", action="store_true")
+    ap.add_argument("--replay", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
+    if args.replay:
+        return replay_pools(args.rounds)
     if args.searches:
         return searches()
     if args.resnet:
@@ -150,6 +160,43 @@ def searches():
               f"(every order {lazy['value_every_order']}), the same both ways: {same}; replays "
               f"{lazy_s:.2f} s against {full_s:.2f} s ({lazy_s / full_s:.2f}x); with the captures "
               f"({capture_s:.2f} s) {(lazy_s + capture_s) / (full_s + capture_s):.2f}x", flush=True)
+
+
+def replay_pools(rounds: int):
+    """Every address order of captured steps replayed with list pools and with SortedList pools, in turn."""
+    import statistics
+
+    from alloctrace.allocator import cuda_caching
+
+    w = _load("cuda")
+    firsts = {}
+    for r in TRUTHS["runs"]:
+        firsts.setdefault((r["model"], r["dtype"]), r["batch"])
+    caps = [torch_plan.capture_callable(w.train, m, b, d) for (m, d), b in firsts.items()]
+    settings = [AllocatorSettings(), AllocatorSettings(max_split_size=64 << 20),
+                AllocatorSettings(expandable_segments=True)]
+
+    def run(limit: int) -> tuple[float, list]:
+        cuda_caching.LIST_POOL_LIMIT, answers = limit, []
+        t0 = time.process_time()
+        for cap in caps:
+            for s in settings:
+                p = torch_plan.replay(cap, s)
+                answers.append((p.peak_allocated_range, p.peak_reserved_range, p.oom_orders, p.categories))
+        return time.process_time() - t0, answers
+
+    default, ratios = cuda_caching.LIST_POOL_LIMIT, []
+    try:
+        for _ in range(rounds):
+            (lists_s, a), (sorted_s, b) = run(default), run(0)
+            assert a == b, "list pools and SortedList pools disagree"
+            ratios.append(lists_s / sorted_s)
+            print(f"{len(caps)} steps x {len(settings)} settings x 64 orders: lists {lists_s:.2f} s, "
+                  f"SortedLists {sorted_s:.2f} s ({ratios[-1]:.2f}x)", flush=True)
+    finally:
+        cuda_caching.LIST_POOL_LIMIT = default
+    print(f"median of {rounds} rounds: list pools replay in {statistics.median(ratios):.2f}x the time of "
+          f"SortedList pools, with the same answers")
 
 
 def _pct(got: int, real: int) -> str:

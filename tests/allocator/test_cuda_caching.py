@@ -249,3 +249,24 @@ def test_model_traces_replay_consistently(settings, ops):
     r = replay_check(_log_columns(m), settings)
     assert r.consistent, r.mismatch
     assert r.peak_reserved >= m.reserved and len(r.ooms) == m.num_ooms
+
+
+@hsettings(max_examples=int(__import__('os').environ.get('CUDA_MODEL_EXAMPLES', 60)), deadline=None)
+@given(SETTINGS, OPS, st.sampled_from([0, 3]))
+def test_list_pools_decide_as_sorted_list_pools(settings, ops, limit):
+    """A pool keeps its free blocks in a plain sorted list while they are few, in a SortedList past
+    LIST_POOL_LIMIT: the same requests give the same log (every decision, address and size) with the plain
+    list throughout, a SortedList throughout (limit 0), and a switch part way (limit 3)."""
+    import alloctrace.allocator.cuda_caching as cc
+
+    plain = _run_ops(settings, ops)
+    default = cc.LIST_POOL_LIMIT
+    cc.LIST_POOL_LIMIT = limit
+    try:
+        other = _run_ops(settings, ops)
+    finally:
+        cc.LIST_POOL_LIMIT = default
+    assert other.log == plain.log
+    assert (other.reserved, other.allocated) == (plain.reserved, plain.allocated)
+    if limit == 0:
+        assert all(type(p.blocks) is not list for p in (other.small, other.large) if p.blocks)

@@ -131,17 +131,18 @@ def replay_once(cap: torch_capture.Capture, settings: AllocatorSettings, total: 
     plan = Plan(partial=cap.partial, error=cap.error, workspace=cap.workspace, capture=cap, answer_order=order)
     live: dict = {}
     by_cat: dict = {c: 0 for c in torch_capture.CATEGORIES}
+    malloc, free, category = model.malloc, model.free, cap.category   # the loop runs 64 times a point
+    peak_allocated = peak_reserved = 0
+    i = -1
     for i, e in enumerate(cap.events):
-        plan.entries = i + 1
         if e.kind == "free":
             got = live.pop(e.key, None)
             if got is not None:
-                block, cat = got
-                by_cat[cat] -= block.size
-                model.free(block)
+                by_cat[got[1]] -= got[0].size
+                free(got[0])
             continue
         try:
-            block = model.malloc(e.size, e.stream)
+            block = malloc(e.size, e.stream)
         except OutOfMemory as oom:
             plan.oom = {"event": i, "request": e.size, "op": e.op,
                         "site": torch_capture.user_site(e.frames),
@@ -149,15 +150,16 @@ def replay_once(cap: torch_capture.Capture, settings: AllocatorSettings, total: 
                         "allocated": model.allocated, "cap": settings.memory_limit,
                         "total": total if total else settings.device_total, "alloc_size": oom.alloc_size}
             break
-        cat = cap.category.get(e.key, "other")
+        cat = category.get(e.key, "other")
         live[e.key] = (block, cat)
         by_cat[cat] += block.size
-        if model.allocated > plan.peak_allocated:
-            plan.peak_allocated = model.allocated
+        if model.allocated > peak_allocated:
+            peak_allocated = model.allocated
             plan.categories = {c: b for c, b in by_cat.items() if b}
-        if model.reserved > plan.peak_reserved:
-            plan.peak_reserved = model.reserved
+        if model.reserved > peak_reserved:
+            peak_reserved = model.reserved
             plan.fragmentation_at_peak = model.reserved - model.allocated
+    plan.peak_allocated, plan.peak_reserved, plan.entries = peak_allocated, peak_reserved, i + 1
     plan.peak_allocated_range = (plan.peak_allocated, plan.peak_allocated)
     plan.peak_reserved_range = (plan.peak_reserved, plan.peak_reserved)
     plan.oom_orders = int(plan.oom is not None)
