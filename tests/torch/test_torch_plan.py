@@ -146,10 +146,12 @@ def test_a_capture_kept_for_the_run_gives_the_plan_a_fresh_capture_gives():
     assert kept[0].capture is not kept[1].capture                 # each test gets its own copy
 
 
-def test_a_users_files_under_a_folder_named_like_this_project_keep_their_call_sites(tmp_path):
-    """Our own frames are left out by the folders the package is installed in, not by a name: a script in
-    ~/alloctrace/ (a clone of this project, say) keeps its call sites and the line that names a failure."""
-    folder = tmp_path / "alloctrace"
+@pytest.mark.parametrize("name", ["alloctrace", "torch"])
+def test_a_users_files_under_a_folder_named_like_this_project_or_torch_keep_their_call_sites(tmp_path, name):
+    """Our own frames and torch's are left out by the folders the packages are installed in, not by a name: a
+    script in ~/alloctrace/ (a clone of this project, say) or ~/torch/ keeps its call sites and the line that
+    names a failure."""
+    folder = tmp_path / name
     folder.mkdir()
     (folder / "user_step.py").write_text(
         "import torch\n\ndef step():\n    x = torch.ones(1024, 1024, device='cuda')\n    return (x * 2).sum()\n\n"
@@ -321,6 +323,39 @@ def test_compile_stops_the_step_with_one_named_line():
     p = plan_answer(compiled)
     assert p.partial and "torch.compile" in p.error
     assert torch.compile.__name__ == "compile"       # put back after the capture
+
+
+@pytest.mark.parametrize("layer,name", [("LSTM", "nn.LSTM"), ("GRU", "nn.GRU"), ("RNN", "nn.RNN")])
+def test_a_recurrent_layer_on_cuda_stops_the_step_with_one_named_line(layer, name):
+    """On a GPU the layer is one call of cuDNN's RNN kernel, which a plan does not follow: without the refusal a
+    CUDA build of PyTorch stopped in the kernel's setup ("CUDA driver version is insufficient") and a CPU build
+    would run the step by step path the GPU never takes."""
+    import torch._VF as vf
+
+    def step():
+        with torch.device("cuda"):
+            rnn = getattr(torch.nn, layer)(16, 32, num_layers=2, batch_first=True)
+            x = torch.randn(4, 10, 16)
+        out, _ = rnn(x)
+        out.sum().backward()
+
+    p = plan_answer(step)
+    assert p.partial and p.error.startswith(f"NotImplementedError: {name} on a CUDA device runs cuDNN's RNN kernel")
+    assert f"{Path(__file__).name}:" in p.error and "(step)" in p.error          # the user's call site
+    assert p.peak_allocated > 0                                                # the weights before it
+    assert not {"lstm", "gru", "rnn_tanh", "rnn_relu"} & set(vf.__dict__)      # put back after the capture
+    out, _ = getattr(torch.nn, layer)(4, 4)(torch.randn(3, 2, 4))               # and runs as before
+    assert out.shape == (3, 2, 4)
+
+
+def test_a_recurrent_layer_on_the_cpu_runs_inside_a_capture():
+    def step():
+        out, _ = torch.nn.LSTM(8, 8)(torch.randn(3, 2, 8))
+        torch.zeros(out.shape, device="cuda")
+
+    p = plan_answer(step)
+    assert not p.partial, p.error
+    assert p.peak_allocated == 512                    # the one CUDA block: 3 x 2 x 8 fp32, rounded to 512 B
 
 
 def test_python_api_context_manager_and_card_size():

@@ -22,7 +22,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from alloctrace.traces.errors import UserError
-from alloctrace.traces.preflight import torch_attention, torch_scratch, torch_subclass
+from alloctrace.traces.preflight import torch_attention, torch_refusals, torch_scratch, torch_subclass
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "inputs", "temporaries",
               "workspace", "other", "measured_workspace")
@@ -34,33 +34,36 @@ MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "_addmm_activation", "addb
 HIDDEN = tuple(os.sep + os.path.join(*p.split("/")) for p in (
     "torch/_subclasses", "torch/utils/_python_dispatch", "torch/_ops.py", "torch/utils/_stats.py",
     "torch/_decomp", "torch/_refs", "torch/_prims", "torch/_dynamo", "contextlib.py", "runpy.py"))
-TORCH_DIR = os.sep + "torch" + os.sep
 _HIDDEN_FILES: dict = {}        # filename -> whether _frames leaves its frames out
 
 
-def user_site(frames: list) -> str:
-    """The innermost frame outside torch: where the program asked for the memory."""
-    for filename, line, name in frames:
-        if TORCH_DIR not in filename:
-            return f"{filename}:{line} ({name})"
-    return f"{frames[0][0]}:{frames[0][1]} ({frames[0][2]})" if frames else ""
-
-
-def _our_folders() -> tuple:
-    """The folders of this package's rooms, where they are installed (one tree, or several with an editable
-    install). Matched by folder: a name such as "alloctrace/" would hide a user's own files whenever they live
-    under a folder of that name, a clone of this project among them."""
+def _installed_folders(*names: str) -> tuple:
+    """The folders the packages `names` are installed in (one tree, or several with an editable install),
+    without importing them. Frames are matched by these folders, not by a name: "torch/" or "alloctrace/"
+    would hide a user's own files whenever they live under a folder of that name."""
     from importlib.util import find_spec
 
     folders = set()
-    for name in ("alloctrace", "alloctrace.traces", "alloctrace.allocator", "alloctrace.metal_exec",
-                 "alloctrace.server"):
+    for name in names:
         spec = find_spec(name)
         folders.update(spec.submodule_search_locations or () if spec else ())
     return tuple(os.path.join(os.path.abspath(d), "") for d in folders)
 
 
-_OURS = _our_folders()
+TORCH_FOLDERS = _installed_folders("torch")
+
+
+def user_site(frames: list) -> str:
+    """The innermost frame outside torch: where the program asked for the memory."""
+    for filename, line, name in frames:
+        if not filename.startswith(TORCH_FOLDERS):
+            return f"{filename}:{line} ({name})"
+    return f"{frames[0][0]}:{frames[0][1]} ({frames[0][2]})" if frames else ""
+
+
+# this package's rooms (a clone of this project elsewhere keeps its call sites)
+_OURS = _installed_folders("alloctrace", "alloctrace.traces", "alloctrace.allocator", "alloctrace.metal_exec",
+                           "alloctrace.server")
 
 
 def workspace_size(config: str | None = None) -> int:
@@ -260,7 +263,7 @@ def _failure_line(exc: BaseException) -> str:
     import traceback
     tb = traceback.extract_tb(exc.__traceback__)
     site = next((fs for fs in reversed(tb) if not fs.filename.startswith(_OURS)
-                 and TORCH_DIR not in fs.filename), None)
+                 and not fs.filename.startswith(TORCH_FOLDERS)), None)
     where = f" at {site.filename}:{site.lineno} ({site.name})" if site else ""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return f"{type(exc).__name__}: {text[:200]}{where}"
@@ -332,12 +335,6 @@ def capture(*, workspace: int | None = None, measured=None):
                 if isinstance(v, torch.Tensor):
                     rec.mark(v, "optimizer_state", overwrite=True)
 
-    def refuse(what: str):
-        def refused(*args, **kwargs):
-            raise NotImplementedError(f"{what} is not followed by a plan (run the step without it)")
-        return refused
-
-    refusals = [(torch, "compile", refuse("torch.compile"))]
     import torch.amp.grad_scaler as scaler_mod
 
     def opt_step(self, optimizer, optimizer_state, *args, **kwargs):
@@ -345,10 +342,8 @@ def capture(*, workspace: int | None = None, measured=None):
         # whenever the gradients are finite
         return optimizer.step(*args, **kwargs)
 
-    refusals.append((scaler_mod.GradScaler, "_maybe_opt_step", opt_step))
-    originals = [(mod, attr, getattr(mod, attr)) for mod, attr, _ in refusals]
-    for mod, attr, fn in refusals:
-        setattr(mod, attr, fn)
+    saved_opt_step = scaler_mod.GradScaler._maybe_opt_step
+    scaler_mod.GradScaler._maybe_opt_step = opt_step
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     # torch.optim picks its foreach (multi-tensor) path only for plain tensors; on a GPU it would take it
     from torch._subclasses.fake_tensor import FakeTensor
@@ -364,7 +359,7 @@ def capture(*, workspace: int | None = None, measured=None):
     torch._C._current_graph_task_id = graph_task_id
     try:
         with _patched_cuda_checks(), fake, Mode(), saved.hooks(), torch_attention.fused_kernels(), \
-                torch_subclass.as_plain_tensors():
+                torch_subclass.as_plain_tensors(), torch_refusals.refused_paths():
             try:
                 yield cap
             except (Exception, SystemExit) as exc:   # noqa: BLE001 - any failure of the user's step is reported
@@ -375,8 +370,7 @@ def capture(*, workspace: int | None = None, measured=None):
                     cap.error = _failure_line(exc)
     finally:
         torch.autograd.backward, torch.Tensor.backward, torch._C._current_graph_task_id = old
-        for mod, attr, fn in originals:
-            setattr(mod, attr, fn)
+        scaler_mod.GradScaler._maybe_opt_step = saved_opt_step
         for lst in type_lists:
             lst.remove(FakeTensor)
         h1.remove()
