@@ -173,7 +173,10 @@ class Pool:
         key = (b.stream, b.size, b.addr)
         blocks = self.blocks
         if type(blocks) is list:
-            del blocks[bisect_left(blocks, key)]
+            i = bisect_left(blocks, key)
+            if i == len(blocks) or blocks[i] != key:
+                raise ValueError(f"{key} is not in the pool")    # as SortedList.remove says it
+            del blocks[i]
         else:
             blocks.remove(key)
         del self.by_key[key]
