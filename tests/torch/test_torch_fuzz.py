@@ -53,3 +53,18 @@ def test_random_but_well_formed_entries(traces):
     """Entries of the right shape in any order (frees of unknown blocks, segments freed twice, ...): the state
     rebuild notes what does not add up instead of failing."""
     read(pickle.dumps({"segments": [], "device_traces": traces}))
+
+
+def test_a_start_no_allocator_could_have_had_is_a_reason_not_a_traceback():
+    """Found by the test above: two segment_unmaps of one address, then a segment_free of one never made. The
+    walk back rebuilds a start (two overlapping pages) that the model's forward replay trips over; the
+    device is marked not exact with that reason, as every view then says its state is unknown."""
+    def e(action, addr, size):
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": 0}
+
+    entries = [e("segment_unmap", 31232, 1585), e("segment_unmap", 31232, 1761), e("segment_free", 21504, 281)]
+    devices, _ = split_devices(load_plain(io.BytesIO(pickle.dumps({"segments": [], "device_traces": [entries]})),
+                                          label="fuzz"))
+    start = device_facts(devices[0])["extra"]["partial"]
+    assert start["partial"] and start["exact"] is False and start["seed"] is None
+    assert start["reason"].startswith("the rebuilt start does not replay")

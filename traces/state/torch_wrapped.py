@@ -186,6 +186,7 @@ def seed_from_snapshot(cols: dict, tables: dict, settings: AllocatorSettings | N
             keys.remove(start)
 
     action, addr, size = cols["action"].tolist(), cols["addr"].tolist(), cols["size"].tolist()
+    i = None
     try:
         for i in range(len(action) - 1, -1, -1):
             a, ad, sz = action[i], addr[i], size[i]
@@ -253,10 +254,15 @@ def seed_from_snapshot(cols: dict, tables: dict, settings: AllocatorSettings | N
                 _map_back(segs, seg_starts, ad, sz, int(cols["stream"][i]))
             elif a == OOM:
                 continue
+        i = None
+        return Seed([[sa, segs[sa][0], segs[sa][1], segs[sa][2],
+                      [[b, *segs[sa][4][b]] for b in segs[sa][3]]] for sa in seg_starts])
     except _Walk as e:
         raise ValueError(str(e)) from None
-    return Seed([[sa, segs[sa][0], segs[sa][1], segs[sa][2],
-                  [[b, *segs[sa][4][b]] for b in segs[sa][3]]] for sa in seg_starts])
+    except (KeyError, IndexError) as e:     # ranges no allocator makes (empty, overlapping): the walk loses them
+        at = "the snapshot" if i is None else f"entry {i}"
+        raise ValueError(f"{at}: the segments and blocks no longer add up walking back ({type(e).__name__} "
+                         f"{e})") from None
 
 
 def check_seed(cols: dict, tables: dict, seed: Seed, settings: AllocatorSettings) -> str | None:
@@ -288,6 +294,8 @@ def analyse(cols: dict, tables: dict, allocator_settings: dict | None = None) ->
         problem = check_seed(cols, tables, seed, settings)
     except ValueError as e:
         seed, problem = None, str(e)
+    except (KeyError, IndexError) as e:     # a start no allocator could have had: replaying it forward trips
+        seed, problem = None, f"the rebuilt start does not replay ({type(e).__name__} {e})"
     out["exact"] = problem is None
     out["reason"] = problem
     if problem is None and settings.expandable_segments:
