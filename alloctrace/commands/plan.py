@@ -100,6 +100,10 @@ def plan_lines(out: dict) -> list[str]:
              "at the peak allocated: " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in out["categories"].items()),
              f"included: cuBLAS workspace {fmt_bytes(out['cublas_workspace'])} per handle (CUBLAS_WORKSPACE_CONFIG)",
              out["unseen"]]
+    convs = sum(out.get("unmeasured_workspaces", {}).values())
+    if convs:
+        lines.insert(-1, f"not included: cuDNN's workspaces of {convs:,} convolution calls (cuDNN picks them on the "
+                         "GPU at run time; the Python API adds a table measured there: docs/torch-plan.md)")
     if out.get("trace"):
         lines.append(f"stored as trace {out['trace']} (alloctrace peak / flame / state / report {out['trace']})")
     if out["partial"]:

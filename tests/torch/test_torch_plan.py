@@ -348,6 +348,25 @@ def test_a_recurrent_layer_on_cuda_stops_the_step_with_one_named_line(layer, nam
     assert out.shape == (3, 2, 4)
 
 
+def test_convolutions_without_a_measured_table_are_named_as_not_included():
+    """cuDNN picks a convolution's workspace on the GPU at run time (through the caching allocator): without a
+    table measured there the plan leaves it out, and says so."""
+    from alloctrace.commands.plan import plan_lines
+
+    def step():
+        with torch.device("cuda"):
+            conv = torch.nn.Conv2d(3, 8, 3)
+            x = torch.randn(2, 3, 16, 16)
+        conv(x).sum().backward()
+
+    out = plan_answer(step).as_dict()
+    assert out["unmeasured_workspaces"] == {"convolution": 1, "convolution_backward": 1}
+    said = [x for x in plan_lines(out) if x.startswith("not included")]
+    assert len(said) == 1 and "cuDNN's workspaces of 2 convolution calls" in said[0]
+    plain = plan_answer(W.train, "mlp", 8, "fp32").as_dict()
+    assert plain["unmeasured_workspaces"] == {} and not [x for x in plan_lines(plain) if "not included" in x]
+
+
 def test_a_recurrent_layer_on_the_cpu_runs_inside_a_capture():
     def step():
         out, _ = torch.nn.LSTM(8, 8)(torch.randn(3, 2, 8))

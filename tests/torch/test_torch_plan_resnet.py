@@ -37,6 +37,7 @@ RUNS = [pytest.param(r, id=f"{r['dtype']}-b{r['batch']}") for r in MORE["runs"]]
 def test_resnet50_peaks_with_measured_cudnn_workspaces(run):
     p = plan_answer(W.train, "resnet50", run["batch"], run["dtype"], measured=MEASURED)
     assert not p.partial, p.error
+    assert p.as_dict()["unmeasured_workspaces"] == {}                  # every convolution's scratch measured
     assert p.peak_allocated == pytest.approx(run["max_memory_allocated"], rel=0.003)  # measured: -0.01 .. +0.27 %
     assert p.peak_reserved == pytest.approx(run["max_memory_reserved"], rel=0.01)     # measured: -0.71 % .. 0
 
@@ -50,6 +51,8 @@ def test_resnet50_capture_without_a_gpu_sees_parameters_and_stays_below_the_real
     assert run["max_memory_allocated"] * 0.97 < p.peak_allocated < run["max_memory_allocated"]
     convs = [e for e in p.capture.events if e.kind == "alloc" and e.op == "convolution"]
     assert len(convs) == 2 * 53                                  # 53 convolutions, two steps
+    # and the answer says their cuDNN workspaces are missing (the real peak is above it)
+    assert p.as_dict()["unmeasured_workspaces"] == {"convolution": 2 * 53, "convolution_backward": 2 * 53}
     assert all(e.size > 0 for e in p.capture.events if e.kind == "alloc")   # batch norm's empty reserve: none
 
 

@@ -29,6 +29,7 @@ CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "inpu
 SM90_WORKSPACE = 4096 * 1024 * 8           # ":4096:8", PyTorch's default for Hopper and later
 # ops whose CUDA kernel allocates its second output first (seen in the H200's op-labelled sequences)
 MASK_FIRST = ("native_dropout",)
+CONVOLUTIONS = ("convolution", "convolution_backward")
 MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "_addmm_activation", "addbmm", "linear")
 # frames of torch's dispatch machinery (and ours) say nothing about where a program asked for memory
 HIDDEN = tuple(os.sep + os.path.join(*p.split("/")) for p in (
@@ -104,6 +105,7 @@ class Capture:
     category: dict = field(default_factory=dict)   # storage key -> category
     partial: bool = False
     error: str | None = None       # one line: the operation and the call site
+    unmeasured: dict = field(default_factory=dict)   # op -> calls whose GPU scratch no measured table gave
     workspace: int = 0
 
 
@@ -157,6 +159,8 @@ class _Recorder:
         program = self.measured.program(torch_scratch.op_signature(getattr(func, "__name__", str(func)), args)) \
             if self.measured and not fused else None
         before, after = ([], []) if program or fused else torch_scratch.scratch(name, args, out)
+        if name in CONVOLUTIONS and not program:        # cuDNN picks its workspace on the GPU, at run time
+            self.cap.unmeasured[name] = self.cap.unmeasured.get(name, 0) + 1
         temps = [self._temp(size, name) for size in before]
         outputs = []
         leaves = fused[0] if fused else [out[1], out[0]] if name in MASK_FIRST else tree_leaves(out)

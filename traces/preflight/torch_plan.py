@@ -74,7 +74,8 @@ class Plan:
                 "driver_order_source": DRIVER_ORDER_SOURCE if self.answer_order == "driver" else None,
                 "fragmentation_at_peak": self.fragmentation_at_peak, "categories": self.categories,
                 "oom": self.oom, "entries": self.entries, "partial": self.partial, "error": self.error,
-                "cublas_workspace": self.workspace, "unseen": UNSEEN, "outside_allocator": OUTSIDE_ALLOCATOR}
+                "cublas_workspace": self.workspace, "unseen": UNSEEN, "outside_allocator": OUTSIDE_ALLOCATOR,
+                "unmeasured_workspaces": dict(getattr(self.capture, "unmeasured", None) or {})}
 
 
 def settings_from(alloc_conf: str | None = None, total: int | None = None, cap: str | None = None) \
