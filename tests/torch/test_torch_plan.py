@@ -354,6 +354,7 @@ def test_convolutions_without_a_measured_table_are_named_as_not_included():
     from alloctrace.commands.plan import plan_lines
 
     def step():
+        torch.nn.Conv2d(3, 8, 3)(torch.randn(1, 3, 8, 8))         # on the host: no cuDNN, nothing left out
         with torch.device("cuda"):
             conv = torch.nn.Conv2d(3, 8, 3)
             x = torch.randn(2, 3, 16, 16)

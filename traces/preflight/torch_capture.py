@@ -159,7 +159,8 @@ class _Recorder:
         program = self.measured.program(torch_scratch.op_signature(getattr(func, "__name__", str(func)), args)) \
             if self.measured and not fused else None
         before, after = ([], []) if program or fused else torch_scratch.scratch(name, args, out)
-        if name in CONVOLUTIONS and not program:        # cuDNN picks its workspace on the GPU, at run time
+        if name in CONVOLUTIONS and not program and args and getattr(args[0], "device", None) is not None \
+                and args[0].device.type == "cuda":      # cuDNN picks its workspace on the GPU, at run time
             self.cap.unmeasured[name] = self.cap.unmeasured.get(name, 0) + 1
         temps = [self._temp(size, name) for size in before]
         outputs = []
