@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from alloctrace.allocator.cuda_caching import AllocatorSettings  # noqa: E402
 from alloctrace.traces.preflight import torch_capture, torch_plan, torch_scratch  # noqa: E402
-from torchsnap import plan_answer, plan_sequence, plan_workloads  # noqa: E402
+from torchsnap import bench_module, plan_answer, plan_sequence, plan_workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "torch" / "plan"
@@ -421,13 +421,7 @@ def test_the_gpu_recording_keys_ops_as_the_plan_looks_them_up():
     keys; torch_scratch.op_signature reads them: the same text for the same op and arguments."""
     import torch
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location("record_truths", ROOT / "bench" / "record_torch_plan_truths.py")
-        rec = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(rec)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    rec = bench_module("record_torch_plan_truths")
     cases = [(torch.zeros(2, 3), 1, None, [torch.ones(4, dtype=torch.bfloat16)], 0.5, True), (), (torch.zeros(0),)]
     for args in cases:
         assert rec.op_key("convolution.default", args) == torch_scratch.op_signature("convolution.default", args)
