@@ -13,10 +13,9 @@ segments and the retry path share the allocator's state and are checked together
 """
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Protocol
-
-from bisect import bisect_left, insort
 
 from sortedcontainers import SortedList
 

@@ -272,20 +272,17 @@ def test_list_pools_decide_as_sorted_list_pools(settings, ops, limit):
         assert all(type(p.blocks) is not list for p in (other.small, other.large) if p.blocks)
 
 
-def test_both_kinds_of_pool_refuse_to_erase_a_block_they_do_not_hold():
+@pytest.mark.parametrize("limit", [2048, 0])
+def test_both_kinds_of_pool_refuse_to_erase_a_block_they_do_not_hold(monkeypatch, limit):
     """Erasing a key a list pool does not hold raises as SortedList.remove does, instead of deleting the next
     key (a what-if replay from a start no allocator could have had reaches it: test_torch_fuzz.py)."""
     import alloctrace.allocator.cuda_caching as cc
 
-    default = cc.LIST_POOL_LIMIT
-    try:
-        for limit in (default, 0):
-            cc.LIST_POOL_LIMIT = limit
-            pool = cc.Pool(False)
-            held, absent = cc.Block(1 << 30, 4 * MiB, 0, False), cc.Block(1 << 30, 2 * MiB, 0, False)
-            pool.insert(held)
-            with pytest.raises(ValueError):
-                pool.erase(absent)
-            assert list(pool.blocks) == [(0, 4 * MiB, 1 << 30)]
-    finally:
-        cc.LIST_POOL_LIMIT = default
+    monkeypatch.setattr(cc, "LIST_POOL_LIMIT", limit)
+    pool = cc.Pool(False)
+    held, absent = cc.Block(1 << 30, 4 * MiB, 0, False), cc.Block(1 << 30, 2 * MiB, 0, False)
+    pool.insert(held)
+    with pytest.raises(ValueError):
+        pool.erase(absent)
+    assert list(pool.blocks) == [(0, 4 * MiB, 1 << 30)]
+    assert type(pool.blocks) is (list if limit else cc.SortedList)
