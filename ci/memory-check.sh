@@ -73,7 +73,7 @@ record_into() {  # $1: folder for the .atrec files; runs in the source tree of t
   rm -f "$dir"/*.atrec
   if [ ! -e "$MODEL" ] && [ -n "$MODEL_URL" ]; then
     mkdir -p "$(dirname "$MODEL")"
-    curl -fsSL --retry 3 -o "$MODEL" "$MODEL_URL" || fail "cannot fetch the model from $MODEL_URL"
+    curl -fsSL --retry 3 -o "$MODEL" "$MODEL_URL" || { rm -f "$MODEL"; fail "cannot fetch the model from $MODEL_URL"; return 2; }
   fi
   while IFS= read -r line; do
     [ -n "${line// /}" ] || continue

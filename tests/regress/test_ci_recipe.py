@@ -23,7 +23,9 @@ FROM_FIXTURES = f'gunzip -c "{DATA}/tiny-llama-fa-${{flags// /}}.atrec.gz" > "$o
 
 
 def job(tmp_path: Path, step: str, commit: str, fa: str, **env) -> subprocess.CompletedProcess:
-    e = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "ALLOCTRACE_COMMIT": commit,
+    model = tmp_path / "model.gguf"  # present, so the record step fetches nothing (FROM_FIXTURES does not read it)
+    model.touch()
+    e = {"ALLOCTRACE_MODEL": str(model), **os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "ALLOCTRACE_COMMIT": commit,
          "ALLOCTRACE_BASE": "base111", "ALLOCTRACE_BRANCH": "feature", "ALLOCTRACE_BUILD": f"echo built {commit}",
          "ALLOCTRACE_CONFIGS": f"tiny-c256: {fa}", "ALLOCTRACE_RECORD": FROM_FIXTURES,
          "ALLOCTRACE_OUT": str(tmp_path / commit), "ALLOCTRACE_COMMENT": f'cp "$OUT/memory.md" "{tmp_path}/posted.md"',
@@ -87,6 +89,17 @@ def test_all_fails_when_an_upload_fails(tmp_path, where):
     assert done.returncode == 2, done.stdout + done.stderr
     assert re.search(r"memory-check: (uploading|storing) \S*a-first.atrec", done.stderr), done.stderr
     assert not (tmp_path / "head222" / "memory.md").exists() and not (tmp_path / "posted.md").exists()
+
+
+def test_a_model_that_cannot_be_fetched_stops_the_record_step(tmp_path):
+    """The model is missing and its address answers nothing: the step stops there with exit 2 and says so,
+    instead of running the recorder on a file that is not there (bash's errexit is off inside `||`)."""
+    marker = tmp_path / "recorded"
+    done = job(tmp_path, "record", "head222", "on", ALLOCTRACE_MODEL=str(tmp_path / "models" / "absent.gguf"),
+               ALLOCTRACE_MODEL_URL=f"file://{tmp_path}/nowhere.gguf", ALLOCTRACE_RECORD=f'touch "{marker}"')
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"memory-check: cannot fetch the model from file://{tmp_path}/nowhere.gguf" in done.stderr
+    assert not marker.exists() and not (tmp_path / "models" / "absent.gguf").exists()
 
 
 def test_unpaired_traces_fail_the_job(tmp_path):
