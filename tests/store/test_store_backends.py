@@ -299,11 +299,18 @@ def test_an_importer_killed_mid_write_leaves_no_half_trace(store_ref, tmp_path):
     assert _count(after, "SELECT count(*) FROM graphs") == 2
 
 
-def test_a_bad_url_is_one_line(capsys):
+def test_a_bad_url_is_one_line(capsys, monkeypatch):
+    """Answered by one connection, with its reason: the pool, which tries again until its timeout, is never
+    opened for an address that refuses."""
+    import psycopg_pool
+
+    opened = []
+    monkeypatch.setattr(psycopg_pool.ConnectionPool, "open", lambda self, *a, **k: opened.append(self))
     code = main(["list", "--store", "postgresql://nobody:secret@127.0.0.1:1/none"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("alloctrace: error: cannot open store postgresql://nobody@127.0.0.1:1/none")
     assert "secret" not in err and len(err.strip().splitlines()) == 1
+    assert "refused" in err.lower() and opened == []
 
 
 def test_the_environment_names_a_postgresql_store(pg_url, monkeypatch, capsys):

@@ -171,6 +171,10 @@ class Later:
             self.rows, self.cursor = self.cursor.fetchall(), None
 
 
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
 class PostgresBackend:
     kind = "postgresql"
     read_only = False  # the role may only read (setup finds out)
@@ -194,26 +198,25 @@ class PostgresBackend:
         self.url, self.where = url, without_password(url)
         self._psycopg = psycopg
         self.errors = (psycopg.Error,)
+        try:  # one connection first, kept for the generation: a refused address answers at once (the pool
+            # would try again until its timeout, 10 s) and a wrong password or database names itself
+            first = psycopg.connect(url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S))
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"cannot open store {self.where}: {_first_line(e)}") from None
         self.pool = ConnectionPool(url, min_size=1, max_size=POOL_MAX, kwargs={"autocommit": True},
                                    configure=_configure, open=False, name="alloctrace")
         try:
             self.pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
-        except Exception as e:  # noqa: BLE001 - PoolTimeout hides the reason: ask once more for it
+        except Exception as e:  # noqa: BLE001 - the first one worked: the server refuses more (max_connections)
             self.pool.close()
-            raise StoreUnavailable(f"cannot open store {self.where}: {self._reason(url, e)}") from None
+            first.close()
+            raise StoreUnavailable(f"cannot open store {self.where}: {_first_line(e)}") from None
         self._gen_lock = threading.Lock()  # the generation's connection, one reader at a time
-        self._gen_conn = None
+        self._gen_conn = first
         self._gen = threading.Condition()  # reads of it in flight, shared by the threads that wait (generation)
         self._gen_started = self._gen_done = 0  # reads started; the last one answered
         self._gen_busy, self._gen_row = False, None
         _OPEN.add(self)
-
-    def _reason(self, url: str, e: Exception) -> str:
-        try:
-            self._psycopg.connect(url, connect_timeout=int(CONNECT_TIMEOUT_S)).close()
-        except self._psycopg.Error as real:
-            return str(real).strip().splitlines()[0] if str(real).strip() else type(real).__name__
-        return str(e) or type(e).__name__
 
     def describe(self) -> str:
         return self.where
