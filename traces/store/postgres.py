@@ -263,8 +263,7 @@ class PostgresBackend:
                 tables, may_insert = there.fetchone()
                 row = version.fetchone()
         except psycopg.OperationalError as e:
-            raise StoreUnavailable(f"store {self.where} is unavailable: {str(e).strip().splitlines()[0]}") \
-                from None
+            raise StoreUnavailable(f"store {self.where} is unavailable: {_first_line(e)}") from None
         except psycopg.Error:  # no store_info yet (or no right to read it): made, or refused, by create
             return None
         return bool(may_insert) if tables and row is not None and str(row[0]) == fmt else None
@@ -334,8 +333,7 @@ class PostgresBackend:
             from .sqlite import StoreFull
             raise StoreFull(f"disk full: cannot write to the store {self.where} (nothing was stored)") from None
         except psycopg.OperationalError as e:
-            raise StoreUnavailable(f"store {self.where} is unavailable: {str(e).strip().splitlines()[0]}") \
-                from None
+            raise StoreUnavailable(f"store {self.where} is unavailable: {_first_line(e)}") from None
 
     def id_taken(self, e: Exception) -> bool:
         """Whether a write failed only because a new trace's id is used already (traces.id is UNIQUE; in
@@ -363,8 +361,7 @@ class PostgresBackend:
             with self.pool.connection(timeout=60) as conn:
                 return _Connection(conn).execute(sql, args).fetchall()
         except psycopg.OperationalError as e:
-            raise StoreUnavailable(f"store {self.where} is unavailable: {str(e).strip().splitlines()[0]}") \
-                from None
+            raise StoreUnavailable(f"store {self.where} is unavailable: {_first_line(e)}") from None
 
     def write(self):
         """One write transaction, pipelined. Its COMMIT does not wait for the WAL to reach the disk: as the
@@ -414,5 +411,4 @@ class PostgresBackend:
                 except self._psycopg.OperationalError as e:
                     self._gen_conn = None
                     if attempt:
-                        raise StoreUnavailable(f"store {self.where} is unavailable: "
-                                               f"{str(e).strip().splitlines()[0]}") from None
+                        raise StoreUnavailable(f"store {self.where} is unavailable: {_first_line(e)}") from None
