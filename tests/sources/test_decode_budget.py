@@ -269,6 +269,67 @@ def test_a_child_that_waits_is_ended_at_the_wall_clock_cap():
     assert str(e.value).startswith("slow.bin: import took more than 1 s (wall-clock cap: twice the CPU cap"), e.value
 
 
+def _write_pid_then_wait(path: str):
+    import os
+    import time
+
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(3600)
+
+
+@pytest.mark.parametrize("check", ["true", "raises"])
+def test_a_reading_abandoned_while_its_child_runs_kills_and_reaps_it(check, tmp_path):
+    """An import hashes the file while the child reads it; a file stored before abandons the reading: the
+    child is killed and reaped (no zombie left), nothing is answered; a check that fails does the same."""
+    import os
+    import time
+
+    from alloctrace.traces.sources.child import read_in_child
+
+    marker = tmp_path / "pid"
+
+    def abandon_if():
+        while not marker.exists() or not marker.read_text():
+            time.sleep(0.01)  # the child is running now
+        if check == "raises":
+            raise OSError("the store went away")
+        return True
+
+    started = time.monotonic()
+    if check == "raises":
+        with pytest.raises(OSError, match="the store went away"):
+            read_in_child(lambda: _write_pid_then_wait(str(marker)), "f.log", 64 << 20, 60.0, abandon_if=abandon_if)
+    else:
+        assert read_in_child(lambda: _write_pid_then_wait(str(marker)), "f.log", 64 << 20, 60.0,
+                             abandon_if=abandon_if) is None
+    assert time.monotonic() - started < 30  # not the child's hour, nor the wall-clock cap
+    with pytest.raises(ChildProcessError):
+        os.waitpid(int(marker.read_text()), os.WNOHANG)  # reaped already
+
+
+def test_a_file_stored_before_is_not_read_again(tmp_path, monkeypatch):
+    """The retry of an import answers what it stored, and the second file of the same bytes is not read."""
+    from alloctrace.traces.sources import import_files
+    from alloctrace.traces.store.store import open_store
+
+    log = Path(__file__).resolve().parents[1] / "data" / "ggml-real" / "v2023-08-28-parseseq" / \
+        "gpt-2_tiny_short.AT.log"
+    store = open_store(tmp_path / "s")
+    [first] = import_files(store, [log])
+    import alloctrace.traces.sources as sources
+
+    reads = []
+    real = sources._read_file
+    monkeypatch.setattr(sources, "_read_file", lambda *a: reads.append(a) or real(*a))
+    monkeypatch.setenv("ALLOCTRACE_IMPORT_IN_PROCESS", "1")  # the reads are counted in this process
+    copy = tmp_path / "copy.log"
+    copy.write_bytes(log.read_bytes())
+    again = import_files(store, [log, copy])
+    assert [t["id"] for t in again] == [first["id"], first["id"]] and all(t["stored_before"] for t in again)
+    assert reads == []
+    assert len(store.trace_ids()) == 1
+
+
 def test_the_import_fork_server_imports_nothing_from_the_working_folder(tmp_path):
     """Another user (uid 65534) plants numpy.py and zstandard.py in a shared folder the server was started in:
     `python -c` puts the working folder first on sys.path, so the fork server runs with the safe path (-P)."""

@@ -67,7 +67,8 @@ OWN_RECORDING_IN_PROCESS = 4 << 20  # bytes: what `record` reads of its own reco
 
 
 def read_file(src, *, name: str | None = None, filename: str | None = None, limits: Limits | None = None,
-              progress: bool = False, tags=(), own_recording: bool = False, **options) -> list[ImportedTrace]:
+              progress: bool = False, tags=(), own_recording: bool = False, abandon_if=None,
+              **options) -> list[ImportedTrace] | None:
     """Read one input (a path or a binary stream) completely into its stored form, within the
     caps of `limits` (decompressed bytes, CPU time, graphs and stored bytes per input byte,
     cancel), before any store lock is taken: encoded graphs are compact.
@@ -79,7 +80,10 @@ def read_file(src, *, name: str | None = None, filename: str | None = None, limi
     A path is read in a child process under the memory and CPU caps (sources/child.py). `own_recording`: the
     file is a raw recording `record` just made in its private folder; up to OWN_RECORDING_IN_PROCESS bytes
     it is read here, under the same graph and size caps (a child's fork and answer cost a dry run's
-    recording more than reading it: its bytes bound the work, and no one else wrote it)."""
+    recording more than reading it: its bytes bound the work, and no one else wrote it).
+
+    `abandon_if()` (a check of the store, say) runs while the child reads, or before reading in this process:
+    when it answers true nothing is read and read_file answers None."""
     import os
     from pathlib import Path
 
@@ -91,7 +95,9 @@ def read_file(src, *, name: str | None = None, filename: str | None = None, limi
         from alloctrace.traces.sources.child import read_in_child
         args = (str(src), name, filename, limits.with_(cancelled=None), progress, tuple(tags), options)
         return read_in_child(lambda: _read_file(*args), filename or Path(src).name, int(limits.max_memory),
-                             limits.max_cpu_s, limits.cancelled, spawn_args=args)
+                             limits.max_cpu_s, limits.cancelled, spawn_args=args, abandon_if=abandon_if)
+    if abandon_if is not None and abandon_if():
+        return None
     return _read_file(src, name, filename, limits, progress, tags, options)
 
 
@@ -189,16 +195,22 @@ def import_files(store, paths, *, name: str | None = None, progress: bool = Fals
     read: list[tuple[list, str]] = []
     order: list[tuple[str, list[str] | None]] = []  # per file: its hash, and its traces when stored before
     seen: set[str] = set()
-    keys = [input_hash(p, options) for p in paths]
-    stored = store.stored_with(keys)  # one read for all the files
-    for i, (p, key) in enumerate(zip(paths, keys)):
-        before = stored.get(key)
-        order.append((key, before or None))
-        if before or key in seen:
-            continue  # stored before, or named twice in this command
-        seen.add(key)
+    for i, p in enumerate(paths):
         label = name if name is None or len(paths) == 1 else f"{name} ({i + 1})"
-        read.append((read_file(p, name=label, progress=progress, **options), key))
+        found: dict = {}
+
+        def known(p=p, found=found) -> bool:
+            """Stored before, or named twice in this command: hashed while a child reads the file (the two
+            overlap on a machine of two cores), which is then abandoned."""
+            key = found["key"] = input_hash(p, options)
+            found["before"] = store.stored_with([key]).get(key)
+            return bool(found["before"]) or key in seen
+
+        traces = read_file(p, name=label, progress=progress, abandon_if=known, **options)
+        order.append((found["key"], found["before"] or None))
+        if traces is not None:
+            seen.add(found["key"])
+            read.append((traces, found["key"]))
     stored = store.add_traces_summarised([(t.meta, t.graphs, key) for traces, key in read for t in traces]) \
         if read else []  # their summaries read in the same transaction
     new: dict[str, list[dict]] = {}

@@ -85,18 +85,22 @@ WALL_SLACK_S = 30.0  # a reading waits this long past its CPU cap at least: a bu
 
 
 def read_in_child(read, label: str, budget: int, cpu_s: float, cancelled=None, spawn_args=None,
-                  wall_s: float | None = None):
+                  wall_s: float | None = None, abandon_if=None):
     """`read()` run in a child limited to `budget` more bytes of address space, `cpu_s` CPU seconds and
     `wall_s` seconds of wall-clock time (default: twice the CPU time, and WALL_SLACK_S more than it at least);
     its result, or the UserError it raised,
     here. Out of memory, at its memory limit, out of time or killed: one LimitExceeded.
+
+    `abandon_if()` runs here while the child reads (this process would only wait): when it answers true, or
+    raises, the child is killed and the reading answers None (or the error).
 
     From any thread but the main one the fork server's child reads `_read_file(*spawn_args)` instead: a
     thread's malloc arena in a child forked here retries a 64 MiB heap on every small allocation once the
     limit is near, and other threads' locks would be copied held."""
     wall_s = wall_s or max(2 * cpu_s, cpu_s + WALL_SLACK_S)
     if threading.current_thread() is not threading.main_thread():
-        return _collect(_ForkServerChild(budget, cpu_s, spawn_args), label, budget, cpu_s, wall_s, cancelled)
+        child = _ForkServerChild(budget, cpu_s, spawn_args)
+        return _collect_unless(abandon_if, child, label, budget, cpu_s, wall_s, cancelled)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -112,7 +116,8 @@ def read_in_child(read, label: str, budget: int, cpu_s: float, cancelled=None, s
         finally:
             os._exit(status)
     os.close(w)
-    return _collect(_ForkedChild(pid, os.fdopen(r, "rb")), label, budget, cpu_s, wall_s, cancelled)
+    return _collect_unless(abandon_if, _ForkedChild(pid, os.fdopen(r, "rb")), label, budget, cpu_s, wall_s,
+                           cancelled)
 
 
 class _ForkedChild:
@@ -261,6 +266,18 @@ def _limit_of(pid: int) -> int | None:
     except (ProcessLookupError, PermissionError):
         return None
     return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _collect_unless(abandon_if, child, *collect_args):
+    abandon = True  # until abandon_if has answered: it may raise
+    try:
+        abandon = abandon_if is not None and bool(abandon_if())
+    finally:
+        if abandon:
+            child.kill()
+            child.answer.close()
+            child.signal()
+    return None if abandon else _collect(child, *collect_args)
 
 
 def _collect(child, label: str, budget: int, cpu_s: float, wall_s: float, cancelled):
