@@ -6,8 +6,8 @@ initdb/pg_ctl, or $ALLOCTRACE_TEST_PG), then lists them, --import-rounds times (
 two in turn); figures are PostgreSQL's time as a ratio to SQLite's, the median of the rounds' ratios. Then
 each trace again into both stores in turn: the median time to store one, per backend. Then `alloctrace serve
 --workers N` over the PostgreSQL store, driven by --clients clients
-(each request on a fresh connection, from a process of their own: bench/http_load.py, whose CPU per request
-is shown) asking for trace summaries, a tag's list and memory-map windows of 6 traces: every worker count's
+(keeping their connections, as browsers and HTTP libraries do, or with --fresh each request on a new one;
+from a process of their own: bench/http_load.py, whose CPU per request is shown) asking for trace summaries, a tag's list and memory-map windows of 6 traces: every worker count's
 server started at once, --warmup seconds unmeasured each (workers start, caches fill), then --rounds rounds of
 --seconds each, the worker counts in turn; figures are each round's ratio to 1 worker, the rounds' median.
 The history: --history-traces tagged traces (commit, config, model) stored on each backend, then the history
@@ -122,10 +122,11 @@ def history_at(ref: str, n: int) -> dict:
     return out
 
 
-def load(port: int, clients: int, seconds: float, ids: list[str], keep_alive: bool = False) -> dict:
-    """Requests per second from `clients` clients, each request on a fresh connection (the kernel spreads them
-    over the workers), from a process of their own (bench/http_load.py: raw sockets, about a tenth of an HTTP
-    library's CPU per request, which the answers do not pay for on a 2-core machine); and that process's CPU."""
+def load(port: int, clients: int, seconds: float, ids: list[str], keep_alive: bool = True) -> dict:
+    """Requests per second from `clients` clients, on kept-alive connections (the kernel spreads them over the
+    workers as they connect) or each request on a fresh one, from a process of their own (bench/http_load.py:
+    raw sockets, about a tenth of an HTTP library's CPU per request, which the answers do not pay for on a
+    2-core machine); and that process's CPU."""
     paths = [p for tid in ids for p in (f"/api/traces/{tid}", "/api/traces?tag=copy=1",
                                         f"/api/traces/{tid}/graphs/0/memory-map?max_shapes=500")]
     args = json.dumps({"port": port, "seconds": seconds, "clients": clients, "paths": paths, "fresh": not keep_alive})
@@ -158,11 +159,11 @@ def serve_rounds(url: str, ids: list[str], workers: list[int], args) -> dict:
     client_ms, loads = [], []
     try:
         for n, (_, base) in servers.items():
-            load(int(base.rsplit(":", 1)[1]), args.clients, args.warmup, ids, args.keep_alive)  # caches warm
+            load(int(base.rsplit(":", 1)[1]), args.clients, args.warmup, ids, not args.fresh)  # caches warm
         for _ in range(args.rounds):
             for n, (_, base) in servers.items():
                 before = _cpu_busy()
-                got = load(int(base.rsplit(":", 1)[1]), args.clients, args.seconds, ids, args.keep_alive)
+                got = load(int(base.rsplit(":", 1)[1]), args.clients, args.seconds, ids, not args.fresh)
                 busy[n].append(_cpu_busy(before))
                 rps[n].append(got["rps"])
                 client_ms.append(1000 * got["client_cpu_s"] / max(got["requests"], 1))
@@ -210,8 +211,8 @@ def main():
     ap.add_argument("--warmup", type=float, default=5, help="unmeasured load first, per worker count")
     ap.add_argument("--import-rounds", type=int, default=5, help="times both stores are made and filled, in turn")
     ap.add_argument("--workers", default="1,2,4")
-    ap.add_argument("--keep-alive", action="store_true",
-                    help="the load's clients keep their connections (as browsers do) instead of one per request")
+    ap.add_argument("--fresh", action="store_true",
+                    help="each request on a new connection (as curl in a loop) instead of kept-alive ones")
     ap.add_argument("--history-traces", type=int, default=10000, help="traces stored for the history figures")
     ap.add_argument("--parts", default="import,history,serve", help="which figures to measure")
     add_option(ap)
@@ -288,6 +289,7 @@ def main():
                        results[f"rps ratio {n}/{w[0]} workers"], "x",
                        baseline=f"{results[f'rps {w[0]} workers']} requests/s with {w[0]}; median of "
                                 f"{args.rounds} rounds {results[f'rps ratio {n}/{w[0]} workers, each round']}; "
+                                f"{'a connection per request' if args.fresh else 'kept-alive connections'}; "
                                 f"load average {results['load average (1 min) during the rounds']}; the load's "
                                 f"client {results['load client CPU per request, ms']} ms CPU a request")
                 for n in w[1:]]

@@ -26,6 +26,7 @@ from alloctrace.traces.store.graph_info import events_page, with_ggml_lines, wit
 from alloctrace.traces.memmap.live_ops import name_live_ops, name_live_ops_from_lifetimes
 from alloctrace.traces.state.index import state_json
 from alloctrace.server.context import Context
+from alloctrace.server.threads import in_import_thread
 from alloctrace.server.mapjson import memory_map_json
 from alloctrace.traces.util.textsafe import safe
 from alloctrace.traces.sources.bounded_io import Cancelled
@@ -95,7 +96,7 @@ async def upload_trace(request: Request):
         from alloctrace.traces.store.tags import parse_tags
         tags = parse_tags(up.fields.get("tag") or [])
         gone = threading.Event()
-        work = asyncio.ensure_future(run_in_threadpool(c.import_file, up.path, name, label, gone.is_set, tags))
+        work = asyncio.ensure_future(in_import_thread(request, c.import_file, up.path, name, label, gone.is_set, tags))
         while not work.done():  # the parse stops when the client goes away
             await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
             if not work.done() and await request.is_disconnected():

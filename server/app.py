@@ -32,6 +32,7 @@ from alloctrace.server.torch_api import is_torch_trace as torch_page_for, router
 from alloctrace.server.graphs import AnswerBudget, BudgetJSONResponse
 from alloctrace.server.guard import OriginGuard, one_line_loop_errors, os_error_response
 from alloctrace.server.mapjson_fast import MemoryMapFastPath
+from alloctrace.server.threads import lend_threads
 from alloctrace.server.upload import UploadError
 from alloctrace.server.whatif_api import router as whatif_router
 from alloctrace.server.regress_api import router as regress_router
@@ -166,6 +167,7 @@ def create_app(store_dir=None, token: str | None = None, max_upload_bytes: int =
     @asynccontextmanager
     async def lifespan(app):
         one_line_loop_errors(asyncio.get_running_loop())
+        lend_threads(app.state)
         app.state.assets.warm()
         yield
         ctx.close()

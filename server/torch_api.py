@@ -12,10 +12,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
-from fastapi.concurrency import run_in_threadpool
 
 from alloctrace.traces.errors import UserError
 from alloctrace.server import upload
+from alloctrace.server.threads import in_import_thread
 from alloctrace.traces.store.kinds import TORCH, kind_of_source, require_kind, trace_kind
 from alloctrace.traces.util.lru import LRU
 from alloctrace.server.graphs import BudgetJSONResponse as JSONResponse
@@ -103,7 +103,7 @@ async def upload_snapshot(request: Request):
         label = _label(up.filename) or "snapshot"
         name = (up.fields.get("name") or "").strip()[:200] or label
 
-        done = await run_in_threadpool(c.import_file, up.path, name, label)
+        done = await in_import_thread(request, c.import_file, up.path, name, label)
         if any(kind_of_source(s["source"]) != TORCH for s in done):
             for s in done:
                 c.write(lambda st, tid=s["id"]: st.delete(tid))

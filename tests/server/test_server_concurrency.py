@@ -110,3 +110,41 @@ def test_a_failed_upload_beside_a_slow_one_leaves_both_right(live, fixtures, tmp
     t.join(60)
     assert result["response"].status_code == 201
     assert sorted(x["name"] for x in c.get("/api/traces").json()["traces"]) == ["first", "slow"]
+
+
+def test_imports_run_on_threads_of_their_own(live, fixtures, monkeypatch):
+    """More uploads held in their parse than the imports have threads: the reads still answer (imports never
+    hold the reads' threads), and at most IMPORT_THREADS imports run at once (the rest wait their turn)."""
+    from alloctrace.server.threads import IMPORT_THREADS, REQUEST_THREADS
+
+    srv, c, tid = live
+    monkeypatch.setenv("ALLOCTRACE_IMPORT_IN_PROCESS", "1")  # the parse is held in this process (patched below)
+    release, lock = threading.Event(), threading.Lock()
+    running, most = [0], [0]
+    original = import_log.LogImport.encoded
+
+    def held_records(self):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            assert release.wait(60)
+            yield from original(self)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(import_log.LogImport, "encoded", held_records)
+    held = [held_upload(srv, fixtures, f"held {i}") for i in range(max(REQUEST_THREADS, IMPORT_THREADS) + 2)]
+    for _ in range(300):
+        if running[0] == IMPORT_THREADS:
+            break
+        threading.Event().wait(0.05)
+    assert running[0] == IMPORT_THREADS
+    assert reads_answer(c, tid) == ["first"]
+    assert most[0] == IMPORT_THREADS  # the others are queued, not parsing
+    release.set()
+    for t, result in held:
+        t.join(60)
+        assert result["response"].status_code == 201
+    assert len(c.get("/api/traces").json()["traces"]) == len(held) + 1
