@@ -5,10 +5,10 @@ Imports the same real files into an SQLite store and a PostgreSQL database (a th
 initdb/pg_ctl, or $ALLOCTRACE_TEST_PG), then lists them, --import-rounds times (fresh stores each round, the
 two in turn); figures are PostgreSQL's time as a ratio to SQLite's, the median of the rounds' ratios. Then
 each trace again into both stores in turn: the median time to store one, per backend. Then `alloctrace serve
---workers N` over the PostgreSQL store, driven by --clients clients
-(keeping their connections, as browsers and HTTP libraries do, or with --fresh each request on a new one;
-from a process of their own: bench/http_load.py, whose CPU per request is shown) asking for trace summaries, a tag's list and memory-map windows of 6 traces: every worker count's
-server started at once, --warmup seconds unmeasured each (workers start, caches fill), then --rounds rounds of
+--workers N` over the PostgreSQL store, driven by --clients clients (keeping their connections, as browsers
+and HTTP libraries do, or with --fresh each request on a new one; from a process of their own:
+bench/http_load.py, whose CPU per request is shown) asking for trace summaries, a tag's list and memory-map
+windows of 6 traces: every worker count's server started at once, --warmup seconds unmeasured each (workers start, caches fill), then --rounds rounds of
 --seconds each, the worker counts in turn; figures are each round's ratio to 1 worker, the rounds' median.
 The history: --history-traces tagged traces (commit, config, model) stored on each backend, then the history
 API's answer (GET /api/history's function: a page of 50 commits first asked for, the first page asked for
@@ -16,7 +16,7 @@ again, one tag's) against a summary of every trace (store.list(), which the hist
 run, and against its goal (200 ms).
 
     python bench/bench_team.py [--copies 20] [--clients 50] [--seconds 4] [--rounds 5] [--warmup 5] [--workers 1,2,4]
-                               [--import-rounds 5] [--history-traces 10000] [--parts import,history,serve]
+                               [--import-rounds 5] [--history-traces 10000] [--parts import,history,serve] [--fresh]
                                [--json PATH]
 """
 from __future__ import annotations

@@ -200,8 +200,8 @@ def import_files(store, paths, *, name: str | None = None, progress: bool = Fals
         found: dict = {}
 
         def known(p=p, found=found) -> bool:
-            """Stored before, or named twice in this command: hashed while a child reads the file (the two
-            overlap on a machine of two cores), which is then abandoned."""
+            """Stored before, or named twice in this command (then the reading is abandoned): the file is
+            hashed while a child reads it, which overlap on a machine of two cores."""
             key = found["key"] = input_hash(p, options)
             found["before"] = store.stored_with([key]).get(key)
             return bool(found["before"]) or key in seen
