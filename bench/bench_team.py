@@ -8,8 +8,8 @@ each trace again into both stores in turn: the median time to store one, per bac
 --workers N` over the PostgreSQL store, driven by --clients clients (keeping their connections, as browsers
 and HTTP libraries do, or with --fresh each request on a new one; from a process of their own:
 bench/http_load.py, whose CPU per request is shown) asking for trace summaries, a tag's list and memory-map
-windows of 6 traces: every worker count's server started at once, --warmup seconds unmeasured each (workers start, caches fill), then --rounds rounds of
---seconds each, the worker counts in turn; figures are each round's ratio to 1 worker, the rounds' median.
+windows of 6 traces: every worker count's server started at once, --warmup seconds unmeasured each (workers
+start, caches fill), then --rounds rounds of --seconds each, the worker counts in turn; figures are each round's ratio to 1 worker, the rounds' median.
 The history: --history-traces tagged traces (commit, config, model) stored on each backend, then the history
 API's answer (GET /api/history's function: a page of 50 commits first asked for, the first page asked for
 again, one tag's) against a summary of every trace (store.list(), which the history made before) in the same

@@ -25,7 +25,8 @@ FROM_FIXTURES = f'gunzip -c "{DATA}/tiny-llama-fa-${{flags// /}}.atrec.gz" > "$o
 def job(tmp_path: Path, step: str, commit: str, fa: str, **env) -> subprocess.CompletedProcess:
     model = tmp_path / "model.gguf"  # present, so the record step fetches nothing (FROM_FIXTURES does not read it)
     model.touch()
-    e = {"ALLOCTRACE_MODEL": str(model), **os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "ALLOCTRACE_COMMIT": commit,
+    e = {"ALLOCTRACE_MODEL": str(model), **os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+         "ALLOCTRACE_COMMIT": commit,
          "ALLOCTRACE_BASE": "base111", "ALLOCTRACE_BRANCH": "feature", "ALLOCTRACE_BUILD": f"echo built {commit}",
          "ALLOCTRACE_CONFIGS": f"tiny-c256: {fa}", "ALLOCTRACE_RECORD": FROM_FIXTURES,
          "ALLOCTRACE_OUT": str(tmp_path / commit), "ALLOCTRACE_COMMENT": f'cp "$OUT/memory.md" "{tmp_path}/posted.md"',

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -139,7 +140,7 @@ def test_imports_run_on_threads_of_their_own(live, fixtures, monkeypatch):
     for _ in range(300):
         if running[0] == IMPORT_THREADS:
             break
-        threading.Event().wait(0.05)
+        time.sleep(0.05)
     assert running[0] == IMPORT_THREADS
     assert reads_answer(c, tid) == ["first"]
     assert most[0] == IMPORT_THREADS  # the others are queued, not parsing
